@@ -1,0 +1,76 @@
+"""Small helpers shared by the benchmark scripts: machine description, data-dir
+resolution and the final one-line JSON summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["cpu_model", "die", "emit_json", "machine_description", "resolve_data_dir"]
+
+#: Environment variable that the loaders of :mod:`dp_proto.data` also honour.
+DATA_DIR_ENV_VAR = "DP_PROTO_DATA_DIR"
+
+
+def cpu_model() -> str:
+    """The CPU model name (``lscpu``'s "Model name"), or the platform's best guess."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def machine_description() -> str:
+    """One line: CPU model, usable cores, torch threads and versions."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 0
+    parts = [cpu_model(), f"{cores} cores"]
+    try:
+        import torch
+
+        parts.append(f"torch {torch.__version__} ({torch.get_num_threads()} threads, CPU)")
+    except ImportError:
+        pass
+    parts.append(f"Python {platform.python_version()}")
+    parts.append(platform.system())
+    return ", ".join(parts)
+
+
+def die(message: str, code: int = 2) -> None:
+    """Print ``message`` to stderr and exit with ``code`` (2: usage / missing data)."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def resolve_data_dir(arg: str | None) -> Path:
+    """``--data-dir`` or ``$DP_PROTO_DATA_DIR``; exits with code 2 if neither names a directory."""
+    value = arg or os.environ.get(DATA_DIR_ENV_VAR, "").strip() or None
+    if value is None:
+        die(
+            f"no data directory: pass --data-dir DIR (e.g. ../shared/data) or set "
+            f"${DATA_DIR_ENV_VAR}. The directory must hold uci/<name>.tsv.gz and "
+            f"mnist/*-ubyte.gz (see dp_proto.data)."
+        )
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        die(f"data directory {str(path)!r} does not exist or is not a directory")
+    return path
+
+
+def emit_json(payload: dict[str, Any], out: str | os.PathLike | None = None) -> None:
+    """Print ``payload`` as the single final JSON line on stdout (and write it to ``out``)."""
+    line = json.dumps(payload, sort_keys=False)
+    if out is not None:
+        Path(out).write_text(line + "\n", encoding="utf-8")
+    sys.stdout.flush()
+    print(line, flush=True)

@@ -1,0 +1,248 @@
+"""Non-private baseline accuracy of GLVQ, GMLVQ and LGMLVQ (dissertation Table 2.2).
+
+Protocol (one prototype per class):
+
+* 5-times repeated stratified 5-fold cross-validation
+  (``RepeatedStratifiedKFold(n_splits=5, n_repeats=5, random_state=seed)``);
+* a scikit-learn ``Pipeline``: ``StandardScaler`` (z-scoring) and, for data with
+  more than 30 features (optdigits: 64, MNIST: 784), ``PCA(30)``, both fitted on
+  the training folds only, then the estimator;
+* estimators with their defaults (full-batch L-BFGS, float64, identity Omega
+  initialisation), ``max_iter`` from the command line; no hyperparameter is tuned.
+
+Data sets: UCI Image Segmentation (2310 x 19), UCI optdigits (5620 x 64) and
+MNIST (train + test = 70000 x 784). ``--quick`` replaces MNIST by a stratified
+subsample of 10000 points and a single 5-fold split (1 repeat); the result key then
+says so, e.g. ``"mnist (quick: 10000 samples, 1x5 folds)"``. UCI sets are always
+run with the full protocol.
+
+Usage::
+
+    python benchmarks/baseline_accuracy.py --data-dir ../shared/data
+    python benchmarks/baseline_accuracy.py --data-dir ../shared/data --datasets mnist --quick
+
+The script prints a table and ends with one JSON line::
+
+    {"benchmark": "baseline_accuracy", "results": {DATASET: {MODEL: [mean, std]}},
+     "fit_time_s": {DATASET: {MODEL: mean_seconds}}, "targets": ..., "machine": ...,
+     "notes": [...], ...}
+
+Exit code 2 if the data directory or a data file is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from sklearn.decomposition import PCA
+from sklearn.model_selection import RepeatedStratifiedKFold, train_test_split
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import StandardScaler
+from tqdm import tqdm
+
+try:  # run as a script: benchmarks/ is on sys.path
+    from _common import die, emit_json, machine_description, resolve_data_dir
+except ImportError:  # imported as benchmarks.baseline_accuracy
+    from benchmarks._common import die, emit_json, machine_description, resolve_data_dir
+
+from dp_proto.exceptions import DataValidationError
+from dp_proto.lvq import GLVQ, GMLVQ, LGMLVQ
+
+try:
+    from dp_proto.data import load_mnist, load_uci
+except ImportError:  # the package's __init__ does not re-export them (yet)
+    from dp_proto.data.files import load_mnist, load_uci
+
+BENCHMARK = "baseline_accuracy"
+DATASETS = ("segmentation", "optdigits", "mnist")
+MODELS = {"GLVQ": GLVQ, "GMLVQ": GMLVQ, "LGMLVQ": LGMLVQ}
+
+#: Dissertation Table 2.2, mean test accuracy with one prototype per class.
+TARGETS: dict[str, dict[str, float]] = {
+    "segmentation": {"GLVQ": 0.836, "GMLVQ": 0.912, "LGMLVQ": 0.946},
+    "optdigits": {"GLVQ": 0.916, "GMLVQ": 0.940, "LGMLVQ": 0.978},
+    "mnist": {"GLVQ": 0.813, "GMLVQ": 0.852, "LGMLVQ": 0.943},
+}
+
+PCA_DIM = 30
+QUICK_MNIST_SAMPLES = 10_000
+QUICK_MNIST_REPEATS = 1
+
+
+def load_dataset(name: str, data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    """``(X, y)`` of a benchmark set; MNIST is train + test (70000 x 784, float64)."""
+    if name == "mnist":
+        X_tr, y_tr = load_mnist(data_dir, split="train", flatten=True)
+        X_te, y_te = load_mnist(data_dir, split="test", flatten=True)
+        X = np.concatenate([X_tr, X_te]).astype(np.float64)
+        y = np.concatenate([y_tr, y_te])
+        return X, y
+    X, y = load_uci(name, data_dir)
+    return np.asarray(X, dtype=np.float64), np.asarray(y)
+
+
+def make_pipeline(model: str, n_features: int, *, max_iter: int, seed: int) -> Pipeline:
+    """z-scoring, PCA to 30 dimensions if ``n_features > 30``, then the estimator."""
+    steps: list[tuple[str, object]] = [("scale", StandardScaler())]
+    if n_features > PCA_DIM:
+        steps.append(("pca", PCA(n_components=PCA_DIM, random_state=seed)))
+    steps.append(("lvq", MODELS[model](prototypes_per_class=1, max_iter=max_iter,
+                                       random_state=seed)))
+    return Pipeline(steps)
+
+
+def cross_validate(key: str, X: np.ndarray, y: np.ndarray, models: list[str], *,
+                   repeats: int, folds: int, max_iter: int, seed: int) -> dict[str, dict]:
+    """Test accuracy, fit time and L-BFGS iterations of every model on every fold."""
+    cv = RepeatedStratifiedKFold(n_splits=folds, n_repeats=repeats, random_state=seed)
+    per_model = {m: {"acc": [], "fit_s": [], "n_iter": []} for m in models}
+    total = cv.get_n_splits() * len(models)
+    with tqdm(total=total, desc=key, unit="fit", file=sys.stderr, dynamic_ncols=True) as bar:
+        for train, test in cv.split(X, y):
+            for m in models:
+                pipe = make_pipeline(m, X.shape[1], max_iter=max_iter, seed=seed)
+                start = time.perf_counter()
+                pipe.fit(X[train], y[train])
+                fit_s = time.perf_counter() - start
+                acc = float(pipe.score(X[test], y[test]))
+                rec = per_model[m]
+                rec["acc"].append(acc)
+                rec["fit_s"].append(fit_s)
+                rec["n_iter"].append(int(pipe[-1].n_iter_))
+                bar.set_postfix_str(f"{m} acc={acc:.3f} fit={fit_s:.1f}s")
+                bar.update(1)
+    return per_model
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="GLVQ / GMLVQ / LGMLVQ baseline accuracy (dissertation Table 2.2).")
+    p.add_argument("--data-dir", default=None,
+                   help="directory holding uci/*.tsv.gz and mnist/*-ubyte.gz "
+                        "(default: $DP_PROTO_DATA_DIR)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"MNIST: stratified subsample of {QUICK_MNIST_SAMPLES} points and "
+                        f"{QUICK_MNIST_REPEATS} repeat of the k folds (UCI sets unchanged)")
+    p.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS))
+    p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    p.add_argument("--repeats", type=int, default=5, help="repeats of the k-fold split")
+    p.add_argument("--folds", type=int, default=5, help="k of the stratified k-fold split")
+    p.add_argument("--max-iter", type=int, default=500, help="L-BFGS iterations (max_iter)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="also write the JSON summary to this file")
+    args = p.parse_args(argv)
+    for name in ("repeats", "max_iter"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.folds < 2:
+        p.error("--folds must be >= 2")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    data_dir = resolve_data_dir(args.data_dir)
+    datasets = list(dict.fromkeys(args.datasets))
+    models = list(dict.fromkeys(args.models))
+
+    # Load everything first, so that a missing file fails before any training.
+    data: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for name in datasets:
+        try:
+            data[name] = load_dataset(name, data_dir)
+        except FileNotFoundError as err:
+            die(f"data set {name!r} not found in {str(data_dir)!r}:\n{err}")
+        except DataValidationError as err:
+            die(f"data set {name!r} in {str(data_dir)!r} is unreadable: {err}")
+
+    machine = machine_description()
+    notes = [
+        "one prototype per class; estimator defaults (L-BFGS, float64, identity Omega init, "
+        f"LGMLVQ without local normalisation), max_iter={args.max_iter}, no hyperparameter tuning",
+        f"StandardScaler and PCA({PCA_DIM}, only if >{PCA_DIM} features) fitted on the training "
+        "folds inside a sklearn Pipeline",
+        "fit_time_s: mean wall-clock seconds of Pipeline.fit (scaler + PCA + estimator) per fold",
+    ]
+    print(f"machine: {machine}")
+    print(f"data dir: {data_dir}")
+
+    results: dict[str, dict[str, list[float]]] = {}
+    fit_time: dict[str, dict[str, float]] = {}
+    targets: dict[str, dict[str, float]] = {}
+    n_iter: dict[str, dict[str, list[float]]] = {}
+    protocol: dict[str, dict[str, int]] = {}
+    for name in datasets:
+        X, y = data[name]
+        repeats = args.repeats
+        key = name
+        if name == "mnist" and args.quick:
+            X, _, y, _ = train_test_split(X, y, train_size=QUICK_MNIST_SAMPLES, stratify=y,
+                                          random_state=args.seed)
+            repeats = QUICK_MNIST_REPEATS
+            key = f"mnist (quick: {QUICK_MNIST_SAMPLES} samples, {repeats}x{args.folds} folds)"
+            notes.append(
+                f"--quick: MNIST is a stratified subsample of {QUICK_MNIST_SAMPLES} of the 70000 "
+                f"points (seed {args.seed}) with {repeats}x{args.folds}-fold CV instead of "
+                f"{args.repeats}x{args.folds}; not comparable one-to-one with the 70000-point target"
+            )
+        dims = f"{X.shape[1]}->{PCA_DIM}" if X.shape[1] > PCA_DIM else str(X.shape[1])
+        print(f"\n{key}: {X.shape[0]} samples, {len(np.unique(y))} classes, dims {dims}, "
+              f"{repeats}x{args.folds}-fold CV", flush=True)
+        per_model = cross_validate(key, X, y, models, repeats=repeats, folds=args.folds,
+                                   max_iter=args.max_iter, seed=args.seed)
+        results[key] = {m: [round(float(np.mean(r["acc"])), 4), round(float(np.std(r["acc"])), 4)]
+                        for m, r in per_model.items()}
+        fit_time[key] = {m: round(float(np.mean(r["fit_s"])), 3) for m, r in per_model.items()}
+        targets[key] = {m: TARGETS[name][m] for m in models}
+        n_iter[key] = {m: [float(np.mean(r["n_iter"])), int(np.min(r["n_iter"])),
+                           int(np.max(r["n_iter"]))] for m, r in per_model.items()}
+        protocol[key] = {"n_samples": int(X.shape[0]), "n_features": int(X.shape[1]),
+                         "repeats": repeats, "folds": args.folds}
+        for m, r in per_model.items():
+            hits = sum(k >= args.max_iter for k in r["n_iter"])
+            if hits:
+                notes.append(f"{key} {m}: L-BFGS reached max_iter={args.max_iter} in "
+                             f"{hits}/{len(r['n_iter'])} folds")
+
+    # Human-readable table.
+    header = (f"{'dataset':<44} {'model':<7} {'ours mean (std)':>16} {'target':>7} "
+              f"{'diff':>7} {'fit s/fold':>10} {'L-BFGS iters mean [min,max]':>28}")
+    print("\n" + header)
+    print("-" * len(header))
+    for key, by_model in results.items():
+        for m, (mean, std) in by_model.items():
+            tgt = targets[key][m]
+            it = n_iter[key][m]
+            print(f"{key:<44} {m:<7} {f'{mean:.3f} ({std:.3f})':>16} {tgt:>7.3f} "
+                  f"{mean - tgt:>+7.3f} {fit_time[key][m]:>10.2f} "
+                  f"{f'{it[0]:.0f} [{it[1]},{it[2]}]':>28}")
+
+    payload: dict[str, object] = {
+        "benchmark": BENCHMARK,
+        "results": results,
+        "fit_time_s": fit_time,
+        "targets": targets,
+        "machine": machine,
+        "notes": notes,
+        "n_iter": n_iter,
+        "protocol": protocol,
+        "max_iter": args.max_iter,
+        "seed": args.seed,
+    }
+    if "optdigits" in fit_time and "GMLVQ" in fit_time["optdigits"]:
+        gm = fit_time["optdigits"]["GMLVQ"]
+        payload["gmlvq_lbfgs_optdigits_fit_s"] = gm
+        print(f"\nGMLVQ (L-BFGS) on optdigits, PCA {PCA_DIM}: {gm:.2f} s per fit "
+              f"({protocol['optdigits']['n_samples'] * (args.folds - 1) // args.folds} "
+              f"training points)")
+    print()
+    emit_json(payload, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

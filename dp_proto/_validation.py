@@ -1,0 +1,44 @@
+"""Input checks that turn bad data into errors that name the problem."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dp_proto.exceptions import DataValidationError
+
+__all__ = ["check_finite_rows", "check_labels_known", "format_indices"]
+
+
+def format_indices(indices: np.ndarray, limit: int = 10) -> str:
+    """``[3, 17, 20]`` or ``[3, 17, ..., 999] (25 in all)`` for long lists."""
+    items = [int(i) for i in indices[:limit]]
+    text = ", ".join(str(i) for i in items)
+    if len(indices) > limit:
+        return f"[{text}, ...] ({len(indices)} in all)"
+    return f"[{text}]"
+
+
+def check_finite_rows(X: np.ndarray, name: str = "X") -> None:
+    """Raise :class:`DataValidationError` naming the rows of ``X (n, ...)`` that hold NaN or inf."""
+    bad = ~np.isfinite(X.reshape(X.shape[0], -1)).all(axis=1) if X.size else np.zeros(0, bool)
+    if bad.any():
+        rows = np.flatnonzero(bad)
+        kinds = []
+        if np.isnan(X[rows]).any():
+            kinds.append("NaN")
+        if np.isinf(X[rows]).any():
+            kinds.append("inf")
+        raise DataValidationError(
+            f"Input {name} contains {' and '.join(kinds)} in row(s) {format_indices(rows)}; "
+            f"remove or impute them (NaN/inf values are not allowed)"
+        )
+
+
+def check_labels_known(y: np.ndarray, classes: np.ndarray) -> None:
+    """Raise :class:`DataValidationError` if ``y`` holds labels not in ``classes``."""
+    unseen = np.setdiff1d(np.unique(y), classes)
+    if unseen.size:
+        raise DataValidationError(
+            f"y contains label(s) {unseen.tolist()} that were not seen during fit; "
+            f"known classes: {classes.tolist()}"
+        )

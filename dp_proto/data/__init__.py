@@ -1,0 +1,101 @@
+"""Data sets: scikit-learn's bundled sets, benchmark files in a data directory, synthetic data.
+
+Nothing here downloads implicitly; the ``download_*`` functions must be called
+explicitly and are the only ones that use the network.
+
+Bundled (:mod:`dp_proto.data.bundled`)
+--------------------------------------
+``load_bundled(name)``
+    "digits", "iris", "wine", "breast_cancer" -> ``(X float64, y int64)``.
+
+Files in a data directory (:mod:`dp_proto.data.files`)
+------------------------------------------------------
+``default_data_dir()``
+    ``Path($DP_PROTO_DATA_DIR)`` or ``None``.
+``read_idx(path)``
+    One idx array (MNIST format), gzipped or not.
+``load_mnist(data_dir=None, split="train", flatten=False)``
+    ``(X uint8 (n, 28, 28) or (n, 784), y int64)`` from ``data_dir/mnist/``.
+``read_tsv(path, target="target")``
+    ``(X float64, y, feature_names)`` from a tab-separated table.
+``load_uci(name, data_dir=None)``
+    ``(X, y)`` from ``data_dir/uci/<name>.tsv.gz`` (names in ``UCI_DATASETS``;
+    "vowel" drops its train/test flag, speaker and sex columns).
+
+Downloads (:mod:`dp_proto.data.download`)
+-----------------------------------------
+``download_mnist(data_dir, base_url=DEFAULT_MNIST_MIRROR, force=False, opener=None, ...)``
+    The four MNIST files into ``data_dir/mnist/``, md5-checked, atomic.
+``download_uci(name, data_dir, url, opener=None, ...)``
+    A TSV table from ``url`` into ``data_dir/uci/<name>.tsv.gz``.
+
+Synthetic (:mod:`dp_proto.data.synthetic`), all ``-> (X float64, y int64)``
+--------------------------------------------------------------------------
+``two_gaussians_with_outlier(setting="extreme", n_per_class=50, random_state=None)``
+``noisy_xor(n_per_cluster=300, extra_bottom_left=0, std=1.0, random_state=None)``
+``noisy_xor_unbalanced(n_per_cluster=300, std=1.0, random_state=None)``
+``three_gaussians(n_per_class=3000, n_features=2, scale=5.0, random_state=None)``
+``three_moons(n_samples=400, noise=0.1, random_state=None)``
+``five_gaussians(n_per_class=1500, random_state=None)``
+"""
+
+from dp_proto.data.bundled import BUNDLED_NAMES, load_bundled
+from dp_proto.data.download import (
+    DEFAULT_MNIST_MIRROR,
+    MNIST_MD5,
+    ChecksumError,
+    DownloadError,
+    download_mnist,
+    download_uci,
+)
+from dp_proto.data.files import (
+    DATA_DIR_ENV_VAR,
+    UCI_DATASETS,
+    default_data_dir,
+    load_mnist,
+    load_uci,
+    read_idx,
+    read_tsv,
+)
+from dp_proto.data.synthetic import (
+    FIVE_GAUSSIANS_MEANS,
+    OUTLIER_MEANS,
+    XOR_CENTERS,
+    five_gaussians,
+    five_gaussians_covariances,
+    noisy_xor,
+    noisy_xor_unbalanced,
+    three_gaussians,
+    three_gaussians_means,
+    three_moons,
+    two_gaussians_with_outlier,
+)
+
+__all__ = [
+    "BUNDLED_NAMES",
+    "DATA_DIR_ENV_VAR",
+    "DEFAULT_MNIST_MIRROR",
+    "FIVE_GAUSSIANS_MEANS",
+    "MNIST_MD5",
+    "OUTLIER_MEANS",
+    "UCI_DATASETS",
+    "XOR_CENTERS",
+    "ChecksumError",
+    "DownloadError",
+    "default_data_dir",
+    "download_mnist",
+    "download_uci",
+    "five_gaussians",
+    "five_gaussians_covariances",
+    "load_bundled",
+    "load_mnist",
+    "load_uci",
+    "noisy_xor",
+    "noisy_xor_unbalanced",
+    "read_idx",
+    "read_tsv",
+    "three_gaussians",
+    "three_gaussians_means",
+    "three_moons",
+    "two_gaussians_with_outlier",
+]

@@ -1,0 +1,15 @@
+"""Exceptions and warnings shared across dp_proto."""
+
+from __future__ import annotations
+
+
+class DataValidationError(ValueError):
+    """Input data is unusable: non-finite values, wrong shape, unknown labels, ...
+
+    Subclasses ``ValueError`` so code that catches scikit-learn's input errors
+    also catches ours.
+    """
+
+
+class PrivacyLeakWarning(UserWarning):
+    """A quantity that should be public was derived from the private data."""

@@ -1,0 +1,102 @@
+"""Dissimilarities between a batch of inputs and a set of prototypes.
+
+All functions are pure, differentiable, device-agnostic and return a matrix of
+shape ``(B, W)``: one row per input, one column per prototype.
+
+Notation: ``x`` is ``(B, d)``, prototypes ``w`` are ``(W, d)``, a global
+projection ``omega`` is ``(r, d)`` and local projections ``omegas`` are
+``(W, r, d)``; ``r`` may be smaller than ``d`` (limited-rank metric).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["squared_euclidean_distance", "omega_distance", "lomega_distance"]
+
+
+def _check_pair(x: Tensor, w: Tensor) -> None:
+    if x.dim() != 2 or w.dim() != 2:
+        raise ValueError(
+            f"expected x of shape (B, d) and prototypes of shape (W, d), "
+            f"got x {tuple(x.shape)} and prototypes {tuple(w.shape)}"
+        )
+    if x.shape[1] != w.shape[1]:
+        raise ValueError(
+            f"x has {x.shape[1]} features but the prototypes have {w.shape[1]}"
+        )
+
+
+def _pairwise_sq(a: Tensor, b: Tensor) -> Tensor:
+    """``||a_i - b_j||^2`` for ``a (B, k)``, ``b (W, k)`` via the expansion
+    ``|a|^2 + |b|^2 - 2 a.b`` (one matmul), clamped at zero against rounding."""
+    sq = a.pow(2).sum(1, keepdim=True) + b.pow(2).sum(1) - 2.0 * (a @ b.T)
+    return sq.clamp_min(0.0)
+
+
+def squared_euclidean_distance(x: Tensor, w: Tensor) -> Tensor:
+    """Squared Euclidean distance ``d(x, w) = (x - w)^T (x - w)`` (dissertation eq. 2.9).
+
+    Parameters
+    ----------
+    x : Tensor, shape (B, d)
+    w : Tensor, shape (W, d)
+
+    Returns
+    -------
+    Tensor, shape (B, W)
+    """
+    _check_pair(x, w)
+    return _pairwise_sq(x, w)
+
+
+def omega_distance(x: Tensor, w: Tensor, omega: Tensor) -> Tensor:
+    """Adaptive quadratic form ``d(x, w) = (x - w)^T Omega^T Omega (x - w)`` (eq. 2.15).
+
+    Computed as the squared Euclidean distance between the projections
+    ``Omega x`` and ``Omega w``, which costs ``O((B + W) r d)``.
+
+    Parameters
+    ----------
+    x : Tensor, shape (B, d)
+    w : Tensor, shape (W, d)
+    omega : Tensor, shape (r, d)
+
+    Returns
+    -------
+    Tensor, shape (B, W)
+    """
+    _check_pair(x, w)
+    if omega.dim() != 2 or omega.shape[1] != x.shape[1]:
+        raise ValueError(
+            f"expected omega of shape (r, {x.shape[1]}), got {tuple(omega.shape)}"
+        )
+    return _pairwise_sq(x @ omega.T, w @ omega.T)
+
+
+def lomega_distance(x: Tensor, w: Tensor, omegas: Tensor) -> Tensor:
+    """Local adaptive distance ``d_j(x, w_j) = ||Omega_j (x - w_j)||^2`` (eq. 2.21).
+
+    Every prototype ``j`` has its own projection ``Omega_j``.
+
+    Parameters
+    ----------
+    x : Tensor, shape (B, d)
+    w : Tensor, shape (W, d)
+    omegas : Tensor, shape (W, r, d)
+
+    Returns
+    -------
+    Tensor, shape (B, W)
+    """
+    _check_pair(x, w)
+    if omegas.dim() != 3 or omegas.shape[0] != w.shape[0] or omegas.shape[2] != x.shape[1]:
+        raise ValueError(
+            f"expected omegas of shape ({w.shape[0]}, r, {x.shape[1]}), "
+            f"got {tuple(omegas.shape)}"
+        )
+    # Project the inputs once per prototype: (B, W, r); the prototypes: (W, r).
+    x_proj = torch.einsum("bd,wrd->bwr", x, omegas)
+    w_proj = torch.einsum("wd,wrd->wr", w, omegas)
+    return (x_proj - w_proj).pow(2).sum(-1)

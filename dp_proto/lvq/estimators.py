@@ -1,0 +1,355 @@
+"""scikit-learn style estimators over the prototype layers.
+
+``GLVQ``, ``GMLVQ`` and ``LGMLVQ`` follow the scikit-learn API (``fit``,
+``predict``, ``decision_function``, ``score``, fitted attributes ending in ``_``)
+and the parameter names of sklvq where they overlap, so a pipeline that uses
+sklvq can switch by changing the import. They train the same
+:class:`~dp_proto.lvq.PrototypeModel` that the Lightning trainers use; the fitted
+torch model is ``model_``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from dp_proto._validation import check_finite_rows, check_labels_known
+from dp_proto.exceptions import DataValidationError
+from dp_proto.lvq.init import class_mean_prototypes, make_prototype_labels
+from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
+from dp_proto.lvq.model import PrototypeModel
+from dp_proto.lvq.training import fit_lbfgs, fit_minibatch
+
+__all__ = ["GLVQ", "GMLVQ", "LGMLVQ"]
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+class _LVQBase(ClassifierMixin, BaseEstimator):
+    """Shared fitting and prediction; subclasses build their prototype layer."""
+
+    def __init__(
+        self,
+        prototypes_per_class: int | Mapping[Any, int] = 1,
+        *,
+        solver: str = "lbfgs",
+        max_iter: int = 500,
+        lr: float = 0.01,
+        batch_size: int = 128,
+        transfer_fn: str = "identity",
+        beta: float = 1.0,
+        tol: float = 1e-9,
+        random_state: int | np.random.RandomState | None = None,
+        device: str = "cpu",
+        dtype: str = "float64",
+    ) -> None:
+        self.prototypes_per_class = prototypes_per_class
+        self.solver = solver
+        self.max_iter = max_iter
+        self.lr = lr
+        self.batch_size = batch_size
+        self.transfer_fn = transfer_fn
+        self.beta = beta
+        self.tol = tol
+        self.random_state = random_state
+        self.device = device
+        self.dtype = dtype
+
+    # -- hooks -------------------------------------------------------------------------
+    def _make_layer(self, n_features: int, n_prototypes: int, generator: torch.Generator,
+                    tdtype: torch.dtype) -> GLVQLayer:
+        return GLVQLayer(n_features, n_prototypes, dtype=tdtype, device=self.device)
+
+    def _store_metric(self) -> None:
+        """Copy the learned metric into fitted attributes (GMLVQ, LGMLVQ)."""
+
+    # -- validation --------------------------------------------------------------------
+    def _validate_params(self) -> None:
+        if self.solver not in ("lbfgs", "adam", "sgd"):
+            raise ValueError(f"solver must be 'lbfgs', 'adam' or 'sgd', got {self.solver!r}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
+        for name in ("max_iter", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr!r}")
+
+    def _check_X(self, X, *, reset: bool, y=None):
+        try:
+            out = validate_data(
+                self, X, y, reset=reset, dtype=np.float64, ensure_all_finite=False,
+                ensure_min_samples=1,
+            ) if y is not None else validate_data(
+                self, X, reset=reset, dtype=np.float64, ensure_all_finite=False
+            )
+        except ValueError as err:
+            if "could not convert" in str(err) or "convert" in str(err) and "float" in str(err):
+                raise DataValidationError(f"X must be numeric: {err}") from err
+            raise
+        check_finite_rows(out[0] if y is not None else out)
+        return out
+
+    def _prototype_counts(self, classes: np.ndarray) -> list[int]:
+        ppc = self.prototypes_per_class
+        if isinstance(ppc, Mapping):
+            unknown = [c for c in ppc if c not in set(classes.tolist())]
+            if unknown:
+                raise DataValidationError(
+                    f"prototypes_per_class names class(es) {unknown} that have no samples in y; "
+                    f"classes present: {classes.tolist()}"
+                )
+            counts = [int(ppc.get(c, 1)) for c in classes.tolist()]
+        elif isinstance(ppc, (int, np.integer)) and not isinstance(ppc, bool):
+            counts = [int(ppc)] * len(classes)
+        else:
+            raise ValueError(
+                f"prototypes_per_class must be a positive int or a mapping class -> int, got {ppc!r}"
+            )
+        if min(counts) < 1:
+            raise ValueError(f"every class needs at least one prototype, got {counts}")
+        return counts
+
+    # -- API ---------------------------------------------------------------------------
+    def fit(self, X, y) -> _LVQBase:
+        """Fit the prototypes (and metric) to ``X (n, d)`` and labels ``y (n,)``."""
+        self._validate_params()
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None"
+            )
+        X, y = self._check_X(X, reset=True, y=y)
+        check_classification_targets(y)
+        self.classes_, y_index = np.unique(y, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise ValueError(
+                f"{type(self).__name__} needs samples of at least 2 classes; "
+                f"got 1 class ({self.classes_.tolist()})"
+            )
+        counts = self._prototype_counts(self.classes_)
+        per_class = np.bincount(y_index, minlength=len(self.classes_))
+        if X.shape[0] < sum(counts):
+            raise DataValidationError(
+                f"fewer samples ({X.shape[0]}) than prototypes ({sum(counts)}): "
+                f"lower prototypes_per_class or provide more data"
+            )
+        short = [self.classes_[k] for k in range(len(counts)) if per_class[k] < counts[k]]
+        if short:
+            raise DataValidationError(
+                f"class(es) {np.asarray(short).tolist()} have fewer samples than prototypes"
+            )
+
+        rng = check_random_state(self.random_state)
+        generator = torch.Generator().manual_seed(int(rng.randint(0, 2**31 - 1)))
+        tdtype = _DTYPES[self.dtype]
+        x_t = torch.as_tensor(X, dtype=tdtype, device=self.device)
+        y_t = torch.as_tensor(y_index, dtype=torch.long, device=self.device)
+        labels = make_prototype_labels(len(self.classes_), counts).to(self.device)
+
+        layer = self._make_layer(X.shape[1], len(labels), generator, tdtype)
+        with torch.no_grad():
+            layer.prototypes.copy_(class_mean_prototypes(x_t, y_t, labels, generator=generator))
+        self.model_ = PrototypeModel(layer, labels)
+        if self.solver == "lbfgs":
+            result = fit_lbfgs(self.model_, x_t, y_t, max_iter=self.max_iter, tol=self.tol,
+                               transfer_fn=self.transfer_fn, beta=self.beta)
+        else:
+            result = fit_minibatch(self.model_, x_t, y_t, solver=self.solver, lr=self.lr,
+                                   epochs=self.max_iter, batch_size=self.batch_size,
+                                   generator=generator, transfer_fn=self.transfer_fn, beta=self.beta)
+        self.n_iter_ = result.n_iter
+        self.loss_ = result.final_loss
+        self.loss_curve_ = result.losses
+        self.prototypes_ = layer.prototypes.detach().cpu().numpy().copy()
+        self.prototype_labels_ = self.classes_[labels.cpu().numpy()]
+        self._store_metric()
+        return self
+
+    def _distances(self, X) -> torch.Tensor:
+        check_is_fitted(self)
+        X = self._check_X(X, reset=False)
+        x_t = torch.as_tensor(X, dtype=_DTYPES[self.dtype], device=self.device)
+        with torch.no_grad():
+            return self.model_(x_t)
+
+    def _class_distances(self, X) -> np.ndarray:
+        """Distance to the closest prototype of every class, ``(n, c)``."""
+        d = self._distances(X)
+        labels = self.model_.prototype_labels
+        inf = torch.tensor(float("inf"), dtype=d.dtype, device=d.device)
+        per_class = [torch.where(labels == k, d, inf).min(1).values for k in range(len(self.classes_))]
+        return torch.stack(per_class, 1).cpu().numpy()
+
+    def predict(self, X) -> np.ndarray:
+        """Winner-takes-all labels ``(n,)``."""
+        winners = self._class_distances(X).argmin(1)
+        return self.classes_[winners]
+
+    def decision_function(self, X) -> np.ndarray:
+        """Relative-distance scores ``-mu``: for class ``k``,
+        ``(d_other - d_k) / (d_other + d_k)`` in ``[-1, 1]``, positive only for the
+        predicted class. Shape ``(n, c)``, or ``(n,)`` (the score of ``classes_[1]``)
+        for two classes."""
+        d = self._class_distances(X)
+        c = d.shape[1]
+        others = np.stack([np.delete(d, k, axis=1).min(1) for k in range(c)], 1)
+        scores = (others - d) / np.maximum(others + d, 1e-300)
+        return scores[:, 1] if c == 2 else scores
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """Mean accuracy; labels unseen during fit raise :class:`DataValidationError`."""
+        check_is_fitted(self)
+        check_labels_known(np.asarray(y), self.classes_)
+        return super().score(X, y, sample_weight=sample_weight)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
+
+
+class GLVQ(_LVQBase):
+    """Generalized LVQ (Sato & Yamada 1996) with the squared Euclidean distance.
+
+    Parameters
+    ----------
+    prototypes_per_class : int or mapping class -> int, default 1
+    solver : {"lbfgs", "adam", "sgd"}, default "lbfgs"
+        Full-batch L-BFGS with strong-Wolfe line search, or minibatch Adam/SGD.
+    max_iter : int, default 500
+        L-BFGS iterations, or epochs for the minibatch solvers.
+    lr : float, default 0.01
+        Learning rate of the minibatch solvers.
+    batch_size : int, default 128
+    transfer_fn : {"identity", "sigmoid"}, default "identity"
+    beta : float, default 1.0
+        Slope of the sigmoid transfer.
+    tol : float, default 1e-9
+        L-BFGS tolerance on cost and parameter changes.
+    random_state : int, RandomState or None
+        Seeds the jitter of several prototypes per class, random Omega and shuffling.
+    device : str, default "cpu"
+    dtype : {"float64", "float32"}, default "float64"
+
+    Attributes
+    ----------
+    classes_ : ndarray (c,)
+    prototypes_ : ndarray (W, d)
+    prototype_labels_ : ndarray (W,)
+    n_features_in_ : int
+    n_iter_ : int
+    loss_ : float
+        Final mean GLVQ cost.
+    model_ : PrototypeModel
+    """
+
+    def __init__(
+        self, prototypes_per_class: int | Mapping[Any, int] = 1, *, solver: str = "lbfgs",
+        max_iter: int = 500, lr: float = 0.01, batch_size: int = 128,
+        transfer_fn: str = "identity", beta: float = 1.0, tol: float = 1e-9,
+        random_state: int | np.random.RandomState | None = None, device: str = "cpu",
+        dtype: str = "float64",
+    ) -> None:
+        super().__init__(
+            prototypes_per_class, solver=solver, max_iter=max_iter, lr=lr, batch_size=batch_size,
+            transfer_fn=transfer_fn, beta=beta, tol=tol, random_state=random_state,
+            device=device, dtype=dtype,
+        )
+
+
+class GMLVQ(_LVQBase):
+    """Generalized matrix LVQ (Schneider et al. 2009): one global metric
+    ``d(x, w) = (x - w)^T Omega^T Omega (x - w)``.
+
+    Parameters are those of :class:`GLVQ` plus
+
+    rank : int or None, default None
+        Rows of ``Omega (r, d)``; None means ``r = d``.
+    omega_init : {"identity", "scaled_identity", "random"}, default "identity"
+    normalize_omega : bool, default True
+        Keep ``trace(Lambda) = 1`` (eq. 2.20).
+
+    Attributes
+    ----------
+    omega_ : ndarray (r, d)
+    lambda_ : ndarray (d, d)
+        The relevance matrix ``Omega^T Omega``.
+    (and those of :class:`GLVQ`)
+    """
+
+    def __init__(
+        self, prototypes_per_class: int | Mapping[Any, int] = 1, *, rank: int | None = None,
+        omega_init: str = "identity", normalize_omega: bool = True, solver: str = "lbfgs",
+        max_iter: int = 500, lr: float = 0.01, batch_size: int = 128,
+        transfer_fn: str = "identity", beta: float = 1.0, tol: float = 1e-9,
+        random_state: int | np.random.RandomState | None = None, device: str = "cpu",
+        dtype: str = "float64",
+    ) -> None:
+        super().__init__(
+            prototypes_per_class, solver=solver, max_iter=max_iter, lr=lr, batch_size=batch_size,
+            transfer_fn=transfer_fn, beta=beta, tol=tol, random_state=random_state,
+            device=device, dtype=dtype,
+        )
+        self.rank = rank
+        self.omega_init = omega_init
+        self.normalize_omega = normalize_omega
+
+    def _make_layer(self, n_features, n_prototypes, generator, tdtype):
+        return GMLVQLayer(
+            n_features, n_prototypes, rank=self.rank, omega_init=self.omega_init,
+            normalize=self.normalize_omega, generator=generator, dtype=tdtype, device=self.device,
+        )
+
+    def _store_metric(self) -> None:
+        layer = self.model_.layer
+        self.omega_ = layer.omega.detach().cpu().numpy().copy()
+        self.lambda_ = self.omega_.T @ self.omega_
+
+
+class LGMLVQ(GMLVQ):
+    """Localized GMLVQ: one metric ``Lambda_j = Omega_j^T Omega_j`` per prototype.
+
+    Parameters are those of :class:`GMLVQ`; ``normalize_omega`` (default False)
+    rescales every local ``Omega_j`` to ``trace(Lambda_j) = 1`` after each step,
+    which, unlike the global case, changes the classifier.
+
+    Attributes
+    ----------
+    omega_ : ndarray (W, r, d)
+        One projection per prototype.
+    lambda_ : ndarray (W, d, d)
+    (and those of :class:`GLVQ`)
+    """
+
+    def __init__(
+        self, prototypes_per_class: int | Mapping[Any, int] = 1, *, rank: int | None = None,
+        omega_init: str = "identity", normalize_omega: bool = False, solver: str = "lbfgs",
+        max_iter: int = 500, lr: float = 0.01, batch_size: int = 128,
+        transfer_fn: str = "identity", beta: float = 1.0, tol: float = 1e-9,
+        random_state: int | np.random.RandomState | None = None, device: str = "cpu",
+        dtype: str = "float64",
+    ) -> None:
+        super().__init__(
+            prototypes_per_class, rank=rank, omega_init=omega_init,
+            normalize_omega=normalize_omega, solver=solver, max_iter=max_iter, lr=lr,
+            batch_size=batch_size, transfer_fn=transfer_fn, beta=beta, tol=tol,
+            random_state=random_state, device=device, dtype=dtype,
+        )
+
+    def _make_layer(self, n_features, n_prototypes, generator, tdtype):
+        return LGMLVQLayer(
+            n_features, n_prototypes, rank=self.rank, omega_init=self.omega_init,
+            normalize=self.normalize_omega, generator=generator, dtype=tdtype, device=self.device,
+        )
+
+    def _store_metric(self) -> None:
+        self.omega_ = self.model_.layer.omegas.detach().cpu().numpy().copy()
+        self.lambda_ = np.transpose(self.omega_, (0, 2, 1)) @ self.omega_

@@ -1,0 +1,223 @@
+"""Prototype layers: ``nn.Module``s that map inputs ``(B, d)`` to distances ``(B, W)``.
+
+The layers own trainable parameters only (no buffers), so that Opacus can wrap
+them and compute per-sample gradients. Prototype labels live beside the layer,
+in :class:`dp_proto.lvq.PrototypeModel` or in the caller's own model.
+
+=============  ==========================  =================================
+layer          parameters                  distance
+=============  ==========================  =================================
+GLVQLayer      prototypes ``(W, d)``       ``||x - w_j||^2``
+GMLVQLayer     + omega ``(r, d)``          ``||Omega (x - w_j)||^2``
+LGMLVQLayer    + omegas ``(W, r, d)``      ``||Omega_j (x - w_j)||^2``
+=============  ==========================  =================================
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from dp_proto.lvq.distances import lomega_distance, omega_distance, squared_euclidean_distance
+from dp_proto.lvq.init import OmegaInit, init_omega
+
+__all__ = ["GLVQLayer", "GMLVQLayer", "LGMLVQLayer", "PrototypeLayer"]
+
+
+def _check_positive(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+class GLVQLayer(nn.Module):
+    """Prototypes with the squared Euclidean distance.
+
+    Parameters
+    ----------
+    in_features : int
+        Input dimension ``d``.
+    num_prototypes : int
+        Number of prototypes ``W`` (over all classes).
+    prototypes : Tensor, shape (W, d), optional
+        Initial prototypes; defaults to zeros (initialise with
+        :func:`dp_proto.lvq.class_mean_prototypes` or a DP initialiser).
+
+    Shape
+    -----
+    input ``(B, d)`` (a ``(B, ...)`` input is flattened), output ``(B, W)``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        num_prototypes: int,
+        *,
+        prototypes: Tensor | None = None,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        self.in_features = _check_positive("in_features", in_features)
+        self.num_prototypes = _check_positive("num_prototypes", num_prototypes)
+        init = torch.zeros(num_prototypes, in_features, dtype=dtype, device=device)
+        if prototypes is not None:
+            if tuple(prototypes.shape) != (num_prototypes, in_features):
+                raise ValueError(
+                    f"expected prototypes of shape ({num_prototypes}, {in_features}), "
+                    f"got {tuple(prototypes.shape)}"
+                )
+            init = prototypes.detach().to(dtype=init.dtype, device=init.device).clone()
+        self.prototypes = nn.Parameter(init)
+
+    def _flatten(self, x: Tensor) -> Tensor:
+        x = x.reshape(x.shape[0], -1) if x.dim() != 2 else x
+        if x.shape[1] != self.in_features:
+            raise ValueError(
+                f"{type(self).__name__} expects {self.in_features} features, got {x.shape[1]}"
+            )
+        return x.to(self.prototypes.dtype)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return squared_euclidean_distance(self._flatten(x), self.prototypes)
+
+    @torch.no_grad()
+    def normalize_(self) -> None:
+        """Nothing to normalise for the Euclidean distance (kept for a uniform API)."""
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, num_prototypes={self.num_prototypes}"
+
+
+class GMLVQLayer(GLVQLayer):
+    """Prototypes with one global adaptive metric ``Lambda = Omega^T Omega``.
+
+    Parameters
+    ----------
+    in_features, num_prototypes, prototypes
+        As for :class:`GLVQLayer`.
+    rank : int, optional
+        Number of rows ``r`` of ``Omega (r, d)``; ``None`` means ``r = d``.
+    omega_init : {"identity", "scaled_identity", "random"} or Tensor
+        ``identity``: ``Omega = I`` (its first ``r`` rows if ``r < d``);
+        ``scaled_identity``: ``I / sqrt(d)``, which has ``trace(Lambda) = 1`` for ``r = d``;
+        ``random``: entries ``U[-1, 1]`` (the dissertation's choice for ``r < d``);
+        or an explicit ``(r, d)`` tensor.
+    normalize : bool
+        If True, :meth:`normalize_` rescales ``Omega`` so that
+        ``trace(Lambda) = ||Omega||_F^2 = 1`` (eq. 2.20); trainers call it after
+        every optimiser step. For a global metric this does not change any
+        classification or the GLVQ cost, which is scale invariant.
+    generator : torch.Generator, optional
+        Source of randomness for ``omega_init="random"``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        num_prototypes: int,
+        *,
+        rank: int | None = None,
+        prototypes: Tensor | None = None,
+        omega_init: OmegaInit | Tensor = "identity",
+        normalize: bool = True,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__(in_features, num_prototypes, prototypes=prototypes, dtype=dtype, device=device)
+        self.rank = in_features if rank is None else _check_positive("rank", rank)
+        self.normalize = bool(normalize)
+        omega = init_omega(
+            omega_init, self.rank, in_features, generator=generator,
+            dtype=self.prototypes.dtype, device=self.prototypes.device,
+        )
+        self.omega = nn.Parameter(omega)
+        if self.normalize:
+            self.normalize_()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return omega_distance(self._flatten(x), self.prototypes, self.omega)
+
+    @property
+    def relevance_matrix(self) -> Tensor:
+        """``Lambda = Omega^T Omega``, shape ``(d, d)``, positive semi-definite."""
+        omega = self.omega.detach()
+        return omega.T @ omega
+
+    @torch.no_grad()
+    def normalize_(self) -> None:
+        """Rescale ``Omega`` in place so that ``trace(Lambda) = 1`` (only if ``normalize``)."""
+        if self.normalize:
+            norm = self.omega.norm()
+            if norm > 0:
+                self.omega.div_(norm)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, rank={self.rank}, normalize={self.normalize}"
+
+
+class LGMLVQLayer(GLVQLayer):
+    """Prototypes with one local adaptive metric ``Lambda_j = Omega_j^T Omega_j`` each.
+
+    Parameters are those of :class:`GMLVQLayer`; ``omegas`` has shape ``(W, r, d)``
+    and ``omega_init`` is applied to every prototype (a ``(W, r, d)`` tensor is also
+    accepted). ``normalize`` rescales every ``Omega_j`` to ``trace(Lambda_j) = 1``
+    (Schneider et al. 2009). Unlike the global case this changes the classifier,
+    so it defaults to False.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        num_prototypes: int,
+        *,
+        rank: int | None = None,
+        prototypes: Tensor | None = None,
+        omega_init: OmegaInit | Tensor = "identity",
+        normalize: bool = False,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__(in_features, num_prototypes, prototypes=prototypes, dtype=dtype, device=device)
+        self.rank = in_features if rank is None else _check_positive("rank", rank)
+        self.normalize = bool(normalize)
+        kwargs = {"dtype": self.prototypes.dtype, "device": self.prototypes.device}
+        if isinstance(omega_init, Tensor) and omega_init.dim() == 3:
+            if tuple(omega_init.shape) != (num_prototypes, self.rank, in_features):
+                raise ValueError(
+                    f"expected omegas of shape ({num_prototypes}, {self.rank}, {in_features}), "
+                    f"got {tuple(omega_init.shape)}"
+                )
+            omegas = omega_init.detach().to(**kwargs).clone()
+        else:
+            omegas = torch.stack([
+                init_omega(omega_init, self.rank, in_features, generator=generator, **kwargs)
+                for _ in range(num_prototypes)
+            ])
+        self.omegas = nn.Parameter(omegas)
+        if self.normalize:
+            self.normalize_()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return lomega_distance(self._flatten(x), self.prototypes, self.omegas)
+
+    @property
+    def relevance_matrices(self) -> Tensor:
+        """``Lambda_j = Omega_j^T Omega_j``, shape ``(W, d, d)``."""
+        omegas = self.omegas.detach()
+        return omegas.transpose(1, 2) @ omegas
+
+    @torch.no_grad()
+    def normalize_(self) -> None:
+        """Rescale every ``Omega_j`` so that ``trace(Lambda_j) = 1`` (only if ``normalize``)."""
+        if self.normalize:
+            norms = self.omegas.flatten(1).norm(dim=1).clamp_min(1e-30)
+            self.omegas.div_(norms[:, None, None])
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, rank={self.rank}, normalize={self.normalize}"
+
+
+PrototypeLayer = GLVQLayer  # the common base class, for type hints

@@ -1,0 +1,166 @@
+"""The GLVQ cost and winner-takes-all prediction, as pure functions of distances.
+
+Given distances ``(B, W)`` from a prototype layer, the targets ``(B,)`` and the
+prototype labels ``(W,)``, GLVQ (dissertation eq. 2.11) uses, per sample,
+
+    mu(x) = (d+ - d-) / (d+ + d-)   in [-1, 1],
+
+where ``d+`` is the distance to the closest prototype of the sample's own class
+and ``d-`` the distance to the closest prototype of any other class. ``mu < 0``
+means correctly classified. The cost is ``sum_i Phi(mu(x_i))`` for a monotone
+transfer function ``Phi`` (identity in the dissertation, or a sigmoid).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "GLVQMargins",
+    "glvq_margins",
+    "glvq_mu",
+    "glvq_loss",
+    "transfer",
+    "wtac",
+    "TRANSFER_FUNCTIONS",
+]
+
+TRANSFER_FUNCTIONS = ("identity", "sigmoid")
+Transfer = Literal["identity", "sigmoid"]
+
+# Guards 0/0 when a sample sits exactly on both winners.
+_EPS = 1e-12
+
+
+class GLVQMargins(NamedTuple):
+    """Per-sample quantities of the GLVQ cost; every field has shape ``(B,)``."""
+
+    mu: Tensor
+    d_plus: Tensor
+    d_minus: Tensor
+    index_plus: Tensor
+    index_minus: Tensor
+
+
+def glvq_margins(distances: Tensor, targets: Tensor, prototype_labels: Tensor) -> GLVQMargins:
+    """Closest correct and closest wrong prototype of every sample, and ``mu``.
+
+    Parameters
+    ----------
+    distances : Tensor, shape (B, W)
+    targets : Tensor, shape (B,), integer class indices
+    prototype_labels : Tensor, shape (W,), integer class index of each prototype
+
+    Returns
+    -------
+    GLVQMargins
+        ``mu = (d+ - d-) / (d+ + d-)``, the two distances and the indices of the
+        two winning prototypes ``w+`` and ``w-``.
+
+    Raises
+    ------
+    ValueError
+        If a target class has no prototype, or every prototype has the target's
+        class (then there is no ``w-``).
+    """
+    if distances.dim() != 2:
+        raise ValueError(f"expected distances of shape (B, W), got {tuple(distances.shape)}")
+    if targets.shape != (distances.shape[0],):
+        raise ValueError(
+            f"expected targets of shape ({distances.shape[0]},), got {tuple(targets.shape)}"
+        )
+    if prototype_labels.shape != (distances.shape[1],):
+        raise ValueError(
+            f"expected prototype_labels of shape ({distances.shape[1]},), "
+            f"got {tuple(prototype_labels.shape)}"
+        )
+    prototype_labels = prototype_labels.to(distances.device)
+    targets = targets.to(distances.device)
+    same = targets[:, None] == prototype_labels[None, :]  # (B, W)
+    if distances.shape[0] > 0:
+        if not bool(same.any(1).all()):
+            missing = torch.unique(targets[~same.any(1)]).tolist()
+            raise ValueError(f"no prototype carries the target class(es) {missing}")
+        if bool(same.all(1).any()):
+            raise ValueError("GLVQ needs prototypes of at least two classes")
+    inf = torch.tensor(float("inf"), dtype=distances.dtype, device=distances.device)
+    d_plus, index_plus = torch.where(same, distances, inf).min(1)
+    d_minus, index_minus = torch.where(same, inf, distances).min(1)
+    mu = (d_plus - d_minus) / (d_plus + d_minus).clamp_min(_EPS)
+    return GLVQMargins(mu, d_plus, d_minus, index_plus, index_minus)
+
+
+def glvq_mu(distances: Tensor, targets: Tensor, prototype_labels: Tensor) -> Tensor:
+    """``mu(x) = (d+ - d-) / (d+ + d-)`` per sample, shape ``(B,)``. See :func:`glvq_margins`."""
+    return glvq_margins(distances, targets, prototype_labels).mu
+
+
+def transfer(mu: Tensor, kind: Transfer = "identity", beta: float = 1.0) -> Tensor:
+    """Monotone transfer function ``Phi`` of the GLVQ cost.
+
+    ``identity``: ``Phi(mu) = mu`` (the dissertation's choice).
+    ``sigmoid``: ``Phi(mu) = 1 / (1 + exp(-beta mu))``; a larger ``beta`` concentrates
+    the cost on samples near the decision border.
+    """
+    if kind == "identity":
+        return mu
+    if kind == "sigmoid":
+        if not beta > 0:
+            raise ValueError(f"sigmoid transfer needs beta > 0, got {beta}")
+        return torch.sigmoid(beta * mu)
+    raise ValueError(f"unknown transfer {kind!r}; expected one of {TRANSFER_FUNCTIONS}")
+
+
+def glvq_loss(
+    distances: Tensor,
+    targets: Tensor,
+    prototype_labels: Tensor,
+    *,
+    transfer_fn: Transfer = "identity",
+    beta: float = 1.0,
+    reduction: Literal["mean", "sum", "none"] = "mean",
+) -> Tensor:
+    """GLVQ cost ``Phi(mu(x))`` (eq. 2.11), reduced over the batch.
+
+    Parameters
+    ----------
+    distances : Tensor, shape (B, W)
+    targets : Tensor, shape (B,)
+    prototype_labels : Tensor, shape (W,)
+    transfer_fn : {"identity", "sigmoid"}
+    beta : float
+        Slope of the sigmoid transfer.
+    reduction : {"mean", "sum", "none"}
+        ``none`` returns the per-sample costs ``(B,)``.
+    """
+    cost = transfer(glvq_mu(distances, targets, prototype_labels), transfer_fn, beta)
+    if reduction == "mean":
+        return cost.mean() if cost.numel() else cost.sum()
+    if reduction == "sum":
+        return cost.sum()
+    if reduction == "none":
+        return cost
+    raise ValueError(f"unknown reduction {reduction!r}; expected 'mean', 'sum' or 'none'")
+
+
+def wtac(distances: Tensor, prototype_labels: Tensor) -> Tensor:
+    """Winner-takes-all classification (eq. 2.8): the label of the closest prototype.
+
+    Parameters
+    ----------
+    distances : Tensor, shape (B, W)
+    prototype_labels : Tensor, shape (W,)
+
+    Returns
+    -------
+    Tensor, shape (B,)
+    """
+    if distances.dim() != 2 or prototype_labels.shape != (distances.shape[1],):
+        raise ValueError(
+            f"expected distances (B, W) and prototype_labels (W,), got "
+            f"{tuple(distances.shape)} and {tuple(prototype_labels.shape)}"
+        )
+    return prototype_labels.to(distances.device)[distances.argmin(1)]

@@ -1,0 +1,84 @@
+"""A prototype classifier: an optional feature extractor, a prototype layer and labels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from dp_proto.lvq.layers import GLVQLayer
+from dp_proto.lvq.losses import Transfer, glvq_loss, wtac
+
+__all__ = ["PrototypeModel"]
+
+
+class PrototypeModel(nn.Module):
+    """``backbone -> prototype layer``, with the prototype labels kept beside the layer.
+
+    The labels are a buffer of this wrapper, which has no trainable parameters of
+    its own, so Opacus accepts the model: the trainable layers (backbone layers
+    and the prototype layer) own no buffers.
+
+    Parameters
+    ----------
+    layer : GLVQLayer
+        A :class:`GLVQLayer`, :class:`GMLVQLayer` or :class:`LGMLVQLayer`.
+    prototype_labels : Tensor or sequence of int, shape (W,)
+        Class index of every prototype.
+    backbone : nn.Module, optional
+        Any feature extractor mapping inputs to ``(B, d)`` (or ``(B, ...)`` that
+        flattens to ``d``); default: the identity.
+
+    Example
+    -------
+    >>> cnn = nn.Sequential(nn.Conv2d(1, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten())
+    >>> model = PrototypeModel(GMLVQLayer(128, 10, rank=16), range(10), backbone=cnn)
+    >>> model(torch.randn(5, 1, 28, 28)).shape  # distances (B, W)
+    torch.Size([5, 10])
+    """
+
+    prototype_labels: Tensor
+
+    def __init__(
+        self,
+        layer: GLVQLayer,
+        prototype_labels: Tensor | Sequence[int],
+        *,
+        backbone: nn.Module | None = None,
+    ) -> None:
+        super().__init__()
+        labels = torch.as_tensor(list(prototype_labels) if not isinstance(prototype_labels, Tensor) else prototype_labels)
+        labels = labels.to(device=layer.prototypes.device, dtype=torch.long)
+        if labels.shape != (layer.num_prototypes,):
+            raise ValueError(
+                f"expected {layer.num_prototypes} prototype labels, got shape {tuple(labels.shape)}"
+            )
+        self.backbone = backbone if backbone is not None else nn.Identity()
+        self.layer = layer
+        self.register_buffer("prototype_labels", labels)
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.prototype_labels.max()) + 1
+
+    def features(self, x: Tensor) -> Tensor:
+        """Backbone output ``(B, d)``."""
+        return self.backbone(x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Distances ``(B, W)`` between the backbone features and the prototypes."""
+        return self.layer(self.backbone(x))
+
+    def loss(
+        self, distances: Tensor, targets: Tensor, *, transfer_fn: Transfer = "identity", beta: float = 1.0,
+        reduction: str = "mean",
+    ) -> Tensor:
+        """GLVQ cost of :meth:`forward`'s output, see :func:`dp_proto.lvq.glvq_loss`."""
+        return glvq_loss(distances, targets, self.prototype_labels, transfer_fn=transfer_fn, beta=beta,
+                         reduction=reduction)  # type: ignore[arg-type]
+
+    @torch.no_grad()
+    def predict(self, x: Tensor) -> Tensor:
+        """Winner-takes-all class indices ``(B,)``."""
+        return wtac(self(x), self.prototype_labels)

@@ -1,0 +1,1 @@
+"""dp_proto.privacy."""
