@@ -1,9 +1,8 @@
-"""Fixtures for the dp_proto.data tests: the real data directory and tiny fake files."""
+"""Fixtures for the dp_proto.data tests: tiny fake files (``real_data_dir`` is in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import gzip
-import os
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -77,20 +76,3 @@ def fake_mnist() -> Callable[[Path], dict[str, np.ndarray]]:
         return arrays
 
     return _make
-
-
-@pytest.fixture(scope="session")
-def real_data_dir() -> Path:
-    """The real benchmark data directory, or skip.
-
-    ``$DP_PROTO_DATA_DIR`` if set, else ``<checkout>/../shared/data``.
-    """
-    env = os.environ.get("DP_PROTO_DATA_DIR", "").strip()
-    path = (
-        Path(env).expanduser()
-        if env
-        else (Path(__file__).resolve().parents[2].parent / "shared" / "data")
-    )
-    if not path.is_dir():
-        pytest.skip(f"real data directory not found: {path}")
-    return path

@@ -1,0 +1,111 @@
+"""The ``dp-proto`` command line.
+
+    dp-proto demo [--quick] [--log-dir runs]        GMLVQ on scikit-learn's digits
+    dp-proto train --config FILE [key.sub=value ...]  any experiment in training/configs
+    dp-proto version
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+
+__all__ = ["main", "DEMO_CONFIG"]
+
+# The main job: GMLVQ on the bundled 8x8 digits, minibatch Adam (the non-private
+# counterpart of the DP-SGD scheme that later replaces it). lr 0.01 was chosen on a
+# validation split of the training data (0.003: 0.922, 0.01: 0.928, 0.03: 0.894).
+DEMO_CONFIG = {
+    "seed": 0,
+    "data": {"source": "bundled", "name": "digits", "batch_size": 64},
+    "model": {"type": "gmlvq", "prototypes_per_class": 1},
+    "training": {"optimizer": "adam", "lr": 0.01, "max_epochs": 30},
+    "logging": {"name": "demo_digits_gmlvq", "image_shape": [8, 8]},
+}
+
+
+def _quiet_lightning() -> None:
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
+
+
+def _report(result: dict, *, as_json: bool) -> None:
+    summary = {k: result[k] for k in ("test_acc", "val_acc", "train_acc", "fit_seconds", "log_dir")}
+    cfg = result["config"]
+    if as_json:
+        print(json.dumps(summary))
+        return
+    print(f"model      {cfg['model']['type'].upper()} on {cfg['data']['source']}:{cfg['data']['name']}")
+    print(f"test acc   {summary['test_acc']:.4f}   (val {summary['val_acc']:.4f}, train {summary['train_acc']:.4f})")
+    print(f"fit time   {summary['fit_seconds']:.1f} s")
+    print(f"TensorBoard logs in {summary['log_dir']}")
+    print(f"  view them with: tensorboard --logdir {cfg['logging']['log_dir']}")
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from dp_proto.lightning.experiment import DEFAULT_CONFIG, merge_config, run_experiment
+
+    config = merge_config(DEFAULT_CONFIG, DEMO_CONFIG)
+    config["logging"]["log_dir"] = args.log_dir
+    config["training"]["progress_bar"] = not args.no_progress
+    if args.quick:
+        config["training"]["max_epochs"] = 3
+    _report(run_experiment(config), as_json=args.json)
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from dp_proto.lightning.experiment import load_config, run_experiment
+
+    config = load_config(args.config, args.overrides)
+    if args.log_dir is not None:
+        config["logging"]["log_dir"] = args.log_dir
+    if args.no_progress:
+        config["training"]["progress_bar"] = False
+    _report(run_experiment(config), as_json=args.json)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dp-proto", description="Prototype learning with privacy.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="train GMLVQ on scikit-learn's digits and report test accuracy")
+    demo.add_argument("--quick", action="store_true", help="3 epochs only (smoke test)")
+    demo.set_defaults(func=_cmd_demo)
+
+    train = sub.add_parser("train", help="run an experiment from a YAML config")
+    train.add_argument("--config", required=True, help="YAML file, e.g. training/configs/digits_gmlvq.yaml")
+    train.add_argument("overrides", nargs="*", help="key.subkey=value overrides, e.g. training.max_epochs=5")
+    train.set_defaults(func=_cmd_train)
+
+    for p, default in ((demo, "runs"), (train, None)):
+        p.add_argument("--log-dir", default=default, help="TensorBoard log folder (default: runs)")
+        p.add_argument("--json", action="store_true", help="print one JSON line instead of text")
+        p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    version = sub.add_parser("version", help="print the version")
+    version.set_defaults(func=lambda _args: print(__import__("dp_proto").__version__) or 0)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _quiet_lightning()
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, KeyError, TypeError, FileNotFoundError) as err:
+        print(f"dp-proto: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""A LightningDataModule for in-memory arrays with train/validation/test splits.
+
+Scaling (and optional PCA) is fitted on the training split only, so validation
+and test data never inform preprocessing.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import lightning as L
+import numpy as np
+import torch
+from sklearn.decomposition import PCA
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import MinMaxScaler, StandardScaler
+from torch.utils.data import DataLoader, TensorDataset
+
+from dp_proto._validation import check_finite_rows
+from dp_proto.exceptions import DataValidationError
+
+__all__ = ["ArrayDataModule", "Scaling"]
+
+Scaling = Literal["standard", "minmax", "none"]
+
+
+class ArrayDataModule(L.LightningDataModule):
+    """Splits ``X (n, ...)`` and ``y (n,)`` into stratified train/val/test sets.
+
+    Parameters
+    ----------
+    X : array, shape (n, d) or (n, C, H, W)
+    y : array, shape (n,); any labels, mapped to indices ``0..c-1`` (``classes_``)
+    val_size, test_size : float
+        Fractions of all samples (``val_size`` may be 0).
+    scaling : {"standard", "minmax", "none"}
+        Per-feature z-score, or min-max to ``[-1, 1]``, fitted on the training split.
+        Applied to the flattened features; the input shape is kept.
+    pca : int, optional
+        Reduce flattened features to this many PCA components (fitted on the
+        training split, after scaling). Output is then ``(n, pca)``.
+    batch_size : int or None
+        ``None`` gives one full batch (for L-BFGS).
+    seed : int
+        Seeds the split and the shuffling.
+    """
+
+    def __init__(
+        self,
+        X,
+        y,
+        *,
+        val_size: float = 0.1,
+        test_size: float = 0.2,
+        scaling: Scaling = "standard",
+        pca: int | None = None,
+        batch_size: int | None = 64,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        X = np.asarray(X)
+        y = np.asarray(y)
+        if not np.issubdtype(X.dtype, np.number):
+            raise DataValidationError(f"X must be numeric, got dtype {X.dtype}")
+        if X.ndim < 2 or y.shape != (X.shape[0],):
+            raise DataValidationError(f"expected X (n, ...) and y (n,), got {X.shape} and {y.shape}")
+        check_finite_rows(X.astype(np.float64, copy=False))
+        for name, value in (("val_size", val_size), ("test_size", test_size)):
+            if not 0 <= value < 1:
+                raise ValueError(f"{name} must be in [0, 1), got {value}")
+        if val_size + test_size >= 1:
+            raise ValueError(f"val_size + test_size must be < 1, got {val_size + test_size}")
+        if scaling not in ("standard", "minmax", "none"):
+            raise ValueError(f"scaling must be 'standard', 'minmax' or 'none', got {scaling!r}")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be positive or None, got {batch_size}")
+        self.classes_, self._y = np.unique(y, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise DataValidationError(f"need at least 2 classes, got {self.classes_.tolist()}")
+        self._X = X
+        self.val_size, self.test_size = val_size, test_size
+        self.scaling, self.pca, self.batch_size, self.seed, self.dtype = scaling, pca, batch_size, seed, dtype
+        self.input_shape: tuple[int, ...] = tuple(X.shape[1:]) if pca is None else (pca,)
+        self._fitted = False
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes_)
+
+    @property
+    def num_features(self) -> int:
+        return int(np.prod(self.input_shape))
+
+    def setup(self, stage: str | None = None) -> None:
+        if self._fitted:
+            return
+        idx = np.arange(len(self._y))
+        n_val, n_test = round(len(idx) * self.val_size), round(len(idx) * self.test_size)
+        train_idx, rest = train_test_split(idx, test_size=n_val + n_test, random_state=self.seed,
+                                           stratify=self._y)
+        if n_val > 0:
+            val_idx, test_idx = train_test_split(
+                rest, test_size=n_test, random_state=self.seed, stratify=self._y[rest]
+            )
+        else:
+            val_idx, test_idx = rest[:0], rest
+        flat = self._X.reshape(len(self._X), -1).astype(np.float64)
+        self.scaler = {"standard": StandardScaler(), "minmax": MinMaxScaler((-1, 1)), "none": None}[self.scaling]
+        if self.scaler is not None:
+            self.scaler.fit(flat[train_idx])
+        self.pca_ = PCA(self.pca, random_state=self.seed).fit(self._transform_flat(flat[train_idx], pca=False)) \
+            if self.pca else None
+        self.splits = {
+            name: self._dataset(flat[ids], self._y[ids])
+            for name, ids in (("train", train_idx), ("val", val_idx), ("test", test_idx))
+        }
+        self._fitted = True
+
+    def _transform_flat(self, flat: np.ndarray, *, pca: bool = True) -> np.ndarray:
+        if len(flat) == 0:  # an empty split (val_size=0): nothing to transform
+            width = self.pca if (pca and self.pca) else flat.shape[1]
+            return np.zeros((0, width))
+        out = self.scaler.transform(flat) if self.scaler is not None else flat
+        if pca and self.pca_ is not None:
+            out = self.pca_.transform(out)
+        return out
+
+    def _dataset(self, flat: np.ndarray, y: np.ndarray) -> TensorDataset:
+        x = self._transform_flat(flat).reshape(len(flat), *self.input_shape)
+        return TensorDataset(torch.as_tensor(x, dtype=self.dtype), torch.as_tensor(y, dtype=torch.long))
+
+    def transform(self, X) -> torch.Tensor:
+        """Apply the fitted preprocessing to new raw inputs ``(n, ...)``."""
+        self.setup()
+        flat = np.asarray(X, dtype=np.float64).reshape(len(X), -1)
+        return torch.as_tensor(self._transform_flat(flat).reshape(len(flat), *self.input_shape), dtype=self.dtype)
+
+    def inverse_transform(self, x: torch.Tensor) -> torch.Tensor:
+        """Map model-space points ``(W, d)`` (e.g. prototypes) back to raw input units."""
+        self.setup()
+        out = x.detach().cpu().double().numpy().reshape(len(x), -1)
+        if self.pca_ is not None:
+            out = self.pca_.inverse_transform(out)
+        if self.scaler is not None:
+            out = self.scaler.inverse_transform(out)
+        return torch.as_tensor(out)
+
+    def train_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole preprocessed training split ``(x, y)``."""
+        self.setup()
+        return self.splits["train"].tensors  # type: ignore[return-value]
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        self.setup()
+        data = self.splits[split]
+        size = self.batch_size or max(len(data), 1)
+        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
+        return DataLoader(data, batch_size=size, shuffle=shuffle, generator=generator)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=self.batch_size is not None)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)

@@ -1,0 +1,216 @@
+"""Run a training experiment described by a config (a nested dict, or a YAML file).
+
+The config has four sections; every key has a default (``DEFAULT_CONFIG``), and
+unknown keys are rejected so that typos do not pass silently::
+
+    seed: 0
+    data:     {source: bundled, name: digits, data_dir: null, val_size: 0.1, test_size: 0.2,
+               scaling: standard, pca: null, batch_size: 64, subsample: null}
+    model:    {type: gmlvq, prototypes_per_class: 1, rank: null, omega_init: identity,
+               normalize: true, backbone: null, backbone_features: 32}
+    training: {optimizer: adam, lr: 0.01, max_epochs: 30, max_lbfgs_iter: 20,
+               transfer_fn: identity, beta: 1.0, accelerator: auto, progress_bar: true}
+    logging:  {log_dir: runs, name: null, image_shape: null, image_every_n_epochs: 5}
+
+``data.source`` is ``bundled`` (scikit-learn sets), ``uci`` or ``mnist`` (files in
+``data.data_dir`` or ``$DP_PROTO_DATA_DIR``) or ``synthetic`` (a generator of
+:mod:`dp_proto.data.synthetic`).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+import yaml
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from dp_proto import data as datasets
+from dp_proto.backbones import small_cnn
+from dp_proto.lightning.datamodule import ArrayDataModule
+from dp_proto.lightning.module import LVQModule
+from dp_proto.lvq.init import make_prototype_labels
+from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
+from dp_proto.lvq.model import PrototypeModel
+
+__all__ = ["DEFAULT_CONFIG", "load_config", "merge_config", "build_data", "run_experiment"]
+
+DEFAULT_CONFIG: dict[str, Any] = {
+    "seed": 0,
+    "data": {
+        "source": "bundled", "name": "digits", "data_dir": None, "val_size": 0.1, "test_size": 0.2,
+        "scaling": "standard", "pca": None, "batch_size": 64, "subsample": None,
+    },
+    "model": {
+        "type": "gmlvq", "prototypes_per_class": 1, "rank": None, "omega_init": "identity",
+        "normalize": True, "backbone": None, "backbone_features": 32,
+    },
+    "training": {
+        "optimizer": "adam", "lr": 0.01, "max_epochs": 30, "max_lbfgs_iter": 20,
+        "transfer_fn": "identity", "beta": 1.0, "accelerator": "auto", "progress_bar": True,
+    },
+    "logging": {"log_dir": "runs", "name": None, "image_shape": None, "image_every_n_epochs": 5},
+}
+
+_LAYERS = {"glvq": GLVQLayer, "gmlvq": GMLVQLayer, "lgmlvq": LGMLVQLayer}
+
+
+def merge_config(base: Mapping[str, Any], override: Mapping[str, Any], path: str = "") -> dict[str, Any]:
+    """Recursively overlay ``override`` on ``base``; unknown keys raise ``KeyError``."""
+    out = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        where = f"{path}{key}"
+        if key not in out:
+            raise KeyError(f"unknown config key {where!r}; valid keys here: {sorted(out)}")
+        if isinstance(out[key], dict):
+            if not isinstance(value, Mapping):
+                raise TypeError(f"config key {where!r} must be a mapping, got {value!r}")
+            out[key] = merge_config(out[key], value, where + ".")
+        else:
+            out[key] = value
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Defaults, overlaid with a YAML file, overlaid with ``key.sub=value`` strings
+    (values parsed as YAML, so ``model.rank=10`` gives an int)."""
+    config = copy.deepcopy(DEFAULT_CONFIG)
+    if path is not None:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        config = merge_config(config, loaded)
+    for item in overrides or []:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} must look like key.subkey=value")
+        dotted, raw = item.split("=", 1)
+        nested: Any = yaml.safe_load(raw)
+        for part in reversed(dotted.split(".")):
+            nested = {part: nested}
+        config = merge_config(config, nested)
+    return config
+
+
+def _load_arrays(cfg: Mapping[str, Any], seed: int) -> tuple[np.ndarray, np.ndarray]:
+    source, name = cfg["source"], cfg["name"]
+    data_dir = cfg["data_dir"] or datasets.default_data_dir()
+    if source == "bundled":
+        return datasets.load_bundled(name)
+    if source in ("uci", "mnist"):
+        if data_dir is None:
+            raise ValueError(f"data.source={source!r} needs data.data_dir or $DP_PROTO_DATA_DIR")
+        if source == "uci":
+            return datasets.load_uci(name, data_dir)
+        xs, ys = zip(*(datasets.load_mnist(data_dir, split=s) for s in ("train", "test")), strict=True)
+        x = np.concatenate(xs)[:, None].astype(np.float32)  # (n, 1, 28, 28)
+        return x, np.concatenate(ys)
+    if source == "synthetic":
+        generator = getattr(datasets, name, None)
+        if generator is None or name.startswith("_"):
+            raise ValueError(f"unknown synthetic generator {name!r}")
+        return generator(random_state=seed)
+    raise ValueError(f"unknown data.source {source!r}; expected bundled, uci, mnist or synthetic")
+
+
+def build_data(config: Mapping[str, Any]) -> ArrayDataModule:
+    """The :class:`ArrayDataModule` described by ``config['data']``."""
+    cfg, seed = config["data"], int(config["seed"])
+    x, y = _load_arrays(cfg, seed)
+    if config["model"]["backbone"] is None and x.ndim > 2:
+        x = x.reshape(len(x), -1)
+    if cfg["subsample"] and cfg["subsample"] < len(y):
+        from sklearn.model_selection import train_test_split
+
+        keep, _ = train_test_split(np.arange(len(y)), train_size=int(cfg["subsample"]),
+                                   random_state=seed, stratify=y)
+        x, y = x[keep], y[keep]
+    return ArrayDataModule(
+        x, y, val_size=cfg["val_size"], test_size=cfg["test_size"], scaling=cfg["scaling"],
+        pca=cfg["pca"], batch_size=cfg["batch_size"], seed=seed,
+    )
+
+
+def build_model(config: Mapping[str, Any], dm: ArrayDataModule) -> PrototypeModel:
+    """The :class:`PrototypeModel` described by ``config['model']`` for the data of ``dm``."""
+    cfg, seed = config["model"], int(config["seed"])
+    kind = str(cfg["type"]).lower()
+    if kind not in _LAYERS:
+        raise ValueError(f"unknown model.type {cfg['type']!r}; expected one of {sorted(_LAYERS)}")
+    backbone = None
+    n_features = dm.num_features
+    if cfg["backbone"] == "cnn":
+        if len(dm.input_shape) != 3:
+            raise ValueError(f"the cnn backbone needs image input (C, H, W), got {dm.input_shape}")
+        backbone = small_cnn(dm.input_shape[0], cfg["backbone_features"])
+        n_features = cfg["backbone_features"]
+    elif cfg["backbone"] is not None:
+        raise ValueError(f"unknown model.backbone {cfg['backbone']!r}; expected null or 'cnn'")
+    ppc = cfg["prototypes_per_class"]
+    labels = make_prototype_labels(dm.num_classes, ppc)
+    kwargs: dict[str, Any] = {}
+    if kind != "glvq":
+        kwargs = {"rank": cfg["rank"], "omega_init": cfg["omega_init"], "normalize": cfg["normalize"],
+                  "generator": torch.Generator().manual_seed(seed)}
+    layer = _LAYERS[kind](n_features, len(labels), **kwargs)
+    return PrototypeModel(layer, labels, backbone=backbone)
+
+
+def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Train and test the model a config describes; returns accuracies, timing and the log dir.
+
+    Returns
+    -------
+    dict with ``test_acc``, ``val_acc``, ``train_acc``, ``fit_seconds``, ``log_dir``,
+    ``config`` and the trained ``module`` and ``datamodule``.
+    """
+    config = merge_config(DEFAULT_CONFIG, config)
+    seed = int(config["seed"])
+    L.seed_everything(seed, workers=True, verbose=False)
+    dm = build_data(config)
+    dm.setup()
+    model = build_model(config, dm)
+    train, log = config["training"], config["logging"]
+    image_shape = log["image_shape"]
+    module = LVQModule(
+        model, optimizer=train["optimizer"], lr=train["lr"], max_lbfgs_iter=train["max_lbfgs_iter"],
+        transfer_fn=train["transfer_fn"], beta=train["beta"], image_shape=image_shape,
+        display_transform=dm.inverse_transform if image_shape and dm.pca is None else None,
+        image_every_n_epochs=log["image_every_n_epochs"],
+    )
+    generator = torch.Generator().manual_seed(seed)
+    if config["model"]["backbone"] is None:
+        x_train, y_train = dm.train_tensors()
+        module.init_prototypes(x_train, y_train, generator=generator)
+    else:
+        # Class means of an untrained backbone's features nearly coincide, which starts
+        # the cost on its mu = 0 plateau; standard-normal prototypes train (mnist_cnn_gmlvq).
+        with torch.no_grad():
+            protos = model.layer.prototypes
+            protos.copy_(torch.randn(protos.shape, generator=generator, dtype=protos.dtype))
+    name = log["name"] or f"{config['data']['name']}_{config['model']['type']}"
+    logger = TensorBoardLogger(log["log_dir"], name=name, default_hp_metric=False)
+    trainer = L.Trainer(
+        max_epochs=train["max_epochs"], accelerator=train["accelerator"], devices=1, logger=logger,
+        enable_progress_bar=bool(train["progress_bar"]), enable_checkpointing=False,
+        enable_model_summary=False, log_every_n_steps=1, deterministic=False,
+        num_sanity_val_steps=0,
+    )
+    start = time.perf_counter()
+    trainer.fit(module, datamodule=dm)
+    fit_seconds = time.perf_counter() - start
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    test = trainer.test(module, datamodule=dm, verbose=False)[0]
+    return {
+        "test_acc": float(test["test_acc"]),
+        "val_acc": metrics.get("val_acc", float("nan")),
+        "train_acc": metrics.get("train_acc", float("nan")),
+        "fit_seconds": fit_seconds,
+        "log_dir": str(Path(logger.log_dir).resolve()),
+        "config": config,
+        "module": module,
+        "datamodule": dm,
+    }

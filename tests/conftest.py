@@ -1,0 +1,15 @@
+"""Shared fixtures: the real data directory (tests that need it skip when it is absent)."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def real_data_dir() -> Path:
+    env = os.environ.get("DP_PROTO_DATA_DIR")
+    candidate = Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    if not candidate.is_dir():
+        pytest.skip(f"real data directory not found ({candidate}); set DP_PROTO_DATA_DIR")
+    return candidate

@@ -1,0 +1,120 @@
+"""LVQModule, the experiment runner, the dp-proto CLI and the training configs."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from dp_proto.cli import main
+from dp_proto.lightning import DEFAULT_CONFIG, load_config, run_experiment
+from dp_proto.lightning.experiment import merge_config
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((ROOT / "training" / "configs").glob("*.yaml"))
+
+
+def _tiny(tmp_path, **sections):
+    config = {
+        "data": {"source": "bundled", "name": "iris", "batch_size": 32},
+        "model": {"type": "gmlvq"},
+        "training": {"max_epochs": 15, "lr": 0.05, "progress_bar": False, "accelerator": "cpu"},
+        "logging": {"log_dir": str(tmp_path), "image_shape": [2, 2], "image_every_n_epochs": 5},
+    }
+    for key, value in sections.items():
+        config[key].update(value)
+    return config
+
+
+def _event_tags(log_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(log_dir, size_guidance={"images": 0, "scalars": 0})
+    acc.Reload()
+    return acc.Tags()
+
+
+@pytest.mark.parametrize("kind", ["glvq", "gmlvq", "lgmlvq"])
+def test_run_experiment_logs_scalars_and_images(tmp_path, kind):
+    result = run_experiment(_tiny(tmp_path, model={"type": kind}))
+    assert result["test_acc"] >= 0.8
+    tags = _event_tags(result["log_dir"])
+    assert {"train_loss", "train_acc", "val_acc", "test_acc"} <= set(tags["scalars"])
+    assert "prototypes" in tags["images"]
+    if kind == "gmlvq":
+        assert "relevance_matrix" in tags["images"]
+    if kind == "lgmlvq":
+        assert "relevance_matrix/prototype_0" in tags["images"]
+
+
+def test_lbfgs_full_batch(tmp_path):
+    result = run_experiment(_tiny(
+        tmp_path, data={"batch_size": None}, training={"optimizer": "lbfgs", "max_epochs": 5}
+    ))
+    assert result["test_acc"] >= 0.85
+
+
+def test_trace_normalised_after_training(tmp_path):
+    result = run_experiment(_tiny(tmp_path, training={"max_epochs": 2}))
+    lam = result["module"].model.layer.relevance_matrix
+    assert torch.trace(lam).item() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_config_merging_and_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"model": {"type": "glvq"}}))
+    config = load_config(path, ["training.max_epochs=3", "model.rank=4", "data.pca=null"])
+    assert config["model"]["type"] == "glvq" and config["training"]["max_epochs"] == 3
+    assert config["model"]["rank"] == 4 and config["data"]["pca"] is None
+    assert config["data"]["name"] == DEFAULT_CONFIG["data"]["name"]
+    with pytest.raises(KeyError, match="unknown config key 'model.rnak'"):
+        merge_config(DEFAULT_CONFIG, {"model": {"rnak": 3}})
+    with pytest.raises(ValueError, match="key.subkey=value"):
+        load_config(None, ["training.max_epochs"])
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_shipped_configs_are_valid(path):
+    config = load_config(path)
+    assert config["model"]["type"] in ("glvq", "gmlvq", "lgmlvq")
+
+
+def test_cli_train_json(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_tiny(tmp_path)))
+    assert main(["train", "--config", str(path), "training.max_epochs=3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert 0 <= out["test_acc"] <= 1 and Path(out["log_dir"]).is_dir()
+
+
+def test_cli_reports_bad_config_cleanly(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"model": {"type": "svm"}}))
+    assert main(["train", "--config", str(path), "--no-progress"]) == 2
+    assert "unknown model.type 'svm'" in capsys.readouterr().err
+
+
+def test_demo_entry_point_quick(tmp_path):
+    """The `make demo` path: the installed console script on the bundled digits."""
+    exe = Path(sys.executable).with_name("dp-proto")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "dp_proto.cli"]
+    proc = subprocess.run(
+        [*cmd, "demo", "--quick", "--no-progress", "--log-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "test acc" in proc.stdout and "TensorBoard logs in" in proc.stdout
+    accuracy = float(proc.stdout.split("test acc")[1].split()[0])
+    assert accuracy > 0.5  # 3 epochs only; the full demo reaches about 0.93
+
+
+@pytest.mark.data
+def test_mnist_cnn_config_runs_on_real_data(tmp_path, real_data_dir):
+    config = load_config(ROOT / "training/configs/mnist_cnn_gmlvq.yaml",
+                         ["data.subsample=8000", "training.max_epochs=3", "training.progress_bar=false",
+                          f"data.data_dir={real_data_dir}", f"logging.log_dir={tmp_path}"])
+    result = run_experiment(config)
+    assert result["test_acc"] > 0.5
