@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -34,7 +33,6 @@ def _quiet_lightning() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-    os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
 
 
 def _report(result: dict, *, as_json: bool) -> None:
