@@ -8,8 +8,19 @@ Subpackages
 ``dp_proto.data``       bundled, file-based and synthetic data sets
 """
 
-from dp_proto.exceptions import DataValidationError, PrivacyLeakWarning
+from dp_proto.exceptions import (
+    DataValidationError,
+    DomainWarning,
+    PrivacyBudgetExceededError,
+    PrivacyLeakWarning,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["DataValidationError", "PrivacyLeakWarning", "__version__"]
+__all__ = [
+    "DataValidationError",
+    "DomainWarning",
+    "PrivacyBudgetExceededError",
+    "PrivacyLeakWarning",
+    "__version__",
+]

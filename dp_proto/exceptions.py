@@ -13,3 +13,14 @@ class DataValidationError(ValueError):
 
 class PrivacyLeakWarning(UserWarning):
     """A quantity that should be public was derived from the private data."""
+
+
+class PrivacyBudgetExceededError(RuntimeError):
+    """A release was refused because it would exceed the ledger's privacy budget.
+
+    Raised before any noise is drawn, so nothing about the data was released.
+    """
+
+
+class DomainWarning(UserWarning):
+    """Records fell outside a mechanism's public domain and were clipped into it."""

@@ -58,6 +58,14 @@ class PrototypeModel(nn.Module):
         self.layer = layer
         self.register_buffer("prototype_labels", labels)
 
+    # A privacy summary attached by PrivacyLedger.attach travels in the state_dict.
+    def get_extra_state(self) -> dict:
+        return {"privacy": getattr(self, "privacy_", None)}
+
+    def set_extra_state(self, state: dict) -> None:
+        if state.get("privacy") is not None:
+            self.privacy_ = state["privacy"]
+
     @property
     def num_classes(self) -> int:
         return int(self.prototype_labels.max()) + 1

@@ -1,0 +1,53 @@
+"""Clipping into a public domain, counting what was clipped.
+
+A mechanism's sensitivity holds only for inputs inside its declared domain; these
+helpers force inputs into it and report how many records were changed, so callers
+can warn (``DomainWarning``) instead of silently using out-of-domain data.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+__all__ = ["ClipResult", "clip_l2", "clip_box"]
+
+
+class ClipResult(NamedTuple):
+    """The clipped tensor and the number of records (rows) that were changed."""
+
+    values: Tensor
+    num_clipped: int
+
+
+def clip_l2(x: Tensor, max_norm: float) -> ClipResult:
+    """Scale every row of ``x (n, ...)`` to l2 norm at most ``max_norm``.
+
+    Returns ``x_i * min(1, max_norm / ||x_i||_2)`` and the number of rows scaled down.
+    """
+    if not max_norm > 0:
+        raise ValueError(f"max_norm must be > 0, got {max_norm!r}")
+    if x.dim() == 0:
+        raise ValueError("expected x of shape (n, ...), got a scalar")
+    norms = x.reshape(x.shape[0], -1).norm(dim=1)
+    factor = (max_norm / norms.clamp_min(1e-300)).clamp(max=1.0)
+    shape = (-1,) + (1,) * (x.dim() - 1)
+    return ClipResult(x * factor.reshape(shape).to(x.dtype), int((norms > max_norm).sum()))
+
+
+def clip_box(x: Tensor, low: float | Tensor = -1.0, high: float | Tensor = 1.0) -> ClipResult:
+    """Clamp ``x (n, ...)`` coordinate-wise into ``[low, high]``.
+
+    Returns the clamped tensor and the number of rows with at least one coordinate
+    outside the box. NaN raises ``ValueError`` (it has no place in any box).
+    """
+    low_t = torch.as_tensor(low, dtype=x.dtype, device=x.device)
+    high_t = torch.as_tensor(high, dtype=x.dtype, device=x.device)
+    if bool((low_t > high_t).any()):
+        raise ValueError("clip_box needs low <= high")
+    if x.is_floating_point() and bool(torch.isnan(x).any()):
+        raise ValueError("x contains NaN; it cannot be clipped into a box")
+    outside = ((x < low_t) | (x > high_t)).reshape(x.shape[0], -1).any(dim=1) if x.dim() else (x < low_t) | (x > high_t)
+    return ClipResult(torch.maximum(torch.minimum(x, high_t), low_t), int(outside.sum()))

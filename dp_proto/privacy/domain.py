@@ -1,0 +1,98 @@
+"""Public domains: scale data into ``[-1, 1]^d`` from bounds that do not come from the data.
+
+The DP mechanisms of this package assume records in ``[-1, 1]^d``. The bounds used
+to get there must be public (known a priori, e.g. pixel values 0..255, or a sensor's
+range); bounds computed from the private data leak information, so
+:meth:`PublicBoundsScaler.from_data` emits :class:`~dp_proto.exceptions.PrivacyLeakWarning`.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, TransformerMixin
+
+from dp_proto.exceptions import DomainWarning, PrivacyLeakWarning
+from dp_proto.privacy.clipping import clip_box
+
+__all__ = ["PublicBoundsScaler", "warn_clipped"]
+
+
+def warn_clipped(num_clipped: int, total: int, what: str = "records") -> None:
+    """Emit a :class:`DomainWarning` saying how many of ``total`` records were clipped."""
+    if num_clipped:
+        warnings.warn(
+            f"{num_clipped} of {total} {what} lay outside the public domain [-1, 1]^d and were "
+            f"clipped into it (the privacy guarantee holds; their values changed)",
+            DomainWarning, stacklevel=3,
+        )
+
+
+class PublicBoundsScaler(TransformerMixin, BaseEstimator):
+    """Affine map of public per-feature bounds ``[lower, upper]`` onto ``[-1, 1]``,
+    then clipping (counted, with a :class:`DomainWarning`).
+
+    Parameters
+    ----------
+    lower, upper : float or array (d,)
+        Public bounds, e.g. ``0`` and ``255`` for pixels.
+    clip : bool
+        Clip transformed values into ``[-1, 1]`` (default True).
+
+    Attributes
+    ----------
+    num_clipped_ : int
+        Rows clipped by the last :meth:`transform`.
+    """
+
+    def __init__(self, lower=0.0, upper=1.0, clip: bool = True) -> None:
+        self.lower = lower
+        self.upper = upper
+        self.clip = clip
+
+    @classmethod
+    def from_data(cls, X, margin: float = 0.0) -> PublicBoundsScaler:
+        """Bounds from the data's min and max (plus ``margin``): **not private**.
+
+        Emits :class:`PrivacyLeakWarning`: the bounds are a release about the data that
+        no mechanism accounts for. Use it only for public data or for experiments.
+        """
+        warnings.warn(
+            "PublicBoundsScaler.from_data derives the domain bounds from the data itself; "
+            "these bounds are not differentially private. Pass public bounds instead.",
+            PrivacyLeakWarning, stacklevel=2,
+        )
+        X = np.asarray(X, dtype=np.float64)
+        return cls(X.min(axis=0) - margin, X.max(axis=0) + margin)
+
+    def fit(self, X=None, y=None) -> PublicBoundsScaler:
+        """Checks the bounds; learns nothing from ``X`` (the bounds are public)."""
+        lower = np.asarray(self.lower, dtype=np.float64)
+        upper = np.asarray(self.upper, dtype=np.float64)
+        if not (np.isfinite(lower).all() and np.isfinite(upper).all()):
+            raise ValueError("lower and upper must be finite")
+        if np.any(upper <= lower):
+            raise ValueError("every upper bound must exceed its lower bound")
+        self.lower_, self.upper_ = lower, upper
+        return self
+
+    def transform(self, X):
+        if not hasattr(self, "lower_"):
+            self.fit()
+        is_tensor = isinstance(X, torch.Tensor)
+        arr = X.detach().cpu().double().numpy() if is_tensor else np.asarray(X, dtype=np.float64)
+        out = 2.0 * (arr - self.lower_) / (self.upper_ - self.lower_) - 1.0
+        self.num_clipped_ = 0
+        if self.clip:
+            clipped = clip_box(torch.from_numpy(np.ascontiguousarray(out)))
+            out, self.num_clipped_ = clipped.values.numpy(), clipped.num_clipped
+            warn_clipped(self.num_clipped_, len(out))
+        return torch.as_tensor(out, dtype=X.dtype, device=X.device) if is_tensor else out
+
+    def inverse_transform(self, Z):
+        if not hasattr(self, "lower_"):
+            self.fit()
+        Z = np.asarray(Z, dtype=np.float64)
+        return (Z + 1.0) / 2.0 * (self.upper_ - self.lower_) + self.lower_

@@ -1,0 +1,331 @@
+"""The privacy ledger: every release of a run, composed by a real accountant.
+
+A :class:`PrivacyLedger` records :class:`PrivacyEvent` s (Laplace and Gaussian
+releases, pure-epsilon releases such as report-noisy-max, and Poisson-subsampled
+Gaussian steps of DP-SGD) and reports one epsilon for a given delta:
+
+* ``accountant="pld"`` (default): privacy loss distributions (dp-accounting,
+  pessimistic discretisation, so the reported epsilon is an upper bound) composed
+  exactly; tight for mixed runs such as Laplace initialisation followed by DP-SGD.
+* ``accountant="rdp"``: Renyi DP (dp-accounting's ``RdpAccountant``), the
+  accountant Opacus uses; looser, kept for comparison.
+
+Neighbouring relation: add/remove one record throughout.
+
+With an optional ``budget=(epsilon, delta)`` the ledger refuses a release that would
+exceed it, *before* any noise is drawn: mechanisms call :meth:`PrivacyLedger.spend`
+first. ``state_dict``/``load_state_dict`` carry the ledger through checkpoints, and
+:meth:`PrivacyLedger.attach` stores its summary on a released model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from dp_accounting import dp_event as dpe
+from dp_accounting.pld import common as pld_common
+from dp_accounting.pld import privacy_loss_distribution as pld
+from dp_accounting.rdp import rdp_privacy_accountant as rdp
+
+from dp_proto.exceptions import PrivacyBudgetExceededError
+from dp_proto.privacy.calibration import check_delta, check_epsilon
+
+__all__ = ["PrivacyEvent", "PrivacyLedger", "EventKind"]
+
+EventKind = Literal["laplace", "gaussian", "pure", "subsampled_gaussian"]
+_KINDS = ("laplace", "gaussian", "pure", "subsampled_gaussian")
+_PLD_DISCRETISATION = 1e-4
+
+
+@dataclass(frozen=True)
+class PrivacyEvent:
+    """One release (or ``count`` identical releases) and its privacy parameters.
+
+    Attributes
+    ----------
+    kind : {"laplace", "gaussian", "pure", "subsampled_gaussian"}
+        ``laplace``: additive ``Lap(b)`` on a query whose change under add/remove
+        of one record moves a *single* coordinate by at most the sensitivity
+        (a scalar or a histogram); ``noise_multiplier = b / sensitivity``.
+        ``gaussian``: additive ``N(0, sigma^2 I)``, ``noise_multiplier = sigma / Delta_2``
+        (exact for any dimension).
+        ``pure``: any epsilon-DP release (``epsilon``), for example Laplace noise on a
+        vector whose l1 change may spread over coordinates, or report-noisy-max; accounted
+        by its worst-case privacy loss distribution.
+        ``subsampled_gaussian``: one DP-SGD step, Poisson sampling with
+        ``sampling_rate`` and Gaussian noise ``noise_multiplier`` (sigma / C).
+    noise_multiplier : float or None
+    epsilon : float or None
+        For ``pure`` events; for ``laplace`` it is derived (``1 / noise_multiplier``).
+    sampling_rate : float or None
+    count : int
+        Number of identical releases (e.g. DP-SGD steps).
+    name : str
+        What was released, e.g. ``"dp_init/class_counts"``.
+    sensitivity : float or None
+        For the record: the sensitivity the mechanism was calibrated to.
+    """
+
+    kind: EventKind
+    noise_multiplier: float | None = None
+    epsilon: float | None = None
+    sampling_rate: float | None = None
+    count: int = 1
+    name: str = ""
+    sensitivity: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise ValueError(f"unknown event kind {self.kind!r}; expected one of {_KINDS}")
+        if not isinstance(self.count, int) or self.count < 1:
+            raise ValueError(f"count must be a positive int, got {self.count!r}")
+        if self.kind == "pure":
+            check_epsilon(self.epsilon if self.epsilon is not None else -1.0, "event epsilon")
+        else:
+            nm = self.noise_multiplier
+            if nm is None or not math.isfinite(nm) or nm <= 0:
+                raise ValueError(f"{self.kind} event needs noise_multiplier > 0, got {nm!r}")
+        if self.kind == "subsampled_gaussian":
+            q = self.sampling_rate
+            if q is None or not 0 < q <= 1:
+                raise ValueError(f"sampling_rate must lie in (0, 1], got {q!r}")
+
+    @property
+    def pure_epsilon(self) -> float | None:
+        """Epsilon of one release if the event is pure DP, else None."""
+        if self.kind == "pure":
+            return self.epsilon
+        if self.kind == "laplace":
+            return 1.0 / float(self.noise_multiplier)  # type: ignore[arg-type]
+        return None
+
+    def same_mechanism(self, other: PrivacyEvent) -> bool:
+        return (self.kind, self.noise_multiplier, self.epsilon, self.sampling_rate, self.name,
+                self.sensitivity) == (other.kind, other.noise_multiplier, other.epsilon,
+                                      other.sampling_rate, other.name, other.sensitivity)
+
+    # -- accounting -------------------------------------------------------------------
+    def to_pld(self) -> pld.PrivacyLossDistribution:
+        """Privacy loss distribution of all ``count`` releases (pessimistic)."""
+        if self.kind == "laplace":
+            one = pld.from_laplace_mechanism(self.noise_multiplier, value_discretization_interval=_PLD_DISCRETISATION)
+        elif self.kind == "gaussian":
+            one = pld.from_gaussian_mechanism(self.noise_multiplier, value_discretization_interval=_PLD_DISCRETISATION)
+        elif self.kind == "subsampled_gaussian":
+            one = pld.from_gaussian_mechanism(self.noise_multiplier, sampling_prob=self.sampling_rate,
+                                              value_discretization_interval=_PLD_DISCRETISATION)
+        else:  # worst case of any epsilon-DP mechanism
+            one = pld.from_privacy_parameters(pld_common.DifferentialPrivacyParameters(self.epsilon, 0.0),
+                                              value_discretization_interval=_PLD_DISCRETISATION)
+        return one.self_compose(self.count) if self.count > 1 else one
+
+    def to_dp_event(self) -> dpe.DpEvent:
+        """The dp-accounting event (for the RDP accountant)."""
+        if self.kind == "laplace":
+            one: dpe.DpEvent = dpe.LaplaceDpEvent(self.noise_multiplier)
+        elif self.kind == "gaussian":
+            one = dpe.GaussianDpEvent(self.noise_multiplier)
+        elif self.kind == "subsampled_gaussian":
+            one = dpe.PoissonSampledDpEvent(self.sampling_rate, dpe.GaussianDpEvent(self.noise_multiplier))
+        else:  # epsilon-DP implies (epsilon^2 / 2)-zCDP (Bun & Steinke 2016)
+            one = dpe.ZCDpEvent(self.epsilon**2 / 2)
+        return dpe.SelfComposedDpEvent(one, self.count) if self.count > 1 else one
+
+    def describe(self) -> str:
+        parts = [f"{self.name or self.kind}: {self.kind}"]
+        if self.noise_multiplier is not None:
+            parts.append(f"noise multiplier {self.noise_multiplier:.4g}")
+        if self.pure_epsilon is not None:
+            parts.append(f"epsilon {self.pure_epsilon:.4g} each")
+        if self.sampling_rate is not None:
+            parts.append(f"sampling rate {self.sampling_rate:.4g}")
+        if self.sensitivity is not None:
+            parts.append(f"sensitivity {self.sensitivity:.4g}")
+        parts.append(f"x{self.count}")
+        return ", ".join(parts)
+
+
+class PrivacyLedger:
+    """Records every release of a run and composes them into one guarantee.
+
+    Parameters
+    ----------
+    budget : (epsilon, delta), optional
+        Releases that would make ``get_epsilon(delta) > epsilon`` are refused with
+        :class:`~dp_proto.exceptions.PrivacyBudgetExceededError` before noise is drawn.
+    accountant : {"pld", "rdp"}
+    default_delta : float
+        Delta used by :meth:`get_epsilon` when none is given (default: the budget's).
+
+    Example
+    -------
+    >>> ledger = PrivacyLedger(budget=(1.0, 1e-5))
+    >>> ledger.spend(PrivacyEvent("laplace", noise_multiplier=5.0, name="counts"))
+    >>> round(ledger.get_epsilon(), 3)
+    0.2
+    """
+
+    def __init__(
+        self,
+        budget: tuple[float, float] | None = None,
+        *,
+        accountant: Literal["pld", "rdp"] = "pld",
+        default_delta: float | None = None,
+    ) -> None:
+        if accountant not in ("pld", "rdp"):
+            raise ValueError(f"accountant must be 'pld' or 'rdp', got {accountant!r}")
+        if budget is not None:
+            if len(budget) != 2:
+                raise ValueError(f"budget must be (epsilon, delta), got {budget!r}")
+            budget = (check_epsilon(budget[0], "budget epsilon"), check_delta(budget[1], "budget delta"))
+        self.budget = budget
+        self.accountant = accountant
+        self.default_delta = check_delta(default_delta) if default_delta is not None else (
+            budget[1] if budget is not None else 1e-5)
+        self._events: list[PrivacyEvent] = []
+        self._cache: dict[float, float] = {}
+
+    # -- recording --------------------------------------------------------------------
+    @property
+    def events(self) -> tuple[PrivacyEvent, ...]:
+        return tuple(self._events)
+
+    def _append(self, events: list[PrivacyEvent], event: PrivacyEvent) -> list[PrivacyEvent]:
+        out = list(events)
+        if out and out[-1].same_mechanism(event):  # merge repeats, e.g. consecutive SGD steps
+            last = out.pop()
+            event = PrivacyEvent(**{**asdict(last), "count": last.count + event.count})
+        out.append(event)
+        return out
+
+    def check(self, *events: PrivacyEvent) -> float:
+        """Epsilon (at the budget's delta) the run would reach after ``events``;
+        raises :class:`PrivacyBudgetExceededError` if that exceeds the budget.
+        Records nothing: use it to pre-check a multi-part release."""
+        pending = list(self._events)
+        for event in events:
+            pending = self._append(pending, event)
+        delta = self.budget[1] if self.budget is not None else self.default_delta
+        after = self._epsilon(pending, delta)
+        if self.budget is not None and after > self.budget[0] * (1 + 1e-9):
+            names = ", ".join(repr(e.name or e.kind) for e in events)
+            raise PrivacyBudgetExceededError(
+                f"release {names} refused: it would raise epsilon to {after:.4g} "
+                f"(delta={delta:g}), above the budget {self.budget[0]:g}; "
+                f"spent so far {self.get_epsilon(delta):.4g}"
+            )
+        return after
+
+    def spend(self, *events: PrivacyEvent) -> None:
+        """Check ``events`` together against the budget, then record them.
+        Mechanisms call this before drawing noise."""
+        self.check(*events)
+        for event in events:
+            self._events = self._append(self._events, event)
+        self._cache.clear()
+
+    # -- reporting --------------------------------------------------------------------
+    def get_epsilon(self, delta: float | None = None) -> float:
+        """Epsilon of the whole run for ``delta`` (default: the ledger's delta)."""
+        delta = self.default_delta if delta is None else check_delta(delta)
+        if delta not in self._cache:  # cleared whenever an event is recorded
+            self._cache[delta] = self._epsilon(self._events, delta)
+        return self._cache[delta]
+
+    def _epsilon(self, events: Sequence[PrivacyEvent], delta: float) -> float:
+        if not events:
+            return 0.0
+        pure = [e.pure_epsilon for e in events]
+        basic = sum(p * e.count for p, e in zip(pure, events, strict=True)) \
+            if all(p is not None for p in pure) else math.inf
+        if delta == 0:
+            return basic  # only pure releases compose to a finite epsilon at delta 0
+        if self.accountant == "rdp":
+            acc = rdp.RdpAccountant()
+            for e in events:
+                acc.compose(e.to_dp_event())
+            eps = acc.get_epsilon(delta)
+        else:
+            total = events[0].to_pld()
+            for e in events[1:]:
+                total = total.compose(e.to_pld())
+            eps = total.get_epsilon_for_delta(delta)
+        return float(min(eps, basic))  # basic composition is always valid too
+
+    def remaining(self) -> float:
+        """Budget epsilon left (inf without a budget)."""
+        if self.budget is None:
+            return math.inf
+        return max(self.budget[0] - self.get_epsilon(self.budget[1]), 0.0)
+
+    def summary(self, delta: float | None = None) -> dict[str, Any]:
+        """A JSON-serialisable summary: guarantee, budget, accountant and events."""
+        delta = self.default_delta if delta is None else delta
+        return {
+            "epsilon": self.get_epsilon(delta),
+            "delta": delta,
+            "accountant": self.accountant,
+            "neighbouring": "add/remove one record",
+            "budget": list(self.budget) if self.budget else None,
+            "events": [{k: v for k, v in asdict(e).items() if v not in (None, {})} for e in self._events],
+        }
+
+    def __str__(self) -> str:
+        lines = [f"PrivacyLedger: epsilon = {self.get_epsilon():.4g} at delta = {self.default_delta:g} "
+                 f"({self.accountant}, add/remove one record)"]
+        if self.budget:
+            lines.append(f"  budget: epsilon {self.budget[0]:g} at delta {self.budget[1]:g}")
+        lines += [f"  - {e.describe()}" for e in self._events] or ["  (no releases)"]
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    # -- persistence ------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "budget": list(self.budget) if self.budget else None,
+            "accountant": self.accountant,
+            "default_delta": self.default_delta,
+            "events": [asdict(e) for e in self._events],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore recorded events (and budget, accountant) from :meth:`state_dict`.
+
+        Loading never lowers the spend: loading into a ledger that already holds
+        events raises, so a resumed run cannot silently forget earlier releases.
+        """
+        if self._events:
+            raise RuntimeError("load_state_dict into a ledger that already has events; create a new ledger")
+        if state.get("version") != 1:
+            raise ValueError(f"unsupported ledger state version {state.get('version')!r}")
+        budget = state.get("budget")
+        self.budget = tuple(budget) if budget else None  # type: ignore[assignment]
+        self.accountant = state["accountant"]
+        self.default_delta = state["default_delta"]
+        self._events = [PrivacyEvent(**e) for e in state["events"]]
+        self._cache.clear()
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> PrivacyLedger:
+        ledger = cls()
+        ledger.load_state_dict(state)
+        return ledger
+
+    def attach(self, model: Any) -> Any:
+        """Store the ledger's summary on ``model`` as ``model.privacy_`` and return the model.
+
+        Estimators pickle it with the model; :class:`~dp_proto.lvq.PrototypeModel` also
+        saves it in its ``state_dict()``, so a checkpoint carries its guarantee.
+        """
+        summary = self.summary()
+        try:
+            model.privacy_ = summary
+        except AttributeError as err:  # pragma: no cover - exotic objects
+            raise TypeError(f"cannot attach a privacy summary to {type(model).__name__}") from err
+        return model

@@ -1,0 +1,273 @@
+"""Mechanisms: calibrated noise on a value, with the release recorded in a ledger.
+
+Every mechanism here
+
+1. states its neighbouring relation (add/remove one record) and the sensitivity it
+   assumes; the caller is responsible for the sensitivity holding, which the
+   clipping helpers of :mod:`dp_proto.privacy.clipping` enforce;
+2. records a :class:`~dp_proto.privacy.ledger.PrivacyEvent` in ``ledger`` *before*
+   drawing noise, so a release over budget is refused without touching the data;
+3. draws noise from ``generator`` (reproducible) or from operating-system entropy
+   (``secure=True``), on the value's device.
+
+Inputs with NaN or inf are rejected: their sensitivity is unbounded.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from dp_proto.privacy.calibration import (
+    analytic_gaussian_sigma,
+    check_delta,
+    check_epsilon,
+    check_sensitivity,
+    classic_gaussian_sigma,
+    laplace_scale,
+)
+from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
+from dp_proto.privacy.noise import discrete_laplace_noise, gaussian_noise, laplace_noise
+
+__all__ = [
+    "laplace_mechanism",
+    "gaussian_mechanism",
+    "gaussian_sigma",
+    "noisy_count",
+    "noisy_histogram",
+    "report_noisy_max",
+    "noisy_majority_vote",
+]
+
+
+def _check_value(value: Tensor, name: str = "value") -> Tensor:
+    if not isinstance(value, Tensor):
+        value = torch.as_tensor(value, dtype=torch.float64)
+    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        raise ValueError(f"{name} contains NaN or inf; its sensitivity is unbounded")
+    return value
+
+
+def _record(ledger: PrivacyLedger | None, event: PrivacyEvent) -> None:
+    if ledger is not None:
+        ledger.spend(event)
+
+
+def laplace_mechanism(
+    value: Tensor,
+    l1_sensitivity: float,
+    epsilon: float,
+    *,
+    ledger: PrivacyLedger | None = None,
+    name: str = "laplace",
+    generator: torch.Generator | None = None,
+    secure: bool = False,
+    grid: float | None = None,
+    single_coordinate: bool = False,
+) -> Tensor:
+    """``value + Lap(Delta_1 / epsilon)`` i.i.d. per coordinate: epsilon-DP.
+
+    Neighbouring relation: add/remove one record. ``l1_sensitivity`` is the largest
+    l1 change of ``value`` that one record can cause (Dwork & Roth, Thm 3.6).
+
+    Parameters
+    ----------
+    value : Tensor, any shape
+    l1_sensitivity, epsilon : float
+    ledger : PrivacyLedger, optional
+        Records the release (refuses it over budget before noise is drawn).
+    single_coordinate : bool
+        True if one record changes at most one coordinate (a count, a histogram);
+        the ledger then uses the exact Laplace privacy-loss distribution, otherwise
+        the worst case of any epsilon-DP release.
+    grid : float, optional
+        Snap to a public grid: the value is rounded to multiples of ``grid`` and the
+        noise is ``grid`` times discrete Laplace, so outputs lie on the grid (no
+        floating-point leakage, see :mod:`dp_proto.privacy.noise`). Rounding can move
+        each coordinate by ``grid / 2``, so the sensitivity in grid steps becomes
+        ``ceil(Delta_1 / grid) + k`` with ``k`` the number of coordinates one record
+        can change (1 with ``single_coordinate``, else all of them).
+
+    Returns
+    -------
+    Tensor, same shape as ``value`` (float64 unless ``value`` is another float type).
+    """
+    value = _check_value(value)
+    epsilon = check_epsilon(epsilon)
+    sens = check_sensitivity(l1_sensitivity, "l1_sensitivity")
+    dtype = value.dtype if value.is_floating_point() else torch.float64
+    if grid is not None:
+        if not grid > 0:
+            raise ValueError(f"grid must be > 0, got {grid!r}")
+        steps = math.ceil(sens / grid - 1e-12) + (1 if single_coordinate else value.numel())
+        scale = steps / epsilon
+        # Discrete Laplace: accounted as a generic epsilon-DP release (sound worst case).
+        _record(ledger, PrivacyEvent("pure", epsilon=epsilon, name=name, sensitivity=sens))
+    else:
+        scale = laplace_scale(epsilon, sens)
+        if sens > 0 and single_coordinate:
+            _record(ledger, PrivacyEvent("laplace", noise_multiplier=1.0 / epsilon, name=name, sensitivity=sens))
+        elif sens > 0:
+            _record(ledger, PrivacyEvent("pure", epsilon=epsilon, name=name, sensitivity=sens))
+    if grid is not None:
+        snapped = torch.round(value.to(torch.float64) / grid)
+        noise = discrete_laplace_noise(value.shape, scale, generator=generator, secure=secure, device=value.device)
+        return ((snapped + noise) * grid).to(dtype)
+    noise = laplace_noise(value.shape, scale, generator=generator, secure=secure, device=value.device)
+    return (value.to(torch.float64) + noise).to(dtype)
+
+
+def gaussian_sigma(
+    epsilon: float, delta: float, l2_sensitivity: float, calibration: str = "analytic"
+) -> float:
+    """Noise standard deviation for (epsilon, delta)-DP: ``analytic`` (Balle & Wang 2018,
+    the default) or ``classic`` (``sqrt(2 ln(1.25/delta)) Delta / epsilon``, epsilon < 1)."""
+    if calibration == "analytic":
+        return analytic_gaussian_sigma(epsilon, delta, l2_sensitivity)
+    if calibration == "classic":
+        if epsilon >= 1:
+            raise ValueError(f"the classic Gaussian calibration needs epsilon < 1, got {epsilon}")
+        return classic_gaussian_sigma(epsilon, delta, l2_sensitivity)
+    raise ValueError(f"calibration must be 'analytic' or 'classic', got {calibration!r}")
+
+
+def gaussian_mechanism(
+    value: Tensor,
+    l2_sensitivity: float,
+    epsilon: float,
+    delta: float,
+    *,
+    calibration: str = "analytic",
+    ledger: PrivacyLedger | None = None,
+    name: str = "gaussian",
+    generator: torch.Generator | None = None,
+    secure: bool = False,
+) -> Tensor:
+    """``value + N(0, sigma^2 I)``: (epsilon, delta)-DP.
+
+    Neighbouring relation: add/remove one record; ``l2_sensitivity`` is the largest
+    l2 change of ``value`` one record can cause. ``sigma`` is calibrated with the
+    analytic Gaussian mechanism by default (check value: epsilon = 1, delta = 1e-5,
+    sensitivity 1 gives sigma = 3.731; classic 4.845). The ledger records the
+    Gaussian with its noise multiplier ``sigma / Delta_2``, so composition is exact.
+    """
+    value = _check_value(value)
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta, allow_zero=False)
+    sens = check_sensitivity(l2_sensitivity, "l2_sensitivity")
+    sigma = gaussian_sigma(epsilon, delta, sens, calibration)
+    if sens > 0:
+        _record(ledger, PrivacyEvent("gaussian", noise_multiplier=sigma / sens, name=name, sensitivity=sens))
+    dtype = value.dtype if value.is_floating_point() else torch.float64
+    noise = gaussian_noise(value.shape, sigma, generator=generator, secure=secure, device=value.device)
+    return (value.to(torch.float64) + noise).to(dtype)
+
+
+def noisy_histogram(
+    labels: Tensor,
+    num_bins: int,
+    epsilon: float,
+    *,
+    ledger: PrivacyLedger | None = None,
+    name: str = "histogram",
+    generator: torch.Generator | None = None,
+    secure: bool = False,
+    discrete: bool = False,
+) -> Tensor:
+    """Counts of ``labels (n,)`` in ``0..num_bins-1`` plus ``Lap(1/epsilon)``: epsilon-DP.
+
+    Neighbouring relation: add/remove one record changes exactly one count by one, so
+    the l1 sensitivity is 1 and the ledger uses the exact Laplace loss distribution.
+    ``discrete=True`` adds discrete Laplace noise (integer outputs, float-safe).
+    Labels outside ``0..num_bins-1`` raise ``ValueError``.
+
+    Returns
+    -------
+    Tensor, shape (num_bins,), float64
+    """
+    labels = torch.as_tensor(labels)
+    if labels.dim() != 1:
+        raise ValueError(f"expected labels of shape (n,), got {tuple(labels.shape)}")
+    if num_bins < 1:
+        raise ValueError(f"num_bins must be >= 1, got {num_bins}")
+    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_bins):
+        raise ValueError(f"labels must lie in 0..{num_bins - 1}, got range "
+                         f"[{int(labels.min())}, {int(labels.max())}]")
+    counts = torch.bincount(labels.long(), minlength=num_bins).to(torch.float64)
+    return laplace_mechanism(counts, 1.0, epsilon, ledger=ledger, name=name, generator=generator,
+                             secure=secure, grid=1.0 if discrete else None, single_coordinate=True)
+
+
+def noisy_count(
+    n: int | Tensor,
+    epsilon: float,
+    *,
+    ledger: PrivacyLedger | None = None,
+    name: str = "count",
+    generator: torch.Generator | None = None,
+    secure: bool = False,
+    discrete: bool = False,
+) -> float:
+    """``n + Lap(1/epsilon)``: epsilon-DP for a counting query (sensitivity 1 under add/remove)."""
+    value = torch.as_tensor(float(n), dtype=torch.float64).reshape(1)
+    out = laplace_mechanism(value, 1.0, epsilon, ledger=ledger, name=name, generator=generator,
+                            secure=secure, grid=1.0 if discrete else None, single_coordinate=True)
+    return float(out[0])
+
+
+def report_noisy_max(
+    counts: Tensor,
+    epsilon: float,
+    *,
+    ledger: PrivacyLedger | None = None,
+    name: str = "report_noisy_max",
+    generator: torch.Generator | None = None,
+    secure: bool = False,
+) -> Tensor:
+    """Index of the largest ``count + Lap(1/epsilon)`` along the last dimension.
+
+    ``counts (..., k)`` are counting queries over disjoint groups of records (for
+    example class votes); under add/remove one record changes one count by one, and
+    report-noisy-max with ``Lap(1/epsilon)`` is epsilon-DP (Dwork & Roth, Claim 3.9).
+    Only the index is released, so the ledger records one pure epsilon release per
+    independent row of ``counts`` that a record can influence; here rows must be over
+    disjoint records (e.g. different basins), so the whole call costs ``epsilon``
+    (parallel composition).
+
+    Returns
+    -------
+    Tensor, shape ``counts.shape[:-1]``, int64
+    """
+    counts = _check_value(torch.as_tensor(counts))
+    epsilon = check_epsilon(epsilon)
+    if counts.dim() == 0 or counts.shape[-1] < 1:
+        raise ValueError(f"expected counts of shape (..., k) with k >= 1, got {tuple(counts.shape)}")
+    _record(ledger, PrivacyEvent("pure", epsilon=epsilon, name=name, sensitivity=1.0))
+    noise = laplace_noise(counts.shape, 1.0 / epsilon, generator=generator, secure=secure, device=counts.device)
+    return (counts.to(torch.float64) + noise).argmax(-1)
+
+
+def noisy_majority_vote(
+    votes: Tensor,
+    num_classes: int,
+    epsilon: float,
+    *,
+    ledger: PrivacyLedger | None = None,
+    name: str = "majority_vote",
+    generator: torch.Generator | None = None,
+    secure: bool = False,
+) -> int:
+    """The class with the most votes after ``Lap(1/epsilon)`` noise on each count.
+
+    ``votes (n,)`` holds one class index per record; epsilon-DP under add/remove one
+    record (report-noisy-max on the vote histogram).
+    """
+    votes = torch.as_tensor(votes)
+    if votes.dim() != 1:
+        raise ValueError(f"expected votes of shape (n,), got {tuple(votes.shape)}")
+    if votes.numel() and (int(votes.min()) < 0 or int(votes.max()) >= num_classes):
+        raise ValueError(f"votes must lie in 0..{num_classes - 1}")
+    counts = torch.bincount(votes.long(), minlength=num_classes).to(torch.float64)
+    return int(report_noisy_max(counts, epsilon, ledger=ledger, name=name, generator=generator, secure=secure))

@@ -1,0 +1,109 @@
+"""Noise samplers: seeded (reproducible) or secure (operating-system entropy).
+
+Every sampler takes ``generator`` (a ``torch.Generator``, reproducible) or
+``secure=True`` (bits from ``os.urandom``; the generator is then ignored and must
+be None). Samples are drawn in float64 and cast to the requested dtype.
+
+Floating-point caveat
+---------------------
+Continuous noise is sampled on a computer from a finite set of doubles. Mironov
+(CCS 2012) showed that the textbook Laplace sampler ``-b sign(u) log(1 - 2|u|)``
+leaves gaps in the set of reachable outputs that depend on the exact input, so an
+adversary who sees the full-precision output may learn the input. Two defences here:
+
+* :func:`discrete_laplace_noise` samples integers (a two-sided geometric
+  distribution). A mechanism that rounds its value to a public grid and adds
+  ``grid * discrete_laplace`` (see ``laplace_mechanism(..., grid=...)``) has
+  outputs on the grid only, so there are no input-dependent gaps. The sampler
+  still uses floating-point logarithms to draw geometric variables, so its
+  probabilities are exact only up to double rounding (about 1e-16 relative),
+  which is far below any epsilon used in practice.
+* Secure mode draws 53-bit uniform variates from ``os.urandom`` and never from a
+  seedable PRNG, so noise cannot be reproduced from a leaked seed.
+
+Use the seeded path for experiments and tests; use ``secure=True`` (and a grid
+for Laplace releases) when releasing to untrusted parties.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = ["uniform_open", "laplace_noise", "gaussian_noise", "discrete_laplace_noise"]
+
+_TWO_POW_53 = float(2**53)
+
+
+def _shape(shape) -> tuple[int, ...]:
+    return (int(shape),) if isinstance(shape, int) else tuple(int(s) for s in shape)
+
+
+def uniform_open(
+    shape, *, generator: torch.Generator | None = None, secure: bool = False,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """Uniform variates on the open interval ``(0, 1)``, float64: ``(k + 0.5) / 2^53``
+    with ``k`` a uniform 53-bit integer from the generator or from ``os.urandom``."""
+    shape = _shape(shape)
+    n = math.prod(shape)
+    if secure:
+        if generator is not None:
+            raise ValueError("secure=True draws from os.urandom; do not pass a generator as well")
+        words = np.frombuffer(os.urandom(8 * n), dtype=np.uint64) >> np.uint64(11)
+        k = torch.from_numpy(words.astype(np.float64)).reshape(shape)
+        return ((k + 0.5) / _TWO_POW_53).to(device)
+    gen_device = generator.device if generator is not None else torch.device("cpu")
+    k = torch.randint(0, 2**53, shape, generator=generator, dtype=torch.int64, device=gen_device)
+    return ((k.to(torch.float64) + 0.5) / _TWO_POW_53).to(device)
+
+
+def laplace_noise(
+    shape, scale: float, *, generator: torch.Generator | None = None, secure: bool = False,
+    dtype: torch.dtype = torch.float64, device: torch.device | str | None = None,
+) -> Tensor:
+    """I.i.d. ``Lap(0, scale)``: density ``exp(-|x|/scale) / (2 scale)``, drawn as the
+    difference of two exponential variables ``scale (log u2 - log u1)``."""
+    if not scale >= 0:
+        raise ValueError(f"Laplace scale must be >= 0, got {scale!r}")
+    u = uniform_open((2, *_shape(shape)), generator=generator, secure=secure, device=device)
+    return (scale * (torch.log(u[1]) - torch.log(u[0]))).to(dtype)
+
+
+def gaussian_noise(
+    shape, std: float, *, generator: torch.Generator | None = None, secure: bool = False,
+    dtype: torch.dtype = torch.float64, device: torch.device | str | None = None,
+) -> Tensor:
+    """I.i.d. ``N(0, std^2)``; the secure path uses Box-Muller on ``os.urandom`` uniforms."""
+    if not std >= 0:
+        raise ValueError(f"Gaussian std must be >= 0, got {std!r}")
+    shape = _shape(shape)
+    if secure:
+        u = uniform_open((2, *shape), secure=True, generator=generator, device=device)
+        z = torch.sqrt(-2.0 * torch.log(u[0])) * torch.cos(2.0 * math.pi * u[1])
+    else:
+        gen_device = generator.device if generator is not None else torch.device("cpu")
+        z = torch.randn(shape, generator=generator, dtype=torch.float64, device=gen_device).to(device)
+    return (std * z).to(dtype)
+
+
+def discrete_laplace_noise(
+    shape, scale: float, *, generator: torch.Generator | None = None, secure: bool = False,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """I.i.d. discrete Laplace integers: ``P(k) proportional to exp(-|k| / scale)``, int64.
+
+    Drawn as the difference of two geometric variables with success probability
+    ``1 - exp(-1/scale)``. Adding it to an integer-valued query of sensitivity
+    ``s`` gives ``(s / scale)``-DP (Canonne, Kamath & Steinke 2020).
+    """
+    if not scale > 0:
+        raise ValueError(f"discrete Laplace scale must be > 0, got {scale!r}")
+    u = uniform_open((2, *_shape(shape)), generator=generator, secure=secure, device=device)
+    log_p = -1.0 / scale  # log of the geometric ratio p = exp(-1/scale)
+    geometric = torch.floor(torch.log(u) / log_p)  # P(G = k) = (1 - p) p^k
+    return (geometric[0] - geometric[1]).to(torch.int64)
