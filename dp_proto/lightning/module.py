@@ -68,7 +68,7 @@ class LVQModule(L.LightningModule):
         self.image_shape = tuple(image_shape) if image_shape is not None else None
         self.display_transform = display_transform
         self.image_every_n_epochs = image_every_n_epochs
-        self.save_hyperparameters(ignore=["model", "display_transform"])
+        self.save_hyperparameters(ignore=["model", "display_transform", "ledger"])
 
     # -- initialisation ------------------------------------------------------------------
     @torch.no_grad()

@@ -20,6 +20,7 @@ first. ``state_dict``/``load_state_dict`` carry the ledger through checkpoints, 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -38,6 +39,23 @@ __all__ = ["PrivacyEvent", "PrivacyLedger", "EventKind"]
 EventKind = Literal["laplace", "gaussian", "pure", "subsampled_gaussian"]
 _KINDS = ("laplace", "gaussian", "pure", "subsampled_gaussian")
 _PLD_DISCRETISATION = 1e-4
+
+
+@functools.lru_cache(maxsize=256)
+def _event_pld(kind: str, noise_multiplier: float | None, epsilon: float | None,
+               sampling_rate: float | None, count: int) -> pld.PrivacyLossDistribution:
+    """PLD of ``count`` identical releases; cached, PLDs are immutable."""
+    if kind == "laplace":
+        one = pld.from_laplace_mechanism(noise_multiplier, value_discretization_interval=_PLD_DISCRETISATION)
+    elif kind == "gaussian":
+        one = pld.from_gaussian_mechanism(noise_multiplier, value_discretization_interval=_PLD_DISCRETISATION)
+    elif kind == "subsampled_gaussian":
+        one = pld.from_gaussian_mechanism(noise_multiplier, sampling_prob=sampling_rate,
+                                          value_discretization_interval=_PLD_DISCRETISATION)
+    else:  # worst case of any epsilon-DP mechanism
+        one = pld.from_privacy_parameters(pld_common.DifferentialPrivacyParameters(epsilon, 0.0),
+                                          value_discretization_interval=_PLD_DISCRETISATION)
+    return one.self_compose(count) if count > 1 else one
 
 
 @dataclass(frozen=True)
@@ -111,17 +129,7 @@ class PrivacyEvent:
     # -- accounting -------------------------------------------------------------------
     def to_pld(self) -> pld.PrivacyLossDistribution:
         """Privacy loss distribution of all ``count`` releases (pessimistic)."""
-        if self.kind == "laplace":
-            one = pld.from_laplace_mechanism(self.noise_multiplier, value_discretization_interval=_PLD_DISCRETISATION)
-        elif self.kind == "gaussian":
-            one = pld.from_gaussian_mechanism(self.noise_multiplier, value_discretization_interval=_PLD_DISCRETISATION)
-        elif self.kind == "subsampled_gaussian":
-            one = pld.from_gaussian_mechanism(self.noise_multiplier, sampling_prob=self.sampling_rate,
-                                              value_discretization_interval=_PLD_DISCRETISATION)
-        else:  # worst case of any epsilon-DP mechanism
-            one = pld.from_privacy_parameters(pld_common.DifferentialPrivacyParameters(self.epsilon, 0.0),
-                                              value_discretization_interval=_PLD_DISCRETISATION)
-        return one.self_compose(self.count) if self.count > 1 else one
+        return _event_pld(self.kind, self.noise_multiplier, self.epsilon, self.sampling_rate, self.count)
 
     def to_dp_event(self) -> dpe.DpEvent:
         """The dp-accounting event (for the RDP accountant)."""
@@ -188,6 +196,7 @@ class PrivacyLedger:
             budget[1] if budget is not None else 1e-5)
         self._events: list[PrivacyEvent] = []
         self._cache: dict[float, float] = {}
+        self._total_pld: pld.PrivacyLossDistribution | None = None  # PLD of self._events
 
     # -- recording --------------------------------------------------------------------
     @property
@@ -206,11 +215,8 @@ class PrivacyLedger:
         """Epsilon (at the budget's delta) the run would reach after ``events``;
         raises :class:`PrivacyBudgetExceededError` if that exceeds the budget.
         Records nothing: use it to pre-check a multi-part release."""
-        pending = list(self._events)
-        for event in events:
-            pending = self._append(pending, event)
         delta = self.budget[1] if self.budget is not None else self.default_delta
-        after = self._epsilon(pending, delta)
+        after = self._epsilon(events, delta)
         if self.budget is not None and after > self.budget[0] * (1 + 1e-9):
             names = ", ".join(repr(e.name or e.kind) for e in events)
             raise PrivacyBudgetExceededError(
@@ -224,6 +230,8 @@ class PrivacyLedger:
         """Check ``events`` together against the budget, then record them.
         Mechanisms call this before drawing noise."""
         self.check(*events)
+        if self.accountant == "pld" and events:
+            self._total_pld = self._composed_pld(events)
         for event in events:
             self._events = self._append(self._events, event)
         self._cache.clear()
@@ -233,10 +241,24 @@ class PrivacyLedger:
         """Epsilon of the whole run for ``delta`` (default: the ledger's delta)."""
         delta = self.default_delta if delta is None else check_delta(delta)
         if delta not in self._cache:  # cleared whenever an event is recorded
-            self._cache[delta] = self._epsilon(self._events, delta)
+            self._cache[delta] = self._epsilon((), delta)
         return self._cache[delta]
 
-    def _epsilon(self, events: Sequence[PrivacyEvent], delta: float) -> float:
+    def _composed_pld(self, new: Sequence[PrivacyEvent]) -> pld.PrivacyLossDistribution | None:
+        """PLD of the recorded events followed by ``new`` (composition is commutative,
+        so merging a repeat into the last event gives the same distribution)."""
+        if self._total_pld is None and self._events:
+            self._total_pld = self._events[0].to_pld()
+            for e in self._events[1:]:
+                self._total_pld = self._total_pld.compose(e.to_pld())
+        total = self._total_pld
+        for e in new:
+            total = e.to_pld() if total is None else total.compose(e.to_pld())
+        return total
+
+    def _epsilon(self, new: Sequence[PrivacyEvent], delta: float) -> float:
+        """Epsilon at ``delta`` of the recorded events followed by ``new``."""
+        events = [*self._events, *new]
         if not events:
             return 0.0
         pure = [e.pure_epsilon for e in events]
@@ -250,10 +272,7 @@ class PrivacyLedger:
                 acc.compose(e.to_dp_event())
             eps = acc.get_epsilon(delta)
         else:
-            total = events[0].to_pld()
-            for e in events[1:]:
-                total = total.compose(e.to_pld())
-            eps = total.get_epsilon_for_delta(delta)
+            eps = self._composed_pld(new).get_epsilon_for_delta(delta)
         return float(min(eps, basic))  # basic composition is always valid too
 
     def remaining(self) -> float:
@@ -294,21 +313,30 @@ class PrivacyLedger:
             "events": [asdict(e) for e in self._events],
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], *, keep_current: bool = False) -> None:
         """Restore recorded events (and budget, accountant) from :meth:`state_dict`.
 
-        Loading never lowers the spend: loading into a ledger that already holds
-        events raises, so a resumed run cannot silently forget earlier releases.
+        Loading never lowers the spend. Into a ledger that already holds events it
+        raises, unless ``keep_current=True``: then the saved events come first and the
+        current ones (releases made since, e.g. a fresh initialisation in a resumed
+        script) are kept after them.
         """
-        if self._events:
-            raise RuntimeError("load_state_dict into a ledger that already has events; create a new ledger")
+        if self._events and not keep_current:
+            raise RuntimeError(
+                "load_state_dict into a ledger that already has events would drop them; "
+                "pass keep_current=True to keep both, or create a new ledger"
+            )
         if state.get("version") != 1:
             raise ValueError(f"unsupported ledger state version {state.get('version')!r}")
         budget = state.get("budget")
+        current = self._events
         self.budget = tuple(budget) if budget else None  # type: ignore[assignment]
         self.accountant = state["accountant"]
         self.default_delta = state["default_delta"]
-        self._events = [PrivacyEvent(**e) for e in state["events"]]
+        self._events = []
+        for event in [*(PrivacyEvent(**e) for e in state["events"]), *current]:
+            self._events = self._append(self._events, event)
+        self._total_pld = None
         self._cache.clear()
 
     @classmethod

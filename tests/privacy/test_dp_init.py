@@ -1,0 +1,103 @@
+"""DP class-mean initialisation and the public-bounds scaler."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from dp_proto.exceptions import DomainWarning, PrivacyBudgetExceededError, PrivacyLeakWarning
+from dp_proto.privacy import PrivacyLedger, PublicBoundsScaler, dp_class_mean_prototypes
+
+
+def _data(n=3000, d=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, 3, (n,), generator=g)
+    centres = torch.tensor([[0.5] * d, [-0.5] * d, [0.5, -0.5] * (d // 2)])
+    x = (centres[y] + 0.1 * torch.randn(n, d, generator=g, dtype=torch.float32)).clamp(-1, 1)
+    return x, y, centres
+
+
+def test_sensitivities_and_budget_split_are_recorded():
+    x, y, _ = _data(d=6)
+    ledger = PrivacyLedger()
+    dp_class_mean_prototypes(x, y, 3, 1.0, ledger=ledger, count_fraction=0.4,
+                             generator=torch.Generator().manual_seed(0))
+    counts, sums = ledger.events
+    assert counts.kind == "laplace" and counts.sensitivity == 1.0 and counts.noise_multiplier == pytest.approx(2.5)
+    assert sums.kind == "pure" and sums.sensitivity == 6.0 and sums.epsilon == pytest.approx(0.6)
+    assert ledger.get_epsilon(0.0) == pytest.approx(1.0)
+
+
+def test_noise_scales_match_the_sensitivities():
+    """Over many runs, the noisy counts have variance 2 (1/eps_c)^2 and the class sums
+    Laplace noise of scale d / eps_s, so the prototype error shrinks like 1/n."""
+    x, y, _ = _data(n=400, d=2)
+    eps = 2.0
+    counts = np.stack([
+        dp_class_mean_prototypes(x, y, 3, eps, generator=torch.Generator().manual_seed(s)).noisy_counts.numpy()
+        for s in range(1500)
+    ])
+    true = np.bincount(y.numpy(), minlength=3)
+    np.testing.assert_allclose(counts.mean(0), true, atol=0.2)
+    np.testing.assert_allclose(counts.var(0), 2 * (1 / (eps / 2)) ** 2, rtol=0.15)
+
+
+def test_prototypes_converge_to_class_means_and_stay_in_domain():
+    x, y, centres = _data(n=20000)
+    result = dp_class_mean_prototypes(x, y, 3, 1.0, prototypes_per_class=2,
+                                      generator=torch.Generator().manual_seed(1))
+    assert result.prototypes.shape == (6, 4) and result.prototype_labels.tolist() == [0, 0, 1, 1, 2, 2]
+    assert result.prototypes.abs().max() <= 1
+    err = (result.prototypes - centres[result.prototype_labels]).abs().max()
+    assert err < 0.2
+    assert not torch.equal(result.prototypes[0], result.prototypes[1])  # jitter
+
+
+def test_out_of_domain_records_are_clipped_and_counted():
+    x, y, _ = _data(n=100)
+    x[:7] *= 5
+    with pytest.warns(DomainWarning, match="7 of 100 records"):
+        result = dp_class_mean_prototypes(x, y, 3, 1.0, generator=torch.Generator().manual_seed(0))
+    assert result.num_clipped == 7
+
+
+def test_empty_class_and_refusal():
+    x, y, _ = _data(n=200)
+    y[y == 2] = 0
+    result = dp_class_mean_prototypes(x, y, 3, 1.0, generator=torch.Generator().manual_seed(0))
+    assert torch.isfinite(result.prototypes).all()  # noisy count clamped to >= 1
+    ledger = PrivacyLedger(budget=(0.5, 1e-5))
+    with pytest.raises(PrivacyBudgetExceededError):
+        dp_class_mean_prototypes(x, y, 3, 1.0, ledger=ledger)
+    assert ledger.events == ()
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [({"epsilon": 0.0}, "epsilon"), ({"count_fraction": 1.0}, "count_fraction"),
+     ({"num_classes": 2}, "class indices")],
+)
+def test_bad_arguments(kwargs, message):
+    x, y, _ = _data(n=50)
+    args = {"num_classes": 3, "epsilon": 1.0, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        dp_class_mean_prototypes(x, y, args.pop("num_classes"), args.pop("epsilon"), **args)
+
+
+def test_public_bounds_scaler():
+    X = np.array([[0.0, 255.0], [127.5, 0.0], [300.0, 10.0]])
+    scaler = PublicBoundsScaler(0.0, 255.0)
+    with pytest.warns(DomainWarning, match="1 of 3 records"):
+        Z = scaler.fit_transform(X)
+    np.testing.assert_allclose(Z[:2], [[-1, 1], [0, -1]])
+    assert Z.max() <= 1 and scaler.num_clipped_ == 1
+    np.testing.assert_allclose(scaler.inverse_transform(Z[:2]), X[:2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch_out = PublicBoundsScaler(0.0, 255.0).fit_transform(torch.tensor(X[:2]))
+    assert isinstance(torch_out, torch.Tensor)
+    with pytest.warns(PrivacyLeakWarning, match="not differentially private"):
+        PublicBoundsScaler.from_data(X)
+    with pytest.raises(ValueError, match="upper bound"):
+        PublicBoundsScaler(1.0, 1.0).fit()
