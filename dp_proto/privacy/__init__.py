@@ -6,6 +6,7 @@ Mechanisms (:mod:`.mechanisms`) add calibrated noise and record every release in
 everywhere: add/remove one record.
 """
 
+from dp_proto.privacy.audit import AuditResult, audit_epsilon
 from dp_proto.privacy.calibration import (
     analytic_gaussian_delta,
     analytic_gaussian_sigma,
@@ -35,4 +36,5 @@ __all__ = [
     "ClipResult", "clip_l2", "clip_box", "PublicBoundsScaler",
     "DPInitResult", "dp_class_mean_prototypes",
     "laplace_noise", "gaussian_noise", "discrete_laplace_noise",
+    "AuditResult", "audit_epsilon",
 ]

@@ -6,6 +6,7 @@ All functions validate their arguments and raise ``ValueError`` naming the bad o
 from __future__ import annotations
 
 import math
+import numbers
 
 from scipy.special import log_ndtr
 
@@ -20,29 +21,38 @@ __all__ = [
 ]
 
 
+def _as_real(value, name: str) -> float:
+    """A Python float from an int, float, numpy scalar or one-element tensor."""
+    if hasattr(value, "numel") and value.numel() == 1:  # a 0-d or one-element tensor
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    return float(value)
+
+
 def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
     """``epsilon`` must be a finite number > 0."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) \
-            or epsilon <= 0:
+    value = _as_real(epsilon, name)
+    if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {epsilon!r}")
-    return float(epsilon)
+    return value
 
 
 def check_delta(delta: float, name: str = "delta", *, allow_zero: bool = True) -> float:
     """``delta`` must lie in ``[0, 1)`` (``(0, 1)`` with ``allow_zero=False``)."""
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not math.isfinite(delta) \
-            or delta < 0 or delta >= 1 or (delta == 0 and not allow_zero):
+    value = _as_real(delta, name)
+    if not math.isfinite(value) or value < 0 or value >= 1 or (value == 0 and not allow_zero):
         interval = "[0, 1)" if allow_zero else "(0, 1)"
         raise ValueError(f"{name} must lie in {interval}, got {delta!r}")
-    return float(delta)
+    return value
 
 
 def check_sensitivity(sensitivity: float, name: str = "sensitivity") -> float:
     """``sensitivity`` must be a finite number >= 0."""
-    if isinstance(sensitivity, bool) or not isinstance(sensitivity, (int, float)) \
-            or not math.isfinite(sensitivity) or sensitivity < 0:
+    value = _as_real(sensitivity, name)
+    if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be a finite number >= 0, got {sensitivity!r}")
-    return float(sensitivity)
+    return value
 
 
 def laplace_scale(epsilon: float, l1_sensitivity: float) -> float:

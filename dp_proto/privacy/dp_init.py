@@ -27,6 +27,7 @@ from dp_proto.privacy.clipping import clip_box
 from dp_proto.privacy.domain import warn_clipped
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.mechanisms import laplace_mechanism, noisy_histogram
+from dp_proto.privacy.noise import gaussian_noise
 
 __all__ = ["DPInitResult", "dp_class_mean_prototypes"]
 
@@ -109,7 +110,7 @@ def dp_class_mean_prototypes(
     labels = make_prototype_labels(num_classes, prototypes_per_class).to(x.device)
     prototypes = means[labels].clone()
     if prototypes_per_class > 1 and jitter > 0:
-        noise = torch.randn(prototypes.shape, generator=generator, dtype=torch.float64).to(x.device)
-        prototypes = clip_box(prototypes + jitter * noise).values
+        noise = gaussian_noise(prototypes.shape, jitter, generator=generator, secure=secure, device=x.device)
+        prototypes = clip_box(prototypes + noise).values
     dtype = x.dtype if x.is_floating_point() else torch.float64
     return DPInitResult(prototypes.to(dtype), labels, noisy_counts, clipped.num_clipped)

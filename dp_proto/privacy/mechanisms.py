@@ -65,6 +65,7 @@ def laplace_mechanism(
     generator: torch.Generator | None = None,
     secure: bool = False,
     grid: float | None = None,
+    value_on_grid: bool = False,
     single_coordinate: bool = False,
 ) -> Tensor:
     """``value + Lap(Delta_1 / epsilon)`` i.i.d. per coordinate: epsilon-DP.
@@ -89,6 +90,9 @@ def laplace_mechanism(
         each coordinate by ``grid / 2``, so the sensitivity in grid steps becomes
         ``ceil(Delta_1 / grid) + k`` with ``k`` the number of coordinates one record
         can change (1 with ``single_coordinate``, else all of them).
+    value_on_grid : bool
+        The query's values always lie on the grid (e.g. counts with ``grid=1``): no
+        rounding, so no slack is added to the sensitivity. Checked on ``value``.
 
     Returns
     -------
@@ -101,7 +105,11 @@ def laplace_mechanism(
     if grid is not None:
         if not grid > 0:
             raise ValueError(f"grid must be > 0, got {grid!r}")
-        steps = math.ceil(sens / grid - 1e-12) + (1 if single_coordinate else value.numel())
+        slack = 0 if value_on_grid else (1 if single_coordinate else value.numel())
+        v64 = value.to(torch.float64)
+        if value_on_grid and not torch.equal(torch.round(v64 / grid) * grid, v64):
+            raise ValueError("value_on_grid=True but value has entries off the grid")
+        steps = math.ceil(sens / grid - 1e-12) + slack
         scale = steps / epsilon
         # Discrete Laplace: accounted as a generic epsilon-DP release (sound worst case).
         _record(ledger, PrivacyEvent("pure", epsilon=epsilon, name=name, sensitivity=sens))
@@ -197,7 +205,8 @@ def noisy_histogram(
                          f"[{int(labels.min())}, {int(labels.max())}]")
     counts = torch.bincount(labels.long(), minlength=num_bins).to(torch.float64)
     return laplace_mechanism(counts, 1.0, epsilon, ledger=ledger, name=name, generator=generator,
-                             secure=secure, grid=1.0 if discrete else None, single_coordinate=True)
+                             secure=secure, grid=1.0 if discrete else None, value_on_grid=discrete,
+                             single_coordinate=True)
 
 
 def noisy_count(
@@ -213,7 +222,8 @@ def noisy_count(
     """``n + Lap(1/epsilon)``: epsilon-DP for a counting query (sensitivity 1 under add/remove)."""
     value = torch.as_tensor(float(n), dtype=torch.float64).reshape(1)
     out = laplace_mechanism(value, 1.0, epsilon, ledger=ledger, name=name, generator=generator,
-                            secure=secure, grid=1.0 if discrete else None, single_coordinate=True)
+                            secure=secure, grid=1.0 if discrete else None, value_on_grid=discrete,
+                            single_coordinate=True)
     return float(out[0])
 
 

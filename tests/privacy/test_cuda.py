@@ -3,7 +3,12 @@
 import pytest
 import torch
 
-from dp_proto.privacy import PrivacyLedger, dp_class_mean_prototypes, gaussian_mechanism, laplace_mechanism
+from dp_proto.privacy import (
+    PrivacyLedger,
+    dp_class_mean_prototypes,
+    gaussian_mechanism,
+    laplace_mechanism,
+)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -50,6 +50,25 @@ def test_histogram_is_single_coordinate_laplace():
         noisy_histogram(torch.tensor([0, 4]), 4, 1.0)
 
 
+def test_discrete_counts_are_not_over_noised():
+    """Counts already lie on the unit grid: discrete Laplace with scale 1/epsilon, whose
+    variance is 2 e^{-1/b} / (1 - e^{-1/b})^2 for b = 1/epsilon."""
+    eps = 1.0
+    out = torch.stack([noisy_histogram(torch.zeros(0, dtype=torch.long), 1, eps, discrete=True,
+                                       generator=torch.Generator().manual_seed(s)) for s in range(4000)])
+    q = math.exp(-eps)
+    assert out.var().item() == pytest.approx(2 * q / (1 - q) ** 2, rel=0.1)
+    with pytest.raises(ValueError, match="off the grid"):
+        laplace_mechanism(torch.tensor([0.5]), 1.0, 1.0, grid=1.0, value_on_grid=True)
+
+
+def test_numpy_and_tensor_scalars_are_accepted():
+    out = laplace_mechanism(torch.zeros(2), np.float32(1.0), torch.tensor(0.5))
+    assert out.shape == (2,)
+    with pytest.raises(ValueError, match="real number"):
+        laplace_mechanism(torch.zeros(2), 1.0, "1.0")
+
+
 def test_discrete_histogram_outputs_integers():
     out = noisy_histogram(torch.tensor([0, 1, 1]), 3, 1.0, discrete=True, generator=torch.Generator().manual_seed(0))
     assert torch.equal(out, out.round())
