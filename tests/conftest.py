@@ -1,9 +1,16 @@
-"""Shared fixtures: the real data directory (tests that need it skip when it is absent)."""
+"""Shared fixtures: the real data directory (tests that need it skip when it is absent).
+
+The suite's tensors are small, where one intra-op thread is fastest and immune to the
+slow-downs of oversubscribed cores; DP_PROTO_TEST_THREADS overrides it.
+"""
 
 import os
 from pathlib import Path
 
 import pytest
+import torch
+
+torch.set_num_threads(int(os.environ.get("DP_PROTO_TEST_THREADS", "1")))
 
 
 @pytest.fixture(scope="session")
