@@ -71,7 +71,8 @@ class GLVQLayer(nn.Module):
         self.prototypes = nn.Parameter(init)
 
     def _flatten(self, x: Tensor) -> Tensor:
-        x = x.reshape(x.shape[0], -1) if x.dim() != 2 else x
+        if x.dim() != 2:  # (B, ...) -> (B, d); an empty batch has no size to infer
+            x = x.reshape(x.shape[0], -1) if x.shape[0] else x.reshape(0, self.in_features)
         if x.shape[1] != self.in_features:
             raise ValueError(
                 f"{type(self).__name__} expects {self.in_features} features, got {x.shape[1]}"
