@@ -1,6 +1,5 @@
 """Closed-form per-sample gradients (and norms) against a per-sample autograd loop."""
 
-import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
