@@ -16,6 +16,13 @@ from dp_proto.privacy.calibration import (
 from dp_proto.privacy.clipping import ClipResult, clip_box, clip_l2
 from dp_proto.privacy.domain import PublicBoundsScaler
 from dp_proto.privacy.dp_init import DPInitResult, dp_class_mean_prototypes
+from dp_proto.privacy.dpsgd import (
+    calibrate_noise_multiplier,
+    fit_dp_sgd,
+    paper_noise_multiplier,
+    sgd_steps,
+)
+from dp_proto.privacy.estimators import DPGLVQ, DPGMLVQ, DPLGMLVQ
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.mechanisms import (
     gaussian_mechanism,
@@ -37,4 +44,6 @@ __all__ = [
     "DPInitResult", "dp_class_mean_prototypes",
     "laplace_noise", "gaussian_noise", "discrete_laplace_noise",
     "AuditResult", "audit_epsilon",
+    "DPGLVQ", "DPGMLVQ", "DPLGMLVQ",
+    "calibrate_noise_multiplier", "fit_dp_sgd", "paper_noise_multiplier", "sgd_steps",
 ]

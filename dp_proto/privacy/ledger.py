@@ -20,6 +20,7 @@ first. ``state_dict``/``load_state_dict`` carry the ledger through checkpoints, 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Sequence
@@ -36,25 +37,40 @@ from dp_proto.privacy.calibration import check_delta, check_epsilon
 
 __all__ = ["PrivacyEvent", "PrivacyLedger", "EventKind"]
 
-EventKind = Literal["laplace", "gaussian", "pure", "subsampled_gaussian"]
-_KINDS = ("laplace", "gaussian", "pure", "subsampled_gaussian")
+EventKind = Literal["laplace", "gaussian", "pure", "subsampled_gaussian", "non_private"]
+_KINDS = ("laplace", "gaussian", "pure", "subsampled_gaussian", "non_private")
 _PLD_DISCRETISATION = 1e-4
+
+
+@contextlib.contextmanager
+def _quiet_absl():
+    """Silence dp-accounting's absl warnings about RDP orders it excludes."""
+    from absl import logging as absl_logging
+
+    level = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    try:
+        yield
+    finally:
+        absl_logging.set_verbosity(level)
 
 
 @functools.lru_cache(maxsize=256)
 def _event_pld(kind: str, noise_multiplier: float | None, epsilon: float | None,
-               sampling_rate: float | None, count: int) -> pld.PrivacyLossDistribution:
-    """PLD of ``count`` identical releases; cached, PLDs are immutable."""
+               sampling_rate: float | None, count: int,
+               discretization: float = _PLD_DISCRETISATION) -> pld.PrivacyLossDistribution:
+    """PLD of ``count`` identical releases (pessimistic: a coarser ``discretization`` only
+    over-estimates epsilon); cached, PLDs are immutable."""
     if kind == "laplace":
-        one = pld.from_laplace_mechanism(noise_multiplier, value_discretization_interval=_PLD_DISCRETISATION)
+        one = pld.from_laplace_mechanism(noise_multiplier, value_discretization_interval=discretization)
     elif kind == "gaussian":
-        one = pld.from_gaussian_mechanism(noise_multiplier, value_discretization_interval=_PLD_DISCRETISATION)
+        one = pld.from_gaussian_mechanism(noise_multiplier, value_discretization_interval=discretization)
     elif kind == "subsampled_gaussian":
         one = pld.from_gaussian_mechanism(noise_multiplier, sampling_prob=sampling_rate,
-                                          value_discretization_interval=_PLD_DISCRETISATION)
+                                          value_discretization_interval=discretization)
     else:  # worst case of any epsilon-DP mechanism
         one = pld.from_privacy_parameters(pld_common.DifferentialPrivacyParameters(epsilon, 0.0),
-                                          value_discretization_interval=_PLD_DISCRETISATION)
+                                          value_discretization_interval=discretization)
     return one.self_compose(count) if count > 1 else one
 
 
@@ -75,6 +91,8 @@ class PrivacyEvent:
         by its worst-case privacy loss distribution.
         ``subsampled_gaussian``: one DP-SGD step, Poisson sampling with
         ``sampling_rate`` and Gaussian noise ``noise_multiplier`` (sigma / C).
+        ``non_private``: a release without noise (e.g. a noise-free debugging run); the
+        ledger then reports epsilon = inf.
     noise_multiplier : float or None
     epsilon : float or None
         For ``pure`` events; for ``laplace`` it is derived (``1 / noise_multiplier``).
@@ -103,7 +121,7 @@ class PrivacyEvent:
             raise ValueError(f"count must be a positive int, got {self.count!r}")
         if self.kind == "pure":
             check_epsilon(self.epsilon if self.epsilon is not None else -1.0, "event epsilon")
-        else:
+        elif self.kind != "non_private":
             nm = self.noise_multiplier
             if nm is None or not math.isfinite(nm) or nm <= 0:
                 raise ValueError(f"{self.kind} event needs noise_multiplier > 0, got {nm!r}")
@@ -119,6 +137,8 @@ class PrivacyEvent:
             return self.epsilon
         if self.kind == "laplace":
             return 1.0 / float(self.noise_multiplier)  # type: ignore[arg-type]
+        if self.kind == "non_private":
+            return math.inf
         return None
 
     def same_mechanism(self, other: PrivacyEvent) -> bool:
@@ -127,9 +147,10 @@ class PrivacyEvent:
                                       other.sampling_rate, other.name, other.sensitivity)
 
     # -- accounting -------------------------------------------------------------------
-    def to_pld(self) -> pld.PrivacyLossDistribution:
+    def to_pld(self, discretization: float = _PLD_DISCRETISATION) -> pld.PrivacyLossDistribution:
         """Privacy loss distribution of all ``count`` releases (pessimistic)."""
-        return _event_pld(self.kind, self.noise_multiplier, self.epsilon, self.sampling_rate, self.count)
+        return _event_pld(self.kind, self.noise_multiplier, self.epsilon, self.sampling_rate, self.count,
+                          discretization)
 
     def to_dp_event(self) -> dpe.DpEvent:
         """The dp-accounting event (for the RDP accountant)."""
@@ -230,7 +251,7 @@ class PrivacyLedger:
         """Check ``events`` together against the budget, then record them.
         Mechanisms call this before drawing noise."""
         self.check(*events)
-        if self.accountant == "pld" and events:
+        if self.accountant == "pld" and events and not any(e.kind == "non_private" for e in events):
             self._total_pld = self._composed_pld(events)
         for event in events:
             self._events = self._append(self._events, event)
@@ -251,6 +272,8 @@ class PrivacyLedger:
             self._total_pld = self._events[0].to_pld()
             for e in self._events[1:]:
                 self._total_pld = self._total_pld.compose(e.to_pld())
+        if any(e.kind == "non_private" for e in (*self._events, *new)):
+            return None
         total = self._total_pld
         for e in new:
             total = e.to_pld() if total is None else total.compose(e.to_pld())
@@ -261,6 +284,8 @@ class PrivacyLedger:
         events = [*self._events, *new]
         if not events:
             return 0.0
+        if any(e.kind == "non_private" for e in events):
+            return math.inf
         pure = [e.pure_epsilon for e in events]
         basic = sum(p * e.count for p, e in zip(pure, events, strict=True)) \
             if all(p is not None for p in pure) else math.inf
@@ -268,12 +293,35 @@ class PrivacyLedger:
             return basic  # only pure releases compose to a finite epsilon at delta 0
         if self.accountant == "rdp":
             acc = rdp.RdpAccountant()
-            for e in events:
-                acc.compose(e.to_dp_event())
-            eps = acc.get_epsilon(delta)
+            with _quiet_absl():  # orders that do not converge are skipped, which is valid
+                for e in events:
+                    acc.compose(e.to_dp_event())
+                eps = acc.get_epsilon(delta)
         else:
             eps = self._composed_pld(new).get_epsilon_for_delta(delta)
         return float(min(eps, basic))  # basic composition is always valid too
+
+    @staticmethod
+    def epsilon_of(events: Sequence[PrivacyEvent], delta: float, accountant: str = "pld",
+                   discretization: float = _PLD_DISCRETISATION) -> float:
+        """Epsilon at ``delta`` of ``events`` composed, without a ledger or a budget.
+
+        ``discretization`` (PLD only) trades speed for tightness; the result stays an
+        upper bound for any value (pessimistic discretisation).
+        """
+        if accountant == "pld" and discretization != _PLD_DISCRETISATION:
+            if not events or any(e.kind == "non_private" for e in events):
+                return 0.0 if not events else math.inf
+            total = events[0].to_pld(discretization)
+            for e in events[1:]:
+                total = total.compose(e.to_pld(discretization))
+            pure = [e.pure_epsilon for e in events]
+            basic = sum(p * e.count for p, e in zip(pure, events, strict=True)) \
+                if all(p is not None for p in pure) else math.inf
+            return float(min(total.get_epsilon_for_delta(delta), basic))
+        ledger = PrivacyLedger(accountant=accountant)  # type: ignore[arg-type]
+        ledger._events = list(events)
+        return ledger._epsilon((), delta)
 
     def remaining(self) -> float:
         """Budget epsilon left (inf without a budget)."""

@@ -1,0 +1,228 @@
+"""Differentially private scikit-learn estimators: ``DPGLVQ``, ``DPGMLVQ``, ``DPLGMLVQ``.
+
+They train with the DP-LVQ "SGD" scheme (:mod:`dp_proto.privacy.dpsgd`): DP class-mean
+initialisation with ``init_fraction * epsilon``, then DP-SGD through Opacus with the
+noise calibrated so that the whole run is ``(epsilon, delta)``-DP under add/remove one
+record. The fitted model carries its guarantee: ``privacy_`` (the ledger's summary) and
+``ledger_``.
+
+Data must come with public bounds: ``bounds=(lower, upper)`` (scalars or per-feature
+arrays known without looking at the data, e.g. ``(0, 255)`` for pixels) map it onto
+``[-1, 1]^d``; with ``bounds=None`` the data are taken to be in ``[-1, 1]^d`` already.
+Records outside are clipped and counted (``DomainWarning``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
+
+from dp_proto.lvq.estimators import _DTYPES, GLVQ, GMLVQ, LGMLVQ
+from dp_proto.lvq.model import PrototypeModel
+from dp_proto.privacy.calibration import check_epsilon
+from dp_proto.privacy.domain import PublicBoundsScaler
+from dp_proto.privacy.dp_init import dp_class_mean_prototypes
+from dp_proto.privacy.dpsgd import (
+    calibrate_noise_multiplier,
+    check_dp_sgd_settings,
+    fit_dp_sgd,
+    paper_noise_multiplier,
+    sgd_steps,
+)
+from dp_proto.privacy.ledger import PrivacyLedger
+
+__all__ = ["DPGLVQ", "DPGMLVQ", "DPLGMLVQ", "opacus_sample_rate"]
+
+def opacus_sample_rate(n: int, sampling_rate: float) -> float:
+    """The Poisson rate Opacus actually uses for ``n`` records at ``sampling_rate``:
+    ``1 / ceil(n / round(q n))`` (one over the number of batches per epoch)."""
+    batch = max(int(round(sampling_rate * n)), 1)
+    return 1.0 / int(np.ceil(n / batch))
+
+
+class _DPMixin:
+    """Replaces ``fit`` of a non-private estimator by DP initialisation + DP-SGD."""
+
+    def _validate_params(self) -> None:
+        if self.solver not in ("sgd", "adam"):
+            raise ValueError(f"solver must be 'sgd' or 'adam' for DP-SGD, got {self.solver!r}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr!r}")
+        check_epsilon(self.epsilon)
+        if not 0 < self.init_fraction < 1:
+            raise ValueError(f"init_fraction must lie in (0, 1), got {self.init_fraction!r}")
+        if self.calibration not in ("ledger", "paper"):
+            raise ValueError(f"calibration must be 'ledger' or 'paper', got {self.calibration!r}")
+        if self.grad_sample_mode not in ("hooks", "ghost", "functorch"):
+            raise ValueError(f"grad_sample_mode must be 'hooks', 'ghost' or 'functorch', got "
+                             f"{self.grad_sample_mode!r}")
+        if not self.epochs > 0:
+            raise ValueError(f"epochs must be > 0, got {self.epochs!r}")
+        if not self.max_grad_norm > 0:
+            raise ValueError(f"max_grad_norm must be > 0, got {self.max_grad_norm!r}")
+
+    def _domain(self, X: np.ndarray, *, fitting: bool) -> np.ndarray:
+        if fitting:
+            lower, upper = (-1.0, 1.0) if self.bounds is None else self.bounds
+            self.scaler_ = PublicBoundsScaler(lower, upper, clip=True).fit()
+            Z = self.scaler_.transform(X)
+            self.num_clipped_ = self.scaler_.num_clipped_
+            return Z
+        scaler = PublicBoundsScaler(self.scaler_.lower, self.scaler_.upper, clip=False).fit()
+        return scaler.transform(X)  # predictions: same map, no privacy concern, no clipping
+
+    def fit(self, X, y):
+        """Private training on ``X (n, d)``, ``y (n,)``; see the class docstring."""
+        self._validate_params()
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
+        X, y = self._check_X(X, reset=True, y=y)
+        check_classification_targets(y)
+        self.classes_, y_index = np.unique(y, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes")
+        n, d = X.shape
+        check_dp_sgd_settings(n, self.epsilon, self.delta, self.sampling_rate)
+        counts = self._prototype_counts(self.classes_)
+        if len(set(counts)) != 1:
+            raise ValueError("the DP initialisation needs the same number of prototypes for every class")
+
+        rng = check_random_state(self.random_state)
+        generator = torch.Generator().manual_seed(int(rng.randint(0, 2**31 - 1)))
+        tdtype = _DTYPES[self.dtype]
+        Z = self._domain(X, fitting=True)
+        x_t = torch.as_tensor(Z, dtype=tdtype, device=self.device)
+        y_t = torch.as_tensor(y_index, dtype=torch.long, device=self.device)
+
+        budget = (self.epsilon, self.delta) if self.calibration == "ledger" else None
+        ledger = PrivacyLedger(budget=budget, default_delta=self.delta)
+        init = dp_class_mean_prototypes(
+            x_t, y_t, len(self.classes_), self.init_fraction * self.epsilon, ledger=ledger,
+            prototypes_per_class=counts[0], generator=generator, secure=self.secure_mode,
+        )
+        layer = self._make_layer(d, len(init.prototype_labels), generator, tdtype)
+        with torch.no_grad():
+            layer.prototypes.copy_(init.prototypes.to(tdtype))
+        self.model_ = PrototypeModel(layer, init.prototype_labels)
+
+        q = opacus_sample_rate(n, self.sampling_rate)
+        steps = sgd_steps(self.epochs, q)
+        if self.calibration == "ledger":
+            sigma = calibrate_noise_multiplier(self.epsilon, self.delta, q, steps, prior_events=ledger.events)
+        else:
+            sigma = paper_noise_multiplier((1 - self.init_fraction) * self.epsilon, self.delta, q, steps)
+        result = fit_dp_sgd(
+            self.model_, x_t, y_t, ledger=ledger, noise_multiplier=sigma, sampling_rate=q,
+            max_grad_norm=self.max_grad_norm, steps=steps, lr=self.lr, optimizer=self.solver,
+            grad_sample_mode=self.grad_sample_mode, generator=generator, secure_mode=self.secure_mode,
+            transfer_fn=self.transfer_fn, beta=self.beta, delta=self.delta,
+        )
+        self.noise_multiplier_ = sigma
+        self.sample_rate_ = q
+        self.n_iter_ = result.steps
+        self.stopped_by_budget_ = result.stopped_by_budget
+        self.loss_curve_ = result.epoch_losses
+        self.loss_ = result.epoch_losses[-1] if result.epoch_losses else float("nan")
+        self.ledger_ = ledger
+        self.epsilon_ = ledger.get_epsilon(self.delta)
+        ledger.attach(self.model_)
+        self.privacy_ = self.model_.privacy_
+        self.prototypes_ = self.scaler_.inverse_transform(layer.prototypes.detach().cpu().numpy())
+        self.prototype_labels_ = self.classes_[init.prototype_labels.cpu().numpy()]
+        self._store_metric()
+        return self
+
+    def _distances(self, X) -> torch.Tensor:
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self)
+        X = self._check_X(X, reset=False)
+        x_t = torch.as_tensor(self._domain(X, fitting=False), dtype=_DTYPES[self.dtype], device=self.device)
+        with torch.no_grad():
+            return self.model_(x_t)
+
+
+_DOC = """
+
+    Private parameters
+    ------------------
+    epsilon : float, default 1.0
+        Total budget of the run (initialisation + DP-SGD), at ``delta``.
+    delta : float, default 1e-5
+    sampling_rate : float, default 0.01
+        Poisson sampling rate ``q`` (expected batch ``q n``).
+    max_grad_norm : float, default 0.5
+        Per-sample clipping norm ``C`` (joint over prototypes and Omega).
+    epochs : float, default 50
+        ``T = ceil(epochs / q)`` DP-SGD steps.
+    init_fraction : float, default 0.2
+        Share of epsilon spent on the DP class-mean initialisation.
+    calibration : {"ledger", "paper"}, default "ledger"
+    bounds : (lower, upper) or None
+        Public bounds of the features, mapped onto [-1, 1].
+    grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
+    secure_mode : bool, default False
+        Noise from operating-system entropy (initialisation and Opacus' secure mode).
+    solver : {"sgd", "adam"}, default "sgd"; lr : float, default 0.05
+
+    Fitted attributes (besides those of the non-private model): ``epsilon_`` (what the
+    ledger certifies at ``delta``), ``privacy_`` (ledger summary), ``ledger_``,
+    ``noise_multiplier_``, ``sample_rate_``, ``n_iter_`` (steps), ``num_clipped_``,
+    ``stopped_by_budget_``. ``prototypes_`` are in the original feature units.
+"""
+
+
+def _set(obj, **params) -> None:
+    for key, value in params.items():
+        setattr(obj, key, value)
+
+
+class DPGLVQ(_DPMixin, GLVQ):
+    __doc__ = "Differentially private GLVQ (DP class-mean initialisation + DP-SGD)." + _DOC
+
+    def __init__(self, prototypes_per_class=1, *, epsilon=1.0, delta=1e-5, sampling_rate=0.01,
+                 max_grad_norm=0.5, epochs=50, init_fraction=0.2, calibration="ledger", bounds=None,
+                 grad_sample_mode="hooks", secure_mode=False, solver="sgd", lr=0.05,
+                 transfer_fn="identity", beta=1.0, random_state=None, device="cpu", dtype="float32"):
+        _set(self, prototypes_per_class=prototypes_per_class, epsilon=epsilon, delta=delta,
+             sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, epochs=epochs,
+             init_fraction=init_fraction, calibration=calibration, bounds=bounds,
+             grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, solver=solver, lr=lr,
+             transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)
+
+
+class DPGMLVQ(_DPMixin, GMLVQ):
+    __doc__ = ("Differentially private GMLVQ (DP class-mean initialisation, identity Omega, "
+               "DP-SGD clipping prototypes and Omega jointly)." + _DOC)
+
+    def __init__(self, prototypes_per_class=1, *, epsilon=1.0, delta=1e-5, sampling_rate=0.01,
+                 max_grad_norm=0.5, epochs=50, init_fraction=0.2, calibration="ledger", bounds=None,
+                 grad_sample_mode="hooks", secure_mode=False, rank=None, omega_init="identity",
+                 normalize_omega=True, solver="sgd", lr=0.05, transfer_fn="identity", beta=1.0,
+                 random_state=None, device="cpu", dtype="float32"):
+        _set(self, prototypes_per_class=prototypes_per_class, epsilon=epsilon, delta=delta,
+             sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, epochs=epochs,
+             init_fraction=init_fraction, calibration=calibration, bounds=bounds,
+             grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, rank=rank,
+             omega_init=omega_init, normalize_omega=normalize_omega, solver=solver, lr=lr,
+             transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)
+
+
+class DPLGMLVQ(_DPMixin, LGMLVQ):
+    __doc__ = "Differentially private LGMLVQ (DP class-mean initialisation + DP-SGD)." + _DOC
+
+    def __init__(self, prototypes_per_class=1, *, epsilon=1.0, delta=1e-5, sampling_rate=0.01,
+                 max_grad_norm=0.5, epochs=50, init_fraction=0.2, calibration="ledger", bounds=None,
+                 grad_sample_mode="hooks", secure_mode=False, rank=None, omega_init="identity",
+                 normalize_omega=False, solver="sgd", lr=0.05, transfer_fn="identity", beta=1.0,
+                 random_state=None, device="cpu", dtype="float32"):
+        _set(self, prototypes_per_class=prototypes_per_class, epsilon=epsilon, delta=delta,
+             sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, epochs=epochs,
+             init_fraction=init_fraction, calibration=calibration, bounds=bounds,
+             grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, rank=rank,
+             omega_init=omega_init, normalize_omega=normalize_omega, solver=solver, lr=lr,
+             transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)

@@ -1,0 +1,145 @@
+"""DP-SGD through Opacus: calibration, the ledger, anti-silent failure, estimators, bad input."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_iris, load_wine
+from sklearn.model_selection import train_test_split
+
+from dp_proto.exceptions import DomainWarning
+from dp_proto.lvq import GMLVQ, GMLVQLayer, PrototypeModel, class_mean_prototypes
+from dp_proto.privacy import (
+    DPGLVQ,
+    DPGMLVQ,
+    PrivacyEvent,
+    PrivacyLedger,
+    PublicBoundsScaler,
+    calibrate_noise_multiplier,
+    fit_dp_sgd,
+    paper_noise_multiplier,
+    sgd_steps,
+)
+
+
+def test_paper_formula_and_what_the_ledger_certifies_for_it():
+    steps = sgd_steps(50, 0.01)
+    assert steps == 5000
+    sigma = paper_noise_multiplier(0.8, 1e-5, 0.01, steps)
+    assert sigma == pytest.approx(4.7985 / 0.8, rel=1e-4)
+    from opacus.accountants import RDPAccountant
+
+    rdp = PrivacyLedger(accountant="rdp")
+    rdp.spend(PrivacyEvent("subsampled_gaussian", noise_multiplier=sigma, sampling_rate=0.01, count=steps))
+    opacus = RDPAccountant()
+    opacus.history = [(sigma, 0.01, steps)]
+    # The digest's 0.580 uses integer RDP orders only; finer orders certify less.
+    assert rdp.get_epsilon(1e-5) == pytest.approx(opacus.get_epsilon(1e-5), rel=0.05)
+    pld = PrivacyLedger()
+    pld.spend(PrivacyEvent("subsampled_gaussian", noise_multiplier=sigma, sampling_rate=0.01, count=steps))
+    assert pld.get_epsilon(1e-5) < rdp.get_epsilon(1e-5) < 0.8
+
+
+def test_calibration_meets_the_target_tightly():
+    prior = [PrivacyEvent("laplace", noise_multiplier=10.0), PrivacyEvent("pure", epsilon=0.1)]
+    sigma = calibrate_noise_multiplier(1.0, 1e-5, 0.01, 5000, prior_events=prior)
+    ledger = PrivacyLedger()
+    ledger.spend(*prior, PrivacyEvent("subsampled_gaussian", noise_multiplier=sigma, sampling_rate=0.01, count=5000))
+    assert 0.97 <= ledger.get_epsilon(1e-5) <= 1.0
+    rdp_sigma = calibrate_noise_multiplier(0.8, 1e-5, 0.01, 5000, accountant="rdp")
+    rdp = PrivacyLedger(accountant="rdp")
+    rdp.spend(PrivacyEvent("subsampled_gaussian", noise_multiplier=rdp_sigma, sampling_rate=0.01, count=5000))
+    assert 0.79 <= rdp.get_epsilon(1e-5) <= 0.8
+    assert rdp_sigma < paper_noise_multiplier(0.8, 1e-5, 0.01, 5000)  # the paper's sigma is conservative here
+    with pytest.raises(ValueError, match="initialisation alone spends"):
+        calibrate_noise_multiplier(0.15, 1e-5, 0.01, 100, prior_events=prior)
+
+
+def _iris():
+    X, y = load_iris(return_X_y=True)
+    return train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
+
+
+def test_noise_free_dp_trainer_matches_non_private_accuracy():
+    """Anti-silent-failure: sigma = 0 and a huge clip norm must train like plain SGD."""
+    Xtr, Xte, ytr, yte = _iris()
+    scaler = PublicBoundsScaler(0.0, 8.0).fit()
+    x = torch.tensor(scaler.transform(Xtr), dtype=torch.float32)
+    xt = torch.tensor(scaler.transform(Xte), dtype=torch.float32)
+    y = torch.tensor(ytr)
+    model = PrototypeModel(GMLVQLayer(4, 3), [0, 1, 2])
+    with torch.no_grad():
+        model.layer.prototypes.copy_(class_mean_prototypes(x, y, model.prototype_labels))
+    ledger = PrivacyLedger()
+    fit_dp_sgd(model, x, y, ledger=ledger, noise_multiplier=0.0, sampling_rate=0.1, max_grad_norm=1e6,
+               steps=300, lr=0.02, generator=torch.Generator().manual_seed(0))
+    dp_acc = (model.predict(xt).numpy() == yte).mean()
+    plain = GMLVQ(solver="sgd", lr=0.02, max_iter=30, batch_size=10, random_state=0, dtype="float32")
+    plain_acc = plain.fit(scaler.transform(Xtr), ytr).score(scaler.transform(Xte), yte)
+    assert dp_acc >= plain_acc - 0.05 and dp_acc > 0.85
+    assert ledger.get_epsilon() == math.inf  # a noise-free run is recorded as non-private
+
+
+def test_opacus_accountant_agrees_with_the_ledger():
+    Xtr, _, ytr, _ = _iris()
+    x = torch.tensor(PublicBoundsScaler(0.0, 8.0).fit_transform(Xtr), dtype=torch.float32)
+    model = PrototypeModel(GMLVQLayer(4, 3), [0, 1, 2])
+    ledger = PrivacyLedger(accountant="rdp")
+    result = fit_dp_sgd(model, x, torch.tensor(ytr), ledger=ledger, noise_multiplier=1.2, sampling_rate=0.1,
+                        max_grad_norm=1.0, steps=50, lr=0.1, generator=torch.Generator().manual_seed(0))
+    assert result.steps == 50
+    assert ledger.get_epsilon(1e-5) == pytest.approx(result.opacus_epsilon, rel=0.05)
+
+
+def test_dp_estimators_learn_and_carry_their_guarantee():
+    X, y = load_wine(return_X_y=True)
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
+    lower, upper = np.zeros(13), np.array([15, 6, 4, 31, 170, 4, 6, 1, 4, 14, 2, 5, 1700.0])  # public ranges
+    model = DPGLVQ(epsilon=8.0, bounds=(lower, upper), sampling_rate=0.1, epochs=5, lr=0.5,
+                   random_state=0).fit(Xtr, ytr)
+    assert model.score(Xte, yte) > 0.6
+    assert model.epsilon_ <= 8.0 + 1e-9 and model.privacy_["epsilon"] == pytest.approx(model.epsilon_)
+    assert [e["name"] for e in model.privacy_["events"]] == ["dp_init/class_counts", "dp_init/class_sums", "dp_sgd"]
+    assert model.model_.privacy_ == model.privacy_
+    assert model.prototypes_.shape == (3, 13)
+
+
+def test_paper_calibration_reports_what_it_spends():
+    Xtr, _, ytr, _ = _iris()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # delta >= 1/n for iris
+        model = DPGMLVQ(epsilon=2.0, calibration="paper", bounds=(0.0, 8.0), sampling_rate=0.1, epochs=5,
+                        random_state=0).fit(Xtr, ytr)
+    sgd = model.ledger_.events[-1]
+    assert sgd.noise_multiplier == pytest.approx(
+        paper_noise_multiplier(1.6, 1e-5, model.sample_rate_, model.n_iter_), rel=1e-9)
+    assert model.epsilon_ == pytest.approx(model.ledger_.get_epsilon(1e-5))
+
+
+class TestBadInput:
+    Xtr, _, ytr, _ = _iris()
+
+    def test_bad_epsilon(self):
+        with pytest.raises(ValueError, match="epsilon"):
+            DPGLVQ(epsilon=0.0).fit(self.Xtr, self.ytr)
+
+    def test_delta_not_below_one_over_n(self):
+        with pytest.warns(UserWarning, match=r"delta = 0.01 is not below 1/n = 0.00952"):
+            DPGLVQ(epsilon=3.0, delta=0.01, bounds=(0, 8), sampling_rate=0.1, epochs=1).fit(self.Xtr, self.ytr)
+
+    def test_empty_expected_batches(self):
+        with pytest.raises(ValueError, match=r"expected batch of 0.105 < 1"):
+            DPGLVQ(epsilon=1.0, sampling_rate=0.001).fit(self.Xtr, self.ytr)
+
+    def test_out_of_domain_records_are_clipped_and_counted(self):
+        with pytest.warns(DomainWarning, match="records lay outside"):
+            model = DPGLVQ(epsilon=3.0, delta=1e-3, bounds=(0, 5), sampling_rate=0.1, epochs=1).fit(self.Xtr, self.ytr)
+        assert model.num_clipped_ > 0
+
+    def test_bad_solver_and_mode(self):
+        with pytest.raises(ValueError, match="solver"):
+            DPGLVQ(solver="lbfgs").fit(self.Xtr, self.ytr)
+        with pytest.raises(ValueError, match="grad_sample_mode"):
+            DPGLVQ(grad_sample_mode="jax").fit(self.Xtr, self.ytr)
