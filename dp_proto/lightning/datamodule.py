@@ -41,6 +41,10 @@ class ArrayDataModule(L.LightningDataModule):
         training split, after scaling). Output is then ``(n, pca)``.
     batch_size : int or None
         ``None`` gives one full batch (for L-BFGS).
+    sampling_rate : float, optional
+        For DP-SGD: the training loader is Opacus' Poisson-sampling ``DPDataLoader``
+        (every record in every batch independently with this probability);
+        ``batch_size`` is then ignored for training.
     seed : int
         Seeds the split and the shuffling.
     """
@@ -55,6 +59,7 @@ class ArrayDataModule(L.LightningDataModule):
         scaling: Scaling = "standard",
         pca: int | None = None,
         batch_size: int | None = 64,
+        sampling_rate: float | None = None,
         seed: int = 0,
         dtype: torch.dtype = torch.float32,
     ) -> None:
@@ -73,6 +78,9 @@ class ArrayDataModule(L.LightningDataModule):
             raise ValueError(f"val_size + test_size must be < 1, got {val_size + test_size}")
         if scaling not in ("standard", "minmax", "none"):
             raise ValueError(f"scaling must be 'standard', 'minmax' or 'none', got {scaling!r}")
+        if sampling_rate is not None and not 0 < sampling_rate <= 1:
+            raise ValueError(f"sampling_rate must lie in (0, 1], got {sampling_rate!r}")
+        self.sampling_rate = sampling_rate
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be positive or None, got {batch_size}")
         self.classes_, self._y = np.unique(y, return_inverse=True)
@@ -159,6 +167,12 @@ class ArrayDataModule(L.LightningDataModule):
         return DataLoader(data, batch_size=size, shuffle=shuffle, generator=generator)
 
     def train_dataloader(self) -> DataLoader:
+        if self.sampling_rate is not None:
+            from opacus.data_loader import DPDataLoader
+
+            self.setup()
+            return DPDataLoader(self.splits["train"], sample_rate=self.sampling_rate,
+                                generator=torch.Generator().manual_seed(self.seed))
         return self._loader("train", shuffle=self.batch_size is not None)
 
     def val_dataloader(self) -> DataLoader:

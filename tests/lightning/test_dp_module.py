@@ -1,0 +1,56 @@
+"""DPLVQModule: DP-SGD inside Lightning, the spend in the ledger, a clean stop at the budget."""
+
+import lightning as L
+import pytest
+import torch
+from sklearn.datasets import load_iris
+
+from dp_proto.lightning import ArrayDataModule, DPLVQModule, PrivacySpendCallback
+from dp_proto.lvq import GMLVQLayer, PrototypeModel
+from dp_proto.privacy import PrivacyLedger, PublicBoundsScaler
+
+
+def _setup(ledger, noise=1.0, epochs=3):
+    X, y = load_iris(return_X_y=True)
+    X = PublicBoundsScaler(0.0, 8.0).fit_transform(X)
+    dm = ArrayDataModule(X, y, scaling="none", sampling_rate=0.1, seed=0)
+    dm.setup()
+    x_train, y_train = dm.train_tensors()
+    model = PrototypeModel(GMLVQLayer(4, 3), [0, 1, 2])
+    module = DPLVQModule(model, ledger=ledger, noise_multiplier=noise, max_grad_norm=1.0, sample_rate=0.1,
+                         expected_batch_size=round(0.1 * len(x_train)), lr=0.05,
+                         noise_generator=torch.Generator().manual_seed(0))
+    module.init_prototypes(x_train, y_train)  # non-private init: this test is about the SGD part
+    trainer = L.Trainer(max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        accelerator="cpu", callbacks=[PrivacySpendCallback(ledger)], num_sanity_val_steps=0,
+                        enable_checkpointing=False)
+    return dm, module, trainer
+
+
+def test_dp_training_records_every_step_and_learns():
+    ledger = PrivacyLedger()
+    dm, module, trainer = _setup(ledger, noise=0.5, epochs=4)
+    trainer.fit(module, datamodule=dm)
+    from opacus.optimizers import DPOptimizer
+
+    assert isinstance(trainer.optimizers[0], DPOptimizer)
+    assert trainer.optimizers[0].noise_multiplier == 0.5 and trainer.optimizers[0].max_grad_norm == 1.0
+    (event,) = ledger.events
+    assert event.kind == "subsampled_gaussian" and event.count == 4 * 10 and event.sampling_rate == 0.1
+    assert trainer.callback_metrics["privacy/epsilon"] == pytest.approx(ledger.get_epsilon(), rel=1e-4)
+    assert trainer.test(module, datamodule=dm, verbose=False)[0]["test_acc"] > 0.6
+
+
+def test_budget_stops_training_cleanly():
+    ledger = PrivacyLedger(budget=(1.5, 1e-5))
+    dm, module, trainer = _setup(ledger, noise=1.0, epochs=50)
+    trainer.fit(module, datamodule=dm)
+    assert module.stopped_by_budget
+    assert ledger.get_epsilon(1e-5) <= 1.5
+    assert trainer.current_epoch < 50
+
+
+def test_lbfgs_is_refused():
+    with pytest.raises(ValueError, match="first-order"):
+        DPLVQModule(PrototypeModel(GMLVQLayer(2, 2), [0, 1]), ledger=PrivacyLedger(), noise_multiplier=1.0,
+                    max_grad_norm=1.0, sample_rate=0.1, expected_batch_size=5, optimizer="lbfgs")
