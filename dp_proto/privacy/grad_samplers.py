@@ -80,34 +80,39 @@ def glvq_norm_sample(layer: GLVQLayer, activations: list[Tensor], backprops: Ten
 
 
 # -- GMLVQ -----------------------------------------------------------------------------
-def _gmlvq_terms(layer: GMLVQLayer, x: Tensor, g: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _gmlvq_terms(layer: GMLVQLayer, x: Tensor, g: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Winner indices and coefficients, ``v = x - w`` ``(B, K, d)`` and ``p = Omega v``
+    ``(B, K, r)``, plus the projections ``u = Omega x`` ``(B, r)`` and ``Omega w``
+    ``(W, r)`` (projecting once instead of per winner)."""
     index, coef = winner_terms(g)
     v = x[:, None, :] - layer.prototypes[index]  # (B, K, d)
-    p = v @ layer.omega.T  # (B, K, r)
-    return index, coef, v, p
+    u = x @ layer.omega.T  # (B, r)
+    pw = layer.prototypes @ layer.omega.T  # (W, r)
+    p = u[:, None, :] - pw[index]  # (B, K, r)
+    return index, coef, v, p, u, pw
 
 
 def gmlvq_grad_sample(layer: GMLVQLayer, activations: list[Tensor], backprops: Tensor) -> dict[nn.Parameter, Tensor]:
     x, g = _inputs(layer, activations, backprops)
-    index, coef, v, p = _gmlvq_terms(layer, x, g)
+    index, coef, v, p, _, _ = _gmlvq_terms(layer, x, g)
     out: dict[nn.Parameter, Tensor] = {}
     if layer.prototypes.requires_grad:
         grads = -2.0 * coef[..., None] * (p @ layer.omega)  # (B, K, d)
         out[layer.prototypes] = _scatter_rows(grads, index, layer.num_prototypes)
     if layer.omega.requires_grad:
-        out[layer.omega] = 2.0 * torch.einsum("bk,bkr,bkd->brd", coef, p, v)
+        # sum_k (2 c_k p_k) v_k^T as one batched matmul; the factor sits on the small operand
+        out[layer.omega] = torch.bmm((2.0 * coef[..., None] * p).transpose(1, 2), v)  # (B, r, d)
     return out
 
 
 def gmlvq_norm_sample(layer: GMLVQLayer, activations: list[Tensor], backprops: Tensor) -> dict[nn.Parameter, Tensor]:
     x, g = _inputs(layer, activations, backprops)
-    index, coef, v, p = _gmlvq_terms(layer, x, g)
+    index, coef, v, p, u, pw = _gmlvq_terms(layer, x, g)
     out: dict[nn.Parameter, Tensor] = {}
     if layer.prototypes.requires_grad:
-        # ||Omega^T p||^2 = p^T (Omega Omega^T) p; the K rows are distinct prototypes
-        gram = layer.omega @ layer.omega.T  # (r, r)
-        sq = torch.einsum("bkr,rs,bks->bk", p, gram, p)
-        out[layer.prototypes] = (4.0 * coef.pow(2) * sq).sum(1).clamp_min(0).sqrt()
+        # Omega^T p_k = Omega^T Omega x - Omega^T Omega w_k; the K rows are distinct prototypes
+        s = (u @ layer.omega)[:, None, :] - (pw @ layer.omega)[index]  # (B, K, d)
+        out[layer.prototypes] = (4.0 * coef.pow(2) * s.pow(2).sum(-1)).sum(1).sqrt()
     if layer.omega.requires_grad:
         # ||sum_k c_k p_k v_k^T||_F^2 = sum_{k,l} c_k c_l (p_k.p_l)(v_k.v_l)
         pp = p @ p.transpose(1, 2)  # (B, K, K)
