@@ -36,14 +36,19 @@ def _quiet_lightning() -> None:
 
 
 def _report(result: dict, *, as_json: bool) -> None:
-    summary = {k: result[k] for k in ("test_acc", "val_acc", "train_acc", "fit_seconds", "log_dir")}
+    summary = {k: result[k] for k in ("test_acc", "val_acc", "train_acc", "fit_seconds", "log_dir", "epsilon")}
     cfg = result["config"]
     if as_json:
         print(json.dumps(summary))
         return
     print(f"model      {cfg['model']['type'].upper()} on {cfg['data']['source']}:{cfg['data']['name']}")
-    print(f"test acc   {summary['test_acc']:.4f}   (val {summary['val_acc']:.4f}, train {summary['train_acc']:.4f})")
+    train = "not logged (private)" if summary["epsilon"] is not None else f"{summary['train_acc']:.4f}"
+    print(f"test acc   {summary['test_acc']:.4f}   (val {summary['val_acc']:.4f}, train {train})")
     print(f"fit time   {summary['fit_seconds']:.1f} s")
+    if summary["epsilon"] is not None:
+        delta = cfg["privacy"]["delta"]
+        print(f"privacy    ({summary['epsilon']:.4g}, {delta:g})-DP, certified by the ledger:")
+        print("\n".join("  " + line for line in str(result["ledger"]).splitlines()[1:]))
     print(f"TensorBoard logs in {summary['log_dir']}")
     print(f"  view them with: tensorboard --logdir {cfg['logging']['log_dir']}")
 

@@ -76,11 +76,10 @@ class DPLVQModule(LVQModule):
         return self.private_model(x)
 
     def training_step(self, batch, batch_idx: int):
+        # Nothing computed from the training batch is logged: a training loss or accuracy
+        # would be a release about the private data that no mechanism accounts for.
         x, y = batch
-        distances = self.private_model(x)
-        loss = self.model.loss(distances, y, transfer_fn=self.transfer_fn, beta=self.beta)  # type: ignore[arg-type]
-        self.log("train_loss", loss, on_step=False, on_epoch=True, prog_bar=True)
-        return loss
+        return self.model.loss(self.private_model(x), y, transfer_fn=self.transfer_fn, beta=self.beta)  # type: ignore[arg-type]
 
     def on_train_epoch_start(self) -> None:
         steps = int(self.trainer.num_training_batches)

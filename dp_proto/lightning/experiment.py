@@ -11,6 +11,15 @@ unknown keys are rejected so that typos do not pass silently::
     training: {optimizer: adam, lr: 0.01, max_epochs: 30, max_lbfgs_iter: 20,
                transfer_fn: identity, beta: 1.0, accelerator: auto, progress_bar: true}
     logging:  {log_dir: runs, name: null, image_shape: null, image_every_n_epochs: 5}
+    privacy:  {epsilon: null, delta: 1.0e-5, sampling_rate: 0.01, max_grad_norm: 0.5,
+               init_fraction: 0.2, calibration: ledger, bounds: null}
+
+With ``privacy.epsilon`` set, the run is differentially private: features are mapped
+from the public ``privacy.bounds`` ``[lower, upper]`` onto ``[-1, 1]`` (``data.scaling``
+must be ``none`` and ``data.pca`` null: both would be fitted on private data), the
+prototypes get the DP class-mean initialisation (``init_fraction * epsilon``) and
+training is DP-SGD with Poisson sampling at ``sampling_rate``, the noise calibrated so
+that the whole run is ``(epsilon, delta)``-DP. ``privacy/epsilon`` is logged every epoch.
 
 ``data.source`` is ``bundled`` (scikit-learn sets), ``uci`` or ``mnist`` (files in
 ``data.data_dir`` or ``$DP_PROTO_DATA_DIR``) or ``synthetic`` (a generator of
@@ -33,11 +42,20 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from dp_proto import data as datasets
 from dp_proto.backbones import small_cnn
+from dp_proto.lightning.callbacks import PrivacySpendCallback
 from dp_proto.lightning.datamodule import ArrayDataModule
+from dp_proto.lightning.dp_module import DPLVQModule
 from dp_proto.lightning.module import LVQModule
 from dp_proto.lvq.init import make_prototype_labels
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
+from dp_proto.privacy.dp_init import dp_class_mean_prototypes
+from dp_proto.privacy.dpsgd import (
+    calibrate_noise_multiplier,
+    check_dp_sgd_settings,
+    paper_noise_multiplier,
+)
+from dp_proto.privacy.ledger import PrivacyLedger
 
 __all__ = ["DEFAULT_CONFIG", "load_config", "merge_config", "build_data", "run_experiment"]
 
@@ -56,6 +74,11 @@ DEFAULT_CONFIG: dict[str, Any] = {
         "transfer_fn": "identity", "beta": 1.0, "accelerator": "auto", "progress_bar": True,
     },
     "logging": {"log_dir": "runs", "name": None, "image_shape": None, "image_every_n_epochs": 5},
+    # DP-SGD (the DP-LVQ "SGD" scheme) when epsilon is set; see DPLVQModule.
+    "privacy": {
+        "epsilon": None, "delta": 1e-5, "sampling_rate": 0.01, "max_grad_norm": 0.5,
+        "init_fraction": 0.2, "calibration": "ledger", "bounds": None,
+    },
 }
 
 _LAYERS = {"glvq": GLVQLayer, "gmlvq": GMLVQLayer, "lgmlvq": LGMLVQLayer}
@@ -122,6 +145,17 @@ def build_data(config: Mapping[str, Any]) -> ArrayDataModule:
     x, y = _load_arrays(cfg, seed)
     if config["model"]["backbone"] is None and x.ndim > 2:
         x = x.reshape(len(x), -1)
+    privacy = config["privacy"]
+    if privacy["epsilon"] is not None:
+        if cfg["scaling"] != "none" or cfg["pca"]:
+            raise ValueError("a private run needs data.scaling: none and data.pca: null (both would be "
+                             "fitted on the private data); give public privacy.bounds instead")
+        if privacy["bounds"] is None:
+            raise ValueError("a private run needs privacy.bounds: [lower, upper], the public feature range")
+        from dp_proto.privacy.domain import PublicBoundsScaler
+
+        lower, upper = privacy["bounds"]
+        x = PublicBoundsScaler(lower, upper).fit_transform(x.reshape(len(x), -1)).reshape(x.shape)
     if cfg["subsample"] and cfg["subsample"] < len(y):
         from sklearn.model_selection import train_test_split
 
@@ -131,6 +165,7 @@ def build_data(config: Mapping[str, Any]) -> ArrayDataModule:
     return ArrayDataModule(
         x, y, val_size=cfg["val_size"], test_size=cfg["test_size"], scaling=cfg["scaling"],
         pca=cfg["pca"], batch_size=cfg["batch_size"], seed=seed,
+        sampling_rate=privacy["sampling_rate"] if privacy["epsilon"] is not None else None,
     )
 
 
@@ -175,19 +210,27 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
     model = build_model(config, dm)
     train, log = config["training"], config["logging"]
     image_shape = log["image_shape"]
-    module = LVQModule(
-        model, optimizer=train["optimizer"], lr=train["lr"], max_lbfgs_iter=train["max_lbfgs_iter"],
-        transfer_fn=train["transfer_fn"], beta=train["beta"], image_shape=image_shape,
+    module_kwargs = dict(
+        optimizer=train["optimizer"], lr=train["lr"], transfer_fn=train["transfer_fn"], beta=train["beta"],
+        image_shape=image_shape, image_every_n_epochs=log["image_every_n_epochs"],
         display_transform=dm.inverse_transform if image_shape and dm.pca is None else None,
-        image_every_n_epochs=log["image_every_n_epochs"],
     )
     generator = torch.Generator().manual_seed(seed)
-    if config["model"]["backbone"] is None:
-        x_train, y_train = dm.train_tensors()
-        module.init_prototypes(x_train, y_train, generator=generator)
+    private = config["privacy"]["epsilon"] is not None
+    callbacks: list[L.Callback] = []
+    ledger = None
+    if private:
+        module, ledger = _private_module(config, dm, model, module_kwargs, generator)
+        callbacks.append(PrivacySpendCallback(ledger))
     else:
+        module = LVQModule(model, max_lbfgs_iter=train["max_lbfgs_iter"], **module_kwargs)
+        if config["model"]["backbone"] is None:
+            x_train, y_train = dm.train_tensors()
+            module.init_prototypes(x_train, y_train, generator=generator)
+    if config["model"]["backbone"] is not None:
         # Class means of an untrained backbone's features nearly coincide, which starts
         # the cost on its mu = 0 plateau; standard-normal prototypes train (mnist_cnn_gmlvq).
+        # They are data-independent, so a private run spends nothing on them.
         with torch.no_grad():
             protos = model.layer.prototypes
             protos.copy_(torch.randn(protos.shape, generator=generator, dtype=protos.dtype))
@@ -197,7 +240,7 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
         max_epochs=train["max_epochs"], accelerator=train["accelerator"], devices=1, logger=logger,
         enable_progress_bar=bool(train["progress_bar"]), enable_checkpointing=False,
         enable_model_summary=False, log_every_n_steps=1, deterministic=False,
-        num_sanity_val_steps=0,
+        num_sanity_val_steps=0, callbacks=callbacks,
     )
     start = time.perf_counter()
     trainer.fit(module, datamodule=dm)
@@ -213,4 +256,38 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
         "config": config,
         "module": module,
         "datamodule": dm,
+        "epsilon": ledger.get_epsilon(config["privacy"]["delta"]) if ledger is not None else None,
+        "ledger": ledger,
     }
+
+
+def _private_module(config, dm: ArrayDataModule, model: PrototypeModel, module_kwargs: dict,
+                    generator: torch.Generator) -> tuple[DPLVQModule, PrivacyLedger]:
+    """DP class-mean initialisation and a calibrated :class:`DPLVQModule`."""
+    privacy, train = config["privacy"], config["training"]
+    eps, delta, q = float(privacy["epsilon"]), float(privacy["delta"]), float(privacy["sampling_rate"])
+    x_train, y_train = dm.train_tensors()
+    check_dp_sgd_settings(len(y_train), eps, delta, q)
+    budget = (eps, delta) if privacy["calibration"] == "ledger" else None
+    ledger = PrivacyLedger(budget=budget, default_delta=delta)
+    eps_init = 0.0
+    if config["model"]["backbone"] is None:
+        eps_init = float(privacy["init_fraction"]) * eps
+        init = dp_class_mean_prototypes(x_train.flatten(1), y_train, dm.num_classes, eps_init, ledger=ledger,
+                                        prototypes_per_class=int(config["model"]["prototypes_per_class"]),
+                                        generator=generator)
+        with torch.no_grad():
+            model.layer.prototypes.copy_(init.prototypes.to(model.layer.prototypes.dtype))
+    steps = int(train["max_epochs"]) * int(1 / q)
+    if privacy["calibration"] == "ledger":
+        sigma = calibrate_noise_multiplier(eps, delta, q, steps, prior_events=ledger.events)
+    elif privacy["calibration"] == "paper":
+        sigma = paper_noise_multiplier(eps - eps_init, delta, q, steps)
+    else:
+        raise ValueError(f"privacy.calibration must be 'ledger' or 'paper', got {privacy['calibration']!r}")
+    module = DPLVQModule(
+        model, ledger=ledger, noise_multiplier=sigma, max_grad_norm=float(privacy["max_grad_norm"]),
+        sample_rate=q, expected_batch_size=max(round(q * len(y_train)), 1), noise_generator=generator,
+        **module_kwargs,
+    )
+    return module, ledger

@@ -118,3 +118,18 @@ def test_mnist_cnn_config_runs_on_real_data(tmp_path, real_data_dir):
                           f"data.data_dir={real_data_dir}", f"logging.log_dir={tmp_path}"])
     result = run_experiment(config)
     assert result["test_acc"] > 0.3  # chance is 0.1; 3 short epochs reach 0.45-0.7 depending on threads
+
+
+def test_private_config_runs_and_reports_its_guarantee(tmp_path, capsys):
+    config = load_config(ROOT / "training/configs/digits_dp_gmlvq.yaml",
+                         ["training.max_epochs=2", "training.progress_bar=false", f"logging.log_dir={tmp_path}"])
+    result = run_experiment(config)
+    assert result["epsilon"] <= 5.0 and result["epsilon"] > 4.5
+    names = [e.name for e in result["ledger"].events]
+    assert names == ["dp_init/class_counts", "dp_init/class_sums", "dp_sgd"]
+    assert result["ledger"].events[-1].count == 2 * 20
+    tags = _event_tags(result["log_dir"])
+    assert "privacy/epsilon" in tags["scalars"] and "train_acc" not in tags["scalars"]
+    bad = load_config(ROOT / "training/configs/digits_dp_gmlvq.yaml", ["data.scaling=standard"])
+    with pytest.raises(ValueError, match="scaling: none"):
+        run_experiment(bad)
