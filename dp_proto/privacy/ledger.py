@@ -250,9 +250,11 @@ class PrivacyLedger:
     def spend(self, *events: PrivacyEvent) -> None:
         """Check ``events`` together against the budget, then record them.
         Mechanisms call this before drawing noise."""
-        self.check(*events)
-        if self.accountant == "pld" and events and not any(e.kind == "non_private" for e in events):
-            self._total_pld = self._composed_pld(events)
+        if self.budget is not None:  # without a budget nothing needs composing now
+            self.check(*events)
+        if self._total_pld is not None and self.accountant == "pld" \
+                and not any(e.kind == "non_private" for e in events):
+            self._total_pld = self._composed_pld(events)  # keep the cached composition current
         for event in events:
             self._events = self._append(self._events, event)
         self._cache.clear()

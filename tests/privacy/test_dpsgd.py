@@ -88,7 +88,8 @@ def test_opacus_accountant_agrees_with_the_ledger():
     model = PrototypeModel(GMLVQLayer(4, 3), [0, 1, 2])
     ledger = PrivacyLedger(accountant="rdp")
     result = fit_dp_sgd(model, x, torch.tensor(ytr), ledger=ledger, noise_multiplier=1.2, sampling_rate=0.1,
-                        max_grad_norm=1.0, steps=50, lr=0.1, generator=torch.Generator().manual_seed(0))
+                        max_grad_norm=1.0, steps=50, lr=0.1, generator=torch.Generator().manual_seed(0),
+                        report_opacus_epsilon=True)
     assert result.steps == 50
     assert ledger.get_epsilon(1e-5) == pytest.approx(result.opacus_epsilon, rel=0.05)
 
@@ -143,3 +144,34 @@ class TestBadInput:
             DPGLVQ(solver="lbfgs").fit(self.Xtr, self.ytr)
         with pytest.raises(ValueError, match="grad_sample_mode"):
             DPGLVQ(grad_sample_mode="jax").fit(self.Xtr, self.ytr)
+
+
+def _tiny_dp_glvq(noise):
+    """DP-GLVQ on 16 one-dimensional records; the statistic is prototype 0."""
+    from dp_proto.lvq import GLVQLayer
+
+    def mechanism(data, generator):
+        x, y = data
+        model = PrototypeModel(GLVQLayer(1, 2, prototypes=torch.tensor([[-0.5], [0.5]])), [0, 1])
+        fit_dp_sgd(model, x, y, ledger=PrivacyLedger(), noise_multiplier=noise, sampling_rate=0.5,
+                   max_grad_norm=1.0, steps=4, lr=1.0, generator=generator)
+        return model.layer.prototypes.detach()[0, 0:1]
+    return mechanism
+
+
+def test_audit_of_a_small_dp_glvq_training_stays_below_the_claim():
+    """A class-0 canary at the far end of the domain; D1 = D0 + canary. The audited lower
+    bound stays below the ledger's claim, and the same audit flags a noise-free trainer."""
+    from dp_proto.privacy import audit_epsilon
+
+    x0 = torch.tensor([[-0.5]] * 8 + [[0.5]] * 8)
+    y0 = torch.tensor([0] * 8 + [1] * 8)
+    d0 = (x0, y0)
+    d1 = (torch.cat([x0, torch.tensor([[1.0]])]), torch.cat([y0, torch.tensor([0])]))
+    claim = PrivacyLedger()
+    claim.spend(PrivacyEvent("subsampled_gaussian", noise_multiplier=2.0, sampling_rate=0.5, count=4))
+    claimed = claim.get_epsilon(1e-5)  # about 2.5
+    private = audit_epsilon(_tiny_dp_glvq(2.0), d0, d1, n_trials=600, delta=1e-5, generator_seed=0)
+    leaky = audit_epsilon(_tiny_dp_glvq(0.0), d0, d1, n_trials=600, delta=1e-5, generator_seed=0)
+    assert private.epsilon_lower_bound < claimed
+    assert leaky.epsilon_lower_bound > claimed  # the test can fail: no noise is detected
