@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
+from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.privacy import grad_samplers  # noqa: F401  (registers the closed-form samplers)
 from dp_proto.privacy.calibration import check_delta, check_epsilon
@@ -286,13 +287,9 @@ def fit_dp_sgd(
         epoch_steps = min(len(dp_loader), steps - result.steps)
         try:
             ledger.spend(_sgd_event(noise_multiplier, q, epoch_steps))
-        except Exception as err:  # PrivacyBudgetExceededError: stop cleanly between epochs
-            from dp_proto.exceptions import PrivacyBudgetExceededError
-
-            if isinstance(err, PrivacyBudgetExceededError):
-                result.stopped_by_budget = True
-                break
-            raise
+        except PrivacyBudgetExceededError:  # stop cleanly between epochs
+            result.stopped_by_budget = True
+            break
         total, count = 0.0, 0
         for i, (xb, yb) in enumerate(dp_loader):
             if i >= epoch_steps:

@@ -175,3 +175,15 @@ def test_audit_of_a_small_dp_glvq_training_stays_below_the_claim():
     leaky = audit_epsilon(_tiny_dp_glvq(0.0), d0, d1, n_trials=600, delta=1e-5, generator_seed=0)
     assert private.epsilon_lower_bound < claimed
     assert leaky.epsilon_lower_bound > claimed  # the test can fail: no noise is detected
+
+
+def test_fit_dp_sgd_stops_cleanly_at_the_budget():
+    Xtr, _, ytr, _ = _iris()
+    x = torch.tensor(PublicBoundsScaler(0.0, 8.0).fit_transform(Xtr), dtype=torch.float32)
+    model = PrototypeModel(GMLVQLayer(4, 3), [0, 1, 2])
+    ledger = PrivacyLedger(budget=(3.0, 1e-5))
+    result = fit_dp_sgd(model, x, torch.tensor(ytr), ledger=ledger, noise_multiplier=1.0, sampling_rate=0.1,
+                        max_grad_norm=1.0, steps=10_000, lr=0.05, generator=torch.Generator().manual_seed(0))
+    assert result.stopped_by_budget and 0 < result.steps < 10_000
+    assert ledger.get_epsilon(1e-5) <= 3.0
+    assert sum(e.count for e in ledger.events) == result.steps  # every step run was reserved, no more
