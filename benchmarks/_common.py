@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cpu_model", "die", "emit_json", "machine_description", "resolve_data_dir"]
+__all__ = ["cpu_model", "die", "emit_json", "load_benchmark_sets", "machine_description",
+           "resolve_data_dir"]
 
 #: Environment variable that the loaders of :mod:`dp_proto.data` also honour.
 DATA_DIR_ENV_VAR = "DP_PROTO_DATA_DIR"
@@ -65,6 +66,34 @@ def resolve_data_dir(arg: str | None) -> Path:
     if not path.is_dir():
         die(f"data directory {str(path)!r} does not exist or is not a directory")
     return path
+
+
+def load_benchmark_sets(names, data_dir: Path) -> dict[str, tuple[Any, Any]]:
+    """``{name: (X float64, y)}`` for UCI set names and ``"mnist"`` (train + test, 70000 x 784).
+
+    Everything is loaded before any training, so a missing or unreadable file exits
+    (code 2) with a message naming it.
+    """
+    import numpy as np
+
+    from dp_proto.data import load_mnist, load_uci
+    from dp_proto.exceptions import DataValidationError
+
+    data: dict[str, tuple[Any, Any]] = {}
+    for name in names:
+        try:
+            if name == "mnist":
+                parts = [load_mnist(data_dir, split=s, flatten=True) for s in ("train", "test")]
+                data[name] = (np.concatenate([x for x, _ in parts]).astype(np.float64),
+                              np.concatenate([y for _, y in parts]))
+            else:
+                X, y = load_uci(name, data_dir)
+                data[name] = (np.asarray(X, dtype=np.float64), np.asarray(y))
+        except FileNotFoundError as err:
+            die(f"data set {name!r} not found in {str(data_dir)!r}:\n{err}")
+        except DataValidationError as err:
+            die(f"data set {name!r} in {str(data_dir)!r} is unreadable: {err}")
+    return data
 
 
 def emit_json(payload: dict[str, Any], out: str | os.PathLike | None = None) -> None:

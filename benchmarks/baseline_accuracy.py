@@ -36,7 +36,6 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -47,17 +46,16 @@ from sklearn.preprocessing import StandardScaler
 from tqdm import tqdm
 
 try:  # run as a script: benchmarks/ is on sys.path
-    from _common import die, emit_json, machine_description, resolve_data_dir
+    from _common import emit_json, load_benchmark_sets, machine_description, resolve_data_dir
 except ImportError:  # imported as benchmarks.baseline_accuracy
-    from benchmarks._common import die, emit_json, machine_description, resolve_data_dir
+    from benchmarks._common import (
+        emit_json,
+        load_benchmark_sets,
+        machine_description,
+        resolve_data_dir,
+    )
 
-from dp_proto.exceptions import DataValidationError
 from dp_proto.lvq import GLVQ, GMLVQ, LGMLVQ
-
-try:
-    from dp_proto.data import load_mnist, load_uci
-except ImportError:  # the package's __init__ does not re-export them (yet)
-    from dp_proto.data.files import load_mnist, load_uci
 
 BENCHMARK = "baseline_accuracy"
 DATASETS = ("segmentation", "optdigits", "mnist")
@@ -73,18 +71,6 @@ TARGETS: dict[str, dict[str, float]] = {
 PCA_DIM = 30
 QUICK_MNIST_SAMPLES = 10_000
 QUICK_MNIST_REPEATS = 1
-
-
-def load_dataset(name: str, data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
-    """``(X, y)`` of a benchmark set; MNIST is train + test (70000 x 784, float64)."""
-    if name == "mnist":
-        X_tr, y_tr = load_mnist(data_dir, split="train", flatten=True)
-        X_te, y_te = load_mnist(data_dir, split="test", flatten=True)
-        X = np.concatenate([X_tr, X_te]).astype(np.float64)
-        y = np.concatenate([y_tr, y_te])
-        return X, y
-    X, y = load_uci(name, data_dir)
-    return np.asarray(X, dtype=np.float64), np.asarray(y)
 
 
 #: Transfer functions tried by ``--transfer select`` (name -> estimator keywords).
@@ -191,15 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     datasets = list(dict.fromkeys(args.datasets))
     models = list(dict.fromkeys(args.models))
 
-    # Load everything first, so that a missing file fails before any training.
-    data: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for name in datasets:
-        try:
-            data[name] = load_dataset(name, data_dir)
-        except FileNotFoundError as err:
-            die(f"data set {name!r} not found in {str(data_dir)!r}:\n{err}")
-        except DataValidationError as err:
-            die(f"data set {name!r} in {str(data_dir)!r} is unreadable: {err}")
+    data = load_benchmark_sets(datasets, data_dir)  # all files first: fail early
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)

@@ -55,7 +55,6 @@ import os
 import sys
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -65,18 +64,18 @@ from sklearn.preprocessing import StandardScaler
 from tqdm import tqdm
 
 try:  # run as a script: benchmarks/ is on sys.path
-    from _common import die, emit_json, machine_description, resolve_data_dir
+    from _common import emit_json, load_benchmark_sets, machine_description, resolve_data_dir
 except ImportError:  # imported as benchmarks.dpsgd_accuracy
-    from benchmarks._common import die, emit_json, machine_description, resolve_data_dir
+    from benchmarks._common import (
+        emit_json,
+        load_benchmark_sets,
+        machine_description,
+        resolve_data_dir,
+    )
 
-from dp_proto.exceptions import DataValidationError, DomainWarning
+from dp_proto.exceptions import DomainWarning
 from dp_proto.lvq import GLVQ, GMLVQ
 from dp_proto.privacy.estimators import DPGLVQ, DPGMLVQ
-
-try:
-    from dp_proto.data import load_mnist, load_uci
-except ImportError:  # the package's __init__ does not re-export them
-    from dp_proto.data.files import load_mnist, load_uci
 
 BENCHMARK = "dpsgd_accuracy"
 DATASETS = ("segmentation", "mnist", "optdigits")
@@ -114,17 +113,6 @@ for (_ds, _m), _row in _B1_ROWS.items():
 def eps_key(eps: float) -> str:
     """``1.0 -> "1"``, ``0.25 -> "0.25"`` (the Table B.1 column names)."""
     return f"{eps:g}"
-
-
-def load_dataset(name: str, data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
-    """``(X, y)`` of a benchmark set; MNIST is train + test (70000 x 784, float64)."""
-    if name == "mnist":
-        X_tr, y_tr = load_mnist(data_dir, split="train", flatten=True)
-        X_te, y_te = load_mnist(data_dir, split="test", flatten=True)
-        return (np.concatenate([X_tr, X_te]).astype(np.float64),
-                np.concatenate([y_tr, y_te]))
-    X, y = load_uci(name, data_dir)
-    return np.asarray(X, dtype=np.float64), np.asarray(y)
 
 
 def preprocess(X_train: np.ndarray, X_test: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -252,14 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     data_dir = resolve_data_dir(args.data_dir)
 
-    data: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for name in args.datasets:  # load everything first: a missing file fails early
-        try:
-            data[name] = load_dataset(name, data_dir)
-        except FileNotFoundError as err:
-            die(f"data set {name!r} not found in {str(data_dir)!r}:\n{err}")
-        except DataValidationError as err:
-            die(f"data set {name!r} in {str(data_dir)!r} is unreadable: {err}")
+    data = load_benchmark_sets(args.datasets, data_dir)  # all files first: fail early
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
