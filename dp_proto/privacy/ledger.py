@@ -218,6 +218,9 @@ class PrivacyLedger:
         self._events: list[PrivacyEvent] = []
         self._cache: dict[float, float] = {}
         self._total_pld: pld.PrivacyLossDistribution | None = None  # PLD of self._events
+        # (new events, PLD of self._events + them) of the last composition, valid until
+        # self._events changes
+        self._last_composed: tuple[tuple[PrivacyEvent, ...], Any] | None = None
 
     # -- recording --------------------------------------------------------------------
     @property
@@ -257,6 +260,7 @@ class PrivacyLedger:
             self._total_pld = self._composed_pld(events)  # keep the cached composition current
         for event in events:
             self._events = self._append(self._events, event)
+        self._last_composed = None
         self._cache.clear()
 
     # -- reporting --------------------------------------------------------------------
@@ -270,15 +274,19 @@ class PrivacyLedger:
     def _composed_pld(self, new: Sequence[PrivacyEvent]) -> pld.PrivacyLossDistribution | None:
         """PLD of the recorded events followed by ``new`` (composition is commutative,
         so merging a repeat into the last event gives the same distribution)."""
+        if any(e.kind == "non_private" for e in (*self._events, *new)):
+            return None
+        key = tuple(new)
+        if self._last_composed is not None and self._last_composed[0] == key:
+            return self._last_composed[1]  # spend() right after check(): composed already
         if self._total_pld is None and self._events:
             self._total_pld = self._events[0].to_pld()
             for e in self._events[1:]:
                 self._total_pld = self._total_pld.compose(e.to_pld())
-        if any(e.kind == "non_private" for e in (*self._events, *new)):
-            return None
         total = self._total_pld
         for e in new:
             total = e.to_pld() if total is None else total.compose(e.to_pld())
+        self._last_composed = (key, total)
         return total
 
     def _epsilon(self, new: Sequence[PrivacyEvent], delta: float) -> float:
@@ -387,6 +395,7 @@ class PrivacyLedger:
         for event in [*(PrivacyEvent(**e) for e in state["events"]), *current]:
             self._events = self._append(self._events, event)
         self._total_pld = None
+        self._last_composed = None
         self._cache.clear()
 
     @classmethod
