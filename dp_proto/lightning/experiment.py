@@ -50,11 +50,7 @@ from dp_proto.lvq.init import make_prototype_labels
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.privacy.dp_init import dp_class_mean_prototypes
-from dp_proto.privacy.dpsgd import (
-    calibrate_noise_multiplier,
-    check_dp_sgd_settings,
-    paper_noise_multiplier,
-)
+from dp_proto.privacy.dpsgd import check_dp_sgd_settings, noise_multiplier_for
 from dp_proto.privacy.ledger import PrivacyLedger
 
 __all__ = ["DEFAULT_CONFIG", "load_config", "merge_config", "build_data", "run_experiment"]
@@ -279,12 +275,7 @@ def _private_module(config, dm: ArrayDataModule, model: PrototypeModel, module_k
         with torch.no_grad():
             model.layer.prototypes.copy_(init.prototypes.to(model.layer.prototypes.dtype))
     steps = int(train["max_epochs"]) * int(1 / q)
-    if privacy["calibration"] == "ledger":
-        sigma = calibrate_noise_multiplier(eps, delta, q, steps, prior_events=ledger.events)
-    elif privacy["calibration"] == "paper":
-        sigma = paper_noise_multiplier(eps - eps_init, delta, q, steps)
-    else:
-        raise ValueError(f"privacy.calibration must be 'ledger' or 'paper', got {privacy['calibration']!r}")
+    sigma = noise_multiplier_for(privacy["calibration"], eps, delta, q, steps, prior_events=ledger.events)
     module = DPLVQModule(
         model, ledger=ledger, noise_multiplier=sigma, max_grad_norm=float(privacy["max_grad_norm"]),
         sample_rate=q, expected_batch_size=max(round(q * len(y_train)), 1), noise_generator=generator,

@@ -44,6 +44,7 @@ __all__ = [
     "paper_noise_multiplier",
     "calibrate_noise_multiplier",
     "check_dp_sgd_settings",
+    "noise_multiplier_for",
     "DPSGDResult",
     "fit_dp_sgd",
 ]
@@ -171,6 +172,30 @@ def calibrate_noise_multiplier(
     return hi
 
 
+def noise_multiplier_for(
+    calibration: str,
+    epsilon: float,
+    delta: float,
+    sampling_rate: float,
+    steps: int,
+    *,
+    prior_events: Sequence[PrivacyEvent] = (),
+) -> float:
+    """The noise multiplier of a DP-SGD run that follows ``prior_events`` (e.g. the DP
+    initialisation) within a total ``(epsilon, delta)``.
+
+    ``calibration="ledger"``: :func:`calibrate_noise_multiplier` on the whole run;
+    ``"paper"``: :func:`paper_noise_multiplier` with ``epsilon2 = epsilon`` minus the
+    prior events' epsilon (basic composition, as in the seeds).
+    """
+    if calibration == "ledger":
+        return calibrate_noise_multiplier(epsilon, delta, sampling_rate, steps, prior_events=prior_events)
+    if calibration == "paper":
+        prior = PrivacyLedger.epsilon_of(prior_events, 0.0) if prior_events else 0.0
+        return paper_noise_multiplier(epsilon - prior, delta, sampling_rate, steps)
+    raise ValueError(f"calibration must be 'ledger' or 'paper', got {calibration!r}")
+
+
 def check_dp_sgd_settings(n: int, epsilon: float, delta: float, sampling_rate: float) -> None:
     """Clear errors (and warnings) for settings that cannot give a sensible private model.
 
@@ -197,7 +222,12 @@ def check_dp_sgd_settings(n: int, epsilon: float, delta: float, sampling_rate: f
 
 @dataclass
 class DPSGDResult:
-    """What :func:`fit_dp_sgd` did: steps run, the noise multiplier, mean loss per epoch."""
+    """What :func:`fit_dp_sgd` did: steps run and the noise multiplier.
+
+    ``epoch_losses`` (mean GLVQ cost of the private batches per epoch) is for the data
+    curator's diagnostics only: it is computed on the private data without noise, so it
+    must not be released with the model (the DP estimators do not keep it).
+    """
 
     steps: int
     noise_multiplier: float

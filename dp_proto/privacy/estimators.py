@@ -25,10 +25,9 @@ from dp_proto.privacy.calibration import check_epsilon
 from dp_proto.privacy.domain import PublicBoundsScaler
 from dp_proto.privacy.dp_init import dp_class_mean_prototypes
 from dp_proto.privacy.dpsgd import (
-    calibrate_noise_multiplier,
     check_dp_sgd_settings,
     fit_dp_sgd,
-    paper_noise_multiplier,
+    noise_multiplier_for,
     sgd_steps,
 )
 from dp_proto.privacy.ledger import PrivacyLedger
@@ -111,10 +110,8 @@ class _DPMixin:
 
         q = opacus_sample_rate(n, self.sampling_rate)
         steps = sgd_steps(self.epochs, q)
-        if self.calibration == "ledger":
-            sigma = calibrate_noise_multiplier(self.epsilon, self.delta, q, steps, prior_events=ledger.events)
-        else:
-            sigma = paper_noise_multiplier((1 - self.init_fraction) * self.epsilon, self.delta, q, steps)
+        sigma = noise_multiplier_for(self.calibration, self.epsilon, self.delta, q, steps,
+                                     prior_events=ledger.events)
         result = fit_dp_sgd(
             self.model_, x_t, y_t, ledger=ledger, noise_multiplier=sigma, sampling_rate=q,
             max_grad_norm=self.max_grad_norm, steps=steps, lr=self.lr, optimizer=self.solver,
@@ -125,8 +122,8 @@ class _DPMixin:
         self.sample_rate_ = q
         self.n_iter_ = result.steps
         self.stopped_by_budget_ = result.stopped_by_budget
-        self.loss_curve_ = result.epoch_losses
-        self.loss_ = result.epoch_losses[-1] if result.epoch_losses else float("nan")
+        # No training loss is stored: the estimator is the released object, and a loss
+        # computed on the private batches would be a release outside the ledger.
         self.ledger_ = ledger
         self.epsilon_ = ledger.get_epsilon(self.delta)
         ledger.attach(self.model_)
@@ -172,7 +169,11 @@ _DOC = """
     Fitted attributes (besides those of the non-private model): ``epsilon_`` (what the
     ledger certifies at ``delta``), ``privacy_`` (ledger summary), ``ledger_``,
     ``noise_multiplier_``, ``sample_rate_``, ``n_iter_`` (steps), ``num_clipped_``,
-    ``stopped_by_budget_``. ``prototypes_`` are in the original feature units.
+    ``stopped_by_budget_``. ``prototypes_`` are in the original feature units. Unlike
+    the non-private models there is no ``loss_``/``loss_curve_``: a training loss would
+    be a release about the private data outside the ledger. ``num_clipped_`` (how many
+    records lay outside ``bounds``) is for the data curator and is not covered by the
+    guarantee either: delete it before publishing a pickled estimator.
 """
 
 
