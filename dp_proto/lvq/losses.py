@@ -23,6 +23,7 @@ __all__ = [
     "glvq_margins",
     "glvq_mu",
     "glvq_loss",
+    "glvq_cost_and_gradient",
     "transfer",
     "wtac",
     "TRANSFER_FUNCTIONS",
@@ -144,6 +145,37 @@ def glvq_loss(
     if reduction == "none":
         return cost
     raise ValueError(f"unknown reduction {reduction!r}; expected 'mean', 'sum' or 'none'")
+
+
+def glvq_cost_and_gradient(
+    distances: Tensor,
+    targets: Tensor,
+    prototype_labels: Tensor,
+    *,
+    transfer_fn: Transfer = "identity",
+    beta: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """Per-sample costs ``Phi(mu_i)`` ``(B,)`` and their gradients with respect to the
+    distances, ``G_ij = dPhi(mu_i)/dD_ij`` ``(B, W)``, in closed form (no autograd).
+
+    Only the two winners of a row are non-zero: with ``s = d+ + d-``,
+    ``dmu/dd+ = 2 d- / s^2`` and ``dmu/dd- = -2 d+ / s^2`` (both times ``Phi'(mu)``).
+    """
+    m = glvq_margins(distances, targets, prototype_labels)
+    s = m.d_plus + m.d_minus
+    clamped = s <= _EPS  # mu = (d+ - d-) / _EPS there: derivatives +-1/_EPS
+    s2 = s.clamp_min(_EPS).pow(2)
+    g_plus = torch.where(clamped, 1.0 / _EPS, 2.0 * m.d_minus / s2)
+    g_minus = torch.where(clamped, -1.0 / _EPS, -2.0 * m.d_plus / s2)
+    cost = transfer(m.mu, transfer_fn, beta)
+    if transfer_fn == "sigmoid":  # Phi' = beta Phi (1 - Phi)
+        slope = beta * cost * (1.0 - cost)
+        g_plus, g_minus = slope * g_plus, slope * g_minus
+    grad = torch.zeros_like(distances)
+    rows = torch.arange(distances.shape[0], device=distances.device)
+    grad[rows, m.index_plus] = g_plus
+    grad[rows, m.index_minus] = g_minus
+    return cost, grad
 
 
 def wtac(distances: Tensor, prototype_labels: Tensor) -> Tensor:

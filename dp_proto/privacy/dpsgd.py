@@ -24,6 +24,7 @@ cleanly between epochs.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.privacy import grad_samplers  # noqa: F401  (registers the closed-form samplers)
 from dp_proto.privacy.calibration import check_delta, check_epsilon
+from dp_proto.privacy.fused_dpsgd import check_fusable, fit_dp_sgd_fused
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "noise_multiplier_for",
     "DPSGDResult",
     "fit_dp_sgd",
+    "precheck_plan",
 ]
 
 
@@ -113,11 +116,26 @@ def calibrate_noise_multiplier(
     The search first brackets with a fast valid bound (basic composition of the prior
     events with the RDP epsilon of the steps), then refines with the ledger's accountant
     to 1 %. Below sigma = 0.5 (very large epsilons) PLDs get expensive and the bracketed
-    value is returned: still valid, only slightly conservative.
+    value is returned: still valid, only slightly conservative. Results are cached (the
+    search is deterministic), so cross-validation folds with equal settings calibrate once.
 
     Raises ``ValueError`` naming the smallest feasible epsilon if the prior events
     alone (plus one very noisy step) already exceed the target.
     """
+    return _calibrate_cached(float(target_epsilon), float(delta), float(sampling_rate), int(steps),
+                             tuple(prior_events), accountant, float(rtol))
+
+
+@functools.lru_cache(maxsize=256)
+def _calibrate_cached(
+    target_epsilon: float,
+    delta: float,
+    sampling_rate: float,
+    steps: int,
+    prior_events: tuple[PrivacyEvent, ...],
+    accountant: str,
+    rtol: float,
+) -> float:
     target_epsilon = check_epsilon(target_epsilon, "target epsilon")
     delta = check_delta(delta, allow_zero=False)
 
@@ -253,8 +271,11 @@ def fit_dp_sgd(
     max_grad_norm: float,
     steps: int,
     lr: float = 0.05,
+    metric_lr_scale: float = 1.0,
+    average_last: float = 0.0,
     momentum: float = 0.0,
     optimizer: str = "sgd",
+    engine: str = "auto",
     grad_sample_mode: str = "hooks",
     generator: torch.Generator | None = None,
     secure_mode: bool = False,
@@ -263,7 +284,7 @@ def fit_dp_sgd(
     delta: float = 1e-5,
     report_opacus_epsilon: bool = False,
 ) -> DPSGDResult:
-    """Train ``model`` on ``(x, y)`` with DP-SGD through Opacus for ``steps`` steps.
+    """Train ``model`` on ``(x, y)`` with DP-SGD for ``steps`` steps.
 
     Before every epoch (``~1/q`` steps) the ledger reserves the epoch's Poisson-subsampled
     Gaussian steps; if the budget refuses, training stops there (``stopped_by_budget``).
@@ -272,10 +293,24 @@ def fit_dp_sgd(
     Parameters
     ----------
     x : Tensor, shape (n, ...); y : Tensor, shape (n,)
+    engine : {"auto", "fused", "opacus"}
+        ``fused`` (:mod:`dp_proto.privacy.fused_dpsgd`): the same DP-SGD step run
+        directly on tensors, for models whose trainable parameters all lie in the
+        prototype layer; ``opacus``: Opacus' ``PrivacyEngine`` (needed for a trainable
+        backbone); ``auto``: ``fused`` where possible, else ``opacus``.
     grad_sample_mode : {"hooks", "ghost", "functorch"}
-        ``hooks`` uses the registered closed-form samplers; ``ghost`` Opacus' ghost
+        Opacus engine only. ``hooks`` uses the registered closed-form samplers; ``ghost`` Opacus' ghost
         clipping with our norm samplers; ``functorch`` Opacus' generic per-sample
         gradients (for comparison).
+    metric_lr_scale : float
+        Learning rate of the metric (Omega) relative to ``lr``. Every coordinate of
+        Omega receives the same noise as a prototype coordinate, and ``r d`` of them
+        random-walk the metric away from its (identity) initialisation; a smaller rate
+        keeps that walk short while the averaged signal still moves the metric.
+    average_last : float in [0, 1)
+        Release the average of the iterates of the last ``average_last * steps`` steps
+        instead of the last iterate (0: the last iterate). Averaging T' noisy iterates
+        shrinks the noise of the released model; it is post-processing, free of charge.
     report_opacus_epsilon : bool
         Also compute the epsilon of Opacus' own RDP accountant for the SGD steps
         (``opacus_epsilon``; about 0.2 s, for cross-checking the ledger).
@@ -286,21 +321,46 @@ def fit_dp_sgd(
         raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm!r}")
     if not noise_multiplier >= 0:
         raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier!r}")
+    if engine not in ("auto", "fused", "opacus"):
+        raise ValueError(f"engine must be 'auto', 'fused' or 'opacus', got {engine!r}")
+    if engine == "auto":
+        try:
+            check_fusable(model)
+            engine = "fused"
+        except ValueError:
+            engine = "opacus"
+    if not metric_lr_scale > 0:
+        raise ValueError(f"metric_lr_scale must be > 0, got {metric_lr_scale!r}")
+    if not 0 <= average_last < 1:
+        raise ValueError(f"average_last must lie in [0, 1), got {average_last!r}")
     n = x.shape[0]
+    opt = _make_optimizer(model, optimizer, lr, metric_lr_scale, momentum)
+    average = IterateAverage(model, start=steps - math.floor(average_last * steps)) if average_last else None
+
+    def post_step() -> None:
+        model.layer.normalize_()
+        if average is not None:
+            average.update(result.steps + 1)
+
+    result = DPSGDResult(steps=0, noise_multiplier=noise_multiplier)
+    if ledger.budget is not None:
+        precheck_plan(ledger, _sgd_event(noise_multiplier, _engine_rate(engine, sampling_rate, n), steps))
+    if engine == "fused":
+        fit_dp_sgd_fused(model, x, y, ledger=ledger, noise_multiplier=noise_multiplier,
+                         sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, steps=steps,
+                         optimizer=opt, sgd_event=_sgd_event, result=result, post_step=post_step,
+                         generator=generator, secure_mode=secure_mode, transfer_fn=transfer_fn, beta=beta)
+        if average is not None:
+            average.release()
+        if report_opacus_epsilon:
+            result.opacus_epsilon = _opacus_rdp_epsilon(noise_multiplier, sampling_rate, result.steps, delta)
+        return result
     loader = DataLoader(TensorDataset(x, y), batch_size=max(int(round(sampling_rate * n)), 1),
                         shuffle=True, generator=generator)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt: torch.optim.Optimizer
-    if optimizer == "sgd":
-        opt = torch.optim.SGD(params, lr=lr, momentum=momentum)
-    elif optimizer == "adam":
-        opt = torch.optim.Adam(params, lr=lr)
-    else:
-        raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
-    engine = PrivacyEngine(accountant="rdp", secure_mode=secure_mode)
+    privacy_engine = PrivacyEngine(accountant="rdp", secure_mode=secure_mode)
     criterion = _glvq_criterion(model, transfer_fn, beta)
     kwargs = {"criterion": criterion} if grad_sample_mode == "ghost" else {}
-    made = engine.make_private(
+    made = privacy_engine.make_private(
         module=model, optimizer=opt, data_loader=loader, noise_multiplier=noise_multiplier,
         max_grad_norm=max_grad_norm, poisson_sampling=True, grad_sample_mode=grad_sample_mode,
         noise_generator=None if secure_mode else generator, **kwargs,
@@ -311,7 +371,6 @@ def fit_dp_sgd(
         private_model, dp_opt, dp_loader = made
     # Opacus' DPDataLoader samples with rate 1/len(loader); use exactly that rate in the ledger.
     q = float(dp_loader.sample_rate) if hasattr(dp_loader, "sample_rate") else sampling_rate
-    result = DPSGDResult(steps=0, noise_multiplier=noise_multiplier)
     private_model.train()
     while result.steps < steps:
         epoch_steps = min(len(dp_loader), steps - result.steps)
@@ -328,15 +387,89 @@ def fit_dp_sgd(
             loss = criterion(private_model(xb), yb)
             loss.backward()
             dp_opt.step()
-            model.layer.normalize_()  # post-processing
+            post_step()  # renormalisation, iterate averaging: post-processing
             total += float(loss.detach()) * len(xb)
             count += len(xb)
             result.steps += 1
         result.epoch_losses.append(total / max(count, 1))
     if report_opacus_epsilon:
-        result.opacus_epsilon = float(engine.accountant.get_epsilon(delta)) if result.steps else 0.0
+        result.opacus_epsilon = float(privacy_engine.accountant.get_epsilon(delta)) if result.steps else 0.0
     _unwrap(private_model)
+    if average is not None:
+        average.release()
     return result
+
+
+def _make_optimizer(model: PrototypeModel, name: str, lr: float, metric_lr_scale: float,
+                    momentum: float) -> torch.optim.Optimizer:
+    """SGD or Adam with the layer's metric parameters at ``lr * metric_lr_scale``."""
+    metric = [p for pname, p in model.layer.named_parameters() if pname != "prototypes" and p.requires_grad]
+    metric_ids = {id(p) for p in metric}
+    rest = [p for p in model.parameters() if p.requires_grad and id(p) not in metric_ids]
+    groups = [{"params": rest}] + ([{"params": metric, "lr": lr * metric_lr_scale}] if metric else [])
+    if name == "sgd":
+        return torch.optim.SGD(groups, lr=lr, momentum=momentum)
+    if name == "adam":
+        return torch.optim.Adam(groups, lr=lr)
+    raise ValueError(f"optimizer must be 'sgd' or 'adam', got {name!r}")
+
+
+class IterateAverage:
+    """Running mean of a model's trainable parameters over the steps ``>= start``
+    (1-based); :meth:`release` writes it into the model (and renormalises the metric)."""
+
+    def __init__(self, model: PrototypeModel, start: int) -> None:
+        self.model, self.start, self.count = model, max(int(start), 1), 0
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.mean = [torch.zeros_like(p) for p in self.params]
+
+    @torch.no_grad()
+    def update(self, step: int) -> None:
+        if step < self.start:
+            return
+        self.count += 1
+        for m, p in zip(self.mean, self.params, strict=True):
+            m.add_(p.detach() - m, alpha=1.0 / self.count)
+
+    @torch.no_grad()
+    def release(self) -> None:
+        if self.count == 0:  # stopped by the budget before averaging began: keep the iterate
+            return
+        for m, p in zip(self.mean, self.params, strict=True):
+            p.copy_(m)
+        self.model.layer.normalize_()
+
+
+def _engine_rate(engine: str, sampling_rate: float, n: int) -> float:
+    """The Poisson rate an engine samples with: exactly ``q`` (fused), or Opacus'
+    ``1 / len(loader)`` for a loader with batch size ``round(q n)``."""
+    if engine == "fused":
+        return sampling_rate
+    batch = max(int(round(sampling_rate * n)), 1)
+    return 1.0 / math.ceil(n / batch)
+
+
+def precheck_plan(ledger: PrivacyLedger, event: PrivacyEvent) -> bool:
+    """Check all of a run's planned steps against the budget at once. If they fit, the
+    per-epoch spends that follow are prefixes of the plan and need no new composition;
+    if not, nothing is recorded and every epoch is checked (training then stops cleanly
+    at the budget)."""
+    try:
+        ledger.check(event)
+    except PrivacyBudgetExceededError:
+        return False
+    return True
+
+
+def _opacus_rdp_epsilon(noise_multiplier: float, sampling_rate: float, steps: int, delta: float) -> float:
+    """Opacus' RDP accountant's epsilon for ``steps`` subsampled Gaussian steps."""
+    from opacus.accountants import RDPAccountant
+
+    if steps == 0:
+        return 0.0
+    accountant = RDPAccountant()
+    accountant.history.append((noise_multiplier, sampling_rate, steps))
+    return float(accountant.get_epsilon(delta))
 
 
 def _unwrap(private_model) -> None:

@@ -1,9 +1,9 @@
 """Differentially private scikit-learn estimators: ``DPGLVQ``, ``DPGMLVQ``, ``DPLGMLVQ``.
 
 They train with the DP-LVQ "SGD" scheme (:mod:`dp_proto.privacy.dpsgd`): DP class-mean
-initialisation with ``init_fraction * epsilon``, then DP-SGD through Opacus with the
-noise calibrated so that the whole run is ``(epsilon, delta)``-DP under add/remove one
-record. The fitted model carries its guarantee: ``privacy_`` (the ledger's summary) and
+initialisation with ``init_fraction * epsilon``, then DP-SGD (Opacus' algorithm, run by
+default by the fused engine of :mod:`dp_proto.privacy.fused_dpsgd`) with the noise
+calibrated so that the whole run is ``(epsilon, delta)``-DP under add/remove one record. The fitted model carries its guarantee: ``privacy_`` (the ledger's summary) and
 ``ledger_``.
 
 Data must come with public bounds: ``bounds=(lower, upper)`` (scalars or per-feature
@@ -56,9 +56,15 @@ class _DPMixin:
             raise ValueError(f"init_fraction must lie in (0, 1), got {self.init_fraction!r}")
         if self.calibration not in ("ledger", "paper"):
             raise ValueError(f"calibration must be 'ledger' or 'paper', got {self.calibration!r}")
+        if self.engine not in ("fused", "opacus"):
+            raise ValueError(f"engine must be 'fused' or 'opacus', got {self.engine!r}")
         if self.grad_sample_mode not in ("hooks", "ghost", "functorch"):
             raise ValueError(f"grad_sample_mode must be 'hooks', 'ghost' or 'functorch', got "
                              f"{self.grad_sample_mode!r}")
+        if not 0 <= self.average_last < 1:
+            raise ValueError(f"average_last must lie in [0, 1), got {self.average_last!r}")
+        if not getattr(self, "metric_lr_scale", 1.0) > 0:
+            raise ValueError(f"metric_lr_scale must be > 0, got {self.metric_lr_scale!r}")
         if not self.epochs > 0:
             raise ValueError(f"epochs must be > 0, got {self.epochs!r}")
         if not self.max_grad_norm > 0:
@@ -115,7 +121,8 @@ class _DPMixin:
         result = fit_dp_sgd(
             self.model_, x_t, y_t, ledger=ledger, noise_multiplier=sigma, sampling_rate=q,
             max_grad_norm=self.max_grad_norm, steps=steps, lr=self.lr, optimizer=self.solver,
-            grad_sample_mode=self.grad_sample_mode, generator=generator, secure_mode=self.secure_mode,
+            metric_lr_scale=getattr(self, "metric_lr_scale", 1.0), average_last=self.average_last,
+            engine=self.engine, grad_sample_mode=self.grad_sample_mode, generator=generator, secure_mode=self.secure_mode,
             transfer_fn=self.transfer_fn, beta=self.beta, delta=self.delta,
         )
         self.noise_multiplier_ = sigma
@@ -161,10 +168,21 @@ _DOC = """
     calibration : {"ledger", "paper"}, default "ledger"
     bounds : (lower, upper) or None
         Public bounds of the features, mapped onto [-1, 1].
+    engine : {"fused", "opacus"}, default "fused"
+        ``fused`` runs Opacus' DP-SGD step (Poisson sampling, joint per-sample clipping,
+        Gaussian noise, division by the expected batch) directly on tensors with the
+        closed-form gradient norms (:mod:`dp_proto.privacy.fused_dpsgd`), 3-20x faster;
+        ``opacus`` goes through Opacus' ``PrivacyEngine``. Same guarantee either way.
     grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
+        Opacus engine only.
     secure_mode : bool, default False
         Noise from operating-system entropy (initialisation and Opacus' secure mode).
     solver : {"sgd", "adam"}, default "sgd"; lr : float, default 0.05
+    metric_lr_scale : float (GMLVQ, LGMLVQ)
+        Learning rate of Omega relative to ``lr``.
+    average_last : float in [0, 1)
+        Release the mean of the iterates of the last ``average_last`` share of the steps
+        (post-processing; 0 releases the last iterate).
 
     Fitted attributes (besides those of the non-private model): ``epsilon_`` (what the
     ledger certifies at ``delta``), ``privacy_`` (ledger summary), ``ledger_``,
@@ -187,13 +205,14 @@ class DPGLVQ(_DPMixin, GLVQ):
 
     def __init__(self, prototypes_per_class=1, *, epsilon=1.0, delta=1e-5, sampling_rate=0.01,
                  max_grad_norm=0.5, epochs=50, init_fraction=0.2, calibration="ledger", bounds=None,
-                 grad_sample_mode="hooks", secure_mode=False, solver="sgd", lr=0.05,
-                 transfer_fn="identity", beta=1.0, random_state=None, device="cpu", dtype="float32"):
+                 engine="fused", grad_sample_mode="hooks", secure_mode=False, solver="sgd", lr=0.05,
+                 average_last=0.0, transfer_fn="identity", beta=1.0, random_state=None, device="cpu",
+                 dtype="float32"):
         _set(self, prototypes_per_class=prototypes_per_class, epsilon=epsilon, delta=delta,
              sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, epochs=epochs,
              init_fraction=init_fraction, calibration=calibration, bounds=bounds,
-             grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, solver=solver, lr=lr,
-             transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)
+             engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, solver=solver, lr=lr,
+             average_last=average_last, transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)
 
 
 class DPGMLVQ(_DPMixin, GMLVQ):
@@ -202,15 +221,16 @@ class DPGMLVQ(_DPMixin, GMLVQ):
 
     def __init__(self, prototypes_per_class=1, *, epsilon=1.0, delta=1e-5, sampling_rate=0.01,
                  max_grad_norm=0.5, epochs=50, init_fraction=0.2, calibration="ledger", bounds=None,
-                 grad_sample_mode="hooks", secure_mode=False, rank=None, omega_init="identity",
-                 normalize_omega=True, solver="sgd", lr=0.05, transfer_fn="identity", beta=1.0,
+                 engine="fused", grad_sample_mode="hooks", secure_mode=False, rank=None, omega_init="identity",
+                 normalize_omega=True, solver="sgd", lr=0.05, metric_lr_scale=1.0, average_last=0.0,
+                 transfer_fn="identity", beta=1.0,
                  random_state=None, device="cpu", dtype="float32"):
         _set(self, prototypes_per_class=prototypes_per_class, epsilon=epsilon, delta=delta,
              sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, epochs=epochs,
              init_fraction=init_fraction, calibration=calibration, bounds=bounds,
-             grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, rank=rank,
+             engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, rank=rank,
              omega_init=omega_init, normalize_omega=normalize_omega, solver=solver, lr=lr,
-             transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)
+             metric_lr_scale=metric_lr_scale, average_last=average_last, transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)
 
 
 class DPLGMLVQ(_DPMixin, LGMLVQ):
@@ -218,12 +238,13 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
 
     def __init__(self, prototypes_per_class=1, *, epsilon=1.0, delta=1e-5, sampling_rate=0.01,
                  max_grad_norm=0.5, epochs=50, init_fraction=0.2, calibration="ledger", bounds=None,
-                 grad_sample_mode="hooks", secure_mode=False, rank=None, omega_init="identity",
-                 normalize_omega=False, solver="sgd", lr=0.05, transfer_fn="identity", beta=1.0,
+                 engine="fused", grad_sample_mode="hooks", secure_mode=False, rank=None, omega_init="identity",
+                 normalize_omega=False, solver="sgd", lr=0.05, metric_lr_scale=1.0, average_last=0.0,
+                 transfer_fn="identity", beta=1.0,
                  random_state=None, device="cpu", dtype="float32"):
         _set(self, prototypes_per_class=prototypes_per_class, epsilon=epsilon, delta=delta,
              sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, epochs=epochs,
              init_fraction=init_fraction, calibration=calibration, bounds=bounds,
-             grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, rank=rank,
+             engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, rank=rank,
              omega_init=omega_init, normalize_omega=normalize_omega, solver=solver, lr=lr,
-             transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)
+             metric_lr_scale=metric_lr_scale, average_last=average_last, transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)

@@ -80,14 +80,14 @@ def glvq_norm_sample(layer: GLVQLayer, activations: list[Tensor], backprops: Ten
 
 
 # -- GMLVQ -----------------------------------------------------------------------------
-def _gmlvq_terms(layer: GMLVQLayer, x: Tensor, g: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _gmlvq_terms(layer: GMLVQLayer, x: Tensor, g: Tensor,
+                 projections: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Winner indices and coefficients, ``v = x - w`` ``(B, K, d)`` and ``p = Omega v``
     ``(B, K, r)``, plus the projections ``u = Omega x`` ``(B, r)`` and ``Omega w``
-    ``(W, r)`` (projecting once instead of per winner)."""
+    ``(W, r)`` (projecting once instead of per winner; passed in if already computed)."""
     index, coef = winner_terms(g)
     v = x[:, None, :] - layer.prototypes[index]  # (B, K, d)
-    u = x @ layer.omega.T  # (B, r)
-    pw = layer.prototypes @ layer.omega.T  # (W, r)
+    u, pw = projections if projections is not None else (x @ layer.omega.T, layer.prototypes @ layer.omega.T)
     p = u[:, None, :] - pw[index]  # (B, K, r)
     return index, coef, v, p, u, pw
 
@@ -105,9 +105,10 @@ def gmlvq_grad_sample(layer: GMLVQLayer, activations: list[Tensor], backprops: T
     return out
 
 
-def gmlvq_norm_sample(layer: GMLVQLayer, activations: list[Tensor], backprops: Tensor) -> dict[nn.Parameter, Tensor]:
+def gmlvq_norm_sample(layer: GMLVQLayer, activations: list[Tensor], backprops: Tensor,
+                      projections: tuple[Tensor, Tensor] | None = None) -> dict[nn.Parameter, Tensor]:
     x, g = _inputs(layer, activations, backprops)
-    index, coef, v, p, u, pw = _gmlvq_terms(layer, x, g)
+    index, coef, v, p, u, pw = _gmlvq_terms(layer, x, g, projections)
     out: dict[nn.Parameter, Tensor] = {}
     if layer.prototypes.requires_grad:
         # Omega^T p_k = Omega^T Omega x - Omega^T Omega w_k; the K rows are distinct prototypes

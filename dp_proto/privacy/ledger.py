@@ -221,6 +221,9 @@ class PrivacyLedger:
         # (new events, PLD of self._events + them) of the last composition, valid until
         # self._events changes
         self._last_composed: tuple[tuple[PrivacyEvent, ...], Any] | None = None
+        # Recorded events + the events of the last check() that passed: any run that is a
+        # prefix of this plan is within the budget (composition only adds privacy loss).
+        self._checked_plan: tuple[tuple[float, float] | None, list[PrivacyEvent]] | None = None
 
     # -- recording --------------------------------------------------------------------
     @property
@@ -248,14 +251,39 @@ class PrivacyLedger:
                 f"(delta={delta:g}), above the budget {self.budget[0]:g}; "
                 f"spent so far {self.get_epsilon(delta):.4g}"
             )
+        plan = self._events
+        for event in events:
+            plan = self._append(plan, event)
+        self._checked_plan = (self.budget, plan)
         return after
+
+    def _within_checked_plan(self, events: Sequence[PrivacyEvent]) -> bool:
+        """Whether recording ``events`` keeps the run a prefix of the last checked plan:
+        the same mechanisms in the same order, the last one with at most its planned count."""
+        if not events or self._checked_plan is None or self._checked_plan[0] != self.budget:
+            return False
+        plan = self._checked_plan[1]
+        run = self._events
+        for event in events:
+            run = self._append(run, event)
+        if len(run) > len(plan) or any(a != b for a, b in zip(run[:-1], plan[:len(run) - 1], strict=True)):
+            return False
+        last, planned = run[-1], plan[len(run) - 1]
+        return last.same_mechanism(planned) and last.count <= planned.count
 
     def spend(self, *events: PrivacyEvent) -> None:
         """Check ``events`` together against the budget, then record them.
-        Mechanisms call this before drawing noise."""
-        if self.budget is not None:  # without a budget nothing needs composing now
+        Mechanisms call this before drawing noise.
+
+        A run that stays a prefix of the last plan :meth:`check` accepted needs no new
+        composition (e.g. DP-SGD checks all its steps once, then records them epoch by
+        epoch)."""
+        prechecked = self._within_checked_plan(events)
+        if self.budget is not None and not prechecked:  # without a budget nothing needs composing now
             self.check(*events)
-        if self._total_pld is not None and self.accountant == "pld" \
+        if prechecked and (self._last_composed is None or self._last_composed[0] != tuple(events)):
+            self._total_pld = None  # recomposed lazily from the (merged) events when asked
+        elif self._total_pld is not None and self.accountant == "pld" \
                 and not any(e.kind == "non_private" for e in events):
             self._total_pld = self._composed_pld(events)  # keep the cached composition current
         for event in events:
@@ -396,6 +424,7 @@ class PrivacyLedger:
             self._events = self._append(self._events, event)
         self._total_pld = None
         self._last_composed = None
+        self._checked_plan = None
         self._cache.clear()
 
     @classmethod

@@ -11,6 +11,7 @@ from dp_proto.lvq import (
     GLVQLayer,
     GMLVQLayer,
     LGMLVQLayer,
+    glvq_cost_and_gradient,
     glvq_loss,
     glvq_margins,
     transfer,
@@ -128,3 +129,21 @@ def test_autograd_matches_closed_form(kind, batch, d, per_class, seed):
     expected = _closed_form_grads(x, y, layer, labels)
     for name, p in layer.named_parameters():
         torch.testing.assert_close(p.grad, expected[name], atol=1e-8, rtol=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 3), st.sampled_from(["identity", "sigmoid"]),
+       st.floats(0.5, 10.0), st.integers(0, 2**31 - 1))
+def test_closed_form_cost_gradient_matches_autograd(batch, per_class, transfer_fn, beta, seed):
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.arange(3).repeat_interleave(per_class)
+    distances = torch.rand(batch, len(labels), generator=g, dtype=torch.float64) * 4
+    distances[0, 0] = 0.0  # a record on a prototype
+    targets = torch.randint(0, 3, (batch,), generator=g)
+    cost, grad = glvq_cost_and_gradient(distances, targets, labels, transfer_fn=transfer_fn, beta=beta)
+    leaf = distances.clone().requires_grad_(True)
+    expected_cost = glvq_loss(leaf, targets, labels, transfer_fn=transfer_fn, beta=beta, reduction="none")
+    (expected_grad,) = torch.autograd.grad(expected_cost.sum(), leaf)
+    torch.testing.assert_close(cost, expected_cost.detach())
+    torch.testing.assert_close(grad, expected_grad)
+    assert ((grad != 0).sum(1) <= 2).all()  # only the two winners

@@ -1,0 +1,257 @@
+"""A fused DP-SGD step for bare prototype layers: Opacus' algorithm without its overhead.
+
+Opacus wraps the model in hooks, collates Poisson batches through a ``DataLoader`` and
+clips in a generic ``DPOptimizer``; for a prototype layer, whose whole forward pass is
+one small matrix product, that bookkeeping costs more than the arithmetic. This engine
+runs the *same* DP-SGD step (Abadi et al. 2016, as in Opacus with Poisson sampling and
+``loss_reduction="mean"``) directly on tensors:
+
+1. Poisson sampling: every record joins the batch independently with probability ``q``;
+2. per-sample gradient norms from the closed-form norm samplers of
+   :mod:`dp_proto.privacy.grad_samplers` (jointly over prototypes and metric; no
+   ``(B, r, d)`` tensor is built), clip factors ``min(1, C / (norm + 1e-6))``;
+3. the *clipped sum* ``sum_i c_i grad L_i`` by one backward pass of the distances with
+   the per-sample output gradients scaled by ``c_i`` (``L_i`` depends on row ``i`` of the
+   distances only, so this is exact: ghost clipping);
+4. Gaussian noise ``N(0, (sigma C)^2)`` on every coordinate of the sum, division by the
+   expected batch size ``q n``, and an optimizer step (post-processing).
+
+Its privacy accounting is that of Opacus' with the same ``(sigma, q, T)``: the ledger
+records ``T`` Poisson-subsampled Gaussian steps. It needs a model whose trainable
+parameters all sit in the prototype layer (a frozen, public backbone is allowed); a
+trainable backbone needs Opacus' samplers (``engine="opacus"``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import Tensor
+
+from dp_proto.exceptions import PrivacyBudgetExceededError
+from dp_proto.lvq.distances import squared_euclidean_distance
+from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
+from dp_proto.lvq.losses import glvq_cost_and_gradient
+from dp_proto.lvq.model import PrototypeModel
+from dp_proto.privacy.grad_samplers import glvq_norm_sample, gmlvq_norm_sample, lgmlvq_norm_sample
+from dp_proto.privacy.noise import gaussian_noise
+
+__all__ = ["clipped_gradient_sum", "dp_sgd_step", "poisson_batch_index", "fit_dp_sgd_fused",
+           "check_fusable"]
+
+# Most specific class first (GMLVQLayer and LGMLVQLayer subclass GLVQLayer).
+_NORM_SAMPLERS = ((LGMLVQLayer, lgmlvq_norm_sample), (GMLVQLayer, gmlvq_norm_sample),
+                  (GLVQLayer, glvq_norm_sample))
+
+# Opacus' guard in the clip factor C / (norm + 1e-6).
+_NORM_GUARD = 1e-6
+
+
+def _norm_sampler(layer: GLVQLayer):
+    for cls, sampler in _NORM_SAMPLERS:
+        if isinstance(layer, cls):
+            return sampler
+    raise TypeError(f"no closed-form norm sampler for {type(layer).__name__}")  # pragma: no cover
+
+
+def check_fusable(model: PrototypeModel) -> None:
+    """``ValueError`` unless every trainable parameter of ``model`` is in its layer."""
+    layer_params = {id(p) for p in model.layer.parameters()}
+    outside = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in layer_params]
+    if outside:
+        raise ValueError(
+            "the fused DP-SGD engine trains prototype layers only; these trainable parameters "
+            f"lie outside the layer: {outside[:3]}{'...' if len(outside) > 3 else ''}. "
+            "Use engine='opacus' (Opacus' per-sample gradients for the backbone)."
+        )
+
+
+def clipped_gradient_sum(
+    model: PrototypeModel, x: Tensor, y: Tensor, max_grad_norm: float, *,
+    transfer_fn: str = "identity", beta: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """Accumulate ``sum_i min(1, C / (||g_i|| + 1e-6)) g_i`` into ``p.grad`` of the layer's
+    trainable parameters, ``g_i`` the gradient of record ``i``'s GLVQ cost.
+
+    Parameters
+    ----------
+    x : Tensor, shape (B, ...); y : Tensor, shape (B,); ``B`` may be 0.
+
+    Returns
+    -------
+    (per-sample gradient norms ``(B,)``, per-sample costs ``(B,)``), both detached.
+    """
+    layer = model.layer
+    with torch.no_grad():
+        features = model.features(x).reshape(x.shape[0], layer.in_features).to(layer.prototypes.dtype)
+        if features.shape[0] == 0:
+            empty = features.new_zeros(0)
+            return empty, empty
+        projections = None
+        if type(layer) is GMLVQLayer:  # project once; distances, norms and sums share it
+            projections = (features @ layer.omega.T, layer.prototypes @ layer.omega.T)  # (B, r), (W, r)
+            distances = squared_euclidean_distance(*projections)  # ||Omega x - Omega w||^2
+        else:
+            distances = layer(features)  # (B, W)
+        # backprops[i] = dL_i/dD_i: L_i depends on row i of the distances only.
+        costs, backprops = glvq_cost_and_gradient(distances, y, model.prototype_labels,
+                                                  transfer_fn=transfer_fn, beta=beta)  # type: ignore[arg-type]
+        norms = _per_sample_norms(layer, features, distances, backprops, projections)
+        factor = (max_grad_norm / (norms + _NORM_GUARD)).clamp(max=1.0)
+        weights = backprops * factor[:, None]
+        for param, grad in _weighted_gradient(layer, features, weights, projections).items():
+            if param.grad is None:
+                param.grad = grad
+            else:
+                param.grad.add_(grad)
+    return norms, costs.detach()
+
+
+def _per_sample_norms(layer: GLVQLayer, x: Tensor, distances: Tensor, backprops: Tensor,
+                      projections: tuple[Tensor, Tensor] | None) -> Tensor:
+    """Per-sample gradient norms ``(B,)``, jointly over the layer's trainable parameters.
+
+    GLVQ: ``||g_i||^2 = 4 sum_j G_ij^2 ||x_i - w_j||^2 = 4 sum_j G_ij^2 D_ij`` straight
+    from the distances; other layers: their norm samplers.
+    """
+    if type(layer) is GLVQLayer:
+        if not layer.prototypes.requires_grad:
+            return distances.new_zeros(distances.shape[0])
+        return 2.0 * (backprops.pow(2) * distances.clamp_min(0)).sum(1).sqrt()
+    if projections is not None:
+        norms_by_param = gmlvq_norm_sample(layer, [x], backprops, projections)  # type: ignore[arg-type]
+    else:
+        norms_by_param = _norm_sampler(layer)(layer, [x], backprops)
+    if not norms_by_param:
+        return distances.new_zeros(distances.shape[0])
+    return torch.stack(list(norms_by_param.values()), 0).pow(2).sum(0).sqrt()
+
+
+def _weighted_gradient(layer: GLVQLayer, x: Tensor, weights: Tensor,
+                       projections: tuple[Tensor, Tensor] | None = None) -> dict[Tensor, Tensor]:
+    """``sum_ij A_ij grad D_ij`` for ``A = weights (B, W)`` and the layer's distances
+    ``D (B, W)`` of ``x (B, d)``, per trainable parameter.
+
+    Closed forms (``v_ij = x_i - w_j``, ``U = X Omega^T``, ``P_W = W Omega^T``,
+    ``a = A^T 1``, ``b = A 1``):
+
+    * GLVQ: ``grad W = -2 (A^T X - a * W)``;
+    * GMLVQ: ``grad W = -2 (A^T U - a * P_W) Omega`` and
+      ``grad Omega = 2 sum_ij A_ij (Omega v_ij) v_ij^T
+      = 2 ((b * U)^T X - (U^T A) W - P_W^T (A^T X) + (a * P_W)^T W)``;
+    * any other layer: autograd through its forward pass.
+    """
+    a = weights.sum(0)[:, None]  # (W, 1)
+    w = layer.prototypes
+    out: dict[Tensor, Tensor] = {}
+    if type(layer) is GLVQLayer:
+        if w.requires_grad:
+            out[w] = -2.0 * (weights.T @ x - a * w)
+        return out
+    if type(layer) is GMLVQLayer:
+        omega = layer.omega
+        u, pw = projections if projections is not None else (x @ omega.T, w @ omega.T)  # (B, r), (W, r)
+        if w.requires_grad:
+            out[w] = -2.0 * (weights.T @ u - a * pw) @ omega
+        if omega.requires_grad:
+            b = weights.sum(1)[:, None]  # (B, 1)
+            out[omega] = 2.0 * ((b * u).T @ x - (u.T @ weights) @ w - pw.T @ (weights.T @ x) + (a * pw).T @ w)
+        return out
+    params = [p for p in layer.parameters() if p.requires_grad]
+    with torch.enable_grad():
+        grads = torch.autograd.grad(layer(x), params, grad_outputs=weights, allow_unused=True)
+    return {p: (torch.zeros_like(p) if g is None else g) for p, g in zip(params, grads, strict=True)}
+
+
+def fit_dp_sgd_fused(
+    model: PrototypeModel,
+    x: Tensor,
+    y: Tensor,
+    *,
+    ledger,
+    noise_multiplier: float,
+    sampling_rate: float,
+    max_grad_norm: float,
+    steps: int,
+    optimizer: torch.optim.Optimizer,
+    sgd_event,
+    result,
+    post_step,
+    generator: torch.Generator | None = None,
+    secure_mode: bool = False,
+    transfer_fn: str = "identity",
+    beta: float = 1.0,
+):
+    """The training loop of :func:`dp_proto.privacy.fit_dp_sgd` with ``engine="fused"``
+    (call that function; this one expects its validated arguments)."""
+    check_fusable(model)
+    n = x.shape[0]
+    expected_batch = sampling_rate * n
+    steps_per_epoch = max(round(1.0 / sampling_rate), 1)
+    std = noise_multiplier * max_grad_norm
+    sampling_gen = generator
+    if secure_mode:  # batch membership from operating-system entropy, as Opacus' secure mode
+        seed = int.from_bytes(os.urandom(8), "little") >> 1
+        sampling_gen = torch.Generator(device=x.device).manual_seed(seed)
+    model.train()
+    while result.steps < steps:
+        epoch_steps = min(steps_per_epoch, steps - result.steps)
+        try:
+            ledger.spend(sgd_event(noise_multiplier, sampling_rate, epoch_steps))
+        except PrivacyBudgetExceededError:  # stop cleanly between epochs
+            result.stopped_by_budget = True
+            break
+        total, count = x.new_zeros((), dtype=torch.float64), 0  # summed on the device: no sync per step
+        for _ in range(epoch_steps):
+            index = poisson_batch_index(n, sampling_rate, sampling_gen, x.device)
+            costs = dp_sgd_step(model, x[index], y[index], optimizer, max_grad_norm=max_grad_norm,
+                                noise_std=std, expected_batch=expected_batch, generator=generator,
+                                secure_mode=secure_mode, transfer_fn=transfer_fn, beta=beta)
+            post_step()  # renormalisation, iterate averaging: post-processing
+            total += costs.detach().sum()
+            count += len(index)
+            result.steps += 1
+        result.epoch_losses.append(float(total) / max(count, 1))
+    return result
+
+
+def poisson_batch_index(n: int, sampling_rate: float, generator: torch.Generator | None,
+                        device: torch.device | str) -> Tensor:
+    """Indices ``(B,)`` of a Poisson sample: each of ``n`` records independently with
+    probability ``sampling_rate`` (``B`` varies, and may be 0)."""
+    gen_device = generator.device if generator is not None else torch.device(device)
+    member = torch.rand(n, generator=generator, device=gen_device).to(device) < sampling_rate
+    return member.nonzero().squeeze(1)
+
+
+def dp_sgd_step(
+    model: PrototypeModel, x: Tensor, y: Tensor, optimizer: torch.optim.Optimizer, *,
+    max_grad_norm: float, noise_std: float, expected_batch: float,
+    generator: torch.Generator | None = None, secure_mode: bool = False,
+    transfer_fn: str = "identity", beta: float = 1.0,
+) -> Tensor:
+    """One DP-SGD step on the (Poisson-sampled) batch ``x (B, ...)``, ``y (B,)``: clipped
+    gradient sum, ``N(0, noise_std^2)`` per coordinate, division by ``expected_batch``,
+    ``optimizer.step()``. Returns the per-sample costs ``(B,)`` (curator diagnostics)."""
+    params = [p for p in model.layer.parameters() if p.requires_grad]
+    optimizer.zero_grad(set_to_none=False)
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    _, costs = clipped_gradient_sum(model, x, y, max_grad_norm, transfer_fn=transfer_fn, beta=beta)
+    with torch.no_grad():
+        for p in params:
+            p.grad.add_(_gaussian_like(p, noise_std, generator, secure_mode)).div_(expected_batch)
+    optimizer.step()
+    return costs
+
+
+def _gaussian_like(p: Tensor, std: float, generator: torch.Generator | None, secure: bool) -> Tensor:
+    if std == 0:
+        return torch.zeros_like(p)
+    if secure:
+        return gaussian_noise(p.shape, std, secure=True, dtype=p.dtype, device=p.device)
+    if generator is not None and generator.device != p.device:
+        return torch.randn(p.shape, generator=generator, dtype=p.dtype).to(p.device).mul_(std)
+    return torch.randn(p.shape, generator=generator, dtype=p.dtype, device=p.device).mul_(std)

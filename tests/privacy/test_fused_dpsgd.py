@@ -1,0 +1,124 @@
+"""The fused DP-SGD engine: exact clipped sums, the right noise, Opacus' step semantics."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from dp_proto.lvq import GLVQLayer, GMLVQLayer, LGMLVQLayer, PrototypeModel
+from dp_proto.privacy.dpsgd import fit_dp_sgd
+from dp_proto.privacy.fused_dpsgd import check_fusable, clipped_gradient_sum
+from dp_proto.privacy.ledger import PrivacyLedger
+from tests.privacy.test_grad_samplers import _model, _reference
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.sampled_from([GLVQLayer, GMLVQLayer, LGMLVQLayer]),
+    st.integers(0, 9),   # batch (empty and a batch of one included)
+    st.integers(1, 6),   # d
+    st.integers(1, 3),   # prototypes per class
+    st.integers(1, 4),   # rank
+    st.sampled_from([0.05, 0.5, 100.0]),  # clip norm: most clipped ... none clipped
+    st.integers(0, 2**31 - 1),
+)
+def test_clipped_sum_matches_clipping_a_per_sample_loop(kind, batch, d, per_class, rank, clip, seed):
+    model = _model(kind, d, per_class, rank, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(batch, d, generator=g, dtype=torch.float64) * 2
+    y = torch.randint(0, 3, (batch,), generator=g)
+    names = [name for name, _ in model.layer.named_parameters()]
+    if batch:
+        reference = _reference(model, x, y)
+        norms = torch.stack([reference[n].flatten(1).pow(2).sum(1) for n in names]).sum(0).sqrt()
+        factor = (clip / (norms + 1e-6)).clamp(max=1.0)
+        expected = {n: (factor.reshape(-1, *[1] * (reference[n].dim() - 1)) * reference[n]).sum(0) for n in names}
+    model.zero_grad(set_to_none=True)
+    got_norms, costs = clipped_gradient_sum(model, x, y, clip)
+    assert got_norms.shape == costs.shape == (batch,)
+    for name, p in model.layer.named_parameters():
+        if batch:
+            torch.testing.assert_close(p.grad, expected[name], atol=1e-9, rtol=1e-7)
+            clipped_norm = (factor * norms).max()
+            assert clipped_norm <= clip * (1 + 1e-9)
+        else:
+            assert p.grad is None  # nothing accumulated for an empty batch
+
+
+def _fit(model, x, y, *, sigma, steps, q=0.25, clip=1.0, lr=1.0, seed=0, engine="fused"):
+    ledger = PrivacyLedger()
+    result = fit_dp_sgd(model, x, y, ledger=ledger, noise_multiplier=sigma, sampling_rate=q,
+                        max_grad_norm=clip, steps=steps, lr=lr, engine=engine,
+                        generator=torch.Generator().manual_seed(seed))
+    return result, ledger
+
+
+def test_noise_of_one_step_has_std_sigma_c_over_the_expected_batch():
+    """Prototypes far from every record get no gradient: their update is pure noise,
+    N(0, (lr sigma C / (q n))^2) per coordinate."""
+    d, n, q, sigma, clip, lr = 50, 40, 0.25, 1.3, 0.7, 1.0
+    layer = GLVQLayer(d, 2, prototypes=torch.zeros(2, d))
+    x = torch.zeros(n, d)
+    x[:, 0] = 1.0
+    y = torch.zeros(n, dtype=torch.long)
+    model = PrototypeModel(layer, [0, 1])
+    updates = []
+    for seed in range(40):
+        with torch.no_grad():
+            layer.prototypes.zero_()
+            layer.prototypes[0, 0] = 1.0  # d+ = 0 for every record: zero gradient
+        before = layer.prototypes.detach().clone()
+        _fit(model, x, y, sigma=sigma, steps=1, q=q, clip=clip, lr=lr, seed=seed)
+        updates.append((layer.prototypes.detach() - before).flatten())
+    updates = torch.cat(updates)
+    expected_std = lr * sigma * clip / (q * n)
+    # 4000 draws: the sample std is within 5 % of the truth with overwhelming probability.
+    assert updates.std().item() == pytest.approx(expected_std, rel=0.05)
+    assert abs(updates.mean().item()) < 4 * expected_std / math.sqrt(updates.numel())
+
+
+def test_fused_and_opacus_engines_take_the_same_noise_free_steps():
+    """Without noise and with full-batch sampling (q = 1) both engines clip and average
+    the same per-sample gradients, so their trajectories coincide."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(30, 4, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (30,), generator=g)
+    models = [_model(GMLVQLayer, 4, 1, 3, seed=5) for _ in range(2)]
+    for model, engine in zip(models, ("fused", "opacus"), strict=True):
+        _fit(model, x, y, sigma=0.0, steps=5, q=1.0, clip=0.3, lr=0.1, engine=engine)
+    for a, b in zip(models[0].layer.parameters(), models[1].layer.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_ledger_records_poisson_subsampled_gaussian_steps():
+    model = _model(GLVQLayer, 3, 1, 1, seed=1)
+    x = torch.randn(100, 3, dtype=torch.float64)
+    y = torch.randint(0, 3, (100,))
+    result, ledger = _fit(model, x, y, sigma=1.1, steps=25, q=0.1)
+    assert result.steps == 25
+    events = ledger.events
+    assert len(events) == 1  # the epochs (10, 10 and 5 steps) merge into one event
+    (event,) = events
+    assert (event.kind, event.count, event.sampling_rate, event.noise_multiplier) == (
+        "subsampled_gaussian", 25, 0.1, 1.1)
+
+
+def test_trainable_backbone_is_refused_and_auto_falls_back_to_opacus():
+    backbone = nn.Linear(4, 3).double()
+    model = PrototypeModel(GLVQLayer(3, 3, dtype=torch.float64), [0, 1, 2], backbone=backbone)
+    with pytest.raises(ValueError, match="engine='opacus'"):
+        check_fusable(model)
+    x = torch.randn(40, 4, dtype=torch.float64)
+    y = torch.randint(0, 3, (40,))
+    with pytest.raises(ValueError, match="engine='opacus'"):
+        _fit(model, x, y, sigma=1.0, steps=2, engine="fused")
+    before = backbone.weight.detach().clone()
+    result, _ = _fit(model, x, y, sigma=1.0, steps=2, engine="auto")
+    assert result.steps == 2
+    assert not torch.equal(before, backbone.weight)  # Opacus trained the backbone too
+    for p in backbone.parameters():  # a frozen backbone is public: fused is fine
+        p.requires_grad_(False)
+    check_fusable(model)
