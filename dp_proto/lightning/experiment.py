@@ -8,7 +8,8 @@ unknown keys are rejected so that typos do not pass silently::
                scaling: standard, pca: null, batch_size: 64, subsample: null}
     model:    {type: gmlvq, prototypes_per_class: 1, rank: null, omega_init: identity,
                normalize: true, backbone: null, backbone_features: 32}
-    training: {optimizer: adam, lr: 0.01, max_epochs: 30, max_lbfgs_iter: 20,
+    training: {optimizer: adam, lr: 0.01, momentum: 0.9, metric_lr_scale: 1.0, max_epochs: 30,
+               max_lbfgs_iter: 20,
                transfer_fn: identity, beta: 1.0, accelerator: auto, progress_bar: true}
     logging:  {log_dir: runs, name: null, image_shape: null, image_every_n_epochs: 5}
     privacy:  {epsilon: null, delta: 1.0e-5, sampling_rate: 0.01, max_grad_norm: 0.5,
@@ -66,7 +67,8 @@ DEFAULT_CONFIG: dict[str, Any] = {
         "normalize": True, "backbone": None, "backbone_features": 32,
     },
     "training": {
-        "optimizer": "adam", "lr": 0.01, "max_epochs": 30, "max_lbfgs_iter": 20,
+        "optimizer": "adam", "lr": 0.01, "momentum": 0.9, "metric_lr_scale": 1.0, "max_epochs": 30,
+        "max_lbfgs_iter": 20,
         "transfer_fn": "identity", "beta": 1.0, "accelerator": "auto", "progress_bar": True,
     },
     "logging": {"log_dir": "runs", "name": None, "image_shape": None, "image_every_n_epochs": 5},
@@ -207,7 +209,8 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
     train, log = config["training"], config["logging"]
     image_shape = log["image_shape"]
     module_kwargs = dict(
-        optimizer=train["optimizer"], lr=train["lr"], transfer_fn=train["transfer_fn"], beta=train["beta"],
+        optimizer=train["optimizer"], lr=train["lr"], momentum=train["momentum"],
+        metric_lr_scale=train["metric_lr_scale"], transfer_fn=train["transfer_fn"], beta=train["beta"],
         image_shape=image_shape, image_every_n_epochs=log["image_every_n_epochs"],
         display_transform=dm.inverse_transform if image_shape and dm.pca is None else None,
     )

@@ -12,7 +12,7 @@ from dp_proto.lvq.init import class_mean_prototypes
 from dp_proto.lvq.layers import GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.losses import wtac
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.lvq.training import make_optimizer
+from dp_proto.lvq.training import make_optimizer, parameter_groups
 from dp_proto.plotting import prototype_grid, relevance_image
 
 __all__ = ["LVQModule"]
@@ -32,6 +32,10 @@ class LVQModule(L.LightningModule):
     optimizer : {"adam", "sgd", "lbfgs"}
         ``lbfgs`` is meant for full-batch loaders (``batch_size=None``).
     lr : float
+    momentum : float
+        SGD momentum (default 0.9).
+    metric_lr_scale : float
+        Learning rate of the metric (Omega) relative to ``lr`` (default 1.0).
     max_lbfgs_iter : int
         L-BFGS iterations per training step (one step per epoch with a full batch).
     transfer_fn, beta
@@ -49,6 +53,8 @@ class LVQModule(L.LightningModule):
         *,
         optimizer: str = "adam",
         lr: float = 0.01,
+        momentum: float = 0.9,
+        metric_lr_scale: float = 1.0,
         max_lbfgs_iter: int = 20,
         transfer_fn: str = "identity",
         beta: float = 1.0,
@@ -62,6 +68,8 @@ class LVQModule(L.LightningModule):
         self.model = model
         self.optimizer_name = optimizer
         self.lr = lr
+        self.momentum = momentum
+        self.metric_lr_scale = metric_lr_scale
         self.max_lbfgs_iter = max_lbfgs_iter
         self.transfer_fn = transfer_fn
         self.beta = beta
@@ -114,7 +122,8 @@ class LVQModule(L.LightningModule):
         if self.optimizer_name == "lbfgs":
             return torch.optim.LBFGS(params, lr=1.0, max_iter=self.max_lbfgs_iter,
                                      history_size=20, line_search_fn="strong_wolfe")
-        return make_optimizer(self.optimizer_name, params, self.lr)
+        groups = parameter_groups(self.model, self.lr, self.metric_lr_scale)
+        return make_optimizer(self.optimizer_name, groups, self.lr, momentum=self.momentum)
 
     # -- pictures ------------------------------------------------------------------------
     def on_train_epoch_end(self) -> None:

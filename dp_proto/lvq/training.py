@@ -43,6 +43,17 @@ def make_optimizer(
     raise ValueError(f"unknown minibatch solver {solver!r}; expected 'sgd' or 'adam'")
 
 
+def parameter_groups(model: PrototypeModel, lr: float, metric_lr_scale: float = 1.0) -> list[dict]:
+    """Optimizer parameter groups: the layer's metric (``omega``/``omegas``) at
+    ``lr * metric_lr_scale``, every other trainable parameter at ``lr``."""
+    if not metric_lr_scale > 0:
+        raise ValueError(f"metric_lr_scale must be > 0, got {metric_lr_scale!r}")
+    metric = [p for name, p in model.layer.named_parameters() if name != "prototypes" and p.requires_grad]
+    metric_ids = {id(p) for p in metric}
+    rest = [p for p in model.parameters() if p.requires_grad and id(p) not in metric_ids]
+    return [{"params": rest, "lr": lr}] + ([{"params": metric, "lr": lr * metric_lr_scale}] if metric else [])
+
+
 def fit_lbfgs(
     model: PrototypeModel,
     x: Tensor,

@@ -36,6 +36,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.lvq.model import PrototypeModel
+from dp_proto.lvq.training import parameter_groups
 from dp_proto.privacy import grad_samplers  # noqa: F401  (registers the closed-form samplers)
 from dp_proto.privacy.calibration import check_delta, check_epsilon
 from dp_proto.privacy.fused_dpsgd import check_fusable, fit_dp_sgd_fused
@@ -403,10 +404,7 @@ def fit_dp_sgd(
 def _make_optimizer(model: PrototypeModel, name: str, lr: float, metric_lr_scale: float,
                     momentum: float) -> torch.optim.Optimizer:
     """SGD or Adam with the layer's metric parameters at ``lr * metric_lr_scale``."""
-    metric = [p for pname, p in model.layer.named_parameters() if pname != "prototypes" and p.requires_grad]
-    metric_ids = {id(p) for p in metric}
-    rest = [p for p in model.parameters() if p.requires_grad and id(p) not in metric_ids]
-    groups = [{"params": rest}] + ([{"params": metric, "lr": lr * metric_lr_scale}] if metric else [])
+    groups = parameter_groups(model, lr, metric_lr_scale)
     if name == "sgd":
         return torch.optim.SGD(groups, lr=lr, momentum=momentum)
     if name == "adam":

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -72,6 +73,13 @@ def _event_pld(kind: str, noise_multiplier: float | None, epsilon: float | None,
         one = pld.from_privacy_parameters(pld_common.DifferentialPrivacyParameters(epsilon, 0.0),
                                           value_discretization_interval=discretization)
     return one.self_compose(count) if count > 1 else one
+
+
+# Compositions shared across ledgers (PLDs are immutable): a run's final get_epsilon
+# finds the composition its budget check built, and repeated runs (cross-validation
+# folds) with equal events compose once.
+_COMPOSED_CACHE: OrderedDict[tuple, pld.PrivacyLossDistribution] = OrderedDict()
+_COMPOSED_CACHE_SIZE = 16
 
 
 @dataclass(frozen=True)
@@ -307,6 +315,14 @@ class PrivacyLedger:
         key = tuple(new)
         if self._last_composed is not None and self._last_composed[0] == key:
             return self._last_composed[1]  # spend() right after check(): composed already
+        merged = self._events
+        for event in new:
+            merged = self._append(merged, event)
+        shared_key = tuple(merged)
+        if shared_key in _COMPOSED_CACHE:
+            _COMPOSED_CACHE.move_to_end(shared_key)
+            self._last_composed = (key, _COMPOSED_CACHE[shared_key])
+            return _COMPOSED_CACHE[shared_key]
         if self._total_pld is None and self._events:
             self._total_pld = self._events[0].to_pld()
             for e in self._events[1:]:
@@ -315,6 +331,9 @@ class PrivacyLedger:
         for e in new:
             total = e.to_pld() if total is None else total.compose(e.to_pld())
         self._last_composed = (key, total)
+        _COMPOSED_CACHE[shared_key] = total
+        while len(_COMPOSED_CACHE) > _COMPOSED_CACHE_SIZE:
+            _COMPOSED_CACHE.popitem(last=False)
         return total
 
     def _epsilon(self, new: Sequence[PrivacyEvent], delta: float) -> float:
