@@ -336,7 +336,8 @@ def fit_dp_sgd(
         raise ValueError(f"average_last must lie in [0, 1), got {average_last!r}")
     n = x.shape[0]
     opt = _make_optimizer(model, optimizer, lr, metric_lr_scale, momentum)
-    average = IterateAverage(model, start=steps - math.floor(average_last * steps)) if average_last else None
+    # the last floor(average_last * steps) iterates: steps start..steps (1-based)
+    average = IterateAverage(model, start=steps - math.floor(average_last * steps) + 1) if average_last else None
 
     def post_step() -> None:
         model.layer.normalize_()
@@ -356,7 +357,7 @@ def fit_dp_sgd(
         if report_opacus_epsilon:
             result.opacus_epsilon = _opacus_rdp_epsilon(noise_multiplier, sampling_rate, result.steps, delta)
         return result
-    loader = DataLoader(TensorDataset(x, y), batch_size=max(int(round(sampling_rate * n)), 1),
+    loader = DataLoader(TensorDataset(x, y), batch_size=_opacus_batch_size(n, sampling_rate),
                         shuffle=True, generator=generator)
     privacy_engine = PrivacyEngine(accountant="rdp", secure_mode=secure_mode)
     criterion = _glvq_criterion(model, transfer_fn, beta)
@@ -438,13 +439,20 @@ class IterateAverage:
         self.model.layer.normalize_()
 
 
+def _opacus_batch_size(n: int, sampling_rate: float) -> int:
+    """Loader batch size for Opacus: ``ceil(n / k)`` with ``k = round(1 / q)`` batches, so
+    that Opacus' rate ``1 / len(loader)`` is ``q`` itself whenever ``q = 1 / k`` (the
+    estimators' rates are)."""
+    k = max(round(1.0 / sampling_rate), 1)
+    return max(math.ceil(n / k), 1)
+
+
 def _engine_rate(engine: str, sampling_rate: float, n: int) -> float:
     """The Poisson rate an engine samples with: exactly ``q`` (fused), or Opacus'
-    ``1 / len(loader)`` for a loader with batch size ``round(q n)``."""
+    ``1 / len(loader)`` for the loader of :func:`_opacus_batch_size`."""
     if engine == "fused":
         return sampling_rate
-    batch = max(int(round(sampling_rate * n)), 1)
-    return 1.0 / math.ceil(n / batch)
+    return 1.0 / math.ceil(n / _opacus_batch_size(n, sampling_rate))
 
 
 def precheck_plan(ledger: PrivacyLedger, event: PrivacyEvent) -> bool:

@@ -187,3 +187,52 @@ def test_fit_dp_sgd_stops_cleanly_at_the_budget():
     assert result.stopped_by_budget and 0 < result.steps < 10_000
     assert ledger.get_epsilon(1e-5) <= 3.0
     assert sum(e.count for e in ledger.events) == result.steps  # every step run was reserved, no more
+
+
+def test_a_budget_too_small_for_any_run_names_the_smallest_feasible_epsilon():
+    with pytest.raises(ValueError, match=r"too small.*smallest feasible epsilon is about [0-9.]+"):
+        calibrate_noise_multiplier(1e-4, 1e-5, 1.0, 10_000)
+
+
+def test_a_class_absent_from_the_private_data_still_trains():
+    """The DP initialisation of an absent class is its noisy count (no division by zero)
+    and a clipped noisy sum; training and prediction work for the other classes."""
+    from dp_proto.privacy.dp_init import dp_class_mean_prototypes
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(300, 4, generator=g, dtype=torch.float64) * 2 - 1
+    y = torch.randint(0, 2, (300,), generator=g)  # class 2 of 3 is absent
+    init = dp_class_mean_prototypes(x, y, 3, 1.0, generator=g)
+    assert torch.isfinite(init.prototypes).all() and init.prototypes.abs().max() <= 1.0
+    assert init.noisy_counts.shape == (3,)
+
+
+def test_engine_and_post_processing_options_are_validated():
+    X, _, y, _ = _iris()
+    with pytest.raises(ValueError, match="engine"):
+        DPGLVQ(engine="jax").fit(X, y)
+    with pytest.raises(ValueError, match="average_last"):
+        DPGLVQ(average_last=1.0).fit(X, y)
+    with pytest.raises(ValueError, match="metric_lr_scale"):
+        DPGMLVQ(metric_lr_scale=0.0).fit(X, y)
+
+
+def test_iterate_averaging_releases_the_mean_of_the_last_iterates():
+    """average_last=0.5 over 20 steps releases the mean of iterates 11..20, rebuilt here
+    from seeded runs of 11, 12, ..., 20 steps (same random stream, same trajectory)."""
+    from dp_proto.lvq import GLVQLayer
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(200, 3, generator=g, dtype=torch.float64)
+    y = (x[:, 0] > 0.5).long()
+
+    def run(steps, average_last=0.0):
+        layer = GLVQLayer(3, 2, prototypes=torch.full((2, 3), 0.5, dtype=torch.float64), dtype=torch.float64)
+        fit_dp_sgd(PrototypeModel(layer, [0, 1]), x, y, ledger=PrivacyLedger(), noise_multiplier=1.0,
+                   sampling_rate=0.1, max_grad_norm=1.0, steps=steps, lr=0.1, average_last=average_last,
+                   generator=torch.Generator().manual_seed(7))
+        return layer.prototypes.detach()
+
+    expected = torch.stack([run(k) for k in range(11, 21)]).mean(0)
+    torch.testing.assert_close(run(20, average_last=0.5), expected)
+    assert not torch.allclose(run(20), expected)

@@ -122,3 +122,20 @@ def test_trainable_backbone_is_refused_and_auto_falls_back_to_opacus():
     for p in backbone.parameters():  # a frozen backbone is public: fused is fine
         p.requires_grad_(False)
     check_fusable(model)
+
+
+def test_both_engines_spend_what_was_calibrated():
+    """The estimators pass q = 1/k; both engines must sample at exactly that rate, so
+    the ledger certifies the target (the Opacus loader once ran at 1/(k+1))."""
+    from sklearn.datasets import load_digits
+
+    from dp_proto.privacy.estimators import DPGLVQ
+
+    X, y = load_digits(return_X_y=True)
+    X, y = X[:1347], y[:1347]
+    for engine in ("fused", "opacus"):
+        m = DPGLVQ(epsilon=3.0, bounds=(0, 16), sampling_rate=0.2, epochs=2, engine=engine,
+                   random_state=0).fit(X, y)
+        (sgd,) = [e for e in m.ledger_.events if e.name == "dp_sgd"]
+        assert sgd.sampling_rate == pytest.approx(m.sample_rate_)
+        assert m.epsilon_ == pytest.approx(3.0, abs=0.02)
