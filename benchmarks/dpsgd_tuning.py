@@ -2,7 +2,8 @@
 
 The evaluation sets of ``dpsgd_accuracy.py`` (Image Segmentation, MNIST, optdigits)
 are never touched here: the learning rate, the metric's relative learning rate and
-iterate averaging are compared on UCI vowel (990 x 10), satimage (6435 x 36, PCA 30)
+iterate averaging (and, for GMLVQ, joint against per-parameter clipping) are compared
+on UCI vowel (990 x 10), satimage (6435 x 36, PCA 30)
 and pendigits (10992 x 16), with the Table B.1 protocol otherwise (delta = 1e-5,
 q = 0.01, C = 0.5, E = 50, epsilon1 = 0.2 epsilon, ledger calibration, features
 z-scored and mapped onto [-1, 1] with the public bounds (-3, 3)). Each configuration is
@@ -49,17 +50,20 @@ DEV_SETS = ("vowel", "satimage", "pendigits")
 
 def _grid(model: str, args: argparse.Namespace) -> list[dict]:
     scales = args.metric_lr_scales if model == "gmlvq" else [None]
+    clippings = args.clippings if model == "gmlvq" else [None]
     out = []
-    for lr, scale, avg in itertools.product(args.lrs, scales, args.average_last):
+    for lr, scale, avg, clip in itertools.product(args.lrs, scales, args.average_last, clippings):
         cfg = {"lr": lr, "average_last": avg}
         if scale is not None:
             cfg["metric_lr_scale"] = scale
+        if clip is not None:
+            cfg["clipping"] = clip
         out.append(cfg)
     return out
 
 
 def _name(cfg: dict) -> str:
-    return " ".join(f"{k}={v:g}" for k, v in cfg.items())
+    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in cfg.items())
 
 
 def _prepare(X: np.ndarray, y: np.ndarray, seed: int):
@@ -82,6 +86,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--lrs", nargs="+", type=float, default=[0.05, 0.2])
     parser.add_argument("--metric-lr-scales", nargs="+", type=float, default=[1.0, 0.1, 0.01])
     parser.add_argument("--average-last", nargs="+", type=float, default=[0.0, 0.5])
+    parser.add_argument("--clippings", nargs="+", choices=("joint", "per_parameter"), default=["joint"],
+                        help="GMLVQ: joint or per-parameter clipping (default: joint)")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     overlap = set(args.datasets) & {"segmentation", "mnist", "optdigits"}

@@ -39,7 +39,7 @@ from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.training import parameter_groups
 from dp_proto.privacy import grad_samplers  # noqa: F401  (registers the closed-form samplers)
 from dp_proto.privacy.calibration import check_delta, check_epsilon
-from dp_proto.privacy.fused_dpsgd import check_fusable, fit_dp_sgd_fused
+from dp_proto.privacy.fused_dpsgd import CLIPPING_MODES, check_fusable, fit_dp_sgd_fused
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 
 __all__ = [
@@ -274,6 +274,7 @@ def fit_dp_sgd(
     lr: float = 0.05,
     metric_lr_scale: float = 1.0,
     average_last: float = 0.0,
+    clipping: str = "joint",
     momentum: float = 0.0,
     optimizer: str = "sgd",
     engine: str = "auto",
@@ -308,6 +309,10 @@ def fit_dp_sgd(
         Omega receives the same noise as a prototype coordinate, and ``r d`` of them
         random-walk the metric away from its (identity) initialisation; a smaller rate
         keeps that walk short while the averaged signal still moves the metric.
+    clipping : {"joint", "per_parameter"}
+        ``joint``: every per-sample gradient clipped to ``C`` over all parameters (the
+        papers); ``per_parameter``: each of the ``P`` trainable parameters clipped to
+        ``C / sqrt(P)`` (same sensitivity ``C``, same noise; Opacus' ``per_layer``).
     average_last : float in [0, 1)
         Release the average of the iterates of the last ``average_last * steps`` steps
         instead of the last iterate (0: the last iterate). Averaging T' noisy iterates
@@ -334,6 +339,8 @@ def fit_dp_sgd(
         raise ValueError(f"metric_lr_scale must be > 0, got {metric_lr_scale!r}")
     if not 0 <= average_last < 1:
         raise ValueError(f"average_last must lie in [0, 1), got {average_last!r}")
+    if clipping not in CLIPPING_MODES:
+        raise ValueError(f"clipping must be one of {CLIPPING_MODES}, got {clipping!r}")
     n = x.shape[0]
     opt = _make_optimizer(model, optimizer, lr, metric_lr_scale, momentum)
     # the last floor(average_last * steps) iterates: steps start..steps (1-based)
@@ -351,7 +358,8 @@ def fit_dp_sgd(
         fit_dp_sgd_fused(model, x, y, ledger=ledger, noise_multiplier=noise_multiplier,
                          sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, steps=steps,
                          optimizer=opt, sgd_event=_sgd_event, result=result, post_step=post_step,
-                         generator=generator, secure_mode=secure_mode, transfer_fn=transfer_fn, beta=beta)
+                         generator=generator, secure_mode=secure_mode, clipping=clipping,
+                         transfer_fn=transfer_fn, beta=beta)
         if average is not None:
             average.release()
         if report_opacus_epsilon:
@@ -361,10 +369,17 @@ def fit_dp_sgd(
                         shuffle=True, generator=generator)
     privacy_engine = PrivacyEngine(accountant="rdp", secure_mode=secure_mode)
     criterion = _glvq_criterion(model, transfer_fn, beta)
-    kwargs = {"criterion": criterion} if grad_sample_mode == "ghost" else {}
+    kwargs: dict = {"criterion": criterion} if grad_sample_mode == "ghost" else {}
+    clip_bound: float | list[float] = max_grad_norm
+    if clipping == "per_parameter":
+        if grad_sample_mode == "ghost":
+            raise ValueError("clipping='per_parameter' needs grad_sample_mode 'hooks' or 'functorch'")
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        clip_bound = [max_grad_norm / math.sqrt(len(trainable))] * len(trainable)
+        kwargs["clipping"] = "per_layer"
     made = privacy_engine.make_private(
         module=model, optimizer=opt, data_loader=loader, noise_multiplier=noise_multiplier,
-        max_grad_norm=max_grad_norm, poisson_sampling=True, grad_sample_mode=grad_sample_mode,
+        max_grad_norm=clip_bound, poisson_sampling=True, grad_sample_mode=grad_sample_mode,
         noise_generator=None if secure_mode else generator, **kwargs,
     )
     if grad_sample_mode == "ghost":

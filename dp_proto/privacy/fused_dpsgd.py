@@ -24,6 +24,7 @@ trainable backbone needs Opacus' samplers (``engine="opacus"``).
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -67,12 +68,22 @@ def check_fusable(model: PrototypeModel) -> None:
         )
 
 
+CLIPPING_MODES = ("joint", "per_parameter")
+
+
 def clipped_gradient_sum(
     model: PrototypeModel, x: Tensor, y: Tensor, max_grad_norm: float, *,
-    transfer_fn: str = "identity", beta: float = 1.0,
+    clipping: str = "joint", transfer_fn: str = "identity", beta: float = 1.0,
 ) -> tuple[Tensor, Tensor]:
-    """Accumulate ``sum_i min(1, C / (||g_i|| + 1e-6)) g_i`` into ``p.grad`` of the layer's
+    """Accumulate the clipped per-sample gradients' sum into ``p.grad`` of the layer's
     trainable parameters, ``g_i`` the gradient of record ``i``'s GLVQ cost.
+
+    ``clipping="joint"``: ``sum_i min(1, C / (||g_i|| + 1e-6)) g_i`` over all parameters
+    together (the DP-LVQ papers, Opacus' default). ``"per_parameter"``: each of the ``P``
+    trainable parameters (prototypes, Omega) is clipped to ``C / sqrt(P)`` on its own,
+    so that a large metric gradient does not crowd the prototypes out of the budget;
+    the concatenated clipped gradient still has norm at most ``C``, so the sensitivity
+    and the noise ``N(0, (sigma C)^2)`` are unchanged (Opacus' ``per_layer`` clipping).
 
     Parameters
     ----------
@@ -80,8 +91,11 @@ def clipped_gradient_sum(
 
     Returns
     -------
-    (per-sample gradient norms ``(B,)``, per-sample costs ``(B,)``), both detached.
+    (joint per-sample gradient norms before clipping ``(B,)``, per-sample costs ``(B,)``),
+    both detached.
     """
+    if clipping not in CLIPPING_MODES:
+        raise ValueError(f"clipping must be one of {CLIPPING_MODES}, got {clipping!r}")
     layer = model.layer
     with torch.no_grad():
         features = model.features(x).reshape(x.shape[0], layer.in_features).to(layer.prototypes.dtype)
@@ -97,41 +111,45 @@ def clipped_gradient_sum(
         # backprops[i] = dL_i/dD_i: L_i depends on row i of the distances only.
         costs, backprops = glvq_cost_and_gradient(distances, y, model.prototype_labels,
                                                   transfer_fn=transfer_fn, beta=beta)  # type: ignore[arg-type]
-        norms = _per_sample_norms(layer, features, distances, backprops, projections)
-        factor = (max_grad_norm / (norms + _NORM_GUARD)).clamp(max=1.0)
-        weights = backprops * factor[:, None]
+        norms_by_param = _per_sample_norms(layer, features, distances, backprops, projections)
+        if not norms_by_param:
+            return distances.new_zeros(distances.shape[0]), costs
+        norms = torch.stack(list(norms_by_param.values()), 0).pow(2).sum(0).sqrt()
+        if clipping == "joint":
+            factor = (max_grad_norm / (norms + _NORM_GUARD)).clamp(max=1.0)
+            weights = {p: backprops * factor[:, None] for p in norms_by_param}
+        else:
+            bound = max_grad_norm / math.sqrt(len(norms_by_param))
+            weights = {p: backprops * (bound / (n + _NORM_GUARD)).clamp(max=1.0)[:, None]
+                       for p, n in norms_by_param.items()}
         for param, grad in _weighted_gradient(layer, features, weights, projections).items():
             if param.grad is None:
                 param.grad = grad
             else:
                 param.grad.add_(grad)
-    return norms, costs.detach()
+    return norms, costs
 
 
 def _per_sample_norms(layer: GLVQLayer, x: Tensor, distances: Tensor, backprops: Tensor,
-                      projections: tuple[Tensor, Tensor] | None) -> Tensor:
-    """Per-sample gradient norms ``(B,)``, jointly over the layer's trainable parameters.
+                      projections: tuple[Tensor, Tensor] | None) -> dict[Tensor, Tensor]:
+    """Per-sample gradient norms ``(B,)`` of each trainable parameter of the layer.
 
     GLVQ: ``||g_i||^2 = 4 sum_j G_ij^2 ||x_i - w_j||^2 = 4 sum_j G_ij^2 D_ij`` straight
     from the distances; other layers: their norm samplers.
     """
     if type(layer) is GLVQLayer:
         if not layer.prototypes.requires_grad:
-            return distances.new_zeros(distances.shape[0])
-        return 2.0 * (backprops.pow(2) * distances.clamp_min(0)).sum(1).sqrt()
+            return {}
+        return {layer.prototypes: 2.0 * (backprops.pow(2) * distances.clamp_min(0)).sum(1).sqrt()}
     if projections is not None:
-        norms_by_param = gmlvq_norm_sample(layer, [x], backprops, projections)  # type: ignore[arg-type]
-    else:
-        norms_by_param = _norm_sampler(layer)(layer, [x], backprops)
-    if not norms_by_param:
-        return distances.new_zeros(distances.shape[0])
-    return torch.stack(list(norms_by_param.values()), 0).pow(2).sum(0).sqrt()
+        return gmlvq_norm_sample(layer, [x], backprops, projections)  # type: ignore[arg-type]
+    return _norm_sampler(layer)(layer, [x], backprops)
 
 
-def _weighted_gradient(layer: GLVQLayer, x: Tensor, weights: Tensor,
+def _weighted_gradient(layer: GLVQLayer, x: Tensor, weights: dict[Tensor, Tensor],
                        projections: tuple[Tensor, Tensor] | None = None) -> dict[Tensor, Tensor]:
-    """``sum_ij A_ij grad D_ij`` for ``A = weights (B, W)`` and the layer's distances
-    ``D (B, W)`` of ``x (B, d)``, per trainable parameter.
+    """``sum_ij A_ij grad_p D_ij`` for each trainable parameter ``p`` with weights
+    ``A = weights[p] (B, W)``, ``D (B, W)`` the layer's distances of ``x (B, d)``.
 
     Closed forms (``v_ij = x_i - w_j``, ``U = X Omega^T``, ``P_W = W Omega^T``,
     ``a = A^T 1``, ``b = A 1``):
@@ -142,26 +160,29 @@ def _weighted_gradient(layer: GLVQLayer, x: Tensor, weights: Tensor,
       = 2 ((b * U)^T X - (U^T A) W - P_W^T (A^T X) + (a * P_W)^T W)``;
     * any other layer: autograd through its forward pass.
     """
-    a = weights.sum(0)[:, None]  # (W, 1)
     w = layer.prototypes
     out: dict[Tensor, Tensor] = {}
     if type(layer) is GLVQLayer:
-        if w.requires_grad:
-            out[w] = -2.0 * (weights.T @ x - a * w)
+        if w in weights:
+            A = weights[w]
+            out[w] = -2.0 * (A.T @ x - A.sum(0)[:, None] * w)
         return out
     if type(layer) is GMLVQLayer:
         omega = layer.omega
         u, pw = projections if projections is not None else (x @ omega.T, w @ omega.T)  # (B, r), (W, r)
-        if w.requires_grad:
-            out[w] = -2.0 * (weights.T @ u - a * pw) @ omega
-        if omega.requires_grad:
-            b = weights.sum(1)[:, None]  # (B, 1)
-            out[omega] = 2.0 * ((b * u).T @ x - (u.T @ weights) @ w - pw.T @ (weights.T @ x) + (a * pw).T @ w)
+        if w in weights:
+            A = weights[w]
+            out[w] = -2.0 * (A.T @ u - A.sum(0)[:, None] * pw) @ omega
+        if omega in weights:
+            A = weights[omega]
+            a, b = A.sum(0)[:, None], A.sum(1)[:, None]  # (W, 1), (B, 1)
+            out[omega] = 2.0 * ((b * u).T @ x - (u.T @ A) @ w - pw.T @ (A.T @ x) + (a * pw).T @ w)
         return out
-    params = [p for p in layer.parameters() if p.requires_grad]
     with torch.enable_grad():
-        grads = torch.autograd.grad(layer(x), params, grad_outputs=weights, allow_unused=True)
-    return {p: (torch.zeros_like(p) if g is None else g) for p, g in zip(params, grads, strict=True)}
+        distances = layer(x)
+        for i, (p, A) in enumerate(weights.items()):
+            (out[p],) = torch.autograd.grad(distances, p, grad_outputs=A, retain_graph=i + 1 < len(weights))
+    return out
 
 
 def fit_dp_sgd_fused(
@@ -180,6 +201,7 @@ def fit_dp_sgd_fused(
     post_step,
     generator: torch.Generator | None = None,
     secure_mode: bool = False,
+    clipping: str = "joint",
     transfer_fn: str = "identity",
     beta: float = 1.0,
 ):
@@ -207,7 +229,8 @@ def fit_dp_sgd_fused(
             index = poisson_batch_index(n, sampling_rate, sampling_gen, x.device)
             costs = dp_sgd_step(model, x[index], y[index], optimizer, max_grad_norm=max_grad_norm,
                                 noise_std=std, expected_batch=expected_batch, generator=generator,
-                                secure_mode=secure_mode, transfer_fn=transfer_fn, beta=beta)
+                                secure_mode=secure_mode, clipping=clipping, transfer_fn=transfer_fn,
+                                beta=beta)
             post_step()  # renormalisation, iterate averaging: post-processing
             total += costs.detach().sum()
             count += len(index)
@@ -228,7 +251,7 @@ def poisson_batch_index(n: int, sampling_rate: float, generator: torch.Generator
 def dp_sgd_step(
     model: PrototypeModel, x: Tensor, y: Tensor, optimizer: torch.optim.Optimizer, *,
     max_grad_norm: float, noise_std: float, expected_batch: float,
-    generator: torch.Generator | None = None, secure_mode: bool = False,
+    generator: torch.Generator | None = None, secure_mode: bool = False, clipping: str = "joint",
     transfer_fn: str = "identity", beta: float = 1.0,
 ) -> Tensor:
     """One DP-SGD step on the (Poisson-sampled) batch ``x (B, ...)``, ``y (B,)``: clipped
@@ -239,7 +262,8 @@ def dp_sgd_step(
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    _, costs = clipped_gradient_sum(model, x, y, max_grad_norm, transfer_fn=transfer_fn, beta=beta)
+    _, costs = clipped_gradient_sum(model, x, y, max_grad_norm, clipping=clipping,
+                                    transfer_fn=transfer_fn, beta=beta)
     with torch.no_grad():
         for p in params:
             p.grad.add_(_gaussian_like(p, noise_std, generator, secure_mode)).div_(expected_batch)

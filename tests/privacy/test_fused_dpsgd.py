@@ -139,3 +139,38 @@ def test_both_engines_spend_what_was_calibrated():
         (sgd,) = [e for e in m.ledger_.events if e.name == "dp_sgd"]
         assert sgd.sampling_rate == pytest.approx(m.sample_rate_)
         assert m.epsilon_ == pytest.approx(3.0, abs=0.02)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from([GMLVQLayer, LGMLVQLayer]), st.integers(1, 8), st.integers(1, 5),
+       st.sampled_from([0.05, 0.5]), st.integers(0, 2**31 - 1))
+def test_per_parameter_clipping_bounds_each_part_by_c_over_sqrt_p(kind, batch, d, clip, seed):
+    model = _model(kind, d, 2, 2, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(batch, d, generator=g, dtype=torch.float64) * 2
+    y = torch.randint(0, 3, (batch,), generator=g)
+    reference = _reference(model, x, y)
+    names = [name for name, _ in model.layer.named_parameters()]
+    bound = clip / math.sqrt(len(names))
+    expected = {}
+    for n in names:
+        norms = reference[n].flatten(1).norm(dim=1)
+        factor = (bound / (norms + 1e-6)).clamp(max=1.0)
+        expected[n] = (factor.reshape(-1, *[1] * (reference[n].dim() - 1)) * reference[n]).sum(0)
+    model.zero_grad(set_to_none=True)
+    clipped_gradient_sum(model, x, y, clip, clipping="per_parameter")
+    for name, p in model.layer.named_parameters():
+        torch.testing.assert_close(p.grad, expected[name], atol=1e-9, rtol=1e-7)
+
+
+def test_per_parameter_clipping_engines_agree_without_noise():
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(30, 4, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (30,), generator=g)
+    models = [_model(GMLVQLayer, 4, 1, 3, seed=6) for _ in range(2)]
+    for model, engine in zip(models, ("fused", "opacus"), strict=True):
+        fit_dp_sgd(model, x, y, ledger=PrivacyLedger(), noise_multiplier=0.0, sampling_rate=1.0,
+                   max_grad_norm=0.3, steps=5, lr=0.1, engine=engine, clipping="per_parameter",
+                   generator=torch.Generator().manual_seed(0))
+    for a, b in zip(models[0].layer.parameters(), models[1].layer.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
