@@ -35,7 +35,12 @@ from dp_proto.lvq.distances import squared_euclidean_distance
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.losses import glvq_cost_and_gradient
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.privacy.grad_samplers import glvq_norm_sample, gmlvq_norm_sample, lgmlvq_norm_sample
+from dp_proto.privacy.grad_samplers import (
+    glvq_norm_sample,
+    gmlvq_norm_sample,
+    lgmlvq_norm_sample,
+    winner_terms,
+)
 from dp_proto.privacy.noise import gaussian_noise
 
 __all__ = ["clipped_gradient_sum", "dp_sgd_step", "poisson_batch_index", "fit_dp_sgd_fused",
@@ -134,13 +139,18 @@ def _per_sample_norms(layer: GLVQLayer, x: Tensor, distances: Tensor, backprops:
                       projections: tuple[Tensor, Tensor] | None) -> dict[Tensor, Tensor]:
     """Per-sample gradient norms ``(B,)`` of each trainable parameter of the layer.
 
-    GLVQ: ``||g_i||^2 = 4 sum_j G_ij^2 ||x_i - w_j||^2 = 4 sum_j G_ij^2 D_ij`` straight
-    from the distances; other layers: their norm samplers.
+    GLVQ: ``||g_i||^2 = 4 sum_j G_ij^2 ||x_i - w_j||^2`` over the non-zero ``G_ij``;
+    other layers: their norm samplers.
     """
     if type(layer) is GLVQLayer:
         if not layer.prototypes.requires_grad:
             return {}
-        return {layer.prototypes: 2.0 * (backprops.pow(2) * distances.clamp_min(0)).sum(1).sqrt()}
+        # ||x_i - w_j||^2 recomputed as a difference for the (at most two) winners: the
+        # distances come from |x|^2 - 2 x.w + |w|^2, whose cancellation could understate
+        # a norm and let a clipped gradient exceed C.
+        index, coef = winner_terms(backprops)  # (B, K)
+        sq = (x[:, None, :] - layer.prototypes[index]).pow(2).sum(-1)  # (B, K)
+        return {layer.prototypes: 2.0 * (coef.pow(2) * sq).sum(1).sqrt()}
     if projections is not None:
         return gmlvq_norm_sample(layer, [x], backprops, projections)  # type: ignore[arg-type]
     return _norm_sampler(layer)(layer, [x], backprops)
