@@ -138,3 +138,17 @@ def test_private_config_runs_and_reports_its_guarantee(tmp_path, capsys):
     bad = load_config(ROOT / "training/configs/digits_dp_gmlvq.yaml", ["data.scaling=standard"])
     with pytest.raises(ValueError, match="scaling: none"):
         run_experiment(bad)
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("name", ["segmentation_dp_gmlvq", "optdigits_dp_gmlvq", "mnist_dp_gmlvq"])
+def test_private_benchmark_configs_run_on_real_data(name, tmp_path, real_data_dir):
+    """Every DP config of the accuracy benchmark's data sets trains (one short epoch on a
+    subsample) and reports its guarantee."""
+    config = load_config(ROOT / f"training/configs/{name}.yaml",
+                         ["data.subsample=3000", "training.max_epochs=1", "training.progress_bar=false",
+                          f"data.data_dir={real_data_dir}", f"logging.log_dir={tmp_path}"])
+    result = run_experiment(config)
+    assert 0 < result["epsilon"] <= config["privacy"]["epsilon"]
+    assert result["test_acc"] >= 0.0
+    assert [e.name for e in result["ledger"].events][-1] == "dp_sgd"
