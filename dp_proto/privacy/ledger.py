@@ -38,8 +38,8 @@ from dp_proto.privacy.calibration import check_delta, check_epsilon
 
 __all__ = ["PrivacyEvent", "PrivacyLedger", "EventKind"]
 
-EventKind = Literal["laplace", "gaussian", "pure", "subsampled_gaussian", "non_private"]
-_KINDS = ("laplace", "gaussian", "pure", "subsampled_gaussian", "non_private")
+EventKind = Literal["laplace", "gaussian", "pure", "approx", "subsampled_gaussian", "non_private"]
+_KINDS = ("laplace", "gaussian", "pure", "approx", "subsampled_gaussian", "non_private")
 _PLD_DISCRETISATION = 1e-4
 
 
@@ -59,7 +59,8 @@ def _quiet_absl():
 @functools.lru_cache(maxsize=256)
 def _event_pld(kind: str, noise_multiplier: float | None, epsilon: float | None,
                sampling_rate: float | None, count: int,
-               discretization: float = _PLD_DISCRETISATION) -> pld.PrivacyLossDistribution:
+               discretization: float = _PLD_DISCRETISATION,
+               delta: float | None = None) -> pld.PrivacyLossDistribution:
     """PLD of ``count`` identical releases (pessimistic: a coarser ``discretization`` only
     over-estimates epsilon); cached, PLDs are immutable."""
     if kind == "laplace":
@@ -69,8 +70,8 @@ def _event_pld(kind: str, noise_multiplier: float | None, epsilon: float | None,
     elif kind == "subsampled_gaussian":
         one = pld.from_gaussian_mechanism(noise_multiplier, sampling_prob=sampling_rate,
                                           value_discretization_interval=discretization)
-    else:  # worst case of any epsilon-DP mechanism
-        one = pld.from_privacy_parameters(pld_common.DifferentialPrivacyParameters(epsilon, 0.0),
+    else:  # worst case of any (epsilon, delta)-DP mechanism (delta 0: pure)
+        one = pld.from_privacy_parameters(pld_common.DifferentialPrivacyParameters(epsilon, delta or 0.0),
                                           value_discretization_interval=discretization)
     return one.self_compose(count) if count > 1 else one
 
@@ -97,13 +98,19 @@ class PrivacyEvent:
         ``pure``: any epsilon-DP release (``epsilon``), for example Laplace noise on a
         vector whose l1 change may spread over coordinates, or report-noisy-max; accounted
         by its worst-case privacy loss distribution.
+        ``approx``: any ``(epsilon, delta)``-DP release known only by its parameters
+        (e.g. smooth-sensitivity noise); accounted by the worst-case privacy loss
+        distribution of an ``(epsilon, delta)`` mechanism (PLD accountant only).
         ``subsampled_gaussian``: one DP-SGD step, Poisson sampling with
         ``sampling_rate`` and Gaussian noise ``noise_multiplier`` (sigma / C).
         ``non_private``: a release without noise (e.g. a noise-free debugging run); the
         ledger then reports epsilon = inf.
     noise_multiplier : float or None
     epsilon : float or None
-        For ``pure`` events; for ``laplace`` it is derived (``1 / noise_multiplier``).
+        For ``pure`` and ``approx`` events; for ``laplace`` it is derived
+        (``1 / noise_multiplier``).
+    delta : float or None
+        For ``approx`` events.
     sampling_rate : float or None
     count : int
         Number of identical releases (e.g. DP-SGD steps).
@@ -120,6 +127,7 @@ class PrivacyEvent:
     count: int = 1
     name: str = ""
     sensitivity: float | None = None
+    delta: float | None = None
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -127,8 +135,10 @@ class PrivacyEvent:
             raise ValueError(f"unknown event kind {self.kind!r}; expected one of {_KINDS}")
         if not isinstance(self.count, int) or self.count < 1:
             raise ValueError(f"count must be a positive int, got {self.count!r}")
-        if self.kind == "pure":
+        if self.kind in ("pure", "approx"):
             check_epsilon(self.epsilon if self.epsilon is not None else -1.0, "event epsilon")
+            if self.kind == "approx" and not (self.delta is not None and 0 < self.delta < 1):
+                raise ValueError(f"approx event needs delta in (0, 1), got {self.delta!r}")
         elif self.kind != "non_private":
             nm = self.noise_multiplier
             if nm is None or not math.isfinite(nm) or nm <= 0:
@@ -151,14 +161,15 @@ class PrivacyEvent:
 
     def same_mechanism(self, other: PrivacyEvent) -> bool:
         return (self.kind, self.noise_multiplier, self.epsilon, self.sampling_rate, self.name,
-                self.sensitivity) == (other.kind, other.noise_multiplier, other.epsilon,
-                                      other.sampling_rate, other.name, other.sensitivity)
+                self.sensitivity, self.delta) == (other.kind, other.noise_multiplier, other.epsilon,
+                                                  other.sampling_rate, other.name, other.sensitivity,
+                                                  other.delta)
 
     # -- accounting -------------------------------------------------------------------
     def to_pld(self, discretization: float = _PLD_DISCRETISATION) -> pld.PrivacyLossDistribution:
         """Privacy loss distribution of all ``count`` releases (pessimistic)."""
         return _event_pld(self.kind, self.noise_multiplier, self.epsilon, self.sampling_rate, self.count,
-                          discretization)
+                          discretization, self.delta)
 
     def to_dp_event(self) -> dpe.DpEvent:
         """The dp-accounting event (for the RDP accountant)."""
@@ -168,6 +179,9 @@ class PrivacyEvent:
             one = dpe.GaussianDpEvent(self.noise_multiplier)
         elif self.kind == "subsampled_gaussian":
             one = dpe.PoissonSampledDpEvent(self.sampling_rate, dpe.GaussianDpEvent(self.noise_multiplier))
+        elif self.kind == "approx":
+            raise ValueError(f"{self.name or 'approx'}: an (epsilon, delta) event has no Renyi-DP "
+                             "curve; use the ledger's PLD accountant")
         else:  # epsilon-DP implies (epsilon^2 / 2)-zCDP (Bun & Steinke 2016)
             one = dpe.ZCDpEvent(self.epsilon**2 / 2)
         return dpe.SelfComposedDpEvent(one, self.count) if self.count > 1 else one
@@ -178,6 +192,8 @@ class PrivacyEvent:
             parts.append(f"noise multiplier {self.noise_multiplier:.4g}")
         if self.pure_epsilon is not None:
             parts.append(f"epsilon {self.pure_epsilon:.4g} each")
+        if self.kind == "approx":
+            parts.append(f"epsilon {self.epsilon:.4g}, delta {self.delta:.3g} each")
         if self.sampling_rate is not None:
             parts.append(f"sampling rate {self.sampling_rate:.4g}")
         if self.sensitivity is not None:

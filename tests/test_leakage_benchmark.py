@@ -1,0 +1,91 @@
+"""Smoke run of benchmarks/leakage.py, and a check that its 2 + 1 private pipelines are the
+library's schemes (built from the same pieces) rather than something else."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "leakage.py"
+HEADLINE_KEYS = {"outlier_extreme_vanilla_p", "outlier_extreme_private_p", "xor_vanilla_fraction",
+                 "xor_private_fraction", "audit"}
+PRIVATE = {"dp_sgd", "saa"}
+
+
+def test_quick_run_ends_with_the_documented_json(tmp_path):
+    out_file = tmp_path / "leakage.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--threads", "1", "--out", str(out_file)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    out = json.loads(last)
+    assert json.loads(out_file.read_text()) == out
+    assert list(out)[:4] == ["benchmark", "results", "headline", "settings"]
+    assert out["benchmark"] == "leakage"
+    assert {"machine", "notes"} <= set(out) and isinstance(out["notes"], list)
+    assert out["settings"]["quick"] is True and out["settings"]["pairs"] == 20
+
+    head = out["headline"]
+    assert set(head) == HEADLINE_KEYS
+    assert 0.0 <= head["outlier_extreme_vanilla_p"] <= 1.0
+    assert set(head["outlier_extreme_private_p"]) == PRIVATE
+    assert all(0.0 <= p <= 1.0 for p in head["outlier_extreme_private_p"].values())
+    assert len(head["xor_vanilla_fraction"]) == 2
+    assert all(0.0 <= f <= 1.0 for f in head["xor_vanilla_fraction"])
+    assert set(head["xor_private_fraction"]) == PRIVATE
+    assert all(len(v) == 2 and all(0.0 <= f <= 1.0 for f in v) for v in head["xor_private_fraction"].values())
+    assert set(head["audit"]) == PRIVATE
+    for claimed, bound in head["audit"].values():
+        assert claimed == 1.0 and bound >= 0.0
+
+    res = out["results"]
+    assert set(res["outlier_shift"]) == {"vanilla"} | PRIVATE
+    extreme = res["outlier_shift"]["vanilla"]["extreme"]
+    assert 0.05 < extreme["mean_shift"] < 0.2  # dissertation: 0.1119; robust even with 20 pairs
+    assert extreme["paired_t_p"] < 1e-6
+    assert res["xor"]["vanilla"]["unbalanced_fraction"] == 1.0  # dissertation: always bottom-left
+
+
+@pytest.fixture(scope="module")
+def leakage():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import leakage as module
+    finally:
+        sys.path.pop(0)
+    return module
+
+
+def _outlier_data(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    X = np.concatenate([rng.normal((-10.0, 0.0), 1.0, (50, 2)), rng.normal((10.0, 0.0), 1.0, (50, 2))])
+    return X, np.repeat([0, 1], 50)
+
+
+def test_pieces_reproduce_the_library_schemes(leakage):
+    """With equal counts the pipelines used for the 2 + 1 XOR model must equal DPGLVQ and
+    subsample_and_aggregate exactly (same seed, same draws)."""
+    X, y = _outlier_data()
+    setup = leakage.Setup((1, 1))
+    for pieces, scheme in ((leakage.dp_sgd_from_pieces, leakage.train_dp_sgd),
+                           (leakage.saa_from_pieces, leakage.train_saa)):
+        a, b = pieces(X, y, setup, 7), scheme(X, y, setup, 7)
+        np.testing.assert_array_equal(a.labels, b.labels)
+        np.testing.assert_allclose(a.prototypes, b.prototypes, rtol=0, atol=1e-9)
+
+
+def test_registry_schemes_train_the_xor_model(leakage):
+    rng = np.random.default_rng(1)
+    X, y = leakage.xor_data(rng, 0)
+    setup = leakage.Setup((2, 1), saa_bins=30, reference=((-10.0, 10.0), (10.0, -10.0), (0.0, 0.0)))
+    for name, train in leakage.SCHEMES.items():
+        fit = train(X, y, setup, 3)
+        assert fit.prototypes.shape == (3, 2), name
+        assert fit.labels.tolist() == [0, 0, 1], name
+        assert np.isfinite(fit.prototypes).all(), name
