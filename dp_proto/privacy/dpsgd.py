@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
 from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.lvq.model import PrototypeModel
@@ -322,6 +322,7 @@ def fit_dp_sgd(
         (``opacus_epsilon``; about 0.2 s, for cross-checking the ledger).
     """
     from opacus import PrivacyEngine
+    from opacus.data_loader import DPDataLoader
 
     if not max_grad_norm > 0:
         raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm!r}")
@@ -341,7 +342,6 @@ def fit_dp_sgd(
         raise ValueError(f"average_last must lie in [0, 1), got {average_last!r}")
     if clipping not in CLIPPING_MODES:
         raise ValueError(f"clipping must be one of {CLIPPING_MODES}, got {clipping!r}")
-    n = x.shape[0]
     opt = _make_optimizer(model, optimizer, lr, metric_lr_scale, momentum)
     # the last floor(average_last * steps) iterates: steps start..steps (1-based)
     average = IterateAverage(model, start=steps - math.floor(average_last * steps) + 1) if average_last else None
@@ -353,7 +353,7 @@ def fit_dp_sgd(
 
     result = DPSGDResult(steps=0, noise_multiplier=noise_multiplier)
     if ledger.budget is not None:
-        precheck_plan(ledger, _sgd_event(noise_multiplier, _engine_rate(engine, sampling_rate, n), steps))
+        precheck_plan(ledger, _sgd_event(noise_multiplier, sampling_rate, steps))
     if engine == "fused":
         fit_dp_sgd_fused(model, x, y, ledger=ledger, noise_multiplier=noise_multiplier,
                          sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, steps=steps,
@@ -365,8 +365,16 @@ def fit_dp_sgd(
         if report_opacus_epsilon:
             result.opacus_epsilon = _opacus_rdp_epsilon(noise_multiplier, sampling_rate, result.steps, delta)
         return result
-    loader = DataLoader(TensorDataset(x, y), batch_size=_opacus_batch_size(n, sampling_rate),
-                        shuffle=True, generator=generator)
+    if secure_mode:
+        import importlib.util
+
+        if importlib.util.find_spec("torchcsprng") is None:
+            raise ValueError("secure_mode with engine='opacus' needs Opacus' torchcsprng package, which is "
+                             "not installed; engine='fused' draws its noise from os.urandom instead")
+    # Poisson sampling at exactly q (Opacus' make_private(poisson_sampling=True) would
+    # use 1 / len(loader), which depends on the private n).
+    loader = DPDataLoader(TensorDataset(x, y), sample_rate=sampling_rate,
+                          generator=None if secure_mode else generator)
     privacy_engine = PrivacyEngine(accountant="rdp", secure_mode=secure_mode)
     criterion = _glvq_criterion(model, transfer_fn, beta)
     kwargs: dict = {"criterion": criterion} if grad_sample_mode == "ghost" else {}
@@ -379,15 +387,14 @@ def fit_dp_sgd(
         kwargs["clipping"] = "per_layer"
     made = privacy_engine.make_private(
         module=model, optimizer=opt, data_loader=loader, noise_multiplier=noise_multiplier,
-        max_grad_norm=clip_bound, poisson_sampling=True, grad_sample_mode=grad_sample_mode,
+        max_grad_norm=clip_bound, poisson_sampling=False, grad_sample_mode=grad_sample_mode,
         noise_generator=None if secure_mode else generator, **kwargs,
     )
     if grad_sample_mode == "ghost":
         private_model, dp_opt, criterion, dp_loader = made
     else:
         private_model, dp_opt, dp_loader = made
-    # Opacus' DPDataLoader samples with rate 1/len(loader); use exactly that rate in the ledger.
-    q = float(dp_loader.sample_rate) if hasattr(dp_loader, "sample_rate") else sampling_rate
+    q = float(dp_loader.sample_rate)  # = sampling_rate
     private_model.train()
     while result.steps < steps:
         epoch_steps = min(len(dp_loader), steps - result.steps)
@@ -452,22 +459,6 @@ class IterateAverage:
         for m, p in zip(self.mean, self.params, strict=True):
             p.copy_(m)
         self.model.layer.normalize_()
-
-
-def _opacus_batch_size(n: int, sampling_rate: float) -> int:
-    """Loader batch size for Opacus: ``ceil(n / k)`` with ``k = round(1 / q)`` batches, so
-    that Opacus' rate ``1 / len(loader)`` is ``q`` itself whenever ``q = 1 / k`` (the
-    estimators' rates are)."""
-    k = max(round(1.0 / sampling_rate), 1)
-    return max(math.ceil(n / k), 1)
-
-
-def _engine_rate(engine: str, sampling_rate: float, n: int) -> float:
-    """The Poisson rate an engine samples with: exactly ``q`` (fused), or Opacus'
-    ``1 / len(loader)`` for the loader of :func:`_opacus_batch_size`."""
-    if engine == "fused":
-        return sampling_rate
-    return 1.0 / math.ceil(n / _opacus_batch_size(n, sampling_rate))
 
 
 def precheck_plan(ledger: PrivacyLedger, event: PrivacyEvent) -> bool:

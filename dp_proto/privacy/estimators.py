@@ -33,14 +33,7 @@ from dp_proto.privacy.dpsgd import (
 )
 from dp_proto.privacy.ledger import PrivacyLedger
 
-__all__ = ["DPGLVQ", "DPGMLVQ", "DPLGMLVQ", "opacus_sample_rate"]
-
-def opacus_sample_rate(n: int, sampling_rate: float) -> float:
-    """The Poisson rate Opacus actually uses for ``n`` records at ``sampling_rate``:
-    ``1 / ceil(n / round(q n))`` (one over the number of batches per epoch)."""
-    batch = max(int(round(sampling_rate * n)), 1)
-    return 1.0 / int(np.ceil(n / batch))
-
+__all__ = ["DPGLVQ", "DPGMLVQ", "DPLGMLVQ"]
 
 class _DPMixin:
     """Replaces ``fit`` of a non-private estimator by DP initialisation + DP-SGD."""
@@ -110,14 +103,16 @@ class _DPMixin:
         ledger = PrivacyLedger(budget=budget, default_delta=self.delta)
         init = dp_class_mean_prototypes(
             x_t, y_t, len(self.classes_), self.init_fraction * self.epsilon, ledger=ledger,
-            prototypes_per_class=counts[0], generator=generator, secure=self.secure_mode,
+            prototypes_per_class=counts[0], generator=None if self.secure_mode else generator,
+            secure=self.secure_mode,
         )
         layer = self._make_layer(d, len(init.prototype_labels), generator, tdtype)
         with torch.no_grad():
             layer.prototypes.copy_(init.prototypes.to(tdtype))
         self.model_ = PrototypeModel(layer, init.prototype_labels)
 
-        q = opacus_sample_rate(n, self.sampling_rate)
+        # q and T are public settings: neither may depend on the private n (add/remove).
+        q = float(self.sampling_rate)
         steps = sgd_steps(self.epochs, q)
         sigma = noise_multiplier_for(self.calibration, self.epsilon, self.delta, q, steps,
                                      prior_events=ledger.events)
@@ -188,7 +183,9 @@ _DOC = """
     grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
         Opacus engine only.
     secure_mode : bool, default False
-        Noise from operating-system entropy (initialisation and Opacus' secure mode).
+        Noise from operating-system entropy (initialisation and DP-SGD; batch membership
+        from a generator seeded by it). The Opacus engine needs Opacus' ``torchcsprng``
+        package for this.
     solver : {"sgd", "adam"}, default "sgd"; lr : float, default 0.05
     metric_lr_scale : float (GMLVQ: default 0.1; LGMLVQ: 1.0)
         Learning rate of Omega relative to ``lr``. Every coordinate of Omega gets as

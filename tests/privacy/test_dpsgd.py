@@ -236,3 +236,18 @@ def test_iterate_averaging_releases_the_mean_of_the_last_iterates():
     expected = torch.stack([run(k) for k in range(11, 21)]).mean(0)
     torch.testing.assert_close(run(20, average_last=0.5), expected)
     assert not torch.allclose(run(20), expected)
+
+
+def test_secure_mode_draws_from_the_os_and_opacus_needs_csprng():
+    import importlib.util
+
+    X, _, y, _ = _iris()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = DPGLVQ(epsilon=3.0, delta=1e-3, bounds=(0, 8), sampling_rate=0.1, epochs=2,
+                       secure_mode=True).fit(X, y)
+        assert model.epsilon_ <= 3.0 and model.n_iter_ == 20
+        if importlib.util.find_spec("torchcsprng") is None:
+            with pytest.raises(ValueError, match="torchcsprng"):
+                DPGLVQ(epsilon=3.0, delta=1e-3, bounds=(0, 8), sampling_rate=0.1, epochs=2, engine="opacus",
+                       secure_mode=True).fit(X, y)
