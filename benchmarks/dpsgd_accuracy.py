@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.bound:g}); training rows outside are clipped by the estimator (DomainWarning "
         "suppressed, see clipped_fraction: mean fraction of training rows with a clipped "
         "coordinate); test rows are mapped with the same affine map without clipping",
-        "calibration 'ledger': noise multiplier from the RDP accountant so that the whole run "
+        "calibration 'ledger': noise multiplier from the ledger's PLD accountant so that the whole run "
         "(initialisation + DP-SGD) is (epsilon, delta)-DP; 'paper': the dissertation's "
         "sigma = 2 q sqrt(T ln(1/delta)) / (0.8 epsilon); certified_epsilon is what the ledger "
         "certifies at delta in both cases",

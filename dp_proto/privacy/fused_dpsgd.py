@@ -6,14 +6,18 @@ one small matrix product, that bookkeeping costs more than the arithmetic. This 
 runs the *same* DP-SGD step (Abadi et al. 2016, as in Opacus with Poisson sampling and
 ``loss_reduction="mean"``) directly on tensors:
 
-1. Poisson sampling: every record joins the batch independently with probability ``q``;
-2. per-sample gradient norms from the closed-form norm samplers of
-   :mod:`dp_proto.privacy.grad_samplers` (jointly over prototypes and metric; no
-   ``(B, r, d)`` tensor is built), clip factors ``min(1, C / (norm + 1e-6))``;
-3. the *clipped sum* ``sum_i c_i grad L_i`` by one backward pass of the distances with
-   the per-sample output gradients scaled by ``c_i`` (``L_i`` depends on row ``i`` of the
-   distances only, so this is exact: ghost clipping);
-4. Gaussian noise ``N(0, (sigma C)^2)`` on every coordinate of the sum, division by the
+1. Poisson sampling: every record joins the batch independently with probability ``q``
+   (a public setting: neither ``q`` nor the number of steps depends on ``n``);
+2. the distances ``D (B, W)`` and, in closed form, each record's cost and its gradient
+   ``G = dL_i/dD_i`` (non-zero at the two winners only);
+3. per-sample gradient norms in closed form (the norm samplers of
+   :mod:`dp_proto.privacy.grad_samplers`; no ``(B, r, d)`` tensor is built), clip
+   factors ``min(1, C / (norm + 1e-6))`` jointly over all parameters, or per parameter
+   with ``C / sqrt(P)`` each (``clipping="per_parameter"``, same sensitivity ``C``);
+4. the *clipped sum* ``sum_i c_i grad L_i = sum_ij c_i G_ij grad D_ij`` in closed form
+   (a few matrix products; autograd through the layer for other layer types). ``L_i``
+   depends on row ``i`` of the distances only, so this is exact (ghost clipping);
+5. Gaussian noise ``N(0, (sigma C)^2)`` on every coordinate of the sum, division by the
    expected batch size ``q n``, and an optimizer step (post-processing).
 
 Its privacy accounting is that of Opacus' with the same ``(sigma, q, T)``: the ledger
