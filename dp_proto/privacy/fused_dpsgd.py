@@ -83,6 +83,7 @@ CLIPPING_MODES = ("joint", "per_parameter")
 def clipped_gradient_sum(
     model: PrototypeModel, x: Tensor, y: Tensor, max_grad_norm: float, *,
     clipping: str = "joint", transfer_fn: str = "identity", beta: float = 1.0,
+    check_labels: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """Accumulate the clipped per-sample gradients' sum into ``p.grad`` of the layer's
     trainable parameters, ``g_i`` the gradient of record ``i``'s GLVQ cost.
@@ -97,6 +98,9 @@ def clipped_gradient_sum(
     Parameters
     ----------
     x : Tensor, shape (B, ...); y : Tensor, shape (B,); ``B`` may be 0.
+    check_labels : bool
+        Check that every target has a prototype (a host sync per call; the training
+        loop checks once up front and passes False).
 
     Returns
     -------
@@ -118,7 +122,7 @@ def clipped_gradient_sum(
         else:
             distances = layer(features)  # (B, W)
         # backprops[i] = dL_i/dD_i: L_i depends on row i of the distances only.
-        costs, backprops = glvq_cost_and_gradient(distances, y, model.prototype_labels,
+        costs, backprops = glvq_cost_and_gradient(distances, y, model.prototype_labels, check=check_labels,
                                                   transfer_fn=transfer_fn, beta=beta)  # type: ignore[arg-type]
         norms_by_param = _per_sample_norms(layer, features, distances, backprops, projections)
         if not norms_by_param:
@@ -223,6 +227,7 @@ def fit_dp_sgd_fused(
     (call that function; this one expects its validated arguments)."""
     check_fusable(model)
     n = x.shape[0]
+    _check_targets(y, model.prototype_labels)  # once here, not at every step
     expected_batch = sampling_rate * n
     steps_per_epoch = max(round(1.0 / sampling_rate), 1)
     std = noise_multiplier * max_grad_norm
@@ -244,7 +249,7 @@ def fit_dp_sgd_fused(
             costs = dp_sgd_step(model, x[index], y[index], optimizer, max_grad_norm=max_grad_norm,
                                 noise_std=std, expected_batch=expected_batch, generator=generator,
                                 secure_mode=secure_mode, clipping=clipping, transfer_fn=transfer_fn,
-                                beta=beta)
+                                beta=beta, check_labels=False)
             post_step()  # renormalisation, iterate averaging: post-processing
             total += costs.detach().sum()
             count += len(index)
@@ -253,20 +258,45 @@ def fit_dp_sgd_fused(
     return result
 
 
+def _check_targets(y: Tensor, prototype_labels: Tensor) -> None:
+    """Every target class has a prototype, and there are prototypes of two classes."""
+    missing = torch.unique(y)[~torch.isin(torch.unique(y), prototype_labels.to(y.device))]
+    if missing.numel():
+        raise ValueError(f"no prototype carries the target class(es) {missing.tolist()}")
+    if torch.unique(prototype_labels).numel() < 2:
+        raise ValueError("GLVQ needs prototypes of at least two classes")
+
+
 def poisson_batch_index(n: int, sampling_rate: float, generator: torch.Generator | None,
                         device: torch.device | str) -> Tensor:
     """Indices ``(B,)`` of a Poisson sample: each of ``n`` records independently with
-    probability ``sampling_rate`` (``B`` varies, and may be 0)."""
+    probability ``q = sampling_rate`` (``B`` varies, and may be 0).
+
+    Drawn as a Bernoulli process in ``O(q n)`` rather than ``O(n)``: the gaps between
+    successive members are i.i.d. geometric, ``P(gap = k) = (1 - q)^(k-1) q``
+    (``Tensor.geometric_``); the same distribution as ``rand(n) < q``.
+    """
+    if sampling_rate >= 1.0:
+        return torch.arange(n, device=device)
     gen_device = generator.device if generator is not None else torch.device(device)
-    member = torch.rand(n, generator=generator, device=gen_device).to(device) < sampling_rate
-    return member.nonzero().squeeze(1)
+    chunks, last, expected = [], -1.0, sampling_rate * n
+    while True:
+        k = max(int(expected + 6.0 * math.sqrt(expected + 1.0)) + 8, 16)
+        gaps = torch.empty(k, dtype=torch.float64, device=gen_device).geometric_(sampling_rate, generator=generator)
+        positions = torch.cumsum(gaps, 0).add_(last)  # exact: integers far below 2^53
+        end = float(positions[-1])
+        chunks.append(positions[positions < n])
+        if end >= n:  # the process has run past the last record
+            break
+        last, expected = end, sampling_rate * (n - 1 - end)
+    return (chunks[0] if len(chunks) == 1 else torch.cat(chunks)).to(device=device, dtype=torch.long)
 
 
 def dp_sgd_step(
     model: PrototypeModel, x: Tensor, y: Tensor, optimizer: torch.optim.Optimizer, *,
     max_grad_norm: float, noise_std: float, expected_batch: float,
     generator: torch.Generator | None = None, secure_mode: bool = False, clipping: str = "joint",
-    transfer_fn: str = "identity", beta: float = 1.0,
+    transfer_fn: str = "identity", beta: float = 1.0, check_labels: bool = True,
 ) -> Tensor:
     """One DP-SGD step on the (Poisson-sampled) batch ``x (B, ...)``, ``y (B,)``: clipped
     gradient sum, ``N(0, noise_std^2)`` per coordinate, division by ``expected_batch``,
@@ -277,7 +307,7 @@ def dp_sgd_step(
         if p.grad is None:
             p.grad = torch.zeros_like(p)
     _, costs = clipped_gradient_sum(model, x, y, max_grad_norm, clipping=clipping,
-                                    transfer_fn=transfer_fn, beta=beta)
+                                    transfer_fn=transfer_fn, beta=beta, check_labels=check_labels)
     with torch.no_grad():
         for p in params:
             p.grad.add_(_gaussian_like(p, noise_std, generator, secure_mode)).div_(expected_batch)

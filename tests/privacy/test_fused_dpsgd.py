@@ -174,3 +174,25 @@ def test_per_parameter_clipping_engines_agree_without_noise():
                    generator=torch.Generator().manual_seed(0))
     for a, b in zip(models[0].layer.parameters(), models[1].layer.parameters(), strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_poisson_batches_have_the_bernoulli_distribution():
+    """Membership frequency q per record, batch size ~ Binomial(n, q), independent pairs."""
+    from dp_proto.privacy.fused_dpsgd import poisson_batch_index
+
+    n, q, draws = 50, 0.1, 20_000
+    g = torch.Generator().manual_seed(0)
+    member = torch.zeros(draws, n)
+    for t in range(draws):
+        index = poisson_batch_index(n, q, g, "cpu")
+        assert index.unique().numel() == index.numel() and (index >= 0).all() and (index < n).all()
+        member[t, index] = 1.0
+    freq = member.mean(0)
+    assert (freq - q).abs().max() < 5 * math.sqrt(q * (1 - q) / draws)
+    sizes = member.sum(1)
+    assert sizes.mean().item() == pytest.approx(n * q, rel=0.02)
+    assert sizes.var().item() == pytest.approx(n * q * (1 - q), rel=0.05)
+    pair = (member[:, 0] * member[:, 1]).mean().item()  # independence of two records
+    assert pair == pytest.approx(q * q, abs=5 * math.sqrt(q * q / draws))
+    assert poisson_batch_index(7, 1.0, g, "cpu").tolist() == list(range(7))
+    assert poisson_batch_index(0, 0.5, g, "cpu").numel() == 0
