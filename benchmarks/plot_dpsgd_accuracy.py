@@ -58,6 +58,10 @@ def plot(merged: dict, out: str) -> None:
             if base:
                 ax.axhline(base[0], color=colour, ls="--", lw=0.8, alpha=0.5)
         ax.set_xscale("log")
+        ticks = sorted({float(e) for by_cal in merged["results"][key].values()
+                        for per_eps in by_cal.values() for e in per_eps})
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
         ax.set_xlabel("epsilon (delta = 1e-5)")
         ax.set_ylabel("test error")
         ax.set_title(key)

@@ -156,13 +156,16 @@ def glvq_cost_and_gradient(
     transfer_fn: Transfer = "identity",
     beta: float = 1.0,
     check: bool = True,
-) -> tuple[Tensor, Tensor]:
+    return_winners: bool = False,
+) -> tuple[Tensor, ...]:
     """Per-sample costs ``Phi(mu_i)`` ``(B,)`` and their gradients with respect to the
     distances, ``G_ij = dPhi(mu_i)/dD_ij`` ``(B, W)``, in closed form (no autograd).
 
     Only the two winners of a row are non-zero: with ``s = d+ + d-``,
     ``dmu/dd+ = 2 d- / s^2`` and ``dmu/dd- = -2 d+ / s^2`` (both times ``Phi'(mu)``).
     ``check=False`` skips the label checks of :func:`glvq_margins` (no host sync).
+    ``return_winners=True`` also returns the winners' indices ``(B, 2)`` (``w+``,
+    ``w-``) and their gradient entries ``(B, 2)``.
     """
     m = glvq_margins(distances, targets, prototype_labels, check=check)
     s = m.d_plus + m.d_minus
@@ -178,6 +181,8 @@ def glvq_cost_and_gradient(
     rows = torch.arange(distances.shape[0], device=distances.device)
     grad[rows, m.index_plus] = g_plus
     grad[rows, m.index_minus] = g_minus
+    if return_winners:
+        return cost, grad, torch.stack([m.index_plus, m.index_minus], 1), torch.stack([g_plus, g_minus], 1)
     return cost, grad
 
 

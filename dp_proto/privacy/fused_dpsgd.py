@@ -39,12 +39,7 @@ from dp_proto.lvq.distances import squared_euclidean_distance
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.losses import glvq_cost_and_gradient
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.privacy.grad_samplers import (
-    glvq_norm_sample,
-    gmlvq_norm_sample,
-    lgmlvq_norm_sample,
-    winner_terms,
-)
+from dp_proto.privacy.grad_samplers import glvq_norm_sample, gmlvq_norm_sample, lgmlvq_norm_sample
 from dp_proto.privacy.noise import gaussian_noise
 
 __all__ = ["clipped_gradient_sum", "dp_sgd_step", "poisson_batch_index", "fit_dp_sgd_fused",
@@ -122,9 +117,10 @@ def clipped_gradient_sum(
         else:
             distances = layer(features)  # (B, W)
         # backprops[i] = dL_i/dD_i: L_i depends on row i of the distances only.
-        costs, backprops = glvq_cost_and_gradient(distances, y, model.prototype_labels, check=check_labels,
-                                                  transfer_fn=transfer_fn, beta=beta)  # type: ignore[arg-type]
-        norms_by_param = _per_sample_norms(layer, features, distances, backprops, projections)
+        costs, backprops, winners, coef = glvq_cost_and_gradient(
+            distances, y, model.prototype_labels, check=check_labels, transfer_fn=transfer_fn,  # type: ignore[arg-type]
+            beta=beta, return_winners=True)
+        norms_by_param = _per_sample_norms(layer, features, backprops, projections, (winners, coef))
         if not norms_by_param:
             return distances.new_zeros(distances.shape[0]), costs
         norms = torch.stack(list(norms_by_param.values()), 0).pow(2).sum(0).sqrt()
@@ -143,21 +139,23 @@ def clipped_gradient_sum(
     return norms, costs
 
 
-def _per_sample_norms(layer: GLVQLayer, x: Tensor, distances: Tensor, backprops: Tensor,
-                      projections: tuple[Tensor, Tensor] | None) -> dict[Tensor, Tensor]:
+def _per_sample_norms(layer: GLVQLayer, x: Tensor, backprops: Tensor,
+                      projections: tuple[Tensor, Tensor] | None,
+                      winners: tuple[Tensor, Tensor]) -> dict[Tensor, Tensor]:
     """Per-sample gradient norms ``(B,)`` of each trainable parameter of the layer.
 
-    GLVQ: ``||g_i||^2 = 4 sum_j G_ij^2 ||x_i - w_j||^2`` over the non-zero ``G_ij``;
-    other layers: their norm samplers.
+    GLVQ: ``||g_i||^2 = 4 sum_k G_ik^2 ||x_i - w_k||^2`` over the two winners ``k``
+    (``winners``: their indices and gradient entries, each ``(B, 2)``), with the squared
+    distances recomputed as differences: the distances come from
+    ``|x|^2 - 2 x.w + |w|^2``, whose cancellation could understate a norm and let a
+    clipped gradient exceed ``C``. Other layers: their norm samplers.
     """
     if type(layer) is GLVQLayer:
         if not layer.prototypes.requires_grad:
             return {}
-        # ||x_i - w_j||^2 recomputed as a difference for the (at most two) winners: the
-        # distances come from |x|^2 - 2 x.w + |w|^2, whose cancellation could understate
-        # a norm and let a clipped gradient exceed C.
-        index, coef = winner_terms(backprops)  # (B, K)
-        sq = (x[:, None, :] - layer.prototypes[index]).pow(2).sum(-1)  # (B, K)
+        index, coef = winners
+        w = layer.prototypes.index_select(0, index.reshape(-1)).view(*index.shape, -1)  # (B, 2, d)
+        sq = torch.linalg.vector_norm(x.unsqueeze(1) - w, dim=-1).pow(2)  # (B, 2)
         return {layer.prototypes: 2.0 * (coef.pow(2) * sq).sum(1).sqrt()}
     if projections is not None:
         return gmlvq_norm_sample(layer, [x], backprops, projections)  # type: ignore[arg-type]
