@@ -38,7 +38,7 @@ from dp_proto.privacy.mechanisms import gaussian_mechanism, gaussian_sigma
 from dp_proto.privacy.noise import gaussian_noise, uniform_open
 
 __all__ = ["assign_bins", "fit_glvq_bins", "match_to_reference", "saa_sensitivity",
-           "SAAResult", "subsample_and_aggregate"]
+           "bin_prototype_labels", "train_bin_models", "SAAResult", "subsample_and_aggregate"]
 
 
 def assign_bins(n: int, num_bins: int, *, generator: torch.Generator | None = None,
@@ -184,6 +184,39 @@ def match_to_reference(bin_prototypes: Tensor, prototype_labels: Tensor, referen
     return out
 
 
+def bin_prototype_labels(x: Tensor, y: Tensor, num_classes: int, num_bins: int,
+                         prototypes_per_class: int, reference: Tensor | None) -> Tensor:
+    """Check the inputs of a bin-based scheme; the prototype labels ``(W,)``."""
+    if x.dim() != 2 or y.shape != (x.shape[0],):
+        raise ValueError(f"expected x (n, d) and y (n,), got {tuple(x.shape)} and {tuple(y.shape)}")
+    if num_bins < 1:
+        raise ValueError(f"num_bins must be >= 1, got {num_bins}")
+    if y.numel() and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+        raise ValueError(f"y must hold class indices in 0..{num_classes - 1}")
+    if prototypes_per_class > 1 and reference is None:
+        raise ValueError(
+            "several prototypes per class need a public `reference` (W, d) to match the bins' "
+            "prototypes to; one computed from the private bins would void the sensitivity bound"
+        )
+    return make_prototype_labels(num_classes, prototypes_per_class).to(x.device)
+
+
+def train_bin_models(
+    x: Tensor, y: Tensor, labels: Tensor, num_bins: int, *, reference: Tensor | None = None,
+    epochs: int = 30, batch_size: int = 64, lr: float = 0.01, low: float = -1.0, high: float = 1.0,
+    generator: torch.Generator | None = None, secure: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """The non-private half of the bin-based schemes: i.i.d. bin labels ``(n,)``, GLVQ on
+    every bin, matching to ``reference`` (several prototypes per class), clipping into
+    ``[low, high]``. Returns the clipped bin models ``(m, W, d)`` (float64) and the bins."""
+    bins = assign_bins(x.shape[0], num_bins, generator=generator, secure=secure, device=x.device)
+    trained = fit_glvq_bins(x.to(torch.float64), y.long(), bins, num_bins, labels, epochs=epochs,
+                            batch_size=batch_size, lr=lr, generator=generator)
+    if reference is not None and len(torch.unique(labels)) < len(labels):
+        trained = match_to_reference(trained, labels, reference.to(trained))
+    return clip_box(trained, low, high).values, bins
+
+
 class SAAResult(NamedTuple):
     """Private prototypes ``(W, d)``, their labels ``(W,)``, the noise std on the mean of
     the bins and the number of bins that held no record (curator diagnostics)."""
@@ -236,31 +269,16 @@ def subsample_and_aggregate(
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta, allow_zero=False)
-    if x.dim() != 2 or y.shape != (x.shape[0],):
-        raise ValueError(f"expected x (n, d) and y (n,), got {tuple(x.shape)} and {tuple(y.shape)}")
-    if num_bins < 1:
-        raise ValueError(f"num_bins must be >= 1, got {num_bins}")
-    if y.numel() and (int(y.min()) < 0 or int(y.max()) >= num_classes):
-        raise ValueError(f"y must hold class indices in 0..{num_classes - 1}")
-    labels = make_prototype_labels(num_classes, prototypes_per_class).to(x.device)
-    if prototypes_per_class > 1 and reference is None:
-        raise ValueError(
-            "several prototypes per class need a public `reference` (W, d) to match the bins' "
-            "prototypes to; one computed from the private bins would void the sensitivity bound"
-        )
+    labels = bin_prototype_labels(x, y, num_classes, num_bins, prototypes_per_class, reference)
     d = x.shape[1]
     sensitivity = saa_sensitivity(len(labels), d, low, high)
     sigma = gaussian_sigma(epsilon, delta, sensitivity)
     if ledger is not None:  # refuse before any training or noise
         ledger.check(PrivacyEvent("gaussian", noise_multiplier=sigma / sensitivity, name=name,
                                   sensitivity=sensitivity))
-    x64 = x.to(torch.float64)
-    bins = assign_bins(x.shape[0], num_bins, generator=generator, secure=secure, device=x.device)
-    trained = fit_glvq_bins(x64, y.long(), bins, num_bins, labels, epochs=epochs, batch_size=batch_size,
-                            lr=lr, generator=generator)
-    if reference is not None and prototypes_per_class > 1:
-        trained = match_to_reference(trained, labels, reference.to(trained))
-    clipped = clip_box(trained, low, high).values
+    clipped, bins = train_bin_models(x, y, labels, num_bins, reference=reference, epochs=epochs,
+                                     batch_size=batch_size, lr=lr, low=low, high=high,
+                                     generator=generator, secure=secure)
     total = gaussian_mechanism(clipped.sum(0), sensitivity, epsilon, delta, ledger=ledger, name=name,
                                generator=generator, secure=secure)
     empty = int((torch.bincount(bins, minlength=num_bins) == 0).sum())

@@ -33,10 +33,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from dp_proto.lvq.init import make_prototype_labels
-from dp_proto.privacy.aggregate import assign_bins, fit_glvq_bins, match_to_reference
+from dp_proto.privacy.aggregate import bin_prototype_labels, train_bin_models
 from dp_proto.privacy.calibration import check_delta, check_epsilon
-from dp_proto.privacy.clipping import clip_box
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.noise import gaussian_noise
 
@@ -146,17 +144,11 @@ def coa_glvq(
 ) -> tuple[Tensor, Tensor, COAResult]:
     """GLVQ prototypes ``(W, d)`` by the centre of attention of ``num_bins`` disjoint
     bins' models (see the module docstring), their labels ``(W,)`` and the raw result."""
-    if y.numel() and (int(y.min()) < 0 or int(y.max()) >= num_classes):
-        raise ValueError(f"y must hold class indices in 0..{num_classes - 1}")
-    labels = make_prototype_labels(num_classes, prototypes_per_class).to(x.device)
-    if prototypes_per_class > 1 and reference is None:
-        raise ValueError("several prototypes per class need a public `reference` (W, d) for matching")
-    bins = assign_bins(x.shape[0], num_bins, generator=generator, secure=secure, device=x.device)
-    trained = fit_glvq_bins(x.to(torch.float64), y.long(), bins, num_bins, labels, epochs=epochs,
-                            batch_size=batch_size, lr=lr, generator=generator)
-    if reference is not None and prototypes_per_class > 1:
-        trained = match_to_reference(trained, labels, reference.to(trained))
-    models = clip_box(trained, low, high).values.reshape(num_bins, -1)
+    labels = bin_prototype_labels(x, y, num_classes, num_bins, prototypes_per_class, reference)
+    clipped, _ = train_bin_models(x, y, labels, num_bins, reference=reference, epochs=epochs,
+                                  batch_size=batch_size, lr=lr, low=low, high=high,
+                                  generator=generator, secure=secure)
+    models = clipped.reshape(num_bins, -1)
     diameter = (high - low) * math.sqrt(models.shape[1])
     result = centre_of_attention_mechanism(models, epsilon, delta, diameter=diameter, ledger=ledger,
                                            name=name, generator=generator, secure=secure)
