@@ -28,3 +28,23 @@ def test_dp_init_on_cuda():
     ledger = PrivacyLedger()
     result = dp_class_mean_prototypes(x, y, 3, 1.0, ledger=ledger, generator=torch.Generator().manual_seed(0))
     assert result.prototypes.device.type == "cuda" and ledger.get_epsilon(0.0) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("layer_kind", ["glvq", "gmlvq"])
+@pytest.mark.parametrize("gen_device", ["cpu", "cuda"])
+def test_fused_dp_sgd_on_cuda(layer_kind, gen_device):
+    """The fused engine keeps everything on the GPU, with a CPU or a CUDA generator."""
+    from dp_proto.lvq import GLVQLayer, GMLVQLayer, PrototypeModel
+    from dp_proto.privacy.dpsgd import fit_dp_sgd
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.rand(2000, 8, device="cuda", generator=g) * 2 - 1
+    y = (x[:, 0] > 0).long()
+    layer = (GLVQLayer(8, 2) if layer_kind == "glvq" else GMLVQLayer(8, 2, omega_init="identity")).cuda()
+    model = PrototypeModel(layer, [0, 1])
+    ledger = PrivacyLedger()
+    result = fit_dp_sgd(model, x, y, ledger=ledger, noise_multiplier=1.0, sampling_rate=0.05,
+                        max_grad_norm=1.0, steps=60, lr=0.5, engine="fused",
+                        generator=torch.Generator(device=gen_device).manual_seed(1))
+    assert result.steps == 60 and layer.prototypes.device.type == "cuda"
+    assert (model.predict(x) == y).float().mean().item() > 0.8
