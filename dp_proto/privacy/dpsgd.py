@@ -180,12 +180,12 @@ def _calibrate_cached(
     fine = feasible_with(accountant)
     while not fine(sigma):  # pragma: no cover - coarse grids over-estimate epsilon
         sigma *= 1.01
-    # The coarse grid over-estimates epsilon by a few percent: take the slack back on the
-    # ledger's own grid (three bisection steps between 0.95 sigma and sigma).
+    # The coarse grid over-estimates epsilon (by more at small epsilons): take the slack
+    # back on the ledger's own grid, walking down in 5 % steps, then bisecting.
     lo, hi = 0.95 * sigma, sigma
-    if fine(lo):
-        return lo
-    for _ in range(3):
+    while fine(lo):
+        hi, lo = lo, 0.95 * lo
+    for _ in range(4):
         mid = 0.5 * (lo + hi)
         lo, hi = (lo, mid) if fine(mid) else (mid, hi)
     return hi

@@ -48,6 +48,12 @@ def test_calibration_meets_the_target_tightly():
     ledger = PrivacyLedger()
     ledger.spend(*prior, PrivacyEvent("subsampled_gaussian", noise_multiplier=sigma, sampling_rate=0.01, count=5000))
     assert 0.97 <= ledger.get_epsilon(1e-5) <= 1.0
+    # a small budget, where the coarse search grid over-estimates most (Table B.1's 0.25)
+    small_prior = [PrivacyEvent("laplace", noise_multiplier=40.0), PrivacyEvent("pure", epsilon=0.025)]
+    small = calibrate_noise_multiplier(0.25, 1e-5, 0.01, 5000, prior_events=small_prior)
+    eps = PrivacyLedger.epsilon_of([*small_prior, PrivacyEvent("subsampled_gaussian", noise_multiplier=small,
+                                                                sampling_rate=0.01, count=5000)], 1e-5)
+    assert 0.985 * 0.25 <= eps <= 0.25
     rdp_sigma = calibrate_noise_multiplier(0.8, 1e-5, 0.01, 5000, accountant="rdp")
     rdp = PrivacyLedger(accountant="rdp")
     rdp.spend(PrivacyEvent("subsampled_gaussian", noise_multiplier=rdp_sigma, sampling_rate=0.01, count=5000))
