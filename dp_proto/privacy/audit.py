@@ -159,7 +159,8 @@ def _test_epsilons(s0: np.ndarray, s1: np.ndarray, thresholds: np.ndarray, level
 def _point_epsilon(fpr: float, fnr: float, delta: float) -> float:
     vals = [math.log((1 - delta - x) / y) for x, y in ((fnr, fpr), (fpr, fnr)) if y > 0 and 1 - delta - x > 0]
     inf = any(y == 0 and 1 - delta - x > 0 for x, y in ((fnr, fpr), (fpr, fnr)))
-    return math.inf if inf else max(vals, default=0.0)
+    # epsilon >= 0 by definition: a test worse than guessing estimates nothing below 0
+    return math.inf if inf else max(max(vals, default=0.0), 0.0)
 
 
 def _default_statistic(output: Any, batched: bool) -> Tensor:

@@ -128,3 +128,10 @@ def test_rejects_bad_arguments(kwargs):
 def test_batched_statistic_must_match_batch_size():
     with pytest.raises(ValueError, match="batch"):
         audit_epsilon(lambda ds, g, size: torch.zeros(size + 1), 0, 1, n_trials=100, batch=50)
+
+
+def test_point_estimate_is_never_negative():
+    from dp_proto.privacy.audit import _point_epsilon
+
+    assert _point_epsilon(0.6, 0.6, 1e-5) == 0.0  # a test worse than guessing
+    assert _point_epsilon(0.1, 0.1, 0.0) == pytest.approx(math.log(9.0))
