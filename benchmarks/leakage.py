@@ -53,11 +53,14 @@ Schemes (the registry ``SCHEMES``: name -> ``train(X, y, setup, seed) -> Fit``, 
   from the public box ``(-15, 15)^2`` onto ``[-1, 1]^2`` (prototypes mapped back);
   ``m = 10`` bins for the outlier data (about 10 records per bin), ``m = 30`` for XOR
   (about 40). For the 2 + 1 XOR model the same steps run from the module's pieces
-  (``assign_bins``, ``fit_glvq_bins``, ``match_to_reference`` to the public reference
-  ``(-10, 10), (10, -10)`` for the two class-0 prototypes, ``clip_box``,
-  ``gaussian_mechanism`` with ``saa_sensitivity(3, 2)``).
+  (``train_bin_models`` with matching to the public reference ``(-10, 10), (10, -10)``
+  for the two class-0 prototypes, then ``gaussian_mechanism`` with
+  ``saa_sensitivity(3, 2)``).
+* ``coa``: :mod:`dp_proto.privacy.coa`'s centre of attention over the same disjoint
+  bins (``train_bin_models``, then ``centre_of_attention_mechanism`` on the
+  concatenated bin models, domain diameter ``2 sqrt(W d)``).
 
-Both private schemes run at ``--epsilon`` (1) and ``--delta`` (1e-5, below ``1/n`` for
+The private schemes run at ``--epsilon`` (1) and ``--delta`` (1e-5, below ``1/n`` for
 every data set here: ``1/101`` and ``1/1210``; a larger ``--delta`` must stay below them).
 Caveat: the XOR data sets differ in 10 records, so epsilon-DP only bounds that
 comparison by group privacy at ``10 epsilon``; a difference there is no violation.
@@ -112,15 +115,10 @@ except ImportError:  # imported as benchmarks.leakage
 from dp_proto.exceptions import DomainWarning
 from dp_proto.lvq import GLVQ, GLVQLayer, PrototypeModel, make_prototype_labels
 from dp_proto.privacy import DPGLVQ, PrivacyLedger, PublicBoundsScaler, dp_class_mean_prototypes
-from dp_proto.privacy.aggregate import (
-    assign_bins,
-    fit_glvq_bins,
-    match_to_reference,
-    saa_sensitivity,
-    subsample_and_aggregate,
-)
+from dp_proto.privacy.aggregate import saa_sensitivity, subsample_and_aggregate, train_bin_models
 from dp_proto.privacy.audit import audit_epsilon
 from dp_proto.privacy.clipping import clip_box
+from dp_proto.privacy.coa import centre_of_attention_mechanism
 from dp_proto.privacy.dpsgd import fit_dp_sgd, noise_multiplier_for, sgd_steps
 from dp_proto.privacy.mechanisms import gaussian_mechanism, gaussian_sigma
 from dp_proto.privacy.noise import gaussian_noise
@@ -260,15 +258,37 @@ def saa_from_pieces(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fi
     labels = torch.as_tensor(setup.labels)
     m = setup.saa_bins
     sensitivity = saa_sensitivity(len(labels), x.shape[1])
-    bins = assign_bins(x.shape[0], m, generator=generator)
-    trained = fit_glvq_bins(x, y_t, bins, m, labels, epochs=setup.saa_epochs, generator=generator)
-    if setup.reference is not None and not all(k == 1 for k in setup.prototypes_per_class):
-        reference = torch.as_tensor(scaler.transform(np.asarray(setup.reference)), dtype=torch.float64)
-        trained = match_to_reference(trained, labels, reference)
-    clipped = clip_box(trained, -1.0, 1.0).values
+    clipped, _ = train_bin_models(x, y_t, labels, m, reference=_reference(setup, scaler), epochs=setup.saa_epochs,
+                                  generator=generator)
     total = gaussian_mechanism(clipped.sum(0), sensitivity, setup.epsilon, setup.delta, generator=generator)
     out = scaler.inverse_transform((total / m).numpy())
     return Fit(out, setup.labels, {"bins": m, "noise_std_data_units": _saa_noise_std(setup, len(labels), x.shape[1])})
+
+
+def _reference(setup: Setup, scaler: PublicBoundsScaler) -> torch.Tensor | None:
+    """The public matching reference on [-1, 1]^d (only with several prototypes per class)."""
+    if setup.reference is None or all(k == 1 for k in setup.prototypes_per_class):
+        return None
+    return torch.as_tensor(scaler.transform(np.asarray(setup.reference)), dtype=torch.float64)
+
+
+def train_coa(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
+    """Centre of attention (:mod:`dp_proto.privacy.coa`) over ``setup.saa_bins``
+    disjoint bins on ``[-1, 1]^d``; any prototype counts per class."""
+    scaler = _scaler(setup)
+    x = torch.as_tensor(scaler.transform(X), dtype=torch.float64)
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.as_tensor(setup.labels)
+    clipped, _ = train_bin_models(x, torch.as_tensor(y, dtype=torch.long), labels, setup.saa_bins,
+                                  reference=_reference(setup, scaler), epochs=setup.saa_epochs,
+                                  generator=generator)
+    models = clipped.reshape(setup.saa_bins, -1)
+    result = centre_of_attention_mechanism(models, setup.epsilon, setup.delta,
+                                           diameter=2.0 * math.sqrt(models.shape[1]), generator=generator)
+    out = scaler.inverse_transform(result.value.reshape(len(labels), -1).numpy())
+    half_width = (setup.bounds[1] - setup.bounds[0]) / 2
+    return Fit(out, setup.labels, {"bins": setup.saa_bins, "t0": result.t0,
+                                   "noise_std_data_units": result.noise_std * half_width})
 
 
 def _saa_noise_std(setup: Setup, num_prototypes: int, dim: int) -> float:
@@ -301,12 +321,12 @@ def train_saa(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
 
 #: The registry: name -> train(X, y, setup, seed) -> Fit. "vanilla" is the non-private
 #: baseline; every other entry is audited as a private scheme at (setup.epsilon, setup.delta).
-#: To add e.g. Centre of Attention: write ``train_coa`` with the same signature and add
-#: ``"coa": train_coa`` here.
+#: A new scheme is a function with the same signature and one entry here.
 SCHEMES: dict[str, Scheme] = {
     "vanilla": train_vanilla,
     "dp_sgd": train_dp_sgd,
     "saa": train_saa,
+    "coa": train_coa,
 }
 PRIVATE_SCHEMES = tuple(name for name in SCHEMES if name != "vanilla")
 

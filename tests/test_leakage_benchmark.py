@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "leakage.py"
 HEADLINE_KEYS = {"outlier_extreme_vanilla_p", "outlier_extreme_private_p", "xor_vanilla_fraction",
                  "xor_private_fraction", "audit"}
-PRIVATE = {"dp_sgd", "saa"}
+PRIVATE = {"dp_sgd", "saa", "coa"}
 
 
 def test_quick_run_ends_with_the_documented_json(tmp_path):
