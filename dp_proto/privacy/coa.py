@@ -57,18 +57,22 @@ def t_radii(points: Tensor) -> Tensor:
     return torch.cdist(points, points).sort(dim=1).values
 
 
-def centre_of_attention(points: Tensor, t0: int) -> int:
-    """Index of the point with the smallest ``t0``-radius (ties: the lowest index)."""
+def centre_of_attention(points: Tensor, t0: int, *, radii: Tensor | None = None) -> int:
+    """Index of the point with the smallest ``t0``-radius (ties: the lowest index);
+    ``radii``: :func:`t_radii` of ``points`` if already computed."""
     if not 1 <= t0 <= points.shape[0]:
         raise ValueError(f"t0 must lie in 1..{points.shape[0]}, got {t0}")
-    return int(t_radii(points)[:, t0 - 1].argmin())
+    radii = t_radii(points) if radii is None else radii
+    return int(radii[:, t0 - 1].argmin())
 
 
-def smooth_sensitivity(points: Tensor, t0: int, beta: float, diameter: float, multiplicity: int = 1) -> float:
+def smooth_sensitivity(points: Tensor, t0: int, beta: float, diameter: float, multiplicity: int = 1, *,
+                       radii: Tensor | None = None) -> float:
     """``S(Z) = 2 max_{k >= 0} rho(t0 + (k+1) s) e^{-beta k}``, ``rho(t) = min_i r_i(t)``
-    for ``t <= m`` and the domain ``diameter`` beyond."""
+    for ``t <= m`` and the domain ``diameter`` beyond; ``radii`` as in
+    :func:`centre_of_attention`."""
     m = points.shape[0]
-    rho = t_radii(points).min(0).values  # rho[t - 1]
+    rho = (t_radii(points) if radii is None else radii).min(0).values  # rho[t - 1]
     best, k = 0.0, 0
     while True:
         t = t0 + (k + 1) * multiplicity
@@ -113,11 +117,15 @@ def centre_of_attention_mechanism(
     m, dim = points.shape
     t0 = min((m + multiplicity) // 2 + 1, m)
     alpha, beta = gaussian_admissibility(epsilon, delta, dim)
+    pts = points.to(torch.float64)
+    radii = t_radii(pts)  # (m, m), shared by the centre and the smooth bound
+    if float(radii[:, -1].max()) > diameter * (1 + 1e-9):
+        raise ValueError(f"points lie farther apart ({float(radii[:, -1].max()):.4g}) than the declared "
+                         f"domain diameter {diameter:.4g}: clip them into the domain first")
     if ledger is not None:
         ledger.spend(PrivacyEvent("approx", epsilon=epsilon, delta=delta, name=name))
-    pts = points.to(torch.float64)
-    centre = pts[centre_of_attention(pts, t0)]
-    std = smooth_sensitivity(pts, t0, beta, diameter, multiplicity) / alpha
+    centre = pts[centre_of_attention(pts, t0, radii=radii)]
+    std = smooth_sensitivity(pts, t0, beta, diameter, multiplicity, radii=radii) / alpha
     noise = gaussian_noise(centre.shape, std, generator=generator, secure=secure, device=pts.device)
     return COAResult(centre + noise, std, t0)
 

@@ -84,3 +84,11 @@ def test_coa_glvq_returns_a_model_with_the_documented_noise():
     assert protos.shape == (2, 2) and labels.tolist() == [0, 1]
     assert ledger.get_epsilon(1e-5) == pytest.approx(5.0, rel=1e-3)
     assert result.noise_std > 0 and torch.isfinite(protos).all()
+
+
+def test_points_beyond_the_declared_domain_are_rejected_before_spending():
+    ledger = PrivacyLedger()
+    z = torch.tensor([[0.0, 0.0], [3.0, 0.0], [0.5, 0.0]])
+    with pytest.raises(ValueError, match="diameter"):
+        centre_of_attention_mechanism(z, 1.0, 1e-5, diameter=2.0, ledger=ledger)
+    assert ledger.events == ()
