@@ -52,13 +52,10 @@ Schemes (the registry ``SCHEMES``: name -> ``train(X, y, setup, seed) -> Fit``, 
 * ``saa``: ``dp_proto.privacy.aggregate.subsample_and_aggregate`` on the data mapped
   from the public box ``(-15, 15)^2`` onto ``[-1, 1]^2`` (prototypes mapped back);
   ``m = 10`` bins for the outlier data (about 10 records per bin), ``m = 30`` for XOR
-  (about 40). For the 2 + 1 XOR model the same steps run from the module's pieces
-  (``train_bin_models`` with matching to the public reference ``(-10, 10), (10, -10)``
-  for the two class-0 prototypes, then ``gaussian_mechanism`` with
-  ``saa_sensitivity(3, 2)``).
-* ``coa``: :mod:`dp_proto.privacy.coa`'s centre of attention over the same disjoint
-  bins (``train_bin_models``, then ``centre_of_attention_mechanism`` on the
-  concatenated bin models, domain diameter ``2 sqrt(W d)``).
+  (about 40). The two class-0 prototypes of the 2 + 1 XOR model are matched to the
+  public reference ``(-10, 10), (10, -10)``; sensitivity ``saa_sensitivity(3, 2)``.
+* ``coa``: ``dp_proto.privacy.coa.coa_glvq``, the centre of attention over the same
+  disjoint bins (domain diameter ``2 sqrt(W d)`` for the concatenated bin models).
 
 The private schemes run at ``--epsilon`` (1) and ``--delta`` (1e-5, below ``1/n`` for
 every data set here: ``1/101`` and ``1/1210``; a larger ``--delta`` must stay below them).
@@ -115,12 +112,11 @@ except ImportError:  # imported as benchmarks.leakage
 from dp_proto.exceptions import DomainWarning
 from dp_proto.lvq import GLVQ, GLVQLayer, PrototypeModel, make_prototype_labels
 from dp_proto.privacy import DPGLVQ, PrivacyLedger, PublicBoundsScaler, dp_class_mean_prototypes
-from dp_proto.privacy.aggregate import saa_sensitivity, subsample_and_aggregate, train_bin_models
+from dp_proto.privacy.aggregate import subsample_and_aggregate
 from dp_proto.privacy.audit import audit_epsilon
 from dp_proto.privacy.clipping import clip_box
-from dp_proto.privacy.coa import centre_of_attention_mechanism
+from dp_proto.privacy.coa import coa_glvq
 from dp_proto.privacy.dpsgd import fit_dp_sgd, noise_multiplier_for, sgd_steps
-from dp_proto.privacy.mechanisms import gaussian_mechanism, gaussian_sigma
 from dp_proto.privacy.noise import gaussian_noise
 
 BENCHMARK = "leakage"
@@ -248,23 +244,6 @@ def train_dp_sgd(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
                 "steps": model.n_iter_, "certified_epsilon": model.epsilon_})
 
 
-def saa_from_pieces(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
-    """``subsample_and_aggregate``'s steps for any prototype counts per class (same
-    order of random draws, so with equal counts it reproduces the function exactly)."""
-    scaler = _scaler(setup)
-    x = torch.as_tensor(scaler.transform(X), dtype=torch.float64)
-    y_t = torch.as_tensor(y, dtype=torch.long)
-    generator = torch.Generator().manual_seed(seed)
-    labels = torch.as_tensor(setup.labels)
-    m = setup.saa_bins
-    sensitivity = saa_sensitivity(len(labels), x.shape[1])
-    clipped, _ = train_bin_models(x, y_t, labels, m, reference=_reference(setup, scaler), epochs=setup.saa_epochs,
-                                  generator=generator)
-    total = gaussian_mechanism(clipped.sum(0), sensitivity, setup.epsilon, setup.delta, generator=generator)
-    out = scaler.inverse_transform((total / m).numpy())
-    return Fit(out, setup.labels, {"bins": m, "noise_std_data_units": _saa_noise_std(setup, len(labels), x.shape[1])})
-
-
 def _reference(setup: Setup, scaler: PublicBoundsScaler) -> torch.Tensor | None:
     """The public matching reference on [-1, 1]^d (only with several prototypes per class)."""
     if setup.reference is None or all(k == 1 for k in setup.prototypes_per_class):
@@ -273,45 +252,30 @@ def _reference(setup: Setup, scaler: PublicBoundsScaler) -> torch.Tensor | None:
 
 
 def train_coa(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
-    """Centre of attention (:mod:`dp_proto.privacy.coa`) over ``setup.saa_bins``
+    """Centre of attention (:func:`dp_proto.privacy.coa.coa_glvq`) over ``setup.saa_bins``
     disjoint bins on ``[-1, 1]^d``; any prototype counts per class."""
     scaler = _scaler(setup)
     x = torch.as_tensor(scaler.transform(X), dtype=torch.float64)
-    generator = torch.Generator().manual_seed(seed)
-    labels = torch.as_tensor(setup.labels)
-    clipped, _ = train_bin_models(x, torch.as_tensor(y, dtype=torch.long), labels, setup.saa_bins,
-                                  reference=_reference(setup, scaler), epochs=setup.saa_epochs,
-                                  generator=generator)
-    models = clipped.reshape(setup.saa_bins, -1)
-    result = centre_of_attention_mechanism(models, setup.epsilon, setup.delta,
-                                           diameter=2.0 * math.sqrt(models.shape[1]), generator=generator)
-    out = scaler.inverse_transform(result.value.reshape(len(labels), -1).numpy())
+    prototypes, labels, result = coa_glvq(x, torch.as_tensor(y, dtype=torch.long), len(setup.prototypes_per_class),
+                                          setup.saa_bins, setup.epsilon, setup.delta,
+                                          prototypes_per_class=list(setup.prototypes_per_class),
+                                          reference=_reference(setup, scaler), epochs=setup.saa_epochs,
+                                          generator=torch.Generator().manual_seed(seed))
+    out = scaler.inverse_transform(prototypes.numpy())
     half_width = (setup.bounds[1] - setup.bounds[0]) / 2
-    return Fit(out, setup.labels, {"bins": setup.saa_bins, "t0": result.t0,
-                                   "noise_std_data_units": result.noise_std * half_width})
-
-
-def _saa_noise_std(setup: Setup, num_prototypes: int, dim: int) -> float:
-    """Noise std per coordinate of the released SAA prototypes, in data units."""
-    sens = saa_sensitivity(num_prototypes, dim)
-    half_width = (setup.bounds[1] - setup.bounds[0]) / 2
-    return gaussian_sigma(setup.epsilon, setup.delta, sens) / setup.saa_bins * half_width
+    return Fit(out, labels.numpy(), {"bins": setup.saa_bins, "t0": result.t0,
+                                     "noise_std_data_units": result.noise_std * half_width})
 
 
 def train_saa(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
-    """``subsample_and_aggregate`` on ``[-1, 1]^d`` (public bounds); the 2 + 1 XOR model,
-    which the function does not take, goes through :func:`saa_from_pieces`."""
-    if not setup.equal_counts:
-        return saa_from_pieces(X, y, setup, seed)
+    """``subsample_and_aggregate`` on ``[-1, 1]^d`` (public bounds), any prototype counts
+    per class (the XOR model's two class-0 prototypes are matched to the public reference)."""
     scaler = _scaler(setup)
     x = torch.as_tensor(scaler.transform(X), dtype=torch.float64)
-    k = setup.prototypes_per_class[0]
-    reference = None
-    if k > 1:
-        reference = torch.as_tensor(scaler.transform(np.asarray(setup.reference)), dtype=torch.float64)
     res = subsample_and_aggregate(x, torch.as_tensor(y, dtype=torch.long), len(setup.prototypes_per_class),
-                                  setup.saa_bins, setup.epsilon, setup.delta, prototypes_per_class=k,
-                                  reference=reference, epochs=setup.saa_epochs,
+                                  setup.saa_bins, setup.epsilon, setup.delta,
+                                  prototypes_per_class=list(setup.prototypes_per_class),
+                                  reference=_reference(setup, scaler), epochs=setup.saa_epochs,
                                   generator=torch.Generator().manual_seed(seed))
     out = scaler.inverse_transform(res.prototypes.numpy())
     half_width = (setup.bounds[1] - setup.bounds[0]) / 2
@@ -654,8 +618,8 @@ def main(argv: list[str] | None = None) -> int:
         "settings of a pair share its data set A and the model trained on A.",
         "XOR: 2 prototypes for class 0 and 1 for class 1 in every scheme; prototypes start at "
         "the (DP, for private schemes) class means with jitter on the class-0 copies only. "
-        "dp_sgd and saa run the 2+1 model from the library's pieces because DPGLVQ and "
-        "subsample_and_aggregate take equal counts per class only.",
+        "dp_sgd runs the 2+1 model from the library's pieces because DPGLVQ takes equal "
+        "counts per class only.",
         f"The XOR conditions differ in {XOR_EXTRA} records: epsilon-DP bounds that comparison "
         f"only by group privacy ({XOR_EXTRA} x epsilon), so differing fractions are not a DP "
         "violation.",

@@ -19,11 +19,18 @@ coordinate anywhere in ``[low, high]``, so the sum over bins moves by at most
 ``(high - low) sqrt(W d)`` in l2; for ``[-1, 1]^d`` that is ``2 sqrt(W d)``. The seeds'
 ``sqrt(d)`` misses the box width (it is right for ``[0, 1]^d``) and the other ``W - 1``
 prototypes of the changed bin.
+
+Optionally every bin prototype is also projected onto the l2 ball of radius ``r`` around
+the box centre (``radius=r``, public). A prototype then moves by at most ``2r``, the
+bin's model by ``2 r sqrt(W)``, and the sensitivity is the smaller of the two diameters,
+``min((high - low) sqrt(W d), 2 r sqrt(W))``. A ball that holds the class means but not
+the box's corners cuts the noise by up to ``sqrt(d)`` times.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -37,7 +44,7 @@ from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.mechanisms import gaussian_mechanism, gaussian_sigma
 from dp_proto.privacy.noise import gaussian_noise, uniform_open
 
-__all__ = ["assign_bins", "fit_glvq_bins", "match_to_reference", "saa_sensitivity",
+__all__ = ["assign_bins", "fit_glvq_bins", "match_to_reference", "saa_sensitivity", "project_to_domain",
            "bin_prototype_labels", "train_bin_models", "SAAResult", "subsample_and_aggregate"]
 
 
@@ -50,11 +57,33 @@ def assign_bins(n: int, num_bins: int, *, generator: torch.Generator | None = No
     return (u * num_bins).floor().long().clamp_(max=num_bins - 1)
 
 
-def saa_sensitivity(num_prototypes: int, dim: int, low: float = -1.0, high: float = 1.0) -> float:
-    """l2 sensitivity of the per-prototype sum over bins: ``(high - low) sqrt(W d)``."""
+def saa_sensitivity(num_prototypes: int, dim: int, low: float = -1.0, high: float = 1.0,
+                    radius: float | None = None) -> float:
+    """l2 sensitivity of the per-prototype sum over bins: ``(high - low) sqrt(W d)``, or
+    ``min(that, 2 radius sqrt(W))`` when the prototypes are also projected onto a ball."""
     if not high > low:
         raise ValueError(f"need high > low, got [{low}, {high}]")
-    return (high - low) * math.sqrt(num_prototypes * dim)
+    if num_prototypes < 1 or dim < 1:
+        raise ValueError(f"need num_prototypes >= 1 and dim >= 1, got {num_prototypes}, {dim}")
+    box = (high - low) * math.sqrt(num_prototypes * dim)
+    if radius is None:
+        return box
+    if not radius > 0:
+        raise ValueError(f"radius must be > 0, got {radius}")
+    return min(box, 2.0 * radius * math.sqrt(num_prototypes))
+
+
+def project_to_domain(prototypes: Tensor, low: float, high: float, radius: float | None = None) -> Tensor:
+    """Clip ``prototypes (..., d)`` into ``[low, high]^d``, then (with ``radius``) project
+    each onto the l2 ball of that radius around the box centre. Shrinking towards the
+    centre keeps a point inside the box, so the result lies in both sets."""
+    out = clip_box(prototypes, low, high).values
+    if radius is None:
+        return out
+    centre = (low + high) / 2.0
+    offset = out - centre
+    norm = torch.linalg.vector_norm(offset, dim=-1, keepdim=True)
+    return centre + offset * (radius / norm.clamp_min(radius))
 
 
 def _padded_bins(bins: Tensor, num_bins: int) -> tuple[Tensor, Tensor]:
@@ -185,36 +214,39 @@ def match_to_reference(bin_prototypes: Tensor, prototype_labels: Tensor, referen
 
 
 def bin_prototype_labels(x: Tensor, y: Tensor, num_classes: int, num_bins: int,
-                         prototypes_per_class: int, reference: Tensor | None) -> Tensor:
-    """Check the inputs of a bin-based scheme; the prototype labels ``(W,)``."""
+                         prototypes_per_class: int | Sequence[int], reference: Tensor | None) -> Tensor:
+    """Check the inputs of a bin-based scheme; the prototype labels ``(W,)``
+    (``prototypes_per_class``: one count for all classes or one per class)."""
     if x.dim() != 2 or y.shape != (x.shape[0],):
         raise ValueError(f"expected x (n, d) and y (n,), got {tuple(x.shape)} and {tuple(y.shape)}")
     if num_bins < 1:
         raise ValueError(f"num_bins must be >= 1, got {num_bins}")
     if y.numel() and (int(y.min()) < 0 or int(y.max()) >= num_classes):
         raise ValueError(f"y must hold class indices in 0..{num_classes - 1}")
-    if prototypes_per_class > 1 and reference is None:
+    labels = make_prototype_labels(num_classes, prototypes_per_class).to(x.device)
+    if len(torch.unique(labels)) < len(labels) and reference is None:
         raise ValueError(
             "several prototypes per class need a public `reference` (W, d) to match the bins' "
             "prototypes to; one computed from the private bins would void the sensitivity bound"
         )
-    return make_prototype_labels(num_classes, prototypes_per_class).to(x.device)
+    return labels
 
 
 def train_bin_models(
     x: Tensor, y: Tensor, labels: Tensor, num_bins: int, *, reference: Tensor | None = None,
     epochs: int = 30, batch_size: int = 64, lr: float = 0.01, low: float = -1.0, high: float = 1.0,
-    generator: torch.Generator | None = None, secure: bool = False,
+    radius: float | None = None, generator: torch.Generator | None = None, secure: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """The non-private half of the bin-based schemes: i.i.d. bin labels ``(n,)``, GLVQ on
-    every bin, matching to ``reference`` (several prototypes per class), clipping into
-    ``[low, high]``. Returns the clipped bin models ``(m, W, d)`` (float64) and the bins."""
+    every bin, matching to ``reference`` (several prototypes per class), projection into
+    the domain (:func:`project_to_domain`). Returns the bin models ``(m, W, d)`` (float64)
+    and the bins."""
     bins = assign_bins(x.shape[0], num_bins, generator=generator, secure=secure, device=x.device)
     trained = fit_glvq_bins(x.to(torch.float64), y.long(), bins, num_bins, labels, epochs=epochs,
                             batch_size=batch_size, lr=lr, generator=generator)
     if reference is not None and len(torch.unique(labels)) < len(labels):
         trained = match_to_reference(trained, labels, reference.to(trained))
-    return clip_box(trained, low, high).values, bins
+    return project_to_domain(trained, low, high, radius), bins
 
 
 class SAAResult(NamedTuple):
@@ -235,7 +267,7 @@ def subsample_and_aggregate(
     epsilon: float,
     delta: float,
     *,
-    prototypes_per_class: int = 1,
+    prototypes_per_class: int | Sequence[int] = 1,
     reference: Tensor | None = None,
     ledger: PrivacyLedger | None = None,
     epochs: int = 30,
@@ -243,6 +275,7 @@ def subsample_and_aggregate(
     lr: float = 0.01,
     low: float = -1.0,
     high: float = 1.0,
+    radius: float | None = None,
     generator: torch.Generator | None = None,
     secure: bool = False,
     name: str = "saa",
@@ -260,24 +293,28 @@ def subsample_and_aggregate(
         ``m`` (public). Each bin holds about ``n / m`` records; bins may end up empty
         or without some class: their prototypes then start (and, without data, stay)
         at the box centre 0 / their class means, which is harmless for the guarantee.
+    prototypes_per_class : int or sequence of int (one count per class)
     reference : Tensor (W, d), optional
-        Public reference for matching when ``prototypes_per_class > 1`` (required then).
+        Public reference for matching when some class has several prototypes (required then).
+    radius : float, optional
+        Also project every bin prototype onto the l2 ball of this radius around the box
+        centre (public); see the module docstring.
 
     The noise std on the released mean is ``sigma(epsilon, delta, Delta) / m`` with
-    ``Delta = (high - low) sqrt(W d)`` (:func:`saa_sensitivity`) and ``sigma`` from the
-    analytic Gaussian mechanism. The ledger records one Gaussian release.
+    ``Delta`` from :func:`saa_sensitivity` and ``sigma`` from the analytic Gaussian
+    mechanism. The ledger records one Gaussian release.
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta, allow_zero=False)
     labels = bin_prototype_labels(x, y, num_classes, num_bins, prototypes_per_class, reference)
     d = x.shape[1]
-    sensitivity = saa_sensitivity(len(labels), d, low, high)
+    sensitivity = saa_sensitivity(len(labels), d, low, high, radius)
     sigma = gaussian_sigma(epsilon, delta, sensitivity)
     if ledger is not None:  # refuse before any training or noise
         ledger.check(PrivacyEvent("gaussian", noise_multiplier=sigma / sensitivity, name=name,
                                   sensitivity=sensitivity))
     clipped, bins = train_bin_models(x, y, labels, num_bins, reference=reference, epochs=epochs,
-                                     batch_size=batch_size, lr=lr, low=low, high=high,
+                                     batch_size=batch_size, lr=lr, low=low, high=high, radius=radius,
                                      generator=generator, secure=secure)
     total = gaussian_mechanism(clipped.sum(0), sensitivity, epsilon, delta, ledger=ledger, name=name,
                                generator=generator, secure=secure)

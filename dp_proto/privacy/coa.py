@@ -28,12 +28,13 @@ model is expected.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from dp_proto.privacy.aggregate import bin_prototype_labels, train_bin_models
+from dp_proto.privacy.aggregate import bin_prototype_labels, saa_sensitivity, train_bin_models
 from dp_proto.privacy.calibration import check_delta, check_epsilon
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.noise import gaussian_noise
@@ -138,7 +139,7 @@ def coa_glvq(
     epsilon: float,
     delta: float,
     *,
-    prototypes_per_class: int = 1,
+    prototypes_per_class: int | Sequence[int] = 1,
     reference: Tensor | None = None,
     ledger: PrivacyLedger | None = None,
     epochs: int = 30,
@@ -146,18 +147,22 @@ def coa_glvq(
     lr: float = 0.01,
     low: float = -1.0,
     high: float = 1.0,
+    radius: float | None = None,
     generator: torch.Generator | None = None,
     secure: bool = False,
     name: str = "coa",
 ) -> tuple[Tensor, Tensor, COAResult]:
     """GLVQ prototypes ``(W, d)`` by the centre of attention of ``num_bins`` disjoint
-    bins' models (see the module docstring), their labels ``(W,)`` and the raw result."""
+    bins' models (see the module docstring), their labels ``(W,)`` and the raw result.
+    The domain is the box ``[low, high]^d``, optionally intersected with the ball of
+    ``radius`` (as in :func:`~dp_proto.privacy.aggregate.subsample_and_aggregate`); its
+    diameter for the concatenated model is :func:`~dp_proto.privacy.aggregate.saa_sensitivity`."""
     labels = bin_prototype_labels(x, y, num_classes, num_bins, prototypes_per_class, reference)
     clipped, _ = train_bin_models(x, y, labels, num_bins, reference=reference, epochs=epochs,
-                                  batch_size=batch_size, lr=lr, low=low, high=high,
+                                  batch_size=batch_size, lr=lr, low=low, high=high, radius=radius,
                                   generator=generator, secure=secure)
     models = clipped.reshape(num_bins, -1)
-    diameter = (high - low) * math.sqrt(models.shape[1])
+    diameter = saa_sensitivity(len(labels), x.shape[1], low, high, radius)
     result = centre_of_attention_mechanism(models, epsilon, delta, diameter=diameter, ledger=ledger,
                                            name=name, generator=generator, secure=secure)
     return result.value.reshape(len(labels), x.shape[1]).to(x.dtype), labels, result

@@ -10,6 +10,7 @@ from dp_proto.privacy.aggregate import (
     assign_bins,
     fit_glvq_bins,
     match_to_reference,
+    project_to_domain,
     saa_sensitivity,
     subsample_and_aggregate,
 )
@@ -24,6 +25,26 @@ def test_sensitivity_is_the_box_diameter_of_a_whole_bin_model():
     # Worst case realised: one bin's prototypes move from one corner of the box to the other.
     a, b = -torch.ones(3, 4), torch.ones(3, 4)
     assert (b - a).norm().item() == pytest.approx(saa_sensitivity(3, 4))
+
+
+def test_a_ball_domain_bounds_each_prototype_by_its_diameter():
+    # W = 3 prototypes in a ball of radius 0.5: 2 * 0.5 * sqrt(3), below the box's 2 sqrt(12).
+    assert saa_sensitivity(3, 4, radius=0.5) == pytest.approx(math.sqrt(3))
+    assert saa_sensitivity(3, 4, radius=10.0) == pytest.approx(2 * math.sqrt(12))  # the box is smaller
+    with pytest.raises(ValueError, match="radius"):
+        saa_sensitivity(3, 4, radius=0.0)
+    points = torch.randn(2000, 3, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 3
+    projected = project_to_domain(points, -1.0, 1.0, radius=1.2)
+    assert projected.abs().max() <= 1.0 and projected.norm(dim=-1).max() <= 1.2 + 1e-12
+    inside = torch.tensor([[0.3, -0.2, 0.1, 0.0]], dtype=torch.float64)
+    torch.testing.assert_close(project_to_domain(inside, -1.0, 1.0, radius=1.2), inside)
+    # Realised worst case: two whole bin models as far apart as the ball allows.
+    a = project_to_domain(torch.full((3, 4), 5.0, dtype=torch.float64), -1.0, 1.0, radius=0.5)
+    b = project_to_domain(torch.full((3, 4), -5.0, dtype=torch.float64), -1.0, 1.0, radius=0.5)
+    assert (a - b).norm().item() == pytest.approx(saa_sensitivity(3, 4, radius=0.5))
+    # The ball is centred on the box centre.
+    shifted = project_to_domain(torch.full((1, 2), 9.0, dtype=torch.float64), 0.0, 4.0, radius=1.0)
+    torch.testing.assert_close(shifted, torch.full((1, 2), 2.0 + 1 / math.sqrt(2), dtype=torch.float64))
 
 
 def test_bins_are_iid_uniform_labels():
@@ -110,6 +131,22 @@ def test_identical_bins_return_their_common_prototypes_plus_noise_of_the_stated_
     assert result.noise_std == pytest.approx(expected)
     assert noise.std().item() == pytest.approx(expected, rel=0.2)  # 120 draws
     assert abs(noise.mean().item()) < 4 * expected / math.sqrt(noise.numel()) + 0.01
+
+
+def test_unequal_prototype_counts_per_class():
+    x, y = _two_class_data(n=400, d=2)
+    reference = torch.tensor([[-0.5, -0.5], [-0.5, 0.5], [0.5, 0.5]], dtype=torch.float64)
+    ledger = PrivacyLedger()
+    result = subsample_and_aggregate(x, y, 2, 5, 2.0, 1e-5, prototypes_per_class=[2, 1], reference=reference,
+                                     radius=1.0, ledger=ledger, epochs=2, generator=torch.Generator().manual_seed(0))
+    assert result.prototype_labels.tolist() == [0, 0, 1] and result.prototypes.shape == (3, 2)
+    expected = analytic_gaussian_sigma(2.0, 1e-5, saa_sensitivity(3, 2, radius=1.0)) / 5
+    assert result.noise_std == pytest.approx(expected)
+    assert ledger.get_epsilon(1e-5) == pytest.approx(2.0, rel=1e-6)
+    with pytest.raises(ValueError, match="reference"):
+        subsample_and_aggregate(x, y, 2, 5, 1.0, 1e-5, prototypes_per_class=[2, 1])
+    with pytest.raises(ValueError, match="entries"):
+        subsample_and_aggregate(x, y, 2, 5, 1.0, 1e-5, prototypes_per_class=[1, 1, 1])
 
 
 def test_bad_input():
