@@ -6,7 +6,9 @@ Mechanisms (:mod:`.mechanisms`) add calibrated noise and record every release in
 everywhere: add/remove one record.
 """
 
+from dp_proto.privacy.aggregate import subsample_and_aggregate
 from dp_proto.privacy.audit import AuditResult, audit_epsilon
+from dp_proto.privacy.bin_estimators import SubsampleAggregateGLVQ
 from dp_proto.privacy.calibration import (
     analytic_gaussian_delta,
     analytic_gaussian_sigma,
@@ -14,6 +16,7 @@ from dp_proto.privacy.calibration import (
     laplace_scale,
 )
 from dp_proto.privacy.clipping import ClipResult, clip_box, clip_l2
+from dp_proto.privacy.coa import coa_glvq
 from dp_proto.privacy.domain import PublicBoundsScaler
 from dp_proto.privacy.dp_init import DPInitResult, dp_class_mean_prototypes
 from dp_proto.privacy.dpsgd import (
@@ -45,5 +48,6 @@ __all__ = [
     "laplace_noise", "gaussian_noise", "discrete_laplace_noise",
     "AuditResult", "audit_epsilon",
     "DPGLVQ", "DPGMLVQ", "DPLGMLVQ",
+    "SubsampleAggregateGLVQ", "subsample_and_aggregate", "coa_glvq",
     "calibrate_noise_multiplier", "fit_dp_sgd", "paper_noise_multiplier", "sgd_steps",
 ]

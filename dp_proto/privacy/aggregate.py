@@ -45,6 +45,7 @@ from dp_proto.privacy.mechanisms import gaussian_mechanism, gaussian_sigma
 from dp_proto.privacy.noise import gaussian_noise, uniform_open
 
 __all__ = ["assign_bins", "fit_glvq_bins", "match_to_reference", "saa_sensitivity", "project_to_domain",
+           "aggregate_bin_models",
            "bin_prototype_labels", "train_bin_models", "SAAResult", "subsample_and_aggregate"]
 
 
@@ -249,6 +250,47 @@ def train_bin_models(
     return project_to_domain(trained, low, high, radius), bins
 
 
+def aggregate_bin_models(
+    bin_models: Tensor,
+    epsilon: float,
+    delta: float,
+    *,
+    low: float = -1.0,
+    high: float = 1.0,
+    radius: float | None = None,
+    project_release: bool = True,
+    ledger: PrivacyLedger | None = None,
+    name: str = "saa",
+    generator: torch.Generator | None = None,
+    secure: bool = False,
+) -> tuple[Tensor, float]:
+    """The private half of subsample-and-aggregate: project every bin's model into the
+    domain, sum over bins, add analytic-Gaussian noise for the sensitivity of
+    :func:`saa_sensitivity`, divide by ``m``; with ``project_release`` (free
+    post-processing) project the noisy mean into the domain too, which only brings it
+    closer to every point of the domain, the noise-free mean included.
+
+    Parameters
+    ----------
+    bin_models : Tensor, shape (m, W, d)
+        One model per disjoint bin, prototypes in a per-bin order that depends on that
+        bin's data only (see :func:`match_to_reference`).
+
+    Returns
+    -------
+    (Tensor (W, d) float64, float): the released mean and its noise std per coordinate.
+    """
+    if bin_models.dim() != 3 or bin_models.shape[0] < 1:
+        raise ValueError(f"expected bin models of shape (m, W, d) with m >= 1, got {tuple(bin_models.shape)}")
+    m, num_prototypes, d = bin_models.shape
+    sensitivity = saa_sensitivity(num_prototypes, d, low, high, radius)
+    projected = project_to_domain(bin_models.to(torch.float64), low, high, radius)
+    total = gaussian_mechanism(projected.sum(0), sensitivity, epsilon, delta, ledger=ledger, name=name,
+                               generator=generator, secure=secure)
+    mean = project_to_domain(total / m, low, high, radius) if project_release else total / m
+    return mean, gaussian_sigma(epsilon, delta, sensitivity) / m
+
+
 class SAAResult(NamedTuple):
     """Private prototypes ``(W, d)``, their labels ``(W,)``, the noise std on the mean of
     the bins and the number of bins that held no record (curator diagnostics)."""
@@ -276,6 +318,7 @@ def subsample_and_aggregate(
     low: float = -1.0,
     high: float = 1.0,
     radius: float | None = None,
+    project_release: bool = True,
     generator: torch.Generator | None = None,
     secure: bool = False,
     name: str = "saa",
@@ -299,6 +342,8 @@ def subsample_and_aggregate(
     radius : float, optional
         Also project every bin prototype onto the l2 ball of this radius around the box
         centre (public); see the module docstring.
+    project_release : bool, default True
+        Project the noisy prototypes into the domain (post-processing).
 
     The noise std on the released mean is ``sigma(epsilon, delta, Delta) / m`` with
     ``Delta`` from :func:`saa_sensitivity` and ``sigma`` from the analytic Gaussian
@@ -313,11 +358,11 @@ def subsample_and_aggregate(
     if ledger is not None:  # refuse before any training or noise
         ledger.check(PrivacyEvent("gaussian", noise_multiplier=sigma / sensitivity, name=name,
                                   sensitivity=sensitivity))
-    clipped, bins = train_bin_models(x, y, labels, num_bins, reference=reference, epochs=epochs,
-                                     batch_size=batch_size, lr=lr, low=low, high=high, radius=radius,
-                                     generator=generator, secure=secure)
-    total = gaussian_mechanism(clipped.sum(0), sensitivity, epsilon, delta, ledger=ledger, name=name,
-                               generator=generator, secure=secure)
+    models, bins = train_bin_models(x, y, labels, num_bins, reference=reference, epochs=epochs,
+                                    batch_size=batch_size, lr=lr, low=low, high=high, radius=radius,
+                                    generator=generator, secure=secure)
+    mean, noise_std = aggregate_bin_models(models, epsilon, delta, low=low, high=high, radius=radius,
+                                           project_release=project_release, ledger=ledger, name=name, generator=generator, secure=secure)
     empty = int((torch.bincount(bins, minlength=num_bins) == 0).sum())
     dtype = x.dtype if x.is_floating_point() else torch.float64
-    return SAAResult((total / num_bins).to(dtype), labels, sigma / num_bins, empty)
+    return SAAResult(mean.to(dtype), labels, noise_std, empty)

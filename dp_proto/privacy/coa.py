@@ -34,7 +34,12 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from dp_proto.privacy.aggregate import bin_prototype_labels, saa_sensitivity, train_bin_models
+from dp_proto.privacy.aggregate import (
+    bin_prototype_labels,
+    project_to_domain,
+    saa_sensitivity,
+    train_bin_models,
+)
 from dp_proto.privacy.calibration import check_delta, check_epsilon
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.noise import gaussian_noise
@@ -148,6 +153,7 @@ def coa_glvq(
     low: float = -1.0,
     high: float = 1.0,
     radius: float | None = None,
+    project_release: bool = True,
     generator: torch.Generator | None = None,
     secure: bool = False,
     name: str = "coa",
@@ -156,7 +162,9 @@ def coa_glvq(
     bins' models (see the module docstring), their labels ``(W,)`` and the raw result.
     The domain is the box ``[low, high]^d``, optionally intersected with the ball of
     ``radius`` (as in :func:`~dp_proto.privacy.aggregate.subsample_and_aggregate`); its
-    diameter for the concatenated model is :func:`~dp_proto.privacy.aggregate.saa_sensitivity`."""
+    diameter for the concatenated model is :func:`~dp_proto.privacy.aggregate.saa_sensitivity`.
+    With ``project_release`` the noisy prototypes are projected into that domain
+    (post-processing); ``result.value`` stays the raw release."""
     labels = bin_prototype_labels(x, y, num_classes, num_bins, prototypes_per_class, reference)
     clipped, _ = train_bin_models(x, y, labels, num_bins, reference=reference, epochs=epochs,
                                   batch_size=batch_size, lr=lr, low=low, high=high, radius=radius,
@@ -165,4 +173,7 @@ def coa_glvq(
     diameter = saa_sensitivity(len(labels), x.shape[1], low, high, radius)
     result = centre_of_attention_mechanism(models, epsilon, delta, diameter=diameter, ledger=ledger,
                                            name=name, generator=generator, secure=secure)
-    return result.value.reshape(len(labels), x.shape[1]).to(x.dtype), labels, result
+    prototypes = result.value.reshape(len(labels), x.shape[1])
+    if project_release:
+        prototypes = project_to_domain(prototypes, low, high, radius)
+    return prototypes.to(x.dtype), labels, result

@@ -92,3 +92,16 @@ def test_points_beyond_the_declared_domain_are_rejected_before_spending():
     with pytest.raises(ValueError, match="diameter"):
         centre_of_attention_mechanism(z, 1.0, 1e-5, diameter=2.0, ledger=ledger)
     assert ledger.events == ()
+
+
+def test_coa_release_is_projected_into_the_domain_unless_asked_not_to():
+    g = torch.Generator().manual_seed(1)
+    y = torch.arange(2).repeat(100)
+    x = (torch.randn(200, 3, generator=g, dtype=torch.float64) * 0.1 + torch.where(y[:, None] == 0, -0.5, 0.5))
+    protos, _, result = coa_glvq(x.clamp(-1, 1), y, 2, 10, 0.5, 1e-5, radius=0.9, epochs=1,
+                                 generator=torch.Generator().manual_seed(2))
+    assert result.noise_std > 1  # the raw release is far outside the domain ...
+    assert protos.abs().max() <= 1 and protos.norm(dim=-1).max() <= 0.9 + 1e-12  # ... the model is not
+    raw, _, raw_result = coa_glvq(x.clamp(-1, 1), y, 2, 10, 0.5, 1e-5, radius=0.9, epochs=1, project_release=False,
+                                  generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(raw, raw_result.value.reshape(2, 3))

@@ -1,0 +1,68 @@
+"""SubsampleAggregateGLVQ: the scikit-learn face of the bin-based schemes."""
+
+import numpy as np
+import pytest
+
+from dp_proto.privacy import SubsampleAggregateGLVQ
+from dp_proto.privacy.aggregate import saa_sensitivity
+from dp_proto.privacy.calibration import analytic_gaussian_sigma
+
+
+def _three_gaussians(n_per_class: int, seed: int, dim: int = 2):
+    rng = np.random.default_rng(seed)
+    means = 5.0 * np.eye(dim)[[0, 0, 1]] * np.array([[1.0], [-1.0], [1.0]])  # (5, 0), (-5, 0), (0, 5)
+    X = np.concatenate([rng.normal(m, 1.0, (n_per_class, dim)) for m in means])
+    return X, np.repeat(np.array(["a", "b", "c"]), n_per_class)
+
+
+def test_mean_aggregation_learns_the_three_gaussians_and_carries_its_ledger():
+    X, y = _three_gaussians(1000, 0)
+    X_test, y_test = _three_gaussians(1000, 1)
+    est = SubsampleAggregateGLVQ(num_bins=20, epsilon=2.0, bounds=(-10, 10), radius=0.6, random_state=0).fit(X, y)
+    assert est.score(X_test, y_test) > 0.95
+    assert est.prototypes_.shape == (3, 2) and est.prototype_labels_.tolist() == ["a", "b", "c"]
+    assert est.epsilon_ == pytest.approx(2.0, rel=1e-6)
+    assert est.privacy_["events"][0]["sensitivity"] == pytest.approx(saa_sensitivity(3, 2, radius=0.6))
+    assert est.noise_std_ == pytest.approx(analytic_gaussian_sigma(2.0, 1e-5, saa_sensitivity(3, 2, radius=0.6)) / 20)
+    assert np.linalg.norm(est.prototypes_ / 10, axis=1).max() <= 0.6 + 1e-9  # projected release
+    assert est.model_.privacy_ == est.privacy_
+
+
+def test_same_seed_same_model_and_several_prototypes_need_a_reference():
+    X, y = _three_gaussians(200, 2)
+    a = SubsampleAggregateGLVQ(num_bins=5, bounds=(-10, 10), random_state=3).fit(X, y)
+    b = SubsampleAggregateGLVQ(num_bins=5, bounds=(-10, 10), random_state=3).fit(X, y)
+    np.testing.assert_array_equal(a.prototypes_, b.prototypes_)
+    with pytest.raises(ValueError, match="reference"):
+        SubsampleAggregateGLVQ({"a": 2}, num_bins=5, bounds=(-10, 10)).fit(X, y)
+    reference = [[5, -2], [5, 2], [-5, 0], [0, 5]]
+    est = SubsampleAggregateGLVQ({"a": 2}, num_bins=5, bounds=(-10, 10), reference=reference,
+                                 random_state=0).fit(X, y)
+    assert est.prototype_labels_.tolist() == ["a", "a", "b", "c"]
+
+
+def test_centre_of_attention_aggregation_records_an_approx_event():
+    X, y = _three_gaussians(200, 4)
+    est = SubsampleAggregateGLVQ(num_bins=10, aggregation="centre_of_attention", epsilon=1.0,
+                                 bounds=(-10, 10), random_state=0).fit(X, y)
+    assert est.privacy_["events"][0]["kind"] == "approx"
+    assert np.abs(est.prototypes_).max() <= 10 + 1e-9 and est.empty_bins_ is None
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"aggregation": "median"}, "aggregation"),
+    ({"num_bins": 0}, "num_bins"),
+    ({"epsilon": 0.0}, "epsilon"),
+    ({"delta": 1.0}, "delta"),
+    ({"radius": -1.0}, "radius"),
+])
+def test_bad_parameters(params, match):
+    X, y = _three_gaussians(20, 5)
+    with pytest.raises(ValueError, match=match):
+        SubsampleAggregateGLVQ(**params).fit(X, y)
+
+
+def test_more_bins_than_records_still_releases_a_finite_model():
+    X, y = _three_gaussians(5, 6)
+    est = SubsampleAggregateGLVQ(num_bins=40, bounds=(-10, 10), epochs=1, random_state=0).fit(X, y)
+    assert est.empty_bins_ >= 25 and np.isfinite(est.prototypes_).all()
