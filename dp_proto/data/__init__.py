@@ -29,6 +29,18 @@ Downloads (:mod:`dp_proto.data.download`)
 ``download_uci(name, data_dir, url, opener=None, ...)``
     A TSV table from ``url`` into ``data_dir/uci/<name>.tsv.gz``.
 
+Two-label images for anonymization (:mod:`dp_proto.data.faces`)
+-----------------------------------------------------------------
+``load_image_folder(directory, pattern, size=None, grayscale=True, crop=None)``
+    Images whose file names match ``pattern`` (groups ``regular``, ``private``)
+    -> ``TwoLabelImages`` (images float32 (n, c, h, w) in [0, 1], label indices, names).
+``load_two_label_csv(csv_path, image_column="path", regular_column="regular", ...)``
+    The same from a CSV of image paths and labels.
+``load_yale_faces(data_dir=None, size=YALE_DEFAULT_SIZE, crop=YALE_DEFAULT_CROP)``
+    Yale faces from ``data_dir/faces/yale/``: private = subject, regular = condition.
+``make_entangled_task(n, num_regular=4, num_private=8, entanglement=0.5, ...)``
+    Synthetic features with a known label dependence -> ``EntangledTask``.
+
 Synthetic (:mod:`dp_proto.data.synthetic`), all ``-> (X float64, y int64)``
 --------------------------------------------------------------------------
 ``two_gaussians_with_outlier(setting="extreme", n_per_class=50, random_state=None)``
@@ -47,6 +59,19 @@ from dp_proto.data.download import (
     DownloadError,
     download_mnist,
     download_uci,
+)
+from dp_proto.data.faces import (
+    YALE_CONDITIONS,
+    YALE_DEFAULT_CROP,
+    YALE_DEFAULT_SIZE,
+    YALE_PATTERN,
+    EntangledTask,
+    TwoLabelImages,
+    entangled_label_joint,
+    load_image_folder,
+    load_two_label_csv,
+    load_yale_faces,
+    make_entangled_task,
 )
 from dp_proto.data.files import (
     DATA_DIR_ENV_VAR,
@@ -80,16 +105,27 @@ __all__ = [
     "OUTLIER_MEANS",
     "UCI_DATASETS",
     "XOR_CENTERS",
+    "YALE_CONDITIONS",
+    "YALE_DEFAULT_CROP",
+    "YALE_DEFAULT_SIZE",
+    "YALE_PATTERN",
     "ChecksumError",
     "DownloadError",
+    "EntangledTask",
+    "TwoLabelImages",
     "default_data_dir",
     "download_mnist",
     "download_uci",
+    "entangled_label_joint",
     "five_gaussians",
     "five_gaussians_covariances",
     "load_bundled",
+    "load_image_folder",
     "load_mnist",
+    "load_two_label_csv",
     "load_uci",
+    "load_yale_faces",
+    "make_entangled_task",
     "noisy_xor",
     "noisy_xor_unbalanced",
     "read_idx",
