@@ -45,7 +45,7 @@ from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.noise import gaussian_noise
 
 __all__ = ["gaussian_admissibility", "t_radii", "centre_of_attention", "smooth_sensitivity",
-           "COAResult", "centre_of_attention_mechanism", "coa_glvq"]
+           "COAResult", "centre_of_attention_mechanism", "coa_bin_models", "coa_glvq"]
 
 
 def gaussian_admissibility(epsilon: float, delta: float, dim: int) -> tuple[float, float]:
@@ -136,6 +136,39 @@ def centre_of_attention_mechanism(
     return COAResult(centre + noise, std, t0)
 
 
+def coa_bin_models(
+    bin_models: Tensor,
+    epsilon: float,
+    delta: float,
+    *,
+    low: float = -1.0,
+    high: float = 1.0,
+    radius: float | None = None,
+    project_release: bool = True,
+    ledger: PrivacyLedger | None = None,
+    name: str = "coa",
+    generator: torch.Generator | None = None,
+    secure: bool = False,
+) -> tuple[Tensor, COAResult]:
+    """The private half of the scheme: project the bins' models ``(m, W, d)`` into the
+    domain (the box ``[low, high]^d``, optionally intersected with the ball of
+    ``radius``; diameter of the concatenated model
+    :func:`~dp_proto.privacy.aggregate.saa_sensitivity`) and release their centre of
+    attention. Returns the prototypes ``(W, d)`` (projected into the domain with
+    ``project_release``, post-processing) and the raw result."""
+    if bin_models.dim() != 3 or bin_models.shape[0] < 1:
+        raise ValueError(f"expected bin models of shape (m, W, d) with m >= 1, got {tuple(bin_models.shape)}")
+    m, num_prototypes, d = bin_models.shape
+    projected = project_to_domain(bin_models.to(torch.float64), low, high, radius)
+    diameter = saa_sensitivity(num_prototypes, d, low, high, radius)
+    result = centre_of_attention_mechanism(projected.reshape(m, -1), epsilon, delta, diameter=diameter,
+                                           ledger=ledger, name=name, generator=generator, secure=secure)
+    prototypes = result.value.reshape(num_prototypes, d)
+    if project_release:
+        prototypes = project_to_domain(prototypes, low, high, radius)
+    return prototypes, result
+
+
 def coa_glvq(
     x: Tensor,
     y: Tensor,
@@ -159,21 +192,13 @@ def coa_glvq(
     name: str = "coa",
 ) -> tuple[Tensor, Tensor, COAResult]:
     """GLVQ prototypes ``(W, d)`` by the centre of attention of ``num_bins`` disjoint
-    bins' models (see the module docstring), their labels ``(W,)`` and the raw result.
-    The domain is the box ``[low, high]^d``, optionally intersected with the ball of
-    ``radius`` (as in :func:`~dp_proto.privacy.aggregate.subsample_and_aggregate`); its
-    diameter for the concatenated model is :func:`~dp_proto.privacy.aggregate.saa_sensitivity`.
-    With ``project_release`` the noisy prototypes are projected into that domain
-    (post-processing); ``result.value`` stays the raw release."""
+    bins' models (see the module docstring and :func:`coa_bin_models`), their labels
+    ``(W,)`` and the raw result (``result.value`` is the unprojected release)."""
     labels = bin_prototype_labels(x, y, num_classes, num_bins, prototypes_per_class, reference)
-    clipped, _ = train_bin_models(x, y, labels, num_bins, reference=reference, epochs=epochs,
-                                  batch_size=batch_size, lr=lr, low=low, high=high, radius=radius,
-                                  generator=generator, secure=secure)
-    models = clipped.reshape(num_bins, -1)
-    diameter = saa_sensitivity(len(labels), x.shape[1], low, high, radius)
-    result = centre_of_attention_mechanism(models, epsilon, delta, diameter=diameter, ledger=ledger,
-                                           name=name, generator=generator, secure=secure)
-    prototypes = result.value.reshape(len(labels), x.shape[1])
-    if project_release:
-        prototypes = project_to_domain(prototypes, low, high, radius)
+    models, _ = train_bin_models(x, y, labels, num_bins, reference=reference, epochs=epochs,
+                                 batch_size=batch_size, lr=lr, low=low, high=high, radius=radius,
+                                 generator=generator, secure=secure)
+    prototypes, result = coa_bin_models(models, epsilon, delta, low=low, high=high, radius=radius,
+                                        project_release=project_release, ledger=ledger, name=name,
+                                        generator=generator, secure=secure)
     return prototypes.to(x.dtype), labels, result
