@@ -1,0 +1,355 @@
+"""LightningModule for the adversarial anonymizer: manual optimisation, three phases.
+
+The seed's procedure (Feutry et al. 2018, Sec. III):
+
+1. ``pretrain_regular_epochs``: encoder and regular branch on ``CE_regular``;
+2. ``pretrain_private_epochs``: encoder frozen, private branch on ``CE_private``;
+3. adversarial epochs, either
+
+   * ``mode="toggle"``: ``toggle_steps`` updates of both branches on their own
+     cross-entropies (encoder fixed), then ``toggle_steps`` updates of the encoder on
+     ``CE_regular + lam |CE_private - CE_random|`` (branches fixed), and so on; or
+   * ``mode="simultaneous"``: every step updates the branches on their
+     cross-entropies and the encoder on the objective at once.
+
+The encoder has its own (lower) learning rate in phase 3; Nesterov SGD as in the seed,
+or Adam. Logged every step (``train/...``) and every validation epoch (``val/...``):
+``ce_regular``, ``ce_private``, ``ce_random``, ``acc_regular``, ``acc_private``,
+``lambda``, ``phase`` (0, 1, 2), and on validation the Fano bound estimate
+``private_error_bound``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from dp_proto.anonymizer.losses import (
+    anonymizer_objective,
+    check_labels,
+    misclassification_lower_bound,
+    private_cross_entropy,
+    random_guess_cross_entropy,
+    regular_cross_entropy,
+)
+from dp_proto.anonymizer.modules import Anonymizer
+
+__all__ = ["AnonymizerModule", "PHASES", "EpochTimer", "AnonymizerFit", "fit_anonymizer"]
+
+PHASES = ("pretrain_regular", "pretrain_private", "adversarial")
+MODES = ("toggle", "simultaneous")
+
+
+class AnonymizerModule(L.LightningModule):
+    """Trains an :class:`~dp_proto.anonymizer.Anonymizer` (see the module docstring).
+
+    Parameters
+    ----------
+    anonymizer : Anonymizer
+    prior : Tensor (K,)
+        Empirical prior of the private labels on the training set
+        (:func:`~dp_proto.anonymizer.losses.empirical_prior`).
+    num_regular : int
+    lam : float
+        Weight of ``|CE_private - CE_random|`` in the encoder objective (0: a plain
+        classifier).
+    mode : {"toggle", "simultaneous"}
+    pretrain_regular_epochs, pretrain_private_epochs : int
+    toggle_steps : int or None
+        Length of a toggle block in steps; ``None``: one epoch of batches.
+    lr : float
+        Learning rate of the branches (and of the encoder while pre-training).
+    encoder_lr : float
+        Learning rate of the encoder in the adversarial phase.
+    optimizer : {"nesterov", "adam"}
+    momentum, weight_decay : float
+    """
+
+    def __init__(self, anonymizer: Anonymizer, prior: Tensor, num_regular: int, *, lam: float = 1.0,
+                 mode: str = "toggle", pretrain_regular_epochs: int = 10, pretrain_private_epochs: int = 10,
+                 toggle_steps: int | None = None, lr: float = 0.01, encoder_lr: float = 0.001,
+                 optimizer: str = "nesterov", momentum: float = 0.9, weight_decay: float = 0.0) -> None:
+        super().__init__()
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if optimizer not in ("nesterov", "adam"):
+            raise ValueError(f"optimizer must be 'nesterov' or 'adam', got {optimizer!r}")
+        if not lam >= 0:  # also rejects NaN
+            raise ValueError(f"lam must be >= 0, got {lam}")
+        if optimizer == "nesterov" and not momentum > 0:
+            raise ValueError(f"Nesterov SGD needs momentum > 0, got {momentum}; use optimizer='adam' or a momentum")
+        if min(pretrain_regular_epochs, pretrain_private_epochs) < 0:
+            raise ValueError("pre-training epochs must be >= 0")
+        if toggle_steps is not None and toggle_steps < 1:
+            raise ValueError(f"toggle_steps must be >= 1 or None, got {toggle_steps}")
+        if not (lr > 0 and encoder_lr > 0):
+            raise ValueError(f"learning rates must be > 0, got lr={lr}, encoder_lr={encoder_lr}")
+        prior = torch.as_tensor(prior, dtype=torch.float32)
+        if prior.dim() != 1 or prior.numel() < 2 or abs(float(prior.sum()) - 1) > 1e-4 or bool((prior < 0).any()):
+            raise ValueError("prior must be a probability vector over at least 2 private classes")
+        self.anonymizer = anonymizer
+        self.register_buffer("prior", prior)
+        self.num_regular = num_regular
+        self.num_private = prior.numel()
+        self.lam = float(lam)
+        self.mode = mode
+        self.pretrain_regular_epochs = pretrain_regular_epochs
+        self.pretrain_private_epochs = pretrain_private_epochs
+        self.toggle_steps = toggle_steps
+        self.lr, self.encoder_lr = lr, encoder_lr
+        self.optimizer_name, self.momentum, self.weight_decay = optimizer, momentum, weight_decay
+        self.automatic_optimization = False
+        self.adversarial_step = 0
+        self.save_hyperparameters(ignore=["anonymizer", "prior"])
+
+    # -- set-up ------------------------------------------------------------------------
+    def _optimizer(self, params, lr: float) -> torch.optim.Optimizer:
+        if self.optimizer_name == "adam":
+            return torch.optim.Adam(params, lr=lr, weight_decay=self.weight_decay)
+        return torch.optim.SGD(params, lr=lr, momentum=self.momentum, nesterov=True,
+                               weight_decay=self.weight_decay)
+
+    def configure_optimizers(self):
+        a = self.anonymizer
+        return [self._optimizer(a.encoder.parameters(), self.lr),
+                self._optimizer(a.regular_head.parameters(), self.lr),
+                self._optimizer(a.private_head.parameters(), self.lr)]
+
+    def phase(self, epoch: int | None = None) -> str:
+        epoch = self.current_epoch if epoch is None else epoch
+        if epoch < self.pretrain_regular_epochs:
+            return PHASES[0]
+        if epoch < self.pretrain_regular_epochs + self.pretrain_private_epochs:
+            return PHASES[1]
+        return PHASES[2]
+
+    def on_train_epoch_start(self) -> None:
+        encoder_opt = self.optimizers()[0]
+        lr = self.lr if self.phase() == PHASES[0] else self.encoder_lr
+        for group in encoder_opt.param_groups:
+            group["lr"] = lr
+
+    # -- losses ------------------------------------------------------------------------
+    def _check_batch(self, y: Tensor, s: Tensor) -> None:
+        if y.shape != s.shape:
+            raise ValueError(f"regular and private labels differ in length: {tuple(y.shape)} vs {tuple(s.shape)}")
+        check_labels(y, self.num_regular, "regular")
+        check_labels(s, self.num_private, "private")
+
+    def losses(self, regular_logits: Tensor, private_logits: Tensor, y: Tensor, s: Tensor) -> dict[str, Tensor]:
+        return {"ce_regular": regular_cross_entropy(regular_logits, y),
+                "ce_private": private_cross_entropy(private_logits, s),
+                "ce_random": random_guess_cross_entropy(private_logits, self.prior)}
+
+    def _log(self, prefix: str, losses: dict[str, Tensor], regular_logits: Tensor, private_logits: Tensor,
+             y: Tensor, s: Tensor, **kwargs) -> None:
+        values = {f"{prefix}/{k}": v.detach() for k, v in losses.items()}
+        values[f"{prefix}/acc_regular"] = (regular_logits.argmax(-1) == y).float().mean()
+        values[f"{prefix}/acc_private"] = (private_logits.argmax(-1) == s).float().mean()
+        values[f"{prefix}/lambda"] = torch.tensor(self.lam)
+        values[f"{prefix}/phase"] = torch.tensor(float(PHASES.index(self.phase())))
+        self.log_dict(values, batch_size=len(y), **kwargs)
+
+    # -- updates -----------------------------------------------------------------------
+    @staticmethod
+    def _step(optimizers, loss: Tensor, manual_backward) -> None:
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        manual_backward(loss)
+        for opt in optimizers:
+            opt.step()
+
+    def training_step(self, batch, batch_idx: int) -> None:
+        x, y, s = batch
+        self._check_batch(y, s)
+        enc_opt, reg_opt, priv_opt = self.optimizers()
+        a = self.anonymizer
+        phase = self.phase()
+        if phase == PHASES[0]:
+            z = a.encoder(x)
+            regular_logits = a.regular_head(z)
+            with torch.no_grad():
+                private_logits = a.private_head(z)
+            losses = self.losses(regular_logits, private_logits, y, s)
+            self._step((enc_opt, reg_opt), losses["ce_regular"], self.manual_backward)
+        elif phase == PHASES[1]:
+            with torch.no_grad():
+                z = a.encoder(x)
+                regular_logits = a.regular_head(z)
+            private_logits = a.private_head(z)
+            losses = self.losses(regular_logits, private_logits, y, s)
+            self._step((priv_opt,), losses["ce_private"], self.manual_backward)
+        elif self.mode == "toggle":
+            block = self.toggle_steps or max(int(self.trainer.num_training_batches), 1)
+            update_encoder = (self.adversarial_step // block) % 2 == 1
+            self.adversarial_step += 1
+            if update_encoder:
+                regular_logits, private_logits = a(x)
+                losses = self.losses(regular_logits, private_logits, y, s)
+                objective = anonymizer_objective(losses["ce_regular"], losses["ce_private"],
+                                                 losses["ce_random"], self.lam)
+                self._step((enc_opt,), objective, self.manual_backward)
+                for opt in (reg_opt, priv_opt):  # the branches' gradients of this update are discarded
+                    opt.zero_grad(set_to_none=True)
+            else:
+                z = a.encoder(x).detach()
+                regular_logits, private_logits = a.regular_head(z), a.private_head(z)
+                losses = self.losses(regular_logits, private_logits, y, s)
+                self._step((reg_opt, priv_opt), losses["ce_regular"] + losses["ce_private"], self.manual_backward)
+        else:
+            regular_logits, private_logits = a(x)
+            losses = self.losses(regular_logits, private_logits, y, s)
+            objective = anonymizer_objective(losses["ce_regular"], losses["ce_private"], losses["ce_random"],
+                                             self.lam)
+            encoder_params = list(a.encoder.parameters())
+            branch_params = a.branch_parameters()
+            encoder_grads = torch.autograd.grad(objective, encoder_params, retain_graph=True)
+            branch_grads = torch.autograd.grad(losses["ce_regular"] + losses["ce_private"], branch_params)
+            for opt in (enc_opt, reg_opt, priv_opt):
+                opt.zero_grad(set_to_none=True)
+            for p, g in zip([*encoder_params, *branch_params], [*encoder_grads, *branch_grads], strict=True):
+                p.grad = g
+            for opt in (enc_opt, reg_opt, priv_opt):
+                opt.step()
+        self._log("train", losses, regular_logits, private_logits, y, s, on_step=True, on_epoch=True)
+
+    # -- evaluation --------------------------------------------------------------------
+    def _evaluate(self, batch, prefix: str) -> None:
+        x, y, s = batch
+        self._check_batch(y, s)
+        regular_logits, private_logits = self.anonymizer(x)
+        losses = self.losses(regular_logits, private_logits, y, s)
+        self._log(prefix, losses, regular_logits, private_logits, y, s, on_epoch=True)
+        self._ce_private_sum += float(losses["ce_private"]) * len(y)
+        self._ce_private_count += len(y)
+
+    def _log_bound(self, prefix: str) -> None:
+        """Fano bound from the epoch's mean private cross-entropy (eq. 11, 14)."""
+        if self._ce_private_count:
+            ce = self._ce_private_sum / self._ce_private_count
+            self.log(f"{prefix}/private_error_bound", float(misclassification_lower_bound(ce, self.num_private)))
+        self._ce_private_sum, self._ce_private_count = 0.0, 0
+
+    _ce_private_sum, _ce_private_count = 0.0, 0
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_bound("val")
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_bound("test")
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["anonymizer_adversarial_step"] = self.adversarial_step
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.adversarial_step = int(checkpoint.get("anonymizer_adversarial_step", 0))
+
+
+class EpochTimer(L.Callback):
+    """Wall time of every training epoch with its phase: ``times[phase] = [s, ...]``."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, list[float]] = {}
+        self._start = 0.0
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        phase = pl_module.phase() if isinstance(pl_module, AnonymizerModule) else "train"
+        self.times.setdefault(phase, []).append(time.perf_counter() - self._start)
+
+
+def quiet_lightning() -> None:
+    """Silence Lightning's start-up notices (accelerator, tips) for scripted runs."""
+    import logging
+
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda",
+                 "lightning.fabric.utilities.seed", "lightning.pytorch"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+class AnonymizerFit(NamedTuple):
+    """What :func:`fit_anonymizer` returns: the trained module, its trainer and the
+    training epochs' wall times by phase."""
+
+    module: AnonymizerModule
+    trainer: L.Trainer
+    epoch_times: dict[str, list[float]]
+
+
+def _val_loader(val_data):
+    """A loader over held-out ``(x, regular, private)`` or None."""
+    if val_data is None:
+        return None
+    from torch.utils.data import DataLoader, TensorDataset
+
+    vx, vy, vs = val_data
+    return DataLoader(TensorDataset(vx, _label_tensor(vy, "regular"), _label_tensor(vs, "private")), batch_size=1024)
+
+
+def _label_tensor(labels, what: str) -> Tensor:
+    """Integer class indices as a long tensor; float labels are refused, not truncated."""
+    labels = torch.as_tensor(labels)
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise ValueError(f"{what} labels must be integer class indices, got dtype {labels.dtype}")
+    return labels.long()
+
+
+def fit_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, anonymizer: Anonymizer | None = None,
+                   lam: float = 1.0, mode: str = "toggle", adversarial_epochs: int = 20,
+                   pretrain_regular_epochs: int = 10, pretrain_private_epochs: int = 10,
+                   batch_size: int = 32, val_data: tuple[Tensor, Tensor, Tensor] | None = None, seed: int = 0,
+                   logger=False, enable_progress_bar: bool = False, accelerator: str = "cpu",
+                   **module_kwargs) -> AnonymizerFit:
+    """Train an anonymizer on ``x (n, ...)`` with regular labels ``(n,)`` and private
+    labels ``(n,)`` (integer class indices; every private class must occur).
+
+    ``anonymizer=None`` builds :meth:`Anonymizer.mlp` (flattened inputs) or, for images
+    ``(n, C, H, W)``, :meth:`Anonymizer.cnn`. ``module_kwargs`` go to
+    :class:`AnonymizerModule` (``lr``, ``encoder_lr``, ``optimizer``, ``toggle_steps``...).
+    Returns the module in eval mode on the CPU/GPU it trained on.
+    """
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from dp_proto.anonymizer.losses import empirical_prior
+
+    if not (len(x) == len(regular) == len(private)):
+        raise ValueError(f"x, regular and private labels differ in length: {len(x)}, {len(regular)}, {len(private)}")
+    regular, private = _label_tensor(regular, "regular"), _label_tensor(private, "private")
+    num_regular = int(regular.max()) + 1 if len(regular) else 0
+    num_private = int(private.max()) + 1 if len(private) else 0
+    if num_private < 2 or len(torch.unique(private)) < 2:
+        raise ValueError("the private label needs at least 2 classes in the training data")
+    if num_regular < 2:
+        raise ValueError("the regular label needs at least 2 classes in the training data")
+    prior = empirical_prior(private, num_private)
+    L.seed_everything(seed, workers=True, verbose=False)
+    if anonymizer is None:
+        anonymizer = (Anonymizer.cnn(tuple(x.shape[1:]), num_regular, num_private) if x.dim() == 4
+                      else Anonymizer.mlp(int(x[0].numel()), num_regular, num_private))
+    module = AnonymizerModule(anonymizer, prior, num_regular, lam=lam, mode=mode,
+                              pretrain_regular_epochs=pretrain_regular_epochs,
+                              pretrain_private_epochs=pretrain_private_epochs, **module_kwargs)
+    loader = DataLoader(TensorDataset(x, regular, private), batch_size=batch_size, shuffle=True,
+                        generator=torch.Generator().manual_seed(seed))
+    val_loader = _val_loader(val_data)
+    timer = EpochTimer()
+    quiet_lightning()
+    trainer = L.Trainer(max_epochs=pretrain_regular_epochs + pretrain_private_epochs + adversarial_epochs,
+                        accelerator=accelerator, devices=1, logger=logger, enable_checkpointing=False,
+                        enable_progress_bar=enable_progress_bar, enable_model_summary=False,
+                        callbacks=[timer], num_sanity_val_steps=0, deterministic=True)
+    trainer.fit(module, loader, val_loader)
+    module.eval()
+    return AnonymizerFit(module, trainer, timer.times)
