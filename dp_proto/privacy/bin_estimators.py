@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 from sklearn.utils import check_random_state
-from sklearn.utils.multiclass import check_classification_targets
 
 from dp_proto.lvq.estimators import _DTYPES, GLVQ
 from dp_proto.lvq.model import PrototypeModel
@@ -107,14 +106,7 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
 
     def fit(self, X, y):
         """Private training on ``X (n, d)``, ``y (n,)``; see the class docstring."""
-        self._validate_params()
-        if y is None:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
-        X, y = self._check_X(X, reset=True, y=y)
-        check_classification_targets(y)
-        self.classes_, y_index = np.unique(y, return_inverse=True)
-        if len(self.classes_) < 2:
-            raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes")
+        X, y_index = self._fit_input(X, y)
         counts = self._prototype_counts(self.classes_)
         tdtype = _DTYPES[self.dtype]
         Z = self._domain(X, fitting=True)

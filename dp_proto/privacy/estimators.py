@@ -76,8 +76,8 @@ class _DPMixin:
         scaler = PublicBoundsScaler(self.scaler_.lower, self.scaler_.upper, clip=False).fit()
         return scaler.transform(X)  # predictions: same map, no privacy concern, no clipping
 
-    def fit(self, X, y):
-        """Private training on ``X (n, d)``, ``y (n,)``; see the class docstring."""
+    def _fit_input(self, X, y) -> tuple[np.ndarray, np.ndarray]:
+        """Validated ``X (n, d)`` and class indices ``(n,)``; sets ``classes_``."""
         self._validate_params()
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
@@ -86,6 +86,11 @@ class _DPMixin:
         self.classes_, y_index = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
             raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes")
+        return X, y_index
+
+    def fit(self, X, y):
+        """Private training on ``X (n, d)``, ``y (n,)``; see the class docstring."""
+        X, y_index = self._fit_input(X, y)
         n, d = X.shape
         check_dp_sgd_settings(n, self.epsilon, self.delta, self.sampling_rate)
         counts = self._prototype_counts(self.classes_)
