@@ -126,7 +126,8 @@ def _cmd_anonymize(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "config"}))
         return 0
-    print(f"regular accuracy      {result['regular_accuracy']:.4f}   (held-out, {result['held_out_records']} records)")
+    print(f"regular accuracy      {result['regular_accuracy']:.4f}   (regular branch, held-out, "
+          f"{result['held_out_records']} records; fresh classifiers on z: {result['fresh_regular_accuracy']:.4f})")
     print(f"fresh attacker        {result['attacker_accuracy']:.4f}   "
           + ", ".join(f"{k} {v:.3f}" for k, v in result["attacker_by_model"].items()))
     print(f"random guessing       {result['chance']:.4f}")

@@ -7,8 +7,9 @@ The seed's procedure (Feutry et al. 2018, Sec. III):
 3. adversarial epochs, either
 
    * ``mode="toggle"``: ``toggle_steps`` updates of both branches on their own
-     cross-entropies (encoder fixed), then ``toggle_steps`` updates of the encoder on
-     ``CE_regular + lam |CE_private - CE_random|`` (branches fixed), and so on; or
+     cross-entropies (encoder fixed), then ``toggle_steps`` (or ``encoder_steps``)
+     updates of the encoder on ``CE_regular + lam |CE_private - CE_random|`` (branches
+     fixed), and so on, ending with a branch block; or
    * ``mode="simultaneous"``: every step updates the branches on their
      cross-entropies and the encoder on the objective at once.
 
@@ -61,6 +62,11 @@ class AnonymizerModule(L.LightningModule):
     pretrain_regular_epochs, pretrain_private_epochs : int
     toggle_steps : int or None
         Length of a toggle block in steps; ``None``: one epoch of batches.
+    encoder_steps : int or None
+        Length of the encoder's blocks if different from the branches' (``toggle_steps``).
+    final_branch_block : bool
+        End the run with a branch block (default), so that the released regular branch
+        fits the final encoder.
     lr : float
         Learning rate of the branches (and of the encoder while pre-training).
     encoder_lr : float
@@ -72,7 +78,8 @@ class AnonymizerModule(L.LightningModule):
     def __init__(self, anonymizer: Anonymizer, prior: Tensor, num_regular: int, *, lam: float = 1.0,
                  mode: str = "toggle", pretrain_regular_epochs: int = 10, pretrain_private_epochs: int = 10,
                  toggle_steps: int | None = None, lr: float = 0.01, encoder_lr: float = 0.001,
-                 optimizer: str = "nesterov", momentum: float = 0.9, weight_decay: float = 0.0) -> None:
+                 optimizer: str = "nesterov", momentum: float = 0.9, weight_decay: float = 0.0,
+                 encoder_steps: int | None = None, final_branch_block: bool = True) -> None:
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -84,8 +91,9 @@ class AnonymizerModule(L.LightningModule):
             raise ValueError(f"Nesterov SGD needs momentum > 0, got {momentum}; use optimizer='adam' or a momentum")
         if min(pretrain_regular_epochs, pretrain_private_epochs) < 0:
             raise ValueError("pre-training epochs must be >= 0")
-        if toggle_steps is not None and toggle_steps < 1:
-            raise ValueError(f"toggle_steps must be >= 1 or None, got {toggle_steps}")
+        for name, value in (("toggle_steps", toggle_steps), ("encoder_steps", encoder_steps)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {value}")
         if not (lr > 0 and encoder_lr > 0):
             raise ValueError(f"learning rates must be > 0, got lr={lr}, encoder_lr={encoder_lr}")
         prior = torch.as_tensor(prior, dtype=torch.float32)
@@ -100,6 +108,8 @@ class AnonymizerModule(L.LightningModule):
         self.pretrain_regular_epochs = pretrain_regular_epochs
         self.pretrain_private_epochs = pretrain_private_epochs
         self.toggle_steps = toggle_steps
+        self.encoder_steps = encoder_steps
+        self.final_branch_block = final_branch_block
         self.lr, self.encoder_lr = lr, encoder_lr
         self.optimizer_name, self.momentum, self.weight_decay = optimizer, momentum, weight_decay
         self.automatic_optimization = False
@@ -184,8 +194,7 @@ class AnonymizerModule(L.LightningModule):
             losses = self.losses(regular_logits, private_logits, y, s)
             self._step((priv_opt,), losses["ce_private"], self.manual_backward)
         elif self.mode == "toggle":
-            block = self.toggle_steps or max(int(self.trainer.num_training_batches), 1)
-            update_encoder = (self.adversarial_step // block) % 2 == 1
+            update_encoder = self._encoder_turn()
             self.adversarial_step += 1
             if update_encoder:
                 regular_logits, private_logits = a(x)
@@ -216,6 +225,19 @@ class AnonymizerModule(L.LightningModule):
             for opt in (enc_opt, reg_opt, priv_opt):
                 opt.step()
         self._log("train", losses, regular_logits, private_logits, y, s, on_step=True, on_epoch=True)
+
+    def _encoder_turn(self) -> bool:
+        """Toggle schedule: ``toggle_steps`` branch updates, then ``encoder_steps``
+        encoder updates (default: as many), repeated; ``None``: one epoch of batches.
+        The run always ends with a full branch block, so that the released regular
+        branch (and the private one) fit the final encoder."""
+        per_epoch = max(int(self.trainer.num_training_batches), 1)
+        branch = self.toggle_steps or per_epoch
+        encoder = self.encoder_steps or branch
+        adversarial_epochs = int(self.trainer.max_epochs) - self.pretrain_regular_epochs - self.pretrain_private_epochs
+        if self.final_branch_block and self.adversarial_step >= adversarial_epochs * per_epoch - branch:
+            return False
+        return self.adversarial_step % (branch + encoder) >= branch
 
     # -- evaluation --------------------------------------------------------------------
     def _evaluate(self, batch, prefix: str) -> None:

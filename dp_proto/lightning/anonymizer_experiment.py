@@ -117,8 +117,9 @@ def _build_model(cfg: dict, x: torch.Tensor, num_regular: int, num_private: int)
 
 
 def run_anonymizer_experiment(config: dict) -> dict[str, Any]:
-    """Train on the non-held-out records, then evaluate on the held-out ones: regular
-    accuracy, the fresh attackers' private accuracy, chance and the Fano estimate."""
+    """Train on the non-held-out records, then evaluate on the held-out ones: the regular
+    branch's accuracy, that of fresh regular classifiers on the representation, the
+    fresh attackers' private accuracy, chance and the Fano estimate."""
     from lightning.pytorch.loggers import TensorBoardLogger
     from sklearn.model_selection import train_test_split
 
@@ -147,8 +148,10 @@ def run_anonymizer_experiment(config: dict) -> dict[str, Any]:
         regular_logits = module.anonymizer.regular_head(z)
         losses = module.losses(regular_logits, module.anonymizer.private_head(z), y[held], s[held])
     attack = fresh_attacker_accuracy(z, s[held], seed=seed)
+    fresh_regular = fresh_attacker_accuracy(z, y[held], seed=seed)  # the same probes on the regular label
     return {
         "regular_accuracy": float((regular_logits.argmax(1) == y[held]).float().mean()),
+        "fresh_regular_accuracy": fresh_regular.accuracy,
         "attacker_accuracy": attack.accuracy, "attacker_by_model": attack.accuracies, "chance": attack.chance,
         "attacker_error": 1 - attack.accuracy,
         "fano_error_estimate": float(misclassification_lower_bound(float(losses["ce_private"]), num_private)),

@@ -128,8 +128,7 @@ class DPAnonymizerModule(AnonymizerModule):
             task = "private"
             self._train_only(a.private_head)
         else:
-            block = self.toggle_steps or max(int(self.trainer.num_training_batches), 1)
-            task = "encoder" if (self.adversarial_step // block) % 2 == 1 else "branches"
+            task = "encoder" if self._encoder_turn() else "branches"
             self.adversarial_step += 1
             self._train_only(a.encoder) if task == "encoder" else self._train_only(a.regular_head, a.private_head)
         optimizer = self.optimizers()

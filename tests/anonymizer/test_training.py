@@ -45,7 +45,7 @@ def tiny_module(data, seed: int = 0, **kwargs) -> AnonymizerModule:
     anonymizer = Anonymizer.mlp(N_FEATURES, N_REGULAR, N_PRIVATE, representation_dim=5,
                                 encoder_hidden=(7,), head_hidden=(4,))
     kwargs = {"pretrain_regular_epochs": 0, "pretrain_private_epochs": 0, "lr": 0.05,
-              "encoder_lr": 0.02, **kwargs}
+              "encoder_lr": 0.02, "final_branch_block": False, **kwargs}
     return AnonymizerModule(anonymizer, empirical_prior(data[2], N_PRIVATE), N_REGULAR, **kwargs)
 
 
@@ -212,6 +212,21 @@ def test_simultaneous_mode_updates_everything_in_one_step_with_the_intended_loss
     assert recorder.deviation < 1e-4
 
 
+def test_toggle_training_ends_with_a_branch_block_by_default():
+    """3 adversarial batches, blocks of 1: branches, encoder, then (by the alternation)
+    branches anyway; with 4 the alternation would end on the encoder, the default
+    replaces that last block by a branch block."""
+    data = tiny_data(n_batches=4)
+    module = tiny_module(data, toggle_steps=1, final_branch_block=True)
+    recorder = StepRecorder()
+    run(module, data, epochs=1, callbacks=[recorder])
+    assert recorder.changed == [BRANCHES, {"encoder"}, BRANCHES, BRANCHES]
+    module = tiny_module(data, toggle_steps=1)
+    recorder = StepRecorder()
+    run(module, data, epochs=1, callbacks=[recorder])
+    assert recorder.changed == [BRANCHES, {"encoder"}, BRANCHES, {"encoder"}]
+
+
 def test_adam_optimizer_also_keeps_the_phases_apart():
     data = tiny_data(n_batches=2)
     module = tiny_module(data, pretrain_regular_epochs=1, pretrain_private_epochs=1, toggle_steps=1,
@@ -300,7 +315,7 @@ def encoder_only(state, data, lam: float, steps: int, permute_private: bool = Fa
             last.bias.copy_(3 * last.bias.roll(4, dims=0))
     module = AnonymizerModule(anonymizer, empirical_prior(data[2], 8), 4, lam=lam, pretrain_regular_epochs=0,
                               pretrain_private_epochs=0, toggle_steps=10**6, optimizer="adam",
-                              encoder_lr=0.003)
+                              encoder_lr=0.003, final_branch_block=False)
     module.adversarial_step = 10**6  # inside the first encoder block
     branches = [p.detach().clone() for p in anonymizer.branch_parameters()]
     start = full_batch_losses(module, data)
