@@ -48,7 +48,16 @@ Synthetic (:mod:`dp_proto.data.synthetic`), all ``-> (X float64, y int64)``
 ``noisy_xor_unbalanced(n_per_cluster=300, std=1.0, random_state=None)``
 ``three_gaussians(n_per_class=3000, n_features=2, scale=5.0, random_state=None)``
 ``three_moons(n_samples=400, noise=0.1, random_state=None)``
-``five_gaussians(n_per_class=1500, random_state=None)``
+``five_gaussians(n_per_class=1500, random_state=None, *, n_samples=None)``
+
+Class merging and subsampling (also in :mod:`dp_proto.data.synthetic`)
+----------------------------------------------------------------------
+``merge_classes(y, mapping)``
+    Relabel through a mapping -> int64 labels.
+``load_shuttle_3class(data_dir=None, mapping=SHUTTLE_3CLASS_MAPPING)``
+    UCI shuttle (58000 x 9) with classes {1} -> 0, {4} -> 1, {2, 3, 5, 6, 7} -> 2.
+``stratified_subsample(X, y, fraction=None, random_state=None, *, n_samples=None, return_indices=False)``
+    A class-stratified random subset of the rows (original order kept).
 """
 
 from dp_proto.data.bundled import BUNDLED_NAMES, load_bundled
@@ -85,11 +94,16 @@ from dp_proto.data.files import (
 from dp_proto.data.synthetic import (
     FIVE_GAUSSIANS_MEANS,
     OUTLIER_MEANS,
+    SHUTTLE_3CLASS_MAPPING,
+    SHUTTLE_CLASS_NAMES,
     XOR_CENTERS,
     five_gaussians,
     five_gaussians_covariances,
+    load_shuttle_3class,
+    merge_classes,
     noisy_xor,
     noisy_xor_unbalanced,
+    stratified_subsample,
     three_gaussians,
     three_gaussians_means,
     three_moons,
@@ -103,6 +117,8 @@ __all__ = [
     "FIVE_GAUSSIANS_MEANS",
     "MNIST_MD5",
     "OUTLIER_MEANS",
+    "SHUTTLE_3CLASS_MAPPING",
+    "SHUTTLE_CLASS_NAMES",
     "UCI_DATASETS",
     "XOR_CENTERS",
     "YALE_CONDITIONS",
@@ -122,14 +138,17 @@ __all__ = [
     "load_bundled",
     "load_image_folder",
     "load_mnist",
+    "load_shuttle_3class",
     "load_two_label_csv",
     "load_uci",
     "load_yale_faces",
     "make_entangled_task",
+    "merge_classes",
     "noisy_xor",
     "noisy_xor_unbalanced",
     "read_idx",
     "read_tsv",
+    "stratified_subsample",
     "three_gaussians",
     "three_gaussians_means",
     "three_moons",
