@@ -8,7 +8,7 @@ Sections and defaults (unknown keys are rejected)::
     model:    {encoder: mlp, representation_dim: 32, encoder_hidden: [256], head_hidden: [64],
                channels: [16, 32], dropout: 0.0}
     training: {lam: 1.0, mode: toggle, pretrain_regular_epochs: 10, pretrain_private_epochs: 10,
-               adversarial_epochs: 20, toggle_steps: null, batch_size: 32, lr: 0.01,
+               adversarial_epochs: 20, toggle_steps: null, encoder_steps: null, batch_size: 32, lr: 0.01,
                encoder_lr: 0.001, optimizer: nesterov, accelerator: cpu, progress_bar: true}
     logging:  {log_dir: runs, name: null}
 
@@ -43,7 +43,7 @@ ANONYMIZER_DEFAULTS: dict[str, Any] = {
     "model": {"encoder": "mlp", "representation_dim": 32, "encoder_hidden": [256], "head_hidden": [64],
               "channels": [16, 32], "dropout": 0.0},
     "training": {"lam": 1.0, "mode": "toggle", "pretrain_regular_epochs": 10, "pretrain_private_epochs": 10,
-                 "adversarial_epochs": 20, "toggle_steps": None, "batch_size": 32, "lr": 0.01,
+                 "adversarial_epochs": 20, "toggle_steps": None, "encoder_steps": None, "batch_size": 32, "lr": 0.01,
                  "encoder_lr": 0.001, "optimizer": "nesterov", "accelerator": "cpu", "progress_bar": True},
     "logging": {"log_dir": "runs", "name": None},
 }
