@@ -1,0 +1,36 @@
+"""Support vector data description on random Fourier features (Park 2022, chapters 4-7).
+
+:class:`RandomFourierFeatures` is the feature map of eq. 4.5 for the RBF kernel;
+:func:`solve_svdd_dual` solves the SVDD dual (eq. 4.2) in that feature space over the
+capped simplex ``{0 <= beta_i <= C/n, sum beta = 1}`` (exact projection:
+:func:`project_capped_simplex`) and returns the centre ``a = Phi^T beta`` whose
+sensitivity Corollary 4.2 bounds. :mod:`.equilibrium` runs Phase II: batched gradient
+descent on the support function, equilibrium points and their basins.
+"""
+
+from dp_proto.svdd.equilibrium import (
+    Equilibria,
+    find_equilibria,
+    support_function,
+    support_gradient,
+)
+from dp_proto.svdd.features import RandomFourierFeatures, rbf_kernel
+from dp_proto.svdd.solver import (
+    SVDDSolution,
+    frank_wolfe_gap,
+    project_capped_simplex,
+    solve_svdd_dual,
+)
+
+__all__ = [
+    "Equilibria",
+    "find_equilibria",
+    "support_function",
+    "support_gradient",
+    "RandomFourierFeatures",
+    "SVDDSolution",
+    "frank_wolfe_gap",
+    "project_capped_simplex",
+    "rbf_kernel",
+    "solve_svdd_dual",
+]
