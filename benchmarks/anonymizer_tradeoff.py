@@ -55,9 +55,8 @@ try:  # run as a script: benchmarks/ is on sys.path
 except ImportError:  # imported as benchmarks.anonymizer_tradeoff
     from benchmarks._common import emit_json, machine_description, resolve_data_dir
 
-from dp_proto.anonymizer import Anonymizer, misclassification_lower_bound
-from dp_proto.anonymizer.evaluation import encode, fresh_attacker_accuracy
-from dp_proto.lightning.anonymizer import fit_anonymizer
+from dp_proto.anonymizer import Anonymizer
+from dp_proto.lightning.anonymizer import evaluate_held_out, fit_anonymizer
 
 BENCHMARK = "anonymizer_tradeoff"
 LAMBDAS = (0.0, 0.3, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)
@@ -107,25 +106,11 @@ def run_one(data: dict, name: str, lam: float, mode: str, seed: int) -> dict:
     model = Anonymizer.mlp(x.shape[1], data["num_regular"], data["num_private"], **settings["architecture"])
     fit = fit_anonymizer(x[train], y[train], s[train], anonymizer=model, lam=lam, mode=mode, seed=seed,
                          **settings["fit"])
-    module = fit.module
-    z = encode(module.anonymizer.encoder, x[held])
-    with torch.no_grad():
-        regular_logits = module.anonymizer.regular_head(z)
-        private_logits = module.anonymizer.private_head(z)
-        losses = module.losses(regular_logits, private_logits, y[held], s[held])
-    attack = fresh_attacker_accuracy(z, s[held], folds=2, seed=seed)
-    fresh_regular = fresh_attacker_accuracy(z, y[held], folds=2, seed=seed)  # the same probes, regular label
-    ce_private = float(losses["ce_private"])
+    result = evaluate_held_out(fit.module, x[held], y[held], s[held], folds=2, seed=seed)
+    result.pop("attacker_chance")
     return {
-        "regular_accuracy": float((regular_logits.argmax(1) == y[held]).float().mean()),
-        "fresh_regular_accuracy": fresh_regular.accuracy,
-        "attacker_accuracy": attack.accuracy,
-        "attacker_by_model": attack.accuracies,
-        "branch_private_accuracy": float((private_logits.argmax(1) == s[held]).float().mean()),
-        "ce_private": ce_private,
-        "ce_random": float(losses["ce_random"]),
-        "fano_error_bound": float(misclassification_lower_bound(ce_private, data["num_private"])),
-        "chance": float(module.prior.max()),
+        **result,
+        "chance": float(fit.module.prior.max()),
         "epoch_times": {phase: float(np.mean(t)) for phase, t in fit.epoch_times.items()},
     }
 
@@ -169,8 +154,7 @@ def intermediate_run_fraction(raw_curve: dict, margin: float = 0.05) -> float:
     training converges to one of the two extremes)."""
     top = float(np.mean([r["attacker_accuracy"] for r in raw_curve["0"]]))
     runs = [r for lam, rs in raw_curve.items() if float(lam) > 0 for r in rs]
-    inside = [chance_margin < r["attacker_accuracy"] < top - margin
-              for r in runs for chance_margin in [r["chance"] + margin]]
+    inside = [r["chance"] + margin < r["attacker_accuracy"] < top - margin for r in runs]
     return float(np.mean(inside)) if inside else float("nan")
 
 

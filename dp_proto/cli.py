@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import warnings
 from collections.abc import Sequence
@@ -44,8 +43,9 @@ DEMO_DP_CONFIG = {
 
 
 def _quiet_lightning() -> None:
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    from dp_proto.lightning.anonymizer import quiet_lightning
+
+    quiet_lightning()
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     # Opacus' GradSampleModule on a layer whose input needs no gradient: expected.

@@ -39,7 +39,7 @@ from dp_proto.anonymizer.losses import (
 )
 from dp_proto.anonymizer.modules import Anonymizer
 
-__all__ = ["AnonymizerModule", "PHASES", "EpochTimer", "AnonymizerFit", "fit_anonymizer"]
+__all__ = ["AnonymizerModule", "PHASES", "EpochTimer", "AnonymizerFit", "fit_anonymizer", "evaluate_held_out"]
 
 PHASES = ("pretrain_regular", "pretrain_private", "adversarial")
 MODES = ("toggle", "simultaneous")
@@ -137,11 +137,14 @@ class AnonymizerModule(L.LightningModule):
             return PHASES[1]
         return PHASES[2]
 
+    def encoder_lr_now(self) -> float:
+        """The encoder's learning rate in the current phase: ``lr`` while pre-training
+        with the regular branch, ``encoder_lr`` afterwards."""
+        return self.lr if self.phase() == PHASES[0] else self.encoder_lr
+
     def on_train_epoch_start(self) -> None:
-        encoder_opt = self.optimizers()[0]
-        lr = self.lr if self.phase() == PHASES[0] else self.encoder_lr
-        for group in encoder_opt.param_groups:
-            group["lr"] = lr
+        for group in self.optimizers()[0].param_groups:
+            group["lr"] = self.encoder_lr_now()
 
     # -- losses ------------------------------------------------------------------------
     def _check_batch(self, y: Tensor, s: Tensor) -> None:
@@ -293,11 +296,12 @@ class EpochTimer(L.Callback):
 
 
 def quiet_lightning() -> None:
-    """Silence Lightning's start-up notices (accelerator, tips) for scripted runs."""
+    """Silence Lightning's start-up notices (accelerator, tips, seeds) for scripted runs."""
     import logging
 
-    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda",
-                 "lightning.fabric.utilities.seed", "lightning.pytorch"):
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning",
+                 "lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda",
+                 "lightning.fabric.utilities.seed"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
@@ -328,6 +332,34 @@ def _label_tensor(labels, what: str) -> Tensor:
     return labels.long()
 
 
+def training_labels(x: Tensor, regular, private) -> tuple[Tensor, Tensor]:
+    """Both label vectors as long tensors, checked for integer dtype and equal lengths."""
+    if not (len(x) == len(regular) == len(private)):
+        raise ValueError(f"x, regular and private labels differ in length: {len(x)}, {len(regular)}, {len(private)}")
+    return _label_tensor(regular, "regular"), _label_tensor(private, "private")
+
+
+def default_anonymizer(x: Tensor, num_regular: int, num_private: int) -> Anonymizer:
+    """:meth:`Anonymizer.cnn` for images ``(n, C, H, W)``, else :meth:`Anonymizer.mlp`."""
+    if x.dim() == 4:
+        return Anonymizer.cnn(tuple(x.shape[1:]), num_regular, num_private)
+    return Anonymizer.mlp(int(x[0].numel()), num_regular, num_private)
+
+
+def train_module(module: AnonymizerModule, loader, val_data, *, max_epochs: int, accelerator: str, logger,
+                 enable_progress_bar: bool, **trainer_kwargs) -> AnonymizerFit:
+    """Fit ``module`` with a quiet single-device Trainer that times every epoch; the
+    module is returned in eval mode."""
+    timer = EpochTimer()
+    quiet_lightning()
+    trainer = L.Trainer(max_epochs=max_epochs, accelerator=accelerator, devices=1, logger=logger,
+                        enable_checkpointing=False, enable_progress_bar=enable_progress_bar,
+                        enable_model_summary=False, callbacks=[timer], num_sanity_val_steps=0, **trainer_kwargs)
+    trainer.fit(module, loader, _val_loader(val_data))
+    module.eval()
+    return AnonymizerFit(module, trainer, timer.times)
+
+
 def fit_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, anonymizer: Anonymizer | None = None,
                    lam: float = 1.0, mode: str = "toggle", adversarial_epochs: int = 20,
                    pretrain_regular_epochs: int = 10, pretrain_private_epochs: int = 10,
@@ -346,9 +378,7 @@ def fit_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, anonymizer: A
 
     from dp_proto.anonymizer.losses import empirical_prior
 
-    if not (len(x) == len(regular) == len(private)):
-        raise ValueError(f"x, regular and private labels differ in length: {len(x)}, {len(regular)}, {len(private)}")
-    regular, private = _label_tensor(regular, "regular"), _label_tensor(private, "private")
+    regular, private = training_labels(x, regular, private)
     num_regular = int(regular.max()) + 1 if len(regular) else 0
     num_private = int(private.max()) + 1 if len(private) else 0
     if num_private < 2 or len(torch.unique(private)) < 2:
@@ -357,21 +387,43 @@ def fit_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, anonymizer: A
         raise ValueError("the regular label needs at least 2 classes in the training data")
     prior = empirical_prior(private, num_private)
     L.seed_everything(seed, workers=True, verbose=False)
-    if anonymizer is None:
-        anonymizer = (Anonymizer.cnn(tuple(x.shape[1:]), num_regular, num_private) if x.dim() == 4
-                      else Anonymizer.mlp(int(x[0].numel()), num_regular, num_private))
+    anonymizer = anonymizer if anonymizer is not None else default_anonymizer(x, num_regular, num_private)
     module = AnonymizerModule(anonymizer, prior, num_regular, lam=lam, mode=mode,
                               pretrain_regular_epochs=pretrain_regular_epochs,
                               pretrain_private_epochs=pretrain_private_epochs, **module_kwargs)
     loader = DataLoader(TensorDataset(x, regular, private), batch_size=batch_size, shuffle=True,
                         generator=torch.Generator().manual_seed(seed))
-    val_loader = _val_loader(val_data)
-    timer = EpochTimer()
-    quiet_lightning()
-    trainer = L.Trainer(max_epochs=pretrain_regular_epochs + pretrain_private_epochs + adversarial_epochs,
-                        accelerator=accelerator, devices=1, logger=logger, enable_checkpointing=False,
-                        enable_progress_bar=enable_progress_bar, enable_model_summary=False,
-                        callbacks=[timer], num_sanity_val_steps=0, deterministic=True)
-    trainer.fit(module, loader, val_loader)
-    module.eval()
-    return AnonymizerFit(module, trainer, timer.times)
+    return train_module(module, loader, val_data,
+                        max_epochs=pretrain_regular_epochs + pretrain_private_epochs + adversarial_epochs,
+                        accelerator=accelerator, logger=logger, enable_progress_bar=enable_progress_bar,
+                        deterministic=True)
+
+
+def evaluate_held_out(module: AnonymizerModule, x: Tensor, regular: Tensor, private: Tensor, *, folds: int = 2,
+                      seed: int = 0) -> dict:
+    """The honest evaluation on held-out records ``x (n, ...)``: the regular branch's
+    accuracy, fresh regular classifiers' and fresh attackers' cross-fitted accuracies on
+    the frozen representation (:func:`~dp_proto.anonymizer.evaluation.fresh_attacker_accuracy`),
+    the jointly trained private branch's accuracy and cross-entropies, and the Fano
+    estimate from that cross-entropy (``fano_error_bound``; an estimate, not a guarantee)."""
+    from dp_proto.anonymizer.evaluation import encode, fresh_attacker_accuracy
+
+    z = encode(module.anonymizer.encoder, x)
+    with torch.no_grad():
+        regular_logits = module.anonymizer.regular_head(z)
+        private_logits = module.anonymizer.private_head(z)
+        losses = module.losses(regular_logits, private_logits, regular, private)
+    attack = fresh_attacker_accuracy(z, private, folds=folds, seed=seed)
+    fresh_regular = fresh_attacker_accuracy(z, regular, folds=folds, seed=seed)  # the same probes, regular label
+    ce_private = float(losses["ce_private"])
+    return {
+        "regular_accuracy": float((regular_logits.argmax(1) == regular).float().mean()),
+        "fresh_regular_accuracy": fresh_regular.accuracy,
+        "attacker_accuracy": attack.accuracy,
+        "attacker_by_model": attack.accuracies,
+        "attacker_chance": attack.chance,
+        "branch_private_accuracy": float((private_logits.argmax(1) == private).float().mean()),
+        "ce_private": ce_private,
+        "ce_random": float(losses["ce_random"]),
+        "fano_error_bound": float(misclassification_lower_bound(ce_private, module.num_private)),
+    }

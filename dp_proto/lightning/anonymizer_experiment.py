@@ -29,10 +29,8 @@ import numpy as np
 import torch
 import yaml
 
-from dp_proto.anonymizer.evaluation import encode, fresh_attacker_accuracy
-from dp_proto.anonymizer.losses import misclassification_lower_bound
 from dp_proto.anonymizer.modules import Anonymizer
-from dp_proto.lightning.anonymizer import fit_anonymizer
+from dp_proto.lightning.anonymizer import evaluate_held_out, fit_anonymizer
 
 __all__ = ["ANONYMIZER_DEFAULTS", "load_anonymizer_config", "run_anonymizer_experiment"]
 
@@ -142,19 +140,13 @@ def run_anonymizer_experiment(config: dict) -> dict[str, Any]:
         pretrain_private_epochs=t.pop("pretrain_private_epochs"), batch_size=t.pop("batch_size"),
         val_data=(x[held], y[held], s[held]), seed=seed, logger=logger,
         enable_progress_bar=t.pop("progress_bar"), accelerator=t.pop("accelerator"), **t)
-    module = fit.module.cpu()
-    z = encode(module.anonymizer.encoder, x[held])
-    with torch.no_grad():
-        regular_logits = module.anonymizer.regular_head(z)
-        losses = module.losses(regular_logits, module.anonymizer.private_head(z), y[held], s[held])
-    attack = fresh_attacker_accuracy(z, s[held], seed=seed)
-    fresh_regular = fresh_attacker_accuracy(z, y[held], seed=seed)  # the same probes on the regular label
+    result = evaluate_held_out(fit.module.cpu(), x[held], y[held], s[held], seed=seed)
     return {
-        "regular_accuracy": float((regular_logits.argmax(1) == y[held]).float().mean()),
-        "fresh_regular_accuracy": fresh_regular.accuracy,
-        "attacker_accuracy": attack.accuracy, "attacker_by_model": attack.accuracies, "chance": attack.chance,
-        "attacker_error": 1 - attack.accuracy,
-        "fano_error_estimate": float(misclassification_lower_bound(float(losses["ce_private"]), num_private)),
+        "regular_accuracy": result["regular_accuracy"],
+        "fresh_regular_accuracy": result["fresh_regular_accuracy"],
+        "attacker_accuracy": result["attacker_accuracy"], "attacker_by_model": result["attacker_by_model"],
+        "chance": result["attacker_chance"], "attacker_error": 1 - result["attacker_accuracy"],
+        "fano_error_estimate": result["fano_error_bound"],
         "train_records": len(train), "held_out_records": len(held),
         "epoch_times": {k: float(np.mean(v)) for k, v in fit.epoch_times.items()},
         "log_dir": logger.log_dir, "config": config,

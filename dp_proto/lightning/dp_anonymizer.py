@@ -31,9 +31,8 @@ from opacus.optimizers import DPOptimizer
 from torch import Tensor
 
 from dp_proto.anonymizer.losses import check_labels
-from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.lightning.anonymizer import PHASES, AnonymizerModule
-from dp_proto.privacy.dpsgd import _sgd_event
+from dp_proto.lightning.dp_module import EpochBudgetMixin
 from dp_proto.privacy.ledger import PrivacyLedger
 
 __all__ = ["DPAnonymizerModule", "per_record_objective"]
@@ -51,7 +50,7 @@ def per_record_objective(regular_logits: Tensor, private_logits: Tensor, y: Tens
     return (ce_regular + lam * (ce_private - ce_random).abs()).mean()
 
 
-class DPAnonymizerModule(AnonymizerModule):
+class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
     """:class:`AnonymizerModule` trained by DP-SGD (see the module docstring).
 
     Parameters (besides those of :class:`AnonymizerModule`)
@@ -82,7 +81,6 @@ class DPAnonymizerModule(AnonymizerModule):
         self.expected_batch_size = expected_batch_size
         self.noise_generator = noise_generator
         self.secure_mode = secure_mode
-        self.stopped_by_budget = False
         # One GradSampleModule per part: its hooks can be switched off while the part is
         # frozen (Opacus' backward hook would otherwise look for activations it never stored).
         self._per_sample = [GradSampleModule(part) for part in
@@ -98,18 +96,8 @@ class DPAnonymizerModule(AnonymizerModule):
                            generator=self.noise_generator, secure_mode=self.secure_mode)
 
     def on_train_epoch_start(self) -> None:
-        optimizer = self.optimizers()
-        lr = self.lr if self.phase() == PHASES[0] else self.encoder_lr
-        optimizer.param_groups[0]["lr"] = lr
-        steps = int(self.trainer.num_training_batches)
-        try:
-            self.ledger.spend(_sgd_event(self.noise_multiplier, self.sample_rate, steps))
-        except PrivacyBudgetExceededError:
-            self.stopped_by_budget = True
-            self.trainer.should_stop = True
-
-    def on_train_batch_start(self, batch, batch_idx: int):
-        return -1 if self.stopped_by_budget else None
+        self.optimizers().param_groups[0]["lr"] = self.encoder_lr_now()  # group 0: the encoder
+        self.reserve_epoch_steps()
 
     def _train_only(self, *parts) -> None:
         for wrapper in self._per_sample:
@@ -181,20 +169,11 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
     from opacus.data_loader import DPDataLoader
     from torch.utils.data import TensorDataset
 
-    from dp_proto.anonymizer.modules import Anonymizer
-    from dp_proto.lightning.anonymizer import (
-        AnonymizerFit,
-        EpochTimer,
-        _label_tensor,
-        _val_loader,
-        quiet_lightning,
-    )
+    from dp_proto.lightning.anonymizer import default_anonymizer, train_module, training_labels
     from dp_proto.privacy.dpsgd import calibrate_noise_multiplier
     from dp_proto.privacy.mechanisms import noisy_histogram
 
-    if not (len(x) == len(regular) == len(private)):
-        raise ValueError(f"x, regular and private labels differ in length: {len(x)}, {len(regular)}, {len(private)}")
-    regular, private = _label_tensor(regular, "regular"), _label_tensor(private, "private")
+    regular, private = training_labels(x, regular, private)
     num_regular = int(regular.max()) + 1 if num_regular is None else num_regular
     num_private = int(private.max()) + 1 if num_private is None else num_private
     check_labels(regular, num_regular, "regular")
@@ -217,23 +196,14 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
         noise_multiplier = calibrate_noise_multiplier(epsilon, delta, sample_rate, epochs * steps_per_epoch,
                                                       prior_events=ledger.events)
     L.seed_everything(seed, workers=True, verbose=False)
-    if anonymizer is None:
-        anonymizer = (Anonymizer.cnn(tuple(x.shape[1:]), num_regular, num_private) if x.dim() == 4
-                      else Anonymizer.mlp(int(x[0].numel()), num_regular, num_private))
+    anonymizer = anonymizer if anonymizer is not None else default_anonymizer(x, num_regular, num_private)
     module = DPAnonymizerModule(
         anonymizer, prior, num_regular, ledger=ledger, noise_multiplier=noise_multiplier,
         max_grad_norm=max_grad_norm, sample_rate=sample_rate, expected_batch_size=sample_rate * len(x),
         noise_generator=generator, secure_mode=secure_mode, lam=lam, mode="toggle",
         pretrain_regular_epochs=pretrain_regular_epochs, pretrain_private_epochs=pretrain_private_epochs,
         **module_kwargs)
-    loader = DPDataLoader(TensorDataset(x, regular, private), sample_rate=sample_rate,
-                          generator=generator if generator is not None else None)
-    timer = EpochTimer()
-    quiet_lightning()
-    trainer = L.Trainer(max_epochs=epochs, accelerator=accelerator, devices=1, logger=logger,
-                        enable_checkpointing=False, enable_progress_bar=enable_progress_bar,
-                        enable_model_summary=False, callbacks=[timer], num_sanity_val_steps=0,
-                        use_distributed_sampler=False)
-    trainer.fit(module, loader, _val_loader(val_data))
-    module.eval()
-    return AnonymizerFit(module, trainer, timer.times), ledger
+    loader = DPDataLoader(TensorDataset(x, regular, private), sample_rate=sample_rate, generator=generator)
+    fit = train_module(module, loader, val_data, max_epochs=epochs, accelerator=accelerator, logger=logger,
+                       enable_progress_bar=enable_progress_bar, use_distributed_sampler=False)
+    return fit, ledger

@@ -13,10 +13,30 @@ from dp_proto.privacy import grad_samplers  # noqa: F401  (registers the closed-
 from dp_proto.privacy.dpsgd import _sgd_event
 from dp_proto.privacy.ledger import PrivacyLedger
 
-__all__ = ["DPLVQModule"]
+__all__ = ["DPLVQModule", "EpochBudgetMixin"]
 
 
-class DPLVQModule(LVQModule):
+class EpochBudgetMixin:
+    """For DP-SGD LightningModules with ``ledger``, ``noise_multiplier`` and
+    ``sample_rate``: :meth:`reserve_epoch_steps` spends an epoch's steps in the ledger
+    before any of them runs; a budget that would be exceeded stops training cleanly
+    (``stopped_by_budget``), and the epoch's batches are skipped."""
+
+    stopped_by_budget = False
+
+    def reserve_epoch_steps(self) -> None:
+        steps = int(self.trainer.num_training_batches)
+        try:
+            self.ledger.spend(_sgd_event(self.noise_multiplier, self.sample_rate, steps))
+        except PrivacyBudgetExceededError:  # stop cleanly: no step of this epoch runs
+            self.stopped_by_budget = True
+            self.trainer.should_stop = True
+
+    def on_train_batch_start(self, batch, batch_idx: int):
+        return -1 if self.stopped_by_budget else None  # Lightning: -1 skips the rest of the epoch
+
+
+class DPLVQModule(EpochBudgetMixin, LVQModule):
     """DP-SGD on the GLVQ cost: Opacus' per-sample clipping and noise, Lightning's loop.
 
     The training data must come from a Poisson-sampling loader
@@ -82,17 +102,7 @@ class DPLVQModule(LVQModule):
         return self.model.loss(self.private_model(x), y, transfer_fn=self.transfer_fn, beta=self.beta)  # type: ignore[arg-type]
 
     def on_train_epoch_start(self) -> None:
-        steps = int(self.trainer.num_training_batches)
-        try:
-            self.ledger.spend(_sgd_event(self.noise_multiplier, self.sample_rate, steps))
-        except PrivacyBudgetExceededError:  # stop cleanly: no step of this epoch runs
-            self.stopped_by_budget = True
-            self.trainer.should_stop = True
-
-    def on_train_batch_start(self, batch, batch_idx: int):
-        if self.stopped_by_budget:
-            return -1  # Lightning: skip the rest of this epoch
-        return None
+        self.reserve_epoch_steps()
 
     def configure_optimizers(self):
         base = super().configure_optimizers()
