@@ -6,6 +6,9 @@ capped simplex ``{0 <= beta_i <= C/n, sum beta = 1}`` (exact projection:
 :func:`project_capped_simplex`) and returns the centre ``a = Phi^T beta`` whose
 sensitivity Corollary 4.2 bounds. :mod:`.equilibrium` runs Phase II: batched gradient
 descent on the support function, equilibrium points and their basins.
+:mod:`.private` holds the mechanisms (private centre, noisy cell votes, private
+quantile) and :mod:`.estimators` the scikit-learn style :class:`PrivateSVDD` (one class,
+outlier detection) and :class:`PrivateSVDDClassifier` (equilibrium-point classifier).
 """
 
 from dp_proto.svdd.equilibrium import (
@@ -14,7 +17,14 @@ from dp_proto.svdd.equilibrium import (
     support_function,
     support_gradient,
 )
+from dp_proto.svdd.estimators import PrivateSVDD, PrivateSVDDClassifier
 from dp_proto.svdd.features import RandomFourierFeatures, rbf_kernel
+from dp_proto.svdd.private import (
+    centre_sensitivity,
+    noisy_cell_counts,
+    private_quantile,
+    release_centre,
+)
 from dp_proto.svdd.solver import (
     SVDDSolution,
     frank_wolfe_gap,
@@ -23,6 +33,12 @@ from dp_proto.svdd.solver import (
 )
 
 __all__ = [
+    "PrivateSVDD",
+    "PrivateSVDDClassifier",
+    "centre_sensitivity",
+    "noisy_cell_counts",
+    "private_quantile",
+    "release_centre",
     "Equilibria",
     "find_equilibria",
     "support_function",

@@ -1,0 +1,481 @@
+"""scikit-learn style estimators: private SVDD and the equilibrium-point classifier.
+
+:class:`PrivateSVDD` releases a private support function (Phase I of Park 2022) and
+detects outliers with it; :class:`PrivateSVDDClassifier` adds Phases II and III: the
+equilibrium points of the private support function partition the space into basins,
+and each basin (or hypercube of basins) is labelled by a noisy vote.
+
+Everything runs as tensor code on ``device`` (CPU or CUDA); inputs may be NumPy arrays
+or tensors. Every noisy release is recorded in ``ledger_``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassifierMixin, OutlierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted
+
+from dp_proto.exceptions import PrivacyLeakWarning
+from dp_proto.privacy.calibration import check_epsilon
+from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
+from dp_proto.privacy.mechanisms import noisy_count
+from dp_proto.svdd.cells import group_hypercubes, knn_vote, nearest_index
+from dp_proto.svdd.equilibrium import descend, merge_points, support_function
+from dp_proto.svdd.features import RandomFourierFeatures
+from dp_proto.svdd.private import noisy_cell_counts, private_quantile, release_centre
+from dp_proto.svdd.solver import solve_svdd_dual
+
+__all__ = ["PrivateSVDD", "PrivateSVDDClassifier"]
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def _is_private(epsilon) -> bool:
+    if epsilon is None or (isinstance(epsilon, float) and math.isinf(epsilon) and epsilon > 0):
+        return False
+    check_epsilon(epsilon)
+    return True
+
+
+class _SVDDBase(BaseEstimator):
+    """Phase I shared by both estimators: feature map, dual solve, (private) centre."""
+
+    def _device(self) -> torch.device:
+        return torch.device(self.device) if self.device is not None else torch.device("cpu")
+
+    def _torch_dtype(self) -> torch.dtype:
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
+        return _DTYPES[self.dtype]
+
+    def _as_tensor(self, X, *, fitting: bool) -> torch.Tensor:
+        X = torch.as_tensor(X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else np.asarray(X),
+                            dtype=self._torch_dtype()).to(self._device())
+        if X.dim() != 2 or X.shape[0] == 0:
+            raise ValueError(f"expected X of shape (n, d) with n >= 1, got {tuple(X.shape)}")
+        if not bool(torch.isfinite(X).all()):
+            raise ValueError("X contains NaN or inf")
+        if fitting:
+            self.n_features_in_ = X.shape[1]
+        elif X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features, the model was fitted with {self.n_features_in_}")
+        return X
+
+    def _generator(self) -> torch.Generator:
+        gen = torch.Generator(device=self._device())
+        if self.random_state is None:
+            gen.seed()
+        else:
+            gen.manual_seed(int(self.random_state))
+        return gen
+
+    def _check_common(self) -> None:
+        if not 0 < self.c_over_n <= 1:
+            raise ValueError(f"c_over_n (the dual box C/n) must lie in (0, 1], got {self.c_over_n!r}")
+        if not self.tol > 0:
+            raise ValueError(f"tol must be > 0, got {self.tol!r}")
+
+    def _fit_centre(self, X: torch.Tensor, epsilon: float | None, gen: torch.Generator) -> torch.Tensor:
+        """Feature map, dual solve and centre (private when ``epsilon`` is a number)."""
+        n = X.shape[0]
+        if self.c_over_n * n < 1.0 - 1e-9:
+            raise ValueError(
+                f"c_over_n={self.c_over_n} is below 1/n = {1.0 / n:.3g}: the dual's constraints "
+                f"0 <= beta_i <= C/n, sum beta = 1 cannot be met with n={n} records")
+        # The solve (and so the sensitivity analysis, ||phi|| = 1) runs in float64; the
+        # dynamics may then run in the working dtype (float32 is about 3x faster on CPU).
+        features = RandomFourierFeatures(X.shape[1], self.num_features, self.gamma, generator=gen,
+                                         dtype=torch.float64, device=X.device)
+        phi = features(X)
+        self.features_ = features.to(X.dtype)
+        solution = solve_svdd_dual(phi, min(self.c_over_n * n, float(n)), tol=self.tol)
+        if epsilon is not None and not solution.converged:
+            raise RuntimeError(
+                f"the SVDD solver stopped at gap {solution.gap:.3g} > tol={self.tol}; the sensitivity "
+                "bound needs the tolerance to be met, so nothing was released")
+        # The exact solution is not kept on the estimator: pickling it would publish it.
+        if epsilon is None:
+            return solution.centre.to(X.dtype)
+        centre = release_centre(solution.centre, self.c_over_n, epsilon, tol=self.tol,
+                                ledger=self.ledger_, generator=gen)
+        return centre.to(X.dtype)
+
+    def _new_ledger(self) -> PrivacyLedger:
+        return self.ledger if self.ledger is not None else PrivacyLedger()
+
+    def score_samples(self, X) -> np.ndarray:
+        """``-f^(x) = -||phi(x) - a^||^2`` for ``X (m, d)``: higher means more inside the support."""
+        check_is_fitted(self, "centre_")
+        X = self._as_tensor(X, fitting=False)
+        return (-support_function(self.features_, self.centre_, X)).cpu().numpy()
+
+
+class PrivateSVDD(OutlierMixin, _SVDDBase):
+    """One-class SVDD on random Fourier features with a private centre and radius.
+
+    Releases the centre ``a^`` (Laplace, Corollary 4.2, projected onto the unit ball)
+    with ``centre_fraction * epsilon`` and the radius ``R^2`` with the rest, as the
+    private ``1 - contamination`` quantile of the training scores ``f^(x_i)`` (exponential
+    mechanism on the public grid ``linspace(0, 4, 401)``; ``f^`` lies in ``[0, 4]``).
+    ``decision_function(x) = R^2 - f^(x)`` is positive inside the description.
+
+    Parameters
+    ----------
+    c_over_n : float, default 0.05
+        Box of the dual, ``0 <= beta_i <= C/n`` (the seed's ``C/n``); needs ``>= 1/n``.
+        The centre's sensitivity is ``2 sqrt(F) C/n`` (l1), so small values are cheaper.
+    gamma : float, default 1.0
+        RBF kernel width of ``exp(-gamma ||x - y||^2)``.
+    num_features : int, default 400
+        Random Fourier features ``F`` (even).
+    epsilon : float or None, default 1.0
+        Total budget (pure DP, add/remove one record); ``None`` or ``inf``: non-private.
+    centre_fraction : float, default 0.5
+        Share of ``epsilon`` spent on the centre.
+    contamination : float, default 0.1
+        Fraction of training points meant to fall outside the description.
+    tol : float, default 1e-8
+        Duality-gap tolerance of the dual solver; enters the sensitivity as
+        ``2 sqrt(F) sqrt(tol)``.
+    random_state : int or None
+        Seed of the feature map and of the noise.
+    device : str or None
+        Where to compute (``"cpu"``, ``"cuda"``); default CPU.
+    dtype : "float32" (default) or "float64"
+        Precision of the feature map, the dynamics and the released centre; the dual
+        is always solved in float64.
+    ledger : PrivacyLedger, optional
+        Ledger to record the releases in (a budget there is enforced); default a new one.
+
+    Attributes
+    ----------
+    centre_ : Tensor ``(F,)``; features_ : RandomFourierFeatures; radius2_ : float;
+    ledger_ : PrivacyLedger (a ``non_private`` event when ``epsilon`` is None).
+    """
+
+    def __init__(self, c_over_n: float = 0.05, gamma: float = 1.0, num_features: int = 400,
+                 epsilon: float | None = 1.0, *, centre_fraction: float = 0.5, contamination: float = 0.1,
+                 tol: float = 1e-8, random_state: int | None = None, device: str | None = None,
+                 dtype: str = "float32", ledger: PrivacyLedger | None = None) -> None:
+        self.c_over_n = c_over_n
+        self.gamma = gamma
+        self.num_features = num_features
+        self.epsilon = epsilon
+        self.centre_fraction = centre_fraction
+        self.contamination = contamination
+        self.tol = tol
+        self.random_state = random_state
+        self.device = device
+        self.dtype = dtype
+        self.ledger = ledger
+
+    def fit(self, X, y=None) -> PrivateSVDD:
+        """Fit on ``X (n, d)``; ``y`` is ignored."""
+        self._check_common()
+        private = _is_private(self.epsilon)
+        if not 0 < self.centre_fraction < 1:
+            raise ValueError(f"centre_fraction must lie in (0, 1), got {self.centre_fraction!r}")
+        if not 0 < self.contamination < 1:
+            raise ValueError(f"contamination must lie in (0, 1), got {self.contamination!r}")
+        X = self._as_tensor(X, fitting=True)
+        gen = self._generator()
+        self.ledger_ = self._new_ledger()
+        eps_centre = self.centre_fraction * self.epsilon if private else None
+        self.centre_ = self._fit_centre(X, eps_centre, gen)
+        scores = support_function(self.features_, self.centre_, X)
+        level = 1.0 - self.contamination
+        if private:
+            grid = torch.linspace(0.0, 4.0, 401, dtype=torch.float64, device=X.device)
+            self.radius2_ = private_quantile(scores, level, self.epsilon - eps_centre, grid,
+                                             ledger=self.ledger_, generator=gen, name="svdd/radius")
+        else:
+            self.radius2_ = float(torch.quantile(scores.to(torch.float64), level))
+            self.ledger_.spend(PrivacyEvent("non_private", name="svdd/non_private"))
+        self.offset_ = -self.radius2_
+        return self
+
+    def decision_function(self, X) -> np.ndarray:
+        """``R^2 - f^(x)`` for ``X (m, d)``: positive for inliers."""
+        return self.score_samples(X) + self.radius2_
+
+    def predict(self, X) -> np.ndarray:
+        """``+1`` for inliers, ``-1`` for outliers."""
+        return np.where(self.decision_function(X) >= 0, 1, -1)
+
+
+class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
+    """Multi-class classifier from the equilibrium points of a private SVDD (Park 2022).
+
+    Phase I releases a private centre ``a^`` (see :class:`PrivateSVDD`). Phase II runs the
+    gradient dynamics of ``f^(x) = ||phi(x) - a^||^2`` (``lr`` for the first 80 % of
+    ``iters`` steps, ``lr / 5`` after, the seed's schedule) from start points, merges end
+    points closer than ``merge_tol`` into equilibrium points (EPs) and, with ``r_max``,
+    groups EPs into hypercubes of that half-width (greedy leaders, eq. 5.6). Phase III runs
+    the dynamics from every training point, sends it to the cell (EP or hypercube) of the
+    nearest EP and labels every cell by the arg-max of its class counts plus ``Lap(1/eps)``
+    (eq. 5.5); cells whose noisy total falls below ``min_count`` stay unlabelled.
+
+    Start points (``starts``):
+
+    * ``"normal"`` (default, differentially private): ``n_starts`` points drawn from
+      ``N(0, I)``, independently of the data -- the scale of standardised inputs. The EPs,
+      the basins and the cells are then post-processing of ``a^``; the training data
+      enter only through the noisy cell counts, which cost ``epsilon`` once (one record
+      changes one count). Total: ``epsilon`` = ``centre_fraction * epsilon`` for the
+      centre + ``count_fraction * epsilon`` for the record count of ``n_starts="auto"`` +
+      the rest for the votes.
+    * ``"uniform"``: the same with points drawn uniformly from the public box ``bounds``.
+    * an array ``(m, d)`` of public points: the same, with these starts.
+    * ``"training"``: the seed's variant, for reproduction -- the dynamics start from the
+      training points (L441) and hypercube leaders are visited by the number of training
+      points per EP; the budget is spent as published, ``epsilon`` on the centre and
+      ``epsilon`` on the votes. **This variant is not differentially private**: the
+      released EPs are (after few dynamics steps, nearly) training records. The ledger
+      records the two Laplace releases, but ``is_private_`` is False and a
+      :class:`~dp_proto.exceptions.PrivacyLeakWarning` is issued.
+
+    Release modes (``release``): ``"support_function"`` publishes ``a^``, the feature map
+    and the labelled EPs; a point is classified by running the dynamics from it and taking
+    the label of the nearest labelled EP (its basin's label when that basin has one).
+    ``"equilibrium_points"`` publishes only the labelled EPs; a point gets the majority
+    label of its ``n_neighbors`` nearest labelled EPs.
+
+    Parameters
+    ----------
+    c_over_n, gamma, num_features, tol : see :class:`PrivateSVDD`.
+    epsilon : float or None, default 1.0
+        ``None`` or ``inf``: non-private (exact centre, exact counts).
+    centre_fraction : float, default 0.5
+        Share of ``epsilon`` spent on the centre with public starts.
+    bounds : (lower, upper), floats or arrays ``(d,)``
+        Public box the starts are drawn from; required for ``starts="uniform"``.
+    starts : "normal", "uniform", "training" or array ``(m, d)``
+    n_starts : int or "auto", default "auto"
+        Number of public starts (the number of cells is at most this). More cells resolve
+        finer class boundaries, but a cell's vote is only reliable when it holds well over
+        ``1 / epsilon_votes`` records. ``"auto"`` spends ``count_fraction * epsilon`` on a
+        noisy record count ``n^`` and uses ``clip(epsilon_votes n^ / 4, 2 c, max_starts)``
+        starts (``n`` itself without privacy).
+    count_fraction : float, default 0.05
+        Share of ``epsilon`` spent on the noisy count of ``n_starts="auto"``.
+    max_starts : int, default 2000
+        Upper limit of ``n_starts="auto"``.
+    lr, iters : float, int, default 0.001, 20
+        Learning rate and number of steps of the dynamics (Table 7.1 of the seed).
+    merge_tol : float or None
+        End points in the same grid cell of this width merge into one EP; default
+        ``1e-3 / sqrt(2 gamma)`` (a thousandth of the kernel length).
+    r_max : float or None
+        Half-width (l-infinity) of the hypercubes; ``None``: one cell per EP.
+    min_count : float or None
+        Cells whose noisy total count is below this stay unlabelled; default
+        ``sqrt(2 c) / epsilon_votes`` (one standard deviation of an empty cell's noisy
+        total, ``c`` classes) and 0.5 without privacy. If no cell reaches it, the cell
+        with the largest noisy total labels everything.
+    release : "support_function" or "equilibrium_points"
+    n_neighbors : int, default 1
+        ``k`` of the k-nearest-EP vote in the ``"equilibrium_points"`` mode.
+    random_state, device, dtype, ledger : see :class:`PrivateSVDD`.
+
+    Attributes
+    ----------
+    classes_ : array ``(c,)``; features_; centre_ ``(F,)``; equilibria_ ``(k, d)`` all EPs;
+    ep_cell_ ``(k,)`` cell of each EP; cell_counts_ ``(cells, c)`` released (noisy)
+    counts; cell_labels_ ``(cells,)`` class index or -1 (unlabelled); labelled_points_
+    ``(m, d)`` and labelled_classes_ ``(m,)``: the EPs the model classifies with;
+    ledger_; is_private_ (bool).
+    """
+
+    def __init__(self, c_over_n: float = 0.05, gamma: float = 1.0, num_features: int = 400,
+                 epsilon: float | None = 1.0, *, centre_fraction: float = 0.5, bounds: Any = None,
+                 starts: Any = "normal", n_starts: int | str = "auto", count_fraction: float = 0.05,
+                 max_starts: int = 2000, lr: float = 0.001, iters: int = 20,
+                 merge_tol: float | None = None, r_max: float | None = None, min_count: float | None = None,
+                 release: str = "support_function", n_neighbors: int = 1, tol: float = 1e-8,
+                 random_state: int | None = None, device: str | None = None, dtype: str = "float32",
+                 ledger: PrivacyLedger | None = None) -> None:
+        self.c_over_n = c_over_n
+        self.gamma = gamma
+        self.num_features = num_features
+        self.epsilon = epsilon
+        self.centre_fraction = centre_fraction
+        self.bounds = bounds
+        self.starts = starts
+        self.n_starts = n_starts
+        self.count_fraction = count_fraction
+        self.max_starts = max_starts
+        self.lr = lr
+        self.iters = iters
+        self.merge_tol = merge_tol
+        self.r_max = r_max
+        self.min_count = min_count
+        self.release = release
+        self.n_neighbors = n_neighbors
+        self.tol = tol
+        self.random_state = random_state
+        self.device = device
+        self.dtype = dtype
+        self.ledger = ledger
+
+    # -- parameters ---------------------------------------------------------------------
+    def _start_mode(self) -> str:
+        if isinstance(self.starts, str):
+            if self.starts not in ("normal", "uniform", "training"):
+                raise ValueError(f"starts must be 'normal', 'uniform', 'training' or an array of points, "
+                                 f"got {self.starts!r}")
+            return self.starts
+        return "given"
+
+    def _check_params(self) -> None:
+        self._check_common()
+        if self.release not in ("support_function", "equilibrium_points"):
+            raise ValueError(f"release must be 'support_function' or 'equilibrium_points', got {self.release!r}")
+        if not self.lr > 0 or int(self.iters) != self.iters or self.iters < 0:
+            raise ValueError(f"need lr > 0 and an int iters >= 0, got lr={self.lr!r}, iters={self.iters!r}")
+        if self.r_max is not None and not self.r_max > 0:
+            raise ValueError(f"r_max must be > 0 or None, got {self.r_max!r}")
+        if self.merge_tol is not None and not self.merge_tol > 0:
+            raise ValueError(f"merge_tol must be > 0 or None, got {self.merge_tol!r}")
+        if int(self.n_neighbors) != self.n_neighbors or self.n_neighbors < 1:
+            raise ValueError(f"n_neighbors must be a positive int, got {self.n_neighbors!r}")
+        if not 0 < self.centre_fraction < 1:
+            raise ValueError(f"centre_fraction must lie in (0, 1), got {self.centre_fraction!r}")
+        if self.n_starts != "auto" and (isinstance(self.n_starts, (str, bool)) or int(self.n_starts) != self.n_starts
+                                        or self.n_starts < 1):
+            raise ValueError(f"n_starts must be a positive int or 'auto', got {self.n_starts!r}")
+        if self.n_starts == "auto" and not 0 < self.count_fraction < 1 - self.centre_fraction:
+            raise ValueError(f"count_fraction must lie in (0, 1 - centre_fraction), got {self.count_fraction!r}")
+        if int(self.max_starts) != self.max_starts or self.max_starts < 1:
+            raise ValueError(f"max_starts must be a positive int, got {self.max_starts!r}")
+
+    def _choose_n_starts(self, n: int, c: int, eps_count: float | None, eps_votes: float | None,
+                         gen: torch.Generator) -> int:
+        """``n_starts`` as given, or the ``"auto"`` rule on a noisy count of the records."""
+        if self.n_starts != "auto":
+            return int(self.n_starts)
+        if eps_count is None:
+            return int(min(self.max_starts, max(2 * c, n)))
+        n_hat = max(noisy_count(n, eps_count, ledger=self.ledger_, name="svdd/record_count", generator=gen), 1.0)
+        return int(min(self.max_starts, max(2 * c, round(eps_votes * n_hat / 4.0))))
+
+    def _public_starts(self, d: int, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+        device = self._device()
+        if self._start_mode() == "given":
+            starts = torch.as_tensor(np.asarray(self.starts), dtype=dtype).to(device)
+            if starts.dim() != 2 or starts.shape[1] != d or starts.shape[0] < 1:
+                raise ValueError(f"starts must be an array of shape (m, {d}) with m >= 1, got {tuple(starts.shape)}")
+            return starts
+        if self._start_mode() == "normal":
+            z = torch.randn(self.n_starts_, d, generator=gen, dtype=torch.float64, device=gen.device)
+            return z.to(device=device, dtype=dtype)
+        if self.bounds is None:
+            raise ValueError(
+                "starts='uniform' draws the start points from a public box: pass bounds=(lower, upper) "
+                "(numbers or arrays of length d), fixed without looking at the data")
+        lower, upper = (torch.as_tensor(np.broadcast_to(np.asarray(b, dtype=np.float64), (d,)).copy(),
+                                        dtype=dtype, device=device) for b in self.bounds)
+        if not bool((upper > lower).all()):
+            raise ValueError("every upper bound must exceed its lower bound")
+        u = torch.rand(self.n_starts_, d, generator=gen, dtype=torch.float64, device=gen.device)
+        return lower + u.to(device=device, dtype=dtype) * (upper - lower)
+
+    # -- fitting ------------------------------------------------------------------------
+    def _dynamics(self, x: torch.Tensor) -> torch.Tensor:
+        return descend(self.features_, self.centre_, x, lr=self.lr, iters=int(self.iters))
+
+    def fit(self, X, y) -> PrivateSVDDClassifier:
+        """Fit on ``X (n, d)`` and labels ``y (n,)``; see the class docstring."""
+        self._check_params()
+        private = _is_private(self.epsilon)
+        mode = self._start_mode()
+        if y is None:
+            raise ValueError("PrivateSVDDClassifier requires y")
+        y = np.asarray(y)
+        check_classification_targets(y)
+        X = self._as_tensor(X, fitting=True)
+        if y.shape != (X.shape[0],):
+            raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+        self.classes_, y_index = np.unique(y, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise ValueError("PrivateSVDDClassifier needs samples of at least 2 classes")
+        single = self.classes_[np.bincount(y_index) == 1]
+        if len(single):
+            # Not an error: one record must not decide whether the fit succeeds.
+            warnings.warn(f"class(es) {list(single)} have only one training sample; such a class "
+                          "rarely wins a noisy vote", UserWarning, stacklevel=2)
+        labels = torch.as_tensor(y_index, device=X.device)
+        c = len(self.classes_)
+        gen = self._generator()
+        self.ledger_ = self._new_ledger()
+        self.is_private_ = private and mode != "training"
+        if private and mode == "training":
+            warnings.warn("starts='training' (the seed's variant) releases equilibrium points reached from "
+                          "training records: the model is not differentially private", PrivacyLeakWarning,
+                          stacklevel=2)
+        auto = self.n_starts == "auto" and mode in ("normal", "uniform")
+        if private:
+            eps_centre = self.epsilon if mode == "training" else self.centre_fraction * self.epsilon
+            eps_count = self.count_fraction * self.epsilon if auto else None
+            eps_votes = self.epsilon if mode == "training" else self.epsilon - eps_centre - (eps_count or 0.0)
+        else:
+            eps_centre = eps_count = eps_votes = None
+        self.centre_ = self._fit_centre(X, eps_centre, gen)
+        if mode in ("normal", "uniform"):
+            self.n_starts_ = self._choose_n_starts(X.shape[0], c, eps_count, eps_votes, gen)
+
+        # Phase II: equilibrium points from the starts, merged; cells.
+        starts = X if mode == "training" else self._public_starts(X.shape[1], gen, X.dtype)
+        merge_tol = self.merge_tol if self.merge_tol is not None else 1e-3 / math.sqrt(2.0 * self.gamma)
+        ends = self._dynamics(starts)
+        points, basin = merge_points(ends, merge_tol)
+        self.equilibria_ = points
+        if self.r_max is not None:
+            basin_size = torch.bincount(basin, minlength=points.shape[0])
+            # visit EPs by decreasing basin size (of public starts, or the seed's training points)
+            order = torch.sort(-basin_size, stable=True).indices
+            self.ep_cell_ = group_hypercubes(points, float(self.r_max), order)
+        else:
+            self.ep_cell_ = torch.arange(points.shape[0], device=X.device)
+        num_cells = int(self.ep_cell_.max()) + 1
+
+        # Phase III: every training point to the cell of its (nearest) EP; noisy votes.
+        train_ep = basin if mode == "training" else nearest_index(self._dynamics(X), points)
+        train_cell = self.ep_cell_[train_ep]
+        if private:
+            counts = noisy_cell_counts(train_cell, labels, num_cells, c, eps_votes, ledger=self.ledger_,
+                                       generator=gen)
+            min_count = self.min_count if self.min_count is not None else math.sqrt(2.0 * c) / eps_votes
+        else:
+            flat = torch.bincount(train_cell * c + labels, minlength=num_cells * c)
+            counts = flat.reshape(num_cells, c).to(torch.float64)
+            min_count = self.min_count if self.min_count is not None else 0.5
+            self.ledger_.spend(PrivacyEvent("non_private", name="svdd/non_private"))
+        self.cell_counts_ = counts
+        totals = counts.sum(1)
+        keep = totals >= min_count
+        if not bool(keep.any()):
+            keep[totals.argmax()] = True
+        self.cell_labels_ = torch.where(keep, counts.argmax(1), torch.full_like(keep, -1, dtype=torch.int64))
+        labelled = self.cell_labels_[self.ep_cell_] >= 0
+        self.labelled_points_ = points[labelled]
+        self.labelled_classes_ = self.cell_labels_[self.ep_cell_[labelled]]
+        return self
+
+    # -- prediction ---------------------------------------------------------------------
+    def _predict_index(self, X) -> torch.Tensor:
+        check_is_fitted(self, "labelled_points_")
+        X = self._as_tensor(X, fitting=False)
+        if self.release == "equilibrium_points":
+            return knn_vote(X, self.labelled_points_, self.labelled_classes_, len(self.classes_),
+                            int(self.n_neighbors))
+        return self.labelled_classes_[nearest_index(self._dynamics(X), self.labelled_points_)]
+
+    def predict(self, X) -> np.ndarray:
+        """Class labels for ``X (m, d)``: shape ``(m,)``."""
+        return self.classes_[self._predict_index(X).cpu().numpy()]

@@ -1,0 +1,229 @@
+"""PrivateSVDD and PrivateSVDDClassifier: accuracy, privacy bookkeeping, release modes, bad input."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_iris, make_blobs
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+
+from dp_proto.exceptions import PrivacyLeakWarning
+from dp_proto.privacy import PrivacyLedger
+from dp_proto.svdd import PrivateSVDD, PrivateSVDDClassifier, support_function
+
+
+@pytest.fixture(scope="module")
+def iris():
+    X, y = load_iris(return_X_y=True)
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
+    scaler = StandardScaler().fit(Xtr)
+    return scaler.transform(Xtr), scaler.transform(Xte), ytr, yte
+
+
+def _fit(data, **kw):
+    Xtr, Xte, ytr, yte = data
+    params = dict(c_over_n=0.05, gamma=1.0, r_max=0.5, random_state=0)
+    params.update(kw)
+    model = PrivateSVDDClassifier(**params).fit(Xtr, ytr)
+    return model, float((model.predict(Xte) == yte).mean())
+
+
+def test_non_private_and_large_budget_classify_iris(iris):
+    model, acc = _fit(iris, epsilon=None)
+    assert acc >= 0.85
+    assert not model.is_private_ and math.isinf(model.ledger_.get_epsilon())
+    private = np.mean([_fit(iris, epsilon=50.0, random_state=s)[1] for s in range(3)])
+    assert private >= 0.8
+
+
+def test_accuracy_grows_with_epsilon(iris):
+    low = np.mean([_fit(iris, epsilon=0.05, random_state=s)[1] for s in range(4)])
+    high = np.mean([_fit(iris, epsilon=20.0, random_state=s)[1] for s in range(4)])
+    assert high > low + 0.15
+
+
+def test_ledger_records_centre_and_votes_and_shares_the_budget(iris):
+    model, _ = _fit(iris, epsilon=2.0, centre_fraction=0.25)
+    names = [e.name for e in model.ledger_.events]
+    assert names == ["svdd/centre", "svdd/record_count", "svdd/votes"]
+    assert model.ledger_.events[0].epsilon == pytest.approx(0.5)
+    assert model.ledger_.events[1].noise_multiplier == pytest.approx(10.0)  # Lap(1 / (0.05 * 2))
+    assert model.ledger_.get_epsilon() == pytest.approx(2.0, rel=1e-3)
+    assert model.is_private_
+    fixed, _ = _fit(iris, epsilon=2.0, n_starts=300)
+    assert [e.name for e in fixed.ledger_.events] == ["svdd/centre", "svdd/votes"]
+    assert fixed.n_starts_ == 300 and fixed.ledger_.get_epsilon() == pytest.approx(2.0, rel=1e-3)
+
+
+def test_auto_start_count_follows_the_budget(iris):
+    """Fewer, larger cells when the votes are noisy: about epsilon_votes * n / 4 starts."""
+    n = len(iris[2])
+    counts = {eps: _fit(iris, epsilon=eps)[0].n_starts_ for eps in (0.01, 1.0, 1000.0)}
+    assert counts[0.01] == 6  # the floor 2 c
+    assert 0.2 * 0.45 * n / 4 < counts[1.0] < 5 * 0.45 * n / 4
+    assert counts[1000.0] == 2000  # max_starts
+    assert _fit(iris, epsilon=None)[0].n_starts_ == n
+
+
+def test_budgeted_ledger_refuses_an_over_budget_fit(iris):
+    from dp_proto.exceptions import PrivacyBudgetExceededError
+
+    ledger = PrivacyLedger(budget=(1.0, 1e-5))
+    with pytest.raises(PrivacyBudgetExceededError):
+        _fit(iris, epsilon=2.0, ledger=ledger)
+
+
+def test_seed_variant_warns_and_spends_epsilon_twice(iris):
+    with pytest.warns(PrivacyLeakWarning, match="not differentially private"):
+        model, acc = _fit(iris, epsilon=1.0, starts="training")
+    assert not model.is_private_
+    assert model.ledger_.get_epsilon() == pytest.approx(2.0, rel=1e-3)
+    assert acc > 0.3
+
+
+def test_partition_does_not_depend_on_the_data(iris):
+    """With public starts and no dynamics the equilibrium points are the starts, whatever the data."""
+    Xtr, Xte, ytr, yte = iris
+    a = PrivateSVDDClassifier(epsilon=1.0, iters=0, n_starts=200, random_state=3).fit(Xtr, ytr)
+    b = PrivateSVDDClassifier(epsilon=1.0, iters=0, n_starts=200, random_state=3).fit(Xte[:30] * 2.0, yte[:30])
+    assert torch.equal(a.equilibria_, b.equilibria_)
+    assert not bool(torch.isin(a.equilibria_.reshape(-1), torch.as_tensor(Xtr).reshape(-1)).any())
+    # explicit public starts and a uniform box behave the same way
+    starts = np.random.default_rng(0).uniform(-2, 2, (50, 4))
+    c = PrivateSVDDClassifier(epsilon=1.0, iters=0, starts=starts, random_state=0).fit(Xtr, ytr)
+    assert c.equilibria_.shape[0] == 50
+    d = PrivateSVDDClassifier(epsilon=1.0, starts="uniform", bounds=(-3, 3), n_starts=64, iters=0,
+                              random_state=0).fit(Xtr, ytr)
+    assert float(d.equilibria_.abs().max()) <= 3.0
+
+
+def test_every_cell_gets_a_noisy_count_and_empty_cells_can_stay_unlabelled(iris):
+    model, _ = _fit(iris, epsilon=1.0, r_max=None, n_starts=500)
+    cells = int(model.ep_cell_.max()) + 1
+    assert model.cell_counts_.shape == (cells, 3)
+    labelled = model.cell_labels_ >= 0
+    assert 0 < int(labelled.sum()) < cells
+    assert model.labelled_points_.shape[0] == int(labelled[model.ep_cell_].sum())
+
+
+def test_release_modes(iris):
+    model, acc_sf = _fit(iris, epsilon=None)
+    Xtr, Xte, ytr, yte = iris
+    model.set_params(release="equilibrium_points", n_neighbors=3)
+    acc_knn = float((model.predict(Xte) == yte).mean())
+    assert acc_knn >= 0.8 and acc_sf >= 0.8
+
+
+def test_dynamics_converge_to_the_cluster_centres():
+    X, y = make_blobs(n_samples=300, centers=[[-2, 0], [2, 0]], cluster_std=0.3, random_state=0)
+    model = PrivateSVDDClassifier(c_over_n=0.05, gamma=0.5, epsilon=None, lr=0.5, iters=400,
+                                  merge_tol=0.05, n_starts=200, random_state=0).fit(X, y)
+    # the starts near the data flow into the two modes of the support function
+    near = [float(torch.cdist(model.equilibria_, torch.tensor([c], dtype=model.equilibria_.dtype)).min())
+            for c in ([-2.0, 0.0], [2.0, 0.0])]
+    assert max(near) < 0.3
+    assert (model.predict(X) == y).mean() > 0.95
+
+
+def test_one_class_svdd_detects_outliers():
+    rng = np.random.default_rng(0)
+    inliers = rng.normal(0, 0.5, (400, 2))
+    outliers = rng.uniform(4, 6, (20, 2))
+    model = PrivateSVDD(c_over_n=0.05, gamma=0.5, epsilon=None, contamination=0.05, random_state=0).fit(inliers)
+    assert (model.predict(inliers) == 1).mean() > 0.9
+    assert (model.predict(outliers) == -1).all()
+    private = PrivateSVDD(c_over_n=0.01, gamma=0.5, epsilon=20.0, contamination=0.05, random_state=0).fit(inliers)
+    assert private.ledger_.get_epsilon() == pytest.approx(20.0, rel=1e-3)
+    assert (private.decision_function(outliers) < np.median(private.decision_function(inliers))).all()
+    assert math.isinf(model.ledger_.get_epsilon())
+    scores = private.score_samples(inliers[:5])
+    expected = -support_function(private.features_, private.centre_, torch.as_tensor(inliers[:5]))
+    np.testing.assert_allclose(scores, expected.numpy())
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(gamma=0.0), "gamma"),
+    (dict(gamma=-1.0), "gamma"),
+    (dict(num_features=401), "even"),
+    (dict(c_over_n=0.0), "C/n"),
+    (dict(c_over_n=1.5), "C/n"),
+    (dict(c_over_n=0.001), "below 1/n"),
+    (dict(epsilon=0.0), "epsilon"),
+    (dict(epsilon=-1.0), "epsilon"),
+    (dict(starts="grid"), "starts"),
+    (dict(starts="uniform"), "bounds"),
+    (dict(release="kde"), "release"),
+    (dict(r_max=0.0), "r_max"),
+    (dict(centre_fraction=1.0), "centre_fraction"),
+    (dict(n_neighbors=0), "n_neighbors"),
+    (dict(n_starts=0), "n_starts"),
+    (dict(n_starts="many"), "n_starts"),
+    (dict(count_fraction=0.6), "count_fraction"),
+    (dict(dtype="float16"), "dtype"),
+])
+def test_bad_parameters(iris, kw, match):
+    with pytest.raises(ValueError, match=match):
+        _fit(iris, **kw)
+
+
+def test_bad_data(iris):
+    Xtr, _, ytr, _ = iris
+    model = PrivateSVDDClassifier(random_state=0)
+    with pytest.raises(ValueError, match="NaN"):
+        model.fit(np.where(np.arange(Xtr.size).reshape(Xtr.shape) == 3, np.nan, Xtr), ytr)
+    with pytest.raises(ValueError, match="shape"):
+        model.fit(Xtr, ytr[:-1])
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        model.fit(Xtr, np.zeros(len(ytr)))
+    model.fit(Xtr, ytr)
+    with pytest.raises(ValueError, match="features"):
+        model.predict(Xtr[:, :2])
+
+
+def test_a_class_with_one_sample_is_handled_with_a_warning(iris):
+    """Failing on a single-record class would let one record change whether the fit
+    succeeds; the fit goes on (that class rarely wins a noisy vote) and says so."""
+    Xtr, Xte, ytr, _ = iris
+    y = ytr.copy()
+    y[0] = 7
+    with pytest.warns(UserWarning, match="one training sample"):
+        model = PrivateSVDDClassifier(random_state=0).fit(Xtr, y)
+    assert list(model.classes_) == [0, 1, 2, 7]
+    assert set(model.predict(Xte)) <= {0, 1, 2, 7}
+
+
+def test_unconverged_solver_releases_nothing(iris, monkeypatch):
+    import dp_proto.svdd.estimators as est
+    from dp_proto.svdd import solve_svdd_dual
+
+    monkeypatch.setattr(est, "solve_svdd_dual", lambda phi, C, tol: solve_svdd_dual(phi, C, tol=tol, max_iter=1))
+    ledger = PrivacyLedger()
+    with pytest.raises(RuntimeError, match="nothing was released"):
+        _fit(iris, epsilon=1.0, c_over_n=0.3, ledger=ledger)
+    assert ledger.events == ()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_dtypes_and_tensor_inputs(iris, dtype):
+    Xtr, Xte, ytr, yte = iris
+    model = PrivateSVDDClassifier(epsilon=5.0, dtype=dtype, random_state=0)
+    model.fit(torch.as_tensor(Xtr), ytr)
+    assert model.centre_.dtype == model.equilibria_.dtype == getattr(torch, dtype)
+    assert not hasattr(model, "solution_")  # the exact solution is not kept
+    assert model.predict(torch.as_tensor(Xte)).shape == yte.shape
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.score(Xte, yte)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu(iris):
+    cpu, _ = _fit(iris, epsilon=None)
+    gpu, _ = _fit(iris, epsilon=None, device="cuda")
+    Xte = iris[1]
+    assert (cpu.predict(Xte) == gpu.predict(Xte)).mean() > 0.95
