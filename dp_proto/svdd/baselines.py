@@ -38,6 +38,7 @@ from dp_proto.privacy.calibration import check_epsilon
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.mechanisms import laplace_mechanism
 from dp_proto.svdd.features import RandomFourierFeatures
+from dp_proto.svdd.solver import check_features
 
 __all__ = ["SVMSolution", "solve_svm_dual", "svm_sensitivity", "PrivateSVMWeight", "PrivateSVMOutput"]
 
@@ -79,15 +80,7 @@ class SVMSolution(NamedTuple):
 def _check_solver_input(
     phi: torch.Tensor, y_pm: torch.Tensor, cap: float, tol: float, max_iter: int
 ) -> tuple[torch.Tensor, torch.Tensor, float]:
-    if not torch.is_tensor(phi) or not phi.is_floating_point():
-        raise ValueError(
-            f"phi must be a floating tensor of shape (n, F), got {type(phi).__name__} "
-            f"{getattr(phi, 'dtype', '')}"
-        )
-    if phi.dim() != 2 or phi.shape[0] < 1 or phi.shape[1] < 1:
-        raise ValueError(f"phi must have shape (n, F) with n, F >= 1, got {tuple(phi.shape)}")
-    if not bool(torch.isfinite(phi).all()):
-        raise ValueError("phi contains NaN or inf entries")
+    check_features(phi)
     n = phi.shape[0]
     y = torch.as_tensor(y_pm, device=phi.device)
     if y.dim() == 1:

@@ -43,6 +43,17 @@ def _is_private(epsilon) -> bool:
     return True
 
 
+def _empty_cell_threshold(num_classes: int, eps_votes: float) -> float:
+    """Noisy total a cell needs to be labelled: ``max(0.5, sqrt(2 c) / eps)``.
+
+    An empty cell's noisy total is a sum of ``c`` Laplace(``1/eps``) draws, standard
+    deviation ``sqrt(2 c) / eps``: one standard deviation keeps most empty cells out
+    without discarding the small cells that a fine partition needs; ``0.5`` (half a
+    record) removes the empty cells once the noise is small.
+    """
+    return max(0.5, math.sqrt(2.0 * num_classes) / eps_votes)
+
+
 class _SVDDBase(BaseEstimator):
     """Phase I shared by both estimators: feature map, dual solve, (private) centre."""
 
@@ -274,10 +285,11 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     r_max : float or None
         Half-width (l-infinity) of the hypercubes; ``None``: one cell per EP.
     min_count : float or None
-        Cells whose noisy total count is below this stay unlabelled; default
-        ``sqrt(2 c) / epsilon_votes`` (one standard deviation of an empty cell's noisy
-        total, ``c`` classes) and 0.5 without privacy. If no cell reaches it, the cell
-        with the largest noisy total labels everything.
+        Cells whose noisy total count is below this stay unlabelled (a test point there
+        takes the label of the nearest labelled equilibrium point). Default
+        ``max(0.5, sqrt(2 c) / epsilon_votes)`` (``c`` classes): one standard deviation of
+        an empty cell's noisy total, and at least half a record; 0.5 without privacy. If no
+        cell reaches it, the cell with the largest noisy total labels everything.
     release : "support_function" or "equilibrium_points"
     n_neighbors : int, default 1
         ``k`` of the k-nearest-EP vote in the ``"equilibrium_points"`` mode.
@@ -450,7 +462,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         if private:
             counts = noisy_cell_counts(train_cell, labels, num_cells, c, eps_votes, ledger=self.ledger_,
                                        generator=gen)
-            min_count = self.min_count if self.min_count is not None else math.sqrt(2.0 * c) / eps_votes
+            min_count = self.min_count if self.min_count is not None else _empty_cell_threshold(c, eps_votes)
         else:
             flat = torch.bincount(train_cell * c + labels, minlength=num_cells * c)
             counts = flat.reshape(num_cells, c).to(torch.float64)

@@ -592,7 +592,8 @@ def solve_svdd_dual(
         x_ws = beta[ws]
 
 
-def _check_problem(phi: torch.Tensor, C: float, tol: float, max_iter: int) -> tuple[torch.Tensor, float]:
+def check_features(phi: torch.Tensor) -> None:
+    """``phi`` must be a finite floating tensor ``(n, F)`` with ``n, F >= 1``."""
     if not torch.is_tensor(phi) or not phi.is_floating_point():
         raise ValueError(
             f"phi must be a floating tensor of shape (n, F), got {type(phi).__name__} "
@@ -602,6 +603,10 @@ def _check_problem(phi: torch.Tensor, C: float, tol: float, max_iter: int) -> tu
         raise ValueError(f"phi must have shape (n, F) with n, F >= 1, got {tuple(phi.shape)}")
     if not bool(torch.isfinite(phi).all()):
         raise ValueError("phi contains NaN or inf entries")
+
+
+def _check_problem(phi: torch.Tensor, C: float, tol: float, max_iter: int) -> tuple[torch.Tensor, float]:
+    check_features(phi)
     n = phi.shape[0]
     try:
         c = float(C)

@@ -227,3 +227,15 @@ def test_cuda_matches_cpu(iris):
     gpu, _ = _fit(iris, epsilon=None, device="cuda")
     Xte = iris[1]
     assert (cpu.predict(Xte) == gpu.predict(Xte)).mean() > 0.95
+
+
+def test_empty_cell_threshold():
+    """One standard deviation of an empty cell's noisy total, at least half a record."""
+    from dp_proto.svdd.estimators import _empty_cell_threshold
+
+    assert _empty_cell_threshold(3, 0.5) == pytest.approx(math.sqrt(6) / 0.5)
+    assert _empty_cell_threshold(3, 100.0) == 0.5
+    gen = torch.Generator().manual_seed(0)
+    u = torch.rand(20000, 3, 2, generator=gen, dtype=torch.float64)
+    totals = (torch.log(u[..., 0]) - torch.log(u[..., 1])).sum(-1) / 0.5  # an empty cell at eps 0.5
+    assert float((totals >= _empty_cell_threshold(3, 0.5)).double().mean()) < 0.2

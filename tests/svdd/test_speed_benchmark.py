@@ -1,0 +1,66 @@
+"""Smoke run of benchmarks/svdd_speed.py: ``--quick`` ends with the JSON line, its headline
+keys, and a solver comparison whose objectives agree."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    """benchmarks/svdd_speed.py imported as a module (benchmarks/ is not a package)."""
+    name = "svdd_speed_under_test"
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "svdd_speed.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # its `from _common import ...`
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(name, None)
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_quick_run_ends_with_the_json_line(bench, tmp_path, capsys):
+    out_file = tmp_path / "x.json"
+    assert bench.main(["--quick", "--threads", "1", "--out", str(out_file)]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert json.loads(out_file.read_text()) == line
+    assert line["benchmark"] == "svdd_speed"
+    assert set(line) >= {"benchmark", "results", "headline"}
+    headline = line["headline"]
+    assert set(headline) >= {"shuttle_end_to_end_s", "solver_speedup_vs_qp", "solver_objective_gap"}
+    assert headline["shuttle_end_to_end_s"] is None  # shuttle is not part of --quick
+
+    # the solver comparison at the quick size: same optimum, both converged
+    solver = line["results"]["solver_vs_qp"]
+    assert solver["n"] == 200
+    assert solver["ours"]["converged"] and solver["slsqp"]["success"]
+    assert headline["solver_objective_gap"] < 1e-4
+    cvx = solver.get("cvxopt", {})
+    if cvx.get("status") == "optimal":  # the thesis' QP solver, when installed, is the reference
+        assert headline["solver_reference"] == "cvxopt.solvers.qp"
+        assert headline["solver_objective_gap"] == cvx["objective_gap"]
+    else:
+        assert headline["solver_reference"] == "scipy SLSQP"
+        assert headline["solver_objective_gap"] == solver["objective_gap"]
+    assert headline["solver_speedup_vs_qp"] > 0
+
+    # three_moons is synthetic, so it always runs; the proposed rows carry the thesis' seconds
+    moons = line["results"]["datasets"]["three_moons"]
+    assert (moons["n_train"], moons["n_test"]) == (320, 80)
+    for method in ("proposed_normal", "proposed_training", "svc_rbf"):
+        row = moons["methods"][method]
+        assert row["total_s"] > 0 and 0 <= row["accuracy"] <= 1
+    assert moons["thesis_table_7_2_s"]["Proposed"] == 0.90
+    assert moons["ratio_thesis_over_ours"]["proposed_normal"] > 0
+    # iris needs the data directory: measured, or skipped with a note
+    assert "iris" in line["results"]["datasets"] or "iris" in line["results"]["skipped"]
