@@ -41,6 +41,17 @@ Two-label images for anonymization (:mod:`dp_proto.data.faces`)
 ``make_entangled_task(n, num_regular=4, num_private=8, entanglement=0.5, ...)``
     Synthetic features with a known label dependence -> ``EntangledTask``.
 
+Traffic counts for learning from label proportions (:mod:`dp_proto.data.traffic`)
+-----------------------------------------------------------------------------------
+``load_scats_counts(data_dir=None, min_days=14)``
+    SCATS loop-detector counts -> ``TrafficNetwork`` (one 15-minute series per detector,
+    coordinates, dropped detectors with the reason).
+``node_datasets(network, window=5, horizon=1)``
+    Sliding windows per detector -> ``NodeData`` (features, flow-class labels, time).
+``discretize_flow``, ``nearest_neighbours``, ``haversine_distances``, ``time_batches``,
+``time_block_folds``
+    Flow classes (``FLOW_BIN_EDGES``), geographic neighbours, aligned batches, folds.
+
 Synthetic (:mod:`dp_proto.data.synthetic`), all ``-> (X float64, y int64)``
 --------------------------------------------------------------------------
 ``two_gaussians_with_outlier(setting="extreme", n_per_class=50, random_state=None)``
@@ -109,8 +120,32 @@ from dp_proto.data.synthetic import (
     three_moons,
     two_gaussians_with_outlier,
 )
+from dp_proto.data.traffic import (
+    FLOW_BIN_EDGES,
+    NodeData,
+    TrafficNetwork,
+    discretize_flow,
+    haversine_distances,
+    load_scats_counts,
+    nearest_neighbours,
+    node_datasets,
+    sliding_windows,
+    time_batches,
+    time_block_folds,
+)
 
 __all__ = [
+    "FLOW_BIN_EDGES",
+    "NodeData",
+    "TrafficNetwork",
+    "discretize_flow",
+    "haversine_distances",
+    "load_scats_counts",
+    "nearest_neighbours",
+    "node_datasets",
+    "sliding_windows",
+    "time_batches",
+    "time_block_folds",
     "BUNDLED_NAMES",
     "DATA_DIR_ENV_VAR",
     "DEFAULT_MNIST_MIRROR",

@@ -1,0 +1,104 @@
+"""Learning from (differentially private) label proportions in a network of sensor nodes.
+
+The algorithm of Sachweh, Boiar and Liebig, "Differentially private learning from
+label proportions" (after Stolpe, Liebig and Morik 2015): every node releases the
+label proportions of public time batches of its data -- exactly or with Laplace
+noise on the counts (epsilon-DP per node) -- to its ``c`` nearest neighbours, and
+labels a k-means clustering of its own windows once per source of proportions by
+a multi-start local search; its prediction is the majority vote of the ``c + 1``
+models.
+
+* :mod:`.proportions` -- :func:`batch_label_counts`, :func:`private_label_proportions`.
+* :mod:`.kmeans` -- :func:`kmeans` (greedy k-means++, Lloyd, restarts batched), :func:`predict`.
+* :mod:`.assignment` -- :func:`local_search` (all relabel and swap moves of all
+  starts evaluated as one tensor computation per step), :func:`proportion_loss`.
+* :mod:`.model` -- :class:`LLPNodeModel`, :func:`train_node_models`, :func:`majority_vote`.
+* :mod:`.knn` -- :func:`knn_predict` (brute-force kNN, the centralised baseline).
+* :mod:`.network` -- :func:`simulate_network` (single process, one generator per
+  node from :func:`node_generator`), :func:`evaluate`.
+
+All tensor code runs on the device of its inputs (CPU or CUDA).
+"""
+
+from dp_proto.llp.assignment import (
+    AssignmentResult,
+    candidate_deltas,
+    local_search,
+    predicted_proportions,
+    proportion_loss,
+)
+from dp_proto.llp.kmeans import KMeansResult, kmeans, predict, squared_distances
+from dp_proto.llp.knn import knn_neighbours, knn_predict
+from dp_proto.llp.model import (
+    LLPNodeModel,
+    NodeFit,
+    fit_node_models,
+    majority_vote,
+    train_node_models,
+)
+from dp_proto.llp.network import (
+    NetworkEvaluation,
+    NetworkResult,
+    check_neighbours,
+    evaluate,
+    node_generator,
+    simulate_network,
+)
+from dp_proto.llp.proportions import (
+    DEFAULT_FLOOR,
+    LabelProportions,
+    batch_label_counts,
+    private_label_proportions,
+    proportion_bounds,
+)
+
+__all__ = [
+    "DEFAULT_FLOOR",
+    "AssignmentResult",
+    "KMeansResult",
+    "LLPNodeModel",
+    "LabelProportions",
+    "NetworkEvaluation",
+    "NetworkResult",
+    "NodeFit",
+    "batch_label_counts",
+    "candidate_deltas",
+    "check_neighbours",
+    "evaluate",
+    "fit_node_models",
+    "kmeans",
+    "knn_neighbours",
+    "knn_predict",
+    "local_search",
+    "majority_vote",
+    "node_generator",
+    "predict",
+    "predicted_proportions",
+    "private_label_proportions",
+    "proportion_bounds",
+    "proportion_loss",
+    "simulate_network",
+    "squared_distances",
+    "train_node_models",
+]
+
+# Nodes as separate processes exchanging proportions through torch.distributed
+# (dp_proto.llp.distributed, imported on first use so that
+# ``python -m dp_proto.llp.distributed`` does not find it imported already).
+_DISTRIBUTED_NAMES = (
+    "NodeProcessError",
+    "NodeResult",
+    "PeerFailedError",
+    "as_network_result",
+    "launch_network",
+    "run_node",
+)
+__all__ += list(_DISTRIBUTED_NAMES)
+
+
+def __getattr__(name: str):
+    if name in _DISTRIBUTED_NAMES:
+        from dp_proto.llp import distributed
+
+        return getattr(distributed, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
