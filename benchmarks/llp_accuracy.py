@@ -19,8 +19,10 @@ Settings
 Sweeps (as the seed): batch size b in {8, 16, 32, 64, 128} at k = 16 and cluster count
 k in {8, 16, 32, 64} at b = 50, both non-private (LLP) and private at epsilon = 0.1
 (p-LLP, Figure 2); epsilon in {0.01, 0.05, 0.1, 0.5, 1, 5} at b = 32, k = 16 (Figure 3),
-p-LLP with the seed's release (``estimator="seed"``, the default) and, secondary, the
-unbiased release (``estimator="unbiased"``). On the whole network the epsilon sweep and
+p-LLP with the seed's release (``estimator="seed"``, the default; every node fits its
+own model to its exact proportions, which never leave it) and, secondary, the unbiased
+release (``estimator="unbiased"``) and the seed as written (the own model also fitted to
+the node's noisy release, ``own_proportions="released"``). On the whole network the epsilon sweep and
 the non-private b = 32, k = 16 point by default, on ``--network-folds`` (5) of the folds
 spread evenly over the month and ``--network-noise-seeds`` (1) seed: an LLP run over 138
 nodes takes 12-18 s on one core, so the full 10 x 3 would exceed the run-time budget
@@ -121,9 +123,11 @@ class Setting:
         if key not in self.cache:
             train, test = self.folds[fold]
             t0 = time.perf_counter()
+            estimator, _, own = estimator.partition("+")  # "seed+released": the seed's own model
             result = simulate_network(self.nodes, self.neighbours, batch_size=b, k=k, epsilon=eps,
                                       train_masks=train, seed=seed, device=self.device,
-                                      time_range=self.time_range, estimator=estimator)
+                                      time_range=self.time_range, estimator=estimator,
+                                      own_proportions=own or "exact")
             seconds = time.perf_counter() - t0
             ev = evaluate(result, self.nodes, test)
             self.cache[key] = {"accuracy": float(ev.accuracy), "own": float(ev.own_accuracy),
@@ -157,6 +161,8 @@ def plan(args, network: bool) -> dict[str, list[tuple]]:
     sweeps["epsilon"] = [(B_MAIN, K_MAIN, None, "seed")] + [(B_MAIN, K_MAIN, e, "seed") for e in args.epsilons]
     if args.unbiased and not network:
         sweeps["epsilon"] += [(B_MAIN, K_MAIN, e, "unbiased") for e in args.epsilons]
+        # the seed as written: the own model also fitted to the node's noisy release
+        sweeps["epsilon"] += [(B_MAIN, K_MAIN, e, "seed+released") for e in args.epsilons]
     return sweeps
 
 
@@ -225,6 +231,9 @@ def run_setting(setting: Setting, sweeps: dict, seeds: int, args, bar, knn_fract
     if any(c[3] == "unbiased" for c in sweeps["epsilon"]):
         out["epsilon_sweep"]["pllp_unbiased"] = {eps_key(e): summary((B_MAIN, K_MAIN, e, "unbiased"))
                                                  for e in args.epsilons}
+    if any(c[3] == "seed+released" for c in sweeps["epsilon"]):
+        out["epsilon_sweep"]["pllp_released_own"] = {eps_key(e): summary((B_MAIN, K_MAIN, e, "seed+released"))
+                                                     for e in args.epsilons}
     # per-node accuracy (mean over folds) of the main point, non-private and at EPS_MAIN
     node_acc = {}
     for label, cfg in (("llp", main_np), ("pllp_eps0.1", (B_MAIN, K_MAIN, EPS_MAIN, "seed"))):
@@ -277,13 +286,17 @@ def print_tables(name: str, res: dict, seconds: float | None) -> None:
             print(f"{key:>5}{a['accuracy']:>8.4f}{p['accuracy']:>8.4f}{a['own_accuracy']:>9.4f}{p['own_accuracy']:>10.4f}")
     s = res["epsilon_sweep"]
     unb = s.get("pllp_unbiased")
+    rel = s.get("pllp_released_own")
     print(f"\naccuracy vs epsilon (b={B_MAIN}, k={K_MAIN}); LLP (non-private): {s['llp']['accuracy']:.4f} "
           f"(own model {s['llp']['own_accuracy']:.4f})")
-    print(f"{'eps':>6}{'p-LLP':>8}{'+-':>7}{'own':>8}" + (f"{'unbiased':>10}{'own':>8}" if unb else ""))
+    print(f"{'eps':>6}{'p-LLP':>8}{'+-':>7}{'own':>8}" + (f"{'unbiased':>10}{'own':>8}" if unb else "")
+          + (f"{'as seed':>10}{'own':>8}" if rel else ""))
     for key, p in s["pllp"].items():
         line = f"{key:>6}{p['accuracy']:>8.4f}{p['std']:>7.4f}{p['own_accuracy']:>8.4f}"
         if unb:
             line += f"{unb[key]['accuracy']:>10.4f}{unb[key]['own_accuracy']:>8.4f}"
+        if rel:
+            line += f"{rel[key]['accuracy']:>10.4f}{rel[key]['own_accuracy']:>8.4f}"
         print(line)
     if seconds is not None:
         print(f"whole-network training, one simulate_network call (b={B_MAIN}, k={K_MAIN}, eps={EPS_MAIN:g}): "
@@ -328,6 +341,9 @@ def plot(results: dict, path: Path) -> None:
         if "pllp_unbiased" in s:
             ax.plot(eps, [p["accuracy"] for p in s["pllp_unbiased"].values()], "^--", color="tab:orange",
                     label="p-LLP (unbiased release)")
+        if "pllp_released_own" in s:
+            ax.plot(eps, [p["accuracy"] for p in s["pllp_released_own"].values()], "v--", color="tab:red",
+                    label="p-LLP (own model on its noisy release, as the seed)")
         ax.plot(eps, [p["own_accuracy"] for p in s["pllp"].values()], "s:", color="k", alpha=0.4,
                 label="p-LLP, own model only")
         ax.axhline(s["llp"]["accuracy"], color="tab:blue", label="LLP (non-private)")
@@ -468,7 +484,8 @@ def main(argv: list[str] | None = None) -> int:
         "mean over seeds (seed 1000 fold + s: noise, k-means, local search), then mean (std) over folds; "
         "own_accuracy: each node's own model alone",
         "p-LLP: estimator='seed' (Lap(1/eps) on counts, clip to [0.001, b], normalise), own model on the "
-        "released proportions; pllp_unbiased: estimator='unbiased'. Each fold is a separate release "
+        "node's exact proportions (nothing leaves the node); pllp_unbiased: estimator='unbiased'; "
+        "pllp_released_own: the seed as written, own model on the noisy release. Each fold is a separate release "
         "(epsilon per fold, not composed over folds)",
         f"kNN: k={KNN_K}, Euclidean, training windows of all nodes pooled, ties to the nearest neighbour's class; "
         f"on the network a random {args.network_knn_fraction:g} of each fold's test windows",

@@ -250,7 +250,7 @@ def simulate_network(
     n_starts: int = 32,
     n_init: int = 3,
     floor: float = DEFAULT_FLOOR,
-    own_proportions: str = "released",
+    own_proportions: str = "exact",
     estimator: str = "seed",
     swaps: bool = True,
     kmeans_max_iter: int = 100,
@@ -292,10 +292,11 @@ def simulate_network(
         Local-search starts per source, k-means restarts.
     floor : float, default 1e-3
         Lower clip bound of the noisy counts.
-    own_proportions : {"released", "exact"}, default "released"
-        What node ``i``'s own model is fitted to: its release (the seed's ``Q(j)``,
-        the same table its neighbours get), or its exact proportions (possible
-        because the node holds its labels; costs no privacy, nothing leaves the node).
+    own_proportions : {"exact", "released"}, default "exact"
+        What node ``i``'s own model is fitted to: its exact proportions (the default:
+        the node holds its labels and its model never leaves it, so noise there
+        protects nothing and only costs accuracy), or its release (the seed's ``Q(j)``,
+        the same noisy table its neighbours get; for reproducing the seed).
     estimator : {"seed", "unbiased"}, default "seed"
         How noisy counts become proportions, see
         :func:`~dp_proto.llp.private_label_proportions` (``"unbiased"``: no clip,
