@@ -172,3 +172,16 @@ def test_network_runs_on_cuda():
                            seed=0, n_starts=8, device="cuda")
     assert res.models[0][0].centres.is_cuda and res.proportions[1].proportions.is_cuda
     assert evaluate(res, nodes, test).accuracy > 0.6
+
+
+def test_default_own_model_uses_the_exact_proportions():
+    """The own model never leaves the node: by default it is fitted to exact proportions,
+    so its search target does not change with epsilon (only the neighbours' do)."""
+    nodes, nbrs = _network(seed=6)
+    kwargs = dict(batch_size=32, k=6, seed=0, n_starts=4)
+    default = simulate_network(nodes, nbrs, epsilon=0.05, **kwargs)
+    exact = simulate_network(nodes, nbrs, epsilon=0.05, own_proportions="exact", **kwargs)
+    released = simulate_network(nodes, nbrs, epsilon=0.05, own_proportions="released", **kwargs)
+    assert torch.equal(default.models[0][0].cluster_labels, exact.models[0][0].cluster_labels)
+    assert default.fits[0].searches[0].loss == exact.fits[0].searches[0].loss
+    assert released.fits[0].searches[0].loss > exact.fits[0].searches[0].loss
