@@ -12,6 +12,7 @@ from scipy.special import log_ndtr
 
 __all__ = [
     "check_epsilon",
+    "optional_epsilon",
     "check_delta",
     "check_sensitivity",
     "laplace_scale",
@@ -36,6 +37,15 @@ def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {epsilon!r}")
     return value
+
+
+def optional_epsilon(epsilon, name: str = "epsilon") -> float | None:
+    """``None`` for a non-private setting (``None`` or ``+inf``), else the checked ``epsilon``."""
+    if epsilon is None:
+        return None
+    if isinstance(epsilon, numbers.Real) and not isinstance(epsilon, bool) and epsilon == math.inf:
+        return None
+    return check_epsilon(epsilon, name)
 
 
 def check_delta(delta: float, name: str = "delta", *, allow_zero: bool = True) -> float:

@@ -34,7 +34,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from dp_proto.privacy.calibration import check_epsilon
+from dp_proto.privacy.calibration import optional_epsilon
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.mechanisms import laplace_mechanism
 from dp_proto.svdd.features import RandomFourierFeatures
@@ -303,12 +303,7 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
     # -- validation -------------------------------------------------------------------
     def _private_epsilon(self) -> float | None:
         """``None`` for the non-private model, else the checked epsilon."""
-        eps = self.epsilon
-        if eps is None:
-            return None
-        if isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps == math.inf:
-            return None
-        return check_epsilon(eps)
+        return optional_epsilon(self.epsilon)
 
     def _validate_params(self) -> None:
         c = self.c_over_n

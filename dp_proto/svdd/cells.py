@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["nearest_index", "knn_vote", "group_hypercubes"]
+__all__ = ["nearest_index", "group_hypercubes"]
 
 _CHUNK_ELEMENTS = 1 << 24
 
@@ -29,28 +29,6 @@ def nearest_index(points: Tensor, refs: Tensor) -> Tensor:
     out = torch.empty(points.shape[0], dtype=torch.int64, device=points.device)
     for sl in _chunks(points.shape[0], refs.shape[0]):
         out[sl] = torch.cdist(points[sl], refs).argmin(1)
-    return out
-
-
-def knn_vote(points: Tensor, refs: Tensor, ref_labels: Tensor, num_classes: int, k: int) -> Tensor:
-    """Majority label of the ``k`` nearest ``refs (m, d)`` for every row of ``points (n, d)``.
-
-    Votes are weighted ``1 + 1e-6 / rank`` so that ties between classes go to the class
-    of the nearer neighbour. ``k`` larger than ``m`` uses all ``m``. Returns ``(n,)`` int64.
-    """
-    if k < 1:
-        raise ValueError(f"n_neighbors must be >= 1, got {k}")
-    m = refs.shape[0]
-    if m == 0:
-        raise ValueError("refs is empty: there is no labelled point to vote")
-    k = min(k, m)
-    weights = 1.0 + 1e-6 / torch.arange(1, k + 1, dtype=torch.float64, device=points.device)
-    out = torch.empty(points.shape[0], dtype=torch.int64, device=points.device)
-    for sl in _chunks(points.shape[0], m):
-        idx = torch.cdist(points[sl], refs).topk(k, dim=1, largest=False).indices  # sorted
-        votes = torch.zeros(idx.shape[0], num_classes, dtype=torch.float64, device=points.device)
-        votes.scatter_add_(1, ref_labels[idx], weights.expand(idx.shape[0], k))
-        out[sl] = votes.argmax(1)
     return out
 
 

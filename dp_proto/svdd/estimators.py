@@ -22,10 +22,11 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from dp_proto.exceptions import PrivacyLeakWarning
-from dp_proto.privacy.calibration import check_epsilon
+from dp_proto.llp.knn import knn_predict
+from dp_proto.privacy.calibration import optional_epsilon
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.mechanisms import noisy_count
-from dp_proto.svdd.cells import group_hypercubes, knn_vote, nearest_index
+from dp_proto.svdd.cells import group_hypercubes, nearest_index
 from dp_proto.svdd.equilibrium import descend, merge_points, support_function
 from dp_proto.svdd.features import RandomFourierFeatures
 from dp_proto.svdd.private import noisy_cell_counts, private_quantile, release_centre
@@ -37,10 +38,7 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 def _is_private(epsilon) -> bool:
-    if epsilon is None or (isinstance(epsilon, float) and math.isinf(epsilon) and epsilon > 0):
-        return False
-    check_epsilon(epsilon)
-    return True
+    return optional_epsilon(epsilon) is not None
 
 
 def _empty_cell_threshold(num_classes: int, eps_votes: float) -> float:
@@ -484,8 +482,8 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         check_is_fitted(self, "labelled_points_")
         X = self._as_tensor(X, fitting=False)
         if self.release == "equilibrium_points":
-            return knn_vote(X, self.labelled_points_, self.labelled_classes_, len(self.classes_),
-                            int(self.n_neighbors))
+            k = min(int(self.n_neighbors), self.labelled_points_.shape[0])  # k > m: all labelled EPs
+            return knn_predict(self.labelled_points_, self.labelled_classes_, X, k, len(self.classes_))
         return self.labelled_classes_[nearest_index(self._dynamics(X), self.labelled_points_)]
 
     def predict(self, X) -> np.ndarray:

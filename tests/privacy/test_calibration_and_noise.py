@@ -99,3 +99,15 @@ def test_seeded_noise_is_reproducible_and_secure_is_not():
     assert not torch.equal(laplace_noise(10, 1.0, secure=True), laplace_noise(10, 1.0, secure=True))
     with pytest.raises(ValueError, match="os.urandom"):
         laplace_noise(3, 1.0, secure=True, generator=torch.Generator())
+
+
+def test_optional_epsilon_maps_none_and_inf_to_non_private():
+    import math
+
+    from dp_proto.privacy.calibration import optional_epsilon
+
+    assert optional_epsilon(None) is None and optional_epsilon(math.inf) is None
+    assert optional_epsilon(0.5) == 0.5
+    for bad in (0.0, -1.0, -math.inf, math.nan, True, "1"):
+        with pytest.raises(ValueError, match="epsilon"):
+            optional_epsilon(bad)
