@@ -35,3 +35,13 @@ def test_accuracy_benchmark_runs_one_cell(real_data_dir):
     mean_error, _ = out["results"][key]["GLVQ"]["ledger"]["5"]
     assert mean_error < 0.35  # Table B.1: 0.183
     assert out["certified_epsilon"][key]["GLVQ"]["ledger"]["5"] <= 5.0
+
+
+@pytest.mark.data
+def test_gmlvq_diagnosis_separates_clipping_from_noise(real_data_dir):
+    out = _run("dpsgd_gmlvq_diagnosis.py", "--data-dir", str(real_data_dir), "--splits", "1",
+               "--epsilons", "5", "--threads", "1")
+    results = out["results"]
+    assert len(results) == 7 and out["nonprivate"] < 0.15
+    # without clipping and noise DP-GMLVQ gets far closer to L-BFGS than the default
+    assert results["C 100, lr 0.005, Omega x1, noise free"]["5"] < results["default (C 0.5, lr 0.05, Omega x0.1)"]["5"] - 0.03

@@ -41,6 +41,9 @@ __all__ = ["PrivacyEvent", "PrivacyLedger", "EventKind"]
 EventKind = Literal["laplace", "gaussian", "pure", "approx", "subsampled_gaussian", "non_private"]
 _KINDS = ("laplace", "gaussian", "pure", "approx", "subsampled_gaussian", "non_private")
 _PLD_DISCRETISATION = 1e-4
+# dp-accounting builds the PLD of an (epsilon, delta) event from exp(epsilon), which
+# overflows a float above about 709.
+MAX_EVENT_EPSILON = 700.0
 
 
 @contextlib.contextmanager
@@ -137,6 +140,11 @@ class PrivacyEvent:
             raise ValueError(f"count must be a positive int, got {self.count!r}")
         if self.kind in ("pure", "approx"):
             check_epsilon(self.epsilon if self.epsilon is not None else -1.0, "event epsilon")
+            if self.epsilon > MAX_EVENT_EPSILON:
+                raise ValueError(
+                    f"event epsilon {self.epsilon:g} exceeds {MAX_EVENT_EPSILON:g}, the largest the PLD "
+                    "accountant can represent; a release at this epsilon protects nothing: use a "
+                    "non-private run (epsilon=None) instead")
             if self.kind == "approx" and not (self.delta is not None and 0 < self.delta < 1):
                 raise ValueError(f"approx event needs delta in (0, 1), got {self.delta!r}")
         elif self.kind != "non_private":

@@ -130,7 +130,9 @@ def test_summary_and_attach_travel_with_the_model():
 @pytest.mark.parametrize(
     "kwargs, message",
     [({"kind": "poisson"}, "unknown event kind"), ({"kind": "laplace"}, "noise_multiplier"),
-     ({"kind": "pure"}, "epsilon"), ({"kind": "subsampled_gaussian", "noise_multiplier": 1.0}, "sampling_rate"),
+     ({"kind": "pure"}, "epsilon"), ({"kind": "pure", "epsilon": 800.0}, "exceeds 700"),
+     ({"kind": "approx", "epsilon": 1e4, "delta": 1e-6}, "exceeds 700"),
+     ({"kind": "subsampled_gaussian", "noise_multiplier": 1.0}, "sampling_rate"),
      ({"kind": "gaussian", "noise_multiplier": 1.0, "count": 0}, "count")],
 )
 def test_bad_events(kwargs, message):
