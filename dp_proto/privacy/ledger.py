@@ -42,7 +42,8 @@ EventKind = Literal["laplace", "gaussian", "pure", "approx", "subsampled_gaussia
 _KINDS = ("laplace", "gaussian", "pure", "approx", "subsampled_gaussian", "non_private")
 _PLD_DISCRETISATION = 1e-4
 # dp-accounting builds the PLD of an (epsilon, delta) event from exp(epsilon), which
-# overflows a float above about 709.
+# overflows a float above about 709. Such releases protect nothing; the ledger composes
+# them with the rest by basic composition (see PrivacyLedger._epsilon).
 MAX_EVENT_EPSILON = 700.0
 
 
@@ -73,6 +74,9 @@ def _event_pld(kind: str, noise_multiplier: float | None, epsilon: float | None,
     elif kind == "subsampled_gaussian":
         one = pld.from_gaussian_mechanism(noise_multiplier, sampling_prob=sampling_rate,
                                           value_discretization_interval=discretization)
+    elif epsilon > MAX_EVENT_EPSILON:
+        raise ValueError(f"no PLD for an event of epsilon {epsilon:g} > {MAX_EVENT_EPSILON:g} (exp overflows); "
+                         "compose it by basic composition")
     else:  # worst case of any (epsilon, delta)-DP mechanism (delta 0: pure)
         one = pld.from_privacy_parameters(pld_common.DifferentialPrivacyParameters(epsilon, delta or 0.0),
                                           value_discretization_interval=discretization)
@@ -140,11 +144,6 @@ class PrivacyEvent:
             raise ValueError(f"count must be a positive int, got {self.count!r}")
         if self.kind in ("pure", "approx"):
             check_epsilon(self.epsilon if self.epsilon is not None else -1.0, "event epsilon")
-            if self.epsilon > MAX_EVENT_EPSILON:
-                raise ValueError(
-                    f"event epsilon {self.epsilon:g} exceeds {MAX_EVENT_EPSILON:g}, the largest the PLD "
-                    "accountant can represent; a release at this epsilon protects nothing: use a "
-                    "non-private run (epsilon=None) instead")
             if self.kind == "approx" and not (self.delta is not None and 0 < self.delta < 1):
                 raise ValueError(f"approx event needs delta in (0, 1), got {self.delta!r}")
         elif self.kind != "non_private":
@@ -367,6 +366,9 @@ class PrivacyLedger:
             return 0.0
         if any(e.kind == "non_private" for e in events):
             return math.inf
+        huge = [e.kind in ("pure", "approx") and e.epsilon > MAX_EVENT_EPSILON for e in events]
+        if any(huge):
+            return self._epsilon_with_huge_events(events, huge, delta)
         pure = [e.pure_epsilon for e in events]
         basic = sum(p * e.count for p, e in zip(pure, events, strict=True)) \
             if all(p is not None for p in pure) else math.inf
@@ -381,6 +383,22 @@ class PrivacyLedger:
         else:
             eps = self._composed_pld(new).get_epsilon_for_delta(delta)
         return float(min(eps, basic))  # basic composition is always valid too
+
+    def _epsilon_with_huge_events(self, events: list[PrivacyEvent], huge: list[bool], delta: float) -> float:
+        """Basic composition of the releases beyond the PLD's range with the rest.
+
+        ``(eps_rest, delta_rest)`` composed with ``(eps_i, delta_i)`` releases is
+        ``(eps_rest + sum eps_i, delta_rest + sum delta_i)``-DP, valid for any mechanisms.
+        """
+        big = [e for e, h in zip(events, huge, strict=True) if h]
+        rest = [e for e, h in zip(events, huge, strict=True) if not h]
+        big_epsilon = sum(e.epsilon * e.count for e in big)
+        rest_delta = delta - sum((e.delta or 0.0) * e.count for e in big)
+        if not rest:
+            return big_epsilon if rest_delta >= 0 else math.inf
+        if rest_delta < 0 or (rest_delta == 0 and any(e.pure_epsilon is None for e in rest)):
+            return math.inf
+        return big_epsilon + PrivacyLedger.epsilon_of(rest, rest_delta, accountant=self.accountant)
 
     @staticmethod
     def epsilon_of(events: Sequence[PrivacyEvent], delta: float, accountant: str = "pld",
