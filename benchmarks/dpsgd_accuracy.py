@@ -141,6 +141,14 @@ def preprocess(X_train: np.ndarray, X_test: np.ndarray, seed: int, *,
     return Z_train, Z_test
 
 
+def _gmlvq_defaults() -> str:
+    """DPGMLVQ's clipping and Omega settings, read from the estimator (not restated)."""
+    p = DPGMLVQ().get_params()
+    omega = "renormalised to trace 1" if p["normalize_omega"] else "kept at the identity's scale"
+    return (f"clipping={p['clipping']} (C/sqrt(2) each when per_parameter), Omega {omega} at "
+            f"{p['metric_lr_scale']:g} x lr")
+
+
 def make_private(model: str, *, epsilon: float, calibration: str, bound: float,
                  lr: float | None, seed: int):
     params = dict(prototypes_per_class=1, epsilon=epsilon, delta=DELTA,
@@ -269,8 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         f"DP-SGD (Opacus' algorithm run by the fused engine, Poisson sampling q={SAMPLING_RATE:g}, "
         f"C={MAX_GRAD_NORM:g}, E={EPOCHS}, plain SGD with {lr_text}); delta={DELTA:g}; add/remove "
         "adjacency; one prototype per class; estimator defaults otherwise (GLVQ: joint clipping; "
-        "GMLVQ: per-parameter clipping C/sqrt(2) each and Omega at 0.1 lr, chosen on development "
-        "sets by benchmarks/dpsgd_tuning.py); no hyperparameter tuned on the test folds",
+        f"GMLVQ: {_gmlvq_defaults()}, chosen on development sets by benchmarks/dpsgd_tuning.py); "
+        "no hyperparameter tuned on the test folds",
         "PREPROCESSING IS NOT PRIVATISED: fitted on the (private) training folds (digest Section 7, "
         "note 3); Image Segmentation: StandardScaler; MNIST and optdigits (pixels): PCA(30) on the "
         "raw pixels, then StandardScaler on the components (chosen on a validation split of the "

@@ -8,7 +8,8 @@ DP-SGD settings, each with and without noise:
 
 * ``noise_free``: the DP-SGD step with noise multiplier 0 (the DP class-mean
   initialisation keeps its noise): what clipping and the step size alone reach;
-* the clip norm ``C`` and learning rate (Omega at ``metric_lr_scale`` times it).
+* the clip norm ``C`` and learning rate (Omega at ``metric_lr_scale`` times it);
+* Omega renormalised to trace 1 after every step, or left at its identity scale.
 
 Non-private L-BFGS GMLVQ on the same splits is the reference. This is a diagnosis, not a
 tuning run: the estimators' defaults come from ``dpsgd_tuning.py`` on other data sets.
@@ -49,15 +50,21 @@ from dp_proto.exceptions import DomainWarning
 from dp_proto.lvq.estimators import GMLVQ
 from dp_proto.privacy.ledger import PrivacyLedger
 
-# name: (estimator overrides, noise free?)
+# name: (estimator overrides, noise free?). "trace 1": Omega renormalised after every
+# step (DPGMLVQ's default until the Omega-scale run of dpsgd_tuning.py); "identity scale":
+# Omega left at the scale of its identity initialisation (the default since).
+_TRACE1 = {"normalize_omega": True}
 CONFIGS: dict[str, tuple[dict, bool]] = {
-    "default (C 0.5, lr 0.05, Omega x0.1)": ({}, False),
-    "default, noise free": ({}, True),
-    "C 0.5, lr 0.05, Omega x1, noise free": ({"metric_lr_scale": 1.0}, True),
-    "C 0.5, lr 0.005, Omega x1, noise free": ({"metric_lr_scale": 1.0, "lr": 0.005}, True),
-    "C 100, lr 0.005, Omega x1, noise free": ({"metric_lr_scale": 1.0, "lr": 0.005, "max_grad_norm": 100.0}, True),
-    "C 1.5, lr 0.002, Omega x1": ({"metric_lr_scale": 1.0, "lr": 0.002, "max_grad_norm": 1.5}, False),
-    "C 5, lr 0.002, Omega x1": ({"metric_lr_scale": 1.0, "lr": 0.002, "max_grad_norm": 5.0}, False),
+    "trace 1, C 0.5, lr 0.05, Omega x0.1": (_TRACE1 | {"metric_lr_scale": 0.1}, False),
+    "trace 1, C 0.5, lr 0.05, Omega x0.1, noise free": (_TRACE1 | {"metric_lr_scale": 0.1}, True),
+    "trace 1, C 0.5, lr 0.05, Omega x1, noise free": (_TRACE1 | {"metric_lr_scale": 1.0}, True),
+    "trace 1, C 0.5, lr 0.005, Omega x1, noise free": (_TRACE1 | {"metric_lr_scale": 1.0, "lr": 0.005}, True),
+    "trace 1, C 100, lr 0.005, Omega x1, noise free": (
+        _TRACE1 | {"metric_lr_scale": 1.0, "lr": 0.005, "max_grad_norm": 100.0}, True),
+    "trace 1, C 1.5, lr 0.002, Omega x1": (_TRACE1 | {"metric_lr_scale": 1.0, "lr": 0.002, "max_grad_norm": 1.5}, False),
+    "trace 1, C 5, lr 0.002, Omega x1": (_TRACE1 | {"metric_lr_scale": 1.0, "lr": 0.002, "max_grad_norm": 5.0}, False),
+    "identity scale, C 0.5, lr 0.05, Omega x1 (default)": ({"normalize_omega": False, "metric_lr_scale": 1.0}, False),
+    "identity scale, C 0.5, lr 0.05, Omega x1, noise free": ({"normalize_omega": False, "metric_lr_scale": 1.0}, True),
 }
 
 
@@ -109,9 +116,9 @@ def main(argv: list[str] | None = None) -> dict:
     results = {name: {eps: float(np.mean(v)) for eps, v in by_eps.items()} for name, by_eps in errors.items()}
     print(f"\nvalidation error, mean of {args.splits} splits (non-private L-BFGS GMLVQ: "
           f"{np.mean(nonprivate):.3f})")
-    print(f"{'configuration':<42}" + "".join(f"  eps {e:<6g}" for e in args.epsilons))
+    print(f"{'configuration':<56}" + "".join(f"  eps {e:<6g}" for e in args.epsilons))
     for name, by_eps in results.items():
-        print(f"{name:<42}" + "".join(f"  {by_eps[f'{e:g}']:<10.3f}" for e in args.epsilons))
+        print(f"{name:<56}" + "".join(f"  {by_eps[f'{e:g}']:<10.3f}" for e in args.epsilons))
     payload = {"benchmark": "dpsgd_gmlvq_diagnosis", "results": results,
                "nonprivate": float(np.mean(nonprivate)), "splits": args.splits,
                "seconds": round(time.perf_counter() - start, 1), "machine": machine_description()}

@@ -2,7 +2,8 @@
 
 The evaluation sets of ``dpsgd_accuracy.py`` (Image Segmentation, MNIST, optdigits)
 are never touched here: the learning rate, the metric's relative learning rate and
-iterate averaging (and, for GMLVQ, joint against per-parameter clipping) are compared
+iterate averaging (and, for GMLVQ, joint against per-parameter clipping and whether
+Omega is renormalised after every step) are compared
 on UCI vowel (990 x 10), satimage (6435 x 36, PCA 30)
 and pendigits (10992 x 16), with the Table B.1 protocol otherwise (delta = 1e-5,
 q = 0.01, C = 0.5, E = 50, epsilon1 = 0.2 epsilon, ledger calibration, features
@@ -51,13 +52,17 @@ DEV_SETS = ("vowel", "satimage", "pendigits")
 def _grid(model: str, args: argparse.Namespace) -> list[dict]:
     scales = args.metric_lr_scales if model == "gmlvq" else [None]
     clippings = args.clippings if model == "gmlvq" else [None]
+    normalize = args.normalize_omega if model == "gmlvq" else [None]
     out = []
-    for lr, scale, avg, clip in itertools.product(args.lrs, scales, args.average_last, clippings):
+    for lr, scale, avg, clip, norm in itertools.product(args.lrs, scales, args.average_last, clippings,
+                                                        normalize):
         cfg = {"lr": lr, "average_last": avg}
         if scale is not None:
             cfg["metric_lr_scale"] = scale
         if clip is not None:
             cfg["clipping"] = clip
+        if norm is not None:
+            cfg["normalize_omega"] = norm
         out.append(cfg)
     return out
 
@@ -88,8 +93,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--average-last", nargs="+", type=float, default=[0.0, 0.5])
     parser.add_argument("--clippings", nargs="+", choices=("joint", "per_parameter"), default=["joint"],
                         help="GMLVQ: joint or per-parameter clipping (default: joint)")
+    parser.add_argument("--normalize-omega", nargs="+", choices=("yes", "no"), default=["yes"],
+                        help="GMLVQ: renormalise Omega to trace(Lambda) = 1 after every step "
+                             "(default: yes) or keep Omega at its identity scale")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
+    args.normalize_omega = [v == "yes" for v in args.normalize_omega]
     overlap = set(args.datasets) & {"segmentation", "mnist", "optdigits"}
     if overlap:
         parser.error(f"{sorted(overlap)} are evaluation sets of dpsgd_accuracy.py; tune on others")

@@ -19,14 +19,24 @@ from pathlib import Path
 COLOURS = {"GLVQ": "tab:blue", "GMLVQ": "tab:red"}
 
 
+def _merge_into(target: dict, new: dict) -> None:
+    """Recursive update: files that cover other models or calibrations of a data set add to it."""
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge_into(target[key], value)
+        else:
+            target[key] = value
+
+
 def load(paths: list[str]) -> dict:
-    """Merge the ``results``, ``nonprivate`` and ``targets`` of several JSON files."""
+    """Merge the ``results``, ``nonprivate`` and ``targets`` of several JSON files (e.g. a
+    GLVQ-only and a GMLVQ-only run of the same data set; later files win on conflicts)."""
     merged: dict = {"results": {}, "nonprivate": {}, "targets": {}}
     for path in paths:
         text = Path(path).read_text().strip().splitlines()[-1]
         data = json.loads(text)
         for key in merged:
-            merged[key].update(data.get(key, {}))
+            _merge_into(merged[key], data.get(key, {}))
     return merged
 
 

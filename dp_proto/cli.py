@@ -30,7 +30,7 @@ DEMO_CONFIG = {
 # bounds (no scaling fitted on private data). q, epochs and lr were chosen on a
 # validation split of the training data (mean of 3 seeds; the test split unused):
 # q = 0.2 beats 0.1 and 0.4; lr x epochs of about 10 works best (0.2 x 40: 0.73,
-# 0.5 x 20: 0.71, 1.0 x 10: 0.71); metric_lr_scale 0.1 as in DPGMLVQ.
+# 0.5 x 20: 0.71, 1.0 x 10: 0.71); Omega renormalised, at metric_lr_scale 0.1.
 DEMO_DP_CONFIG = {
     "seed": 0,
     "data": {"source": "bundled", "name": "digits", "scaling": "none"},

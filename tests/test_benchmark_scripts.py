@@ -42,6 +42,25 @@ def test_gmlvq_diagnosis_separates_clipping_from_noise(real_data_dir):
     out = _run("dpsgd_gmlvq_diagnosis.py", "--data-dir", str(real_data_dir), "--splits", "1",
                "--epsilons", "5", "--threads", "1")
     results = out["results"]
-    assert len(results) == 7 and out["nonprivate"] < 0.15
-    # without clipping and noise DP-GMLVQ gets far closer to L-BFGS than the default
-    assert results["C 100, lr 0.005, Omega x1, noise free"]["5"] < results["default (C 0.5, lr 0.05, Omega x0.1)"]["5"] - 0.03
+    assert len(results) == 9 and out["nonprivate"] < 0.15
+    # without clipping and noise DP-GMLVQ gets far closer to L-BFGS than with them
+    assert (results["trace 1, C 100, lr 0.005, Omega x1, noise free"]["5"]
+            < results["trace 1, C 0.5, lr 0.05, Omega x0.1"]["5"] - 0.03)
+
+
+def test_plot_loader_merges_runs_of_other_models_of_a_data_set(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from plot_dpsgd_accuracy import load
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    glvq = {"results": {"seg": {"GLVQ": {"ledger": {"1": [0.2, 0.01]}}}}, "nonprivate": {"seg": {"GLVQ": [0.1, 0.0]}}}
+    gmlvq = {"results": {"seg": {"GMLVQ": {"paper": {"1": [0.3, 0.02]}}}}, "nonprivate": {"seg": {"GMLVQ": [0.09, 0.0]}}}
+    paths = []
+    for i, payload in enumerate((glvq, gmlvq)):
+        path = tmp_path / f"{i}.json"
+        path.write_text("progress\n" + json.dumps(payload))
+        paths.append(str(path))
+    merged = load(paths)
+    assert set(merged["results"]["seg"]) == {"GLVQ", "GMLVQ"}
+    assert merged["nonprivate"]["seg"] == {"GLVQ": [0.1, 0.0], "GMLVQ": [0.09, 0.0]}
