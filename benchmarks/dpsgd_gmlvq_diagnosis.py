@@ -51,9 +51,11 @@ from dp_proto.lvq.estimators import GMLVQ
 from dp_proto.privacy.ledger import PrivacyLedger
 
 # name: (estimator overrides, noise free?). "trace 1": Omega renormalised after every
-# step (DPGMLVQ's default until the Omega-scale run of dpsgd_tuning.py); "identity scale":
-# Omega left at the scale of its identity initialisation (the default since).
-_TRACE1 = {"normalize_omega": True}
+# step, prototypes and Omega clipped to C / sqrt(2) each (DPGMLVQ's defaults until the
+# Omega-scale runs of dpsgd_tuning.py); "identity scale": Omega left at the scale of its
+# identity initialisation, joint clipping (the defaults since).
+_TRACE1 = {"normalize_omega": True, "clipping": "per_parameter"}
+_IDENTITY = {"normalize_omega": False, "clipping": "joint", "metric_lr_scale": 1.0}
 CONFIGS: dict[str, tuple[dict, bool]] = {
     "trace 1, C 0.5, lr 0.05, Omega x0.1": (_TRACE1 | {"metric_lr_scale": 0.1}, False),
     "trace 1, C 0.5, lr 0.05, Omega x0.1, noise free": (_TRACE1 | {"metric_lr_scale": 0.1}, True),
@@ -63,8 +65,8 @@ CONFIGS: dict[str, tuple[dict, bool]] = {
         _TRACE1 | {"metric_lr_scale": 1.0, "lr": 0.005, "max_grad_norm": 100.0}, True),
     "trace 1, C 1.5, lr 0.002, Omega x1": (_TRACE1 | {"metric_lr_scale": 1.0, "lr": 0.002, "max_grad_norm": 1.5}, False),
     "trace 1, C 5, lr 0.002, Omega x1": (_TRACE1 | {"metric_lr_scale": 1.0, "lr": 0.002, "max_grad_norm": 5.0}, False),
-    "identity scale, C 0.5, lr 0.05, Omega x1 (default)": ({"normalize_omega": False, "metric_lr_scale": 1.0}, False),
-    "identity scale, C 0.5, lr 0.05, Omega x1, noise free": ({"normalize_omega": False, "metric_lr_scale": 1.0}, True),
+    "identity scale, C 0.5, lr 0.05, Omega x1 (default)": (_IDENTITY, False),
+    "identity scale, C 0.5, lr 0.05, Omega x1, noise free": (_IDENTITY, True),
 }
 
 
