@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["cpu_model", "die", "emit_json", "load_benchmark_sets", "machine_description",
-           "resolve_data_dir"]
+           "resolve_data_dir", "run_metadata"]
 
 #: Environment variable that the loaders of :mod:`dp_proto.data` also honour.
 DATA_DIR_ENV_VAR = "DP_PROTO_DATA_DIR"
@@ -96,10 +96,22 @@ def load_benchmark_sets(names, data_dir: Path) -> dict[str, tuple[Any, Any]]:
     return data
 
 
+def run_metadata(started: float) -> dict[str, Any]:
+    """``machine``, ``load_avg`` (1/5/15 min, None where unsupported) and ``elapsed_s``
+    since ``started`` (a ``time.perf_counter()`` value), for a benchmark's JSON payload."""
+    import time
+
+    return {"machine": machine_description(),
+            "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+            "elapsed_s": round(time.perf_counter() - started, 1)}
+
+
 def emit_json(payload: dict[str, Any], out: str | os.PathLike | None = None) -> None:
-    """Print ``payload`` as the single final JSON line on stdout (and write it to ``out``)."""
+    """Print ``payload`` as the single final JSON line on stdout (and write it to ``out``,
+    creating its directory)."""
     line = json.dumps(payload, sort_keys=False)
     if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(line + "\n", encoding="utf-8")
     sys.stdout.flush()
     print(line, flush=True)

@@ -48,7 +48,6 @@ datasets are named ``artificial d=D``). Exit code 2 if a real data set is missin
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import warnings
@@ -60,14 +59,19 @@ from sklearn.model_selection import StratifiedKFold
 from tqdm import tqdm
 
 try:  # run as a script: benchmarks/ is on sys.path
-    from _common import emit_json, load_benchmark_sets, machine_description, resolve_data_dir
+    from _common import (
+        emit_json,
+        load_benchmark_sets,
+        resolve_data_dir,
+        run_metadata,
+    )
     from dpsgd_accuracy import PIXEL_DATASETS, make_private, preprocess
 except ImportError:  # imported as benchmarks.aggregate_accuracy
     from benchmarks._common import (
         emit_json,
         load_benchmark_sets,
-        machine_description,
         resolve_data_dir,
+        run_metadata,
     )
     from benchmarks.dpsgd_accuracy import PIXEL_DATASETS, make_private, preprocess
 
@@ -319,8 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                      "repeats": args.repeats, "folds": args.folds, "seed": args.seed, "quick": args.quick,
                      "threads": args.threads, "bin_training": {"epochs": BIN_EPOCHS, "batch_size": BIN_BATCH,
                                                                "lr": BIN_LR, "optimizer": "adam"}},
-        "machine": machine_description(), "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "elapsed_s": round(time.perf_counter() - started, 1), "notes": notes,
+        **run_metadata(started), "notes": notes,
     }
     emit_json(payload, args.out)
     return 0

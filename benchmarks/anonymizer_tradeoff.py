@@ -39,7 +39,6 @@ Ends with a trade-off figure (``--figure``) and one JSON line
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import warnings
@@ -51,9 +50,9 @@ from sklearn.model_selection import train_test_split
 from tqdm import tqdm
 
 try:  # run as a script: benchmarks/ is on sys.path
-    from _common import emit_json, machine_description, resolve_data_dir
+    from _common import emit_json, resolve_data_dir, run_metadata
 except ImportError:  # imported as benchmarks.anonymizer_tradeoff
-    from benchmarks._common import emit_json, machine_description, resolve_data_dir
+    from benchmarks._common import emit_json, resolve_data_dir, run_metadata
 
 from dp_proto.anonymizer import Anonymizer
 from dp_proto.lightning.anonymizer import evaluate_held_out, fit_anonymizer
@@ -288,8 +287,7 @@ def main(argv=None) -> int:
                                          "fit": SETTINGS[k]["fit"]} for k in args.datasets},
                      "synthetic": SYNTHETIC},
         "data": {name: {k: v for k, v in d.items() if not isinstance(v, torch.Tensor)} for name, d in data.items()},
-        "machine": machine_description(), "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "elapsed_s": round(time.perf_counter() - started, 1),
+        **run_metadata(started),
         "notes": [
             "accuracies on the held-out half (never seen by the anonymizer); attacker = best of logistic "
             "regression, MLP and 1-NN on standardised representations, 2-fold cross-fitted on the held-out half",

@@ -49,7 +49,6 @@ Prints tables, writes ``benchmarks/results/llp_accuracy.json`` and
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import warnings
@@ -60,9 +59,14 @@ import torch
 from tqdm import tqdm
 
 try:  # run as a script: benchmarks/ is on sys.path
-    from _common import die, emit_json, machine_description, resolve_data_dir
+    from _common import die, emit_json, resolve_data_dir, run_metadata
 except ImportError:  # imported as benchmarks.llp_accuracy
-    from benchmarks._common import die, emit_json, machine_description, resolve_data_dir
+    from benchmarks._common import (
+        die,
+        emit_json,
+        resolve_data_dir,
+        run_metadata,
+    )
 
 from dp_proto.data.traffic import (
     FLOW_BIN_EDGES,
@@ -503,10 +507,8 @@ def main(argv: list[str] | None = None) -> int:
                      "network": not args.skip_network, "network_sweeps": args.network_sweeps,
                      "threads": args.threads, "device": args.device, "quick": args.quick,
                      "four_node_detectors": [list(map(int, net.detectors[i])) for i in group]},
-        "machine": machine_description(), "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "elapsed_s": round(time.perf_counter() - started, 1), "notes": notes,
+        **run_metadata(started), "notes": notes,
     }
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     emit_json(payload, args.json)
     return 0
 

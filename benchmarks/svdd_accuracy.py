@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 import warnings
@@ -48,10 +47,10 @@ from tqdm import tqdm
 
 try:  # run as a script: benchmarks/ is on sys.path
     import svdd_protocol as protocol
-    from _common import emit_json, machine_description, resolve_data_dir
+    from _common import emit_json, resolve_data_dir, run_metadata
 except ImportError:  # imported as benchmarks.svdd_accuracy
     from benchmarks import svdd_protocol as protocol
-    from benchmarks._common import emit_json, machine_description, resolve_data_dir
+    from benchmarks._common import emit_json, resolve_data_dir, run_metadata
 
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.privacy.mechanisms import laplace_mechanism
@@ -320,10 +319,8 @@ def main(argv: list[str] | None = None) -> int:
                      "epsilons": [eps_key(e) for e in args.epsilons],
                      "table_7_3_epsilons": [eps_key(e) for e in args.table_7_3_epsilons], "runs": args.runs,
                      "n_starts": args.n_starts, "threads": args.threads, "quick": args.quick},
-        "machine": machine_description(), "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "elapsed_s": round(time.perf_counter() - started, 1), "notes": notes,
+        **run_metadata(started), "notes": notes,
     }
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     emit_json(payload, args.json)
     return 0
 
