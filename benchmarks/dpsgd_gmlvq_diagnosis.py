@@ -9,7 +9,8 @@ DP-SGD settings, each with and without noise:
 * ``noise_free``: the DP-SGD step with noise multiplier 0 (the DP class-mean
   initialisation keeps its noise): what clipping and the step size alone reach;
 * the clip norm ``C`` and learning rate (Omega at ``metric_lr_scale`` times it);
-* Omega renormalised to trace 1 after every step, or left at its identity scale.
+* Omega renormalised to trace 1 after every step, or left at its identity scale;
+* the step size with and without iterate averaging (``average_last``).
 
 Non-private L-BFGS GMLVQ on the same splits is the reference. This is a diagnosis, not a
 tuning run: the estimators' defaults come from ``dpsgd_tuning.py`` on other data sets.
@@ -67,6 +68,12 @@ CONFIGS: dict[str, tuple[dict, bool]] = {
     "trace 1, C 5, lr 0.002, Omega x1": (_TRACE1 | {"metric_lr_scale": 1.0, "lr": 0.002, "max_grad_norm": 5.0}, False),
     "identity scale, C 0.5, lr 0.05, Omega x1 (default)": (_IDENTITY, False),
     "identity scale, C 0.5, lr 0.05, Omega x1, noise free": (_IDENTITY, True),
+    # step size and iterate averaging (the release is the mean of the last share of the
+    # iterates, ``average_last``): is the default under-trained in 50 epochs?
+    "identity scale, C 0.5, lr 0.2, Omega x1, noise free": (_IDENTITY | {"lr": 0.2}, True),
+    "identity scale, C 0.5, lr 0.05, Omega x1, mean of last half": (_IDENTITY | {"average_last": 0.5}, False),
+    "identity scale, C 0.5, lr 0.1, Omega x1, mean of last 90%": (_IDENTITY | {"lr": 0.1, "average_last": 0.9}, False),
+    "identity scale, C 0.5, lr 0.2, Omega x1, mean of last 90%": (_IDENTITY | {"lr": 0.2, "average_last": 0.9}, False),
 }
 
 
@@ -91,22 +98,25 @@ def _splits(X, y, n_splits: int):
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--epsilons", nargs="+", type=float, default=[1.5, 5.0])
+    parser.add_argument("--epsilons", nargs="+", type=float, default=[1.5, 2.5, 5.0])
     parser.add_argument("--splits", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS), metavar="NAME",
+                        help="run only these configurations (default: all of CONFIGS)")
     args = parser.parse_args(argv)
+    configs = {name: CONFIGS[name] for name in args.configs}
     torch.set_num_threads(args.threads)
     X, y = load_benchmark_sets(["segmentation"], resolve_data_dir(args.data_dir))["segmentation"]
 
     start = time.perf_counter()
-    errors: dict[str, dict[str, list[float]]] = {name: {} for name in CONFIGS}
+    errors: dict[str, dict[str, list[float]]] = {name: {} for name in configs}
     nonprivate: list[float] = []
-    runs = args.splits * len(CONFIGS) * len(args.epsilons)
+    runs = args.splits * len(configs) * len(args.epsilons)
     with tqdm(total=runs, desc="DP-GMLVQ fits") as bar, warnings.catch_warnings():
         warnings.simplefilter("ignore", DomainWarning)
         for seed, Xa, Xv, ya, yv in _splits(X, y, args.splits):
             nonprivate.append(1 - GMLVQ(random_state=seed).fit(Xa / 3, ya).score(Xv / 3, yv))
-            for name, (overrides, noise_free) in CONFIGS.items():
+            for name, (overrides, noise_free) in configs.items():
                 for eps in args.epsilons:
                     fit = _noise_free_fit if noise_free else _FIT_DP_SGD
                     with mock.patch.object(dp_estimators, "fit_dp_sgd", fit):
@@ -118,9 +128,9 @@ def main(argv: list[str] | None = None) -> dict:
     results = {name: {eps: float(np.mean(v)) for eps, v in by_eps.items()} for name, by_eps in errors.items()}
     print(f"\nvalidation error, mean of {args.splits} splits (non-private L-BFGS GMLVQ: "
           f"{np.mean(nonprivate):.3f})")
-    print(f"{'configuration':<56}" + "".join(f"  eps {e:<6g}" for e in args.epsilons))
+    print(f"{'configuration':<64}" + "".join(f"  eps {e:<6g}" for e in args.epsilons))
     for name, by_eps in results.items():
-        print(f"{name:<56}" + "".join(f"  {by_eps[f'{e:g}']:<10.3f}" for e in args.epsilons))
+        print(f"{name:<64}" + "".join(f"  {by_eps[f'{e:g}']:<10.3f}" for e in args.epsilons))
     payload = {"benchmark": "dpsgd_gmlvq_diagnosis", "results": results,
                "nonprivate": float(np.mean(nonprivate)), "splits": args.splits,
                "seconds": round(time.perf_counter() - start, 1), "machine": machine_description()}
