@@ -195,7 +195,8 @@ def run_real(name: str, X: np.ndarray, y: np.ndarray, args, bar, raw: dict, refe
                                               (args.seed, name, fold, m)), m)
             bar.update(1)
         for eps in args.epsilons if args.dpsgd else ():
-            dp = make_private("GLVQ", epsilon=eps, calibration="ledger", bound=REAL_BOUND, lr=None, seed=fold)
+            dp = make_private("GLVQ", epsilon=eps, calibration="ledger", bound=REAL_BOUND, lr=None, seed=fold,
+                              classes=np.arange(len(classes)))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DomainWarning)
                 dp.fit(Z_tr, y_tr)

@@ -150,11 +150,12 @@ def _gmlvq_defaults() -> str:
 
 
 def make_private(model: str, *, epsilon: float, calibration: str, bound: float,
-                 lr: float | None, seed: int):
+                 lr: float | None, seed: int, classes: np.ndarray):
+    """The private estimator of one cell; ``classes``: the data set's label set (public)."""
     params = dict(prototypes_per_class=1, epsilon=epsilon, delta=DELTA,
                   sampling_rate=SAMPLING_RATE, max_grad_norm=MAX_GRAD_NORM, epochs=EPOCHS,
                   init_fraction=INIT_FRACTION, calibration=calibration,
-                  bounds=(-bound, bound), random_state=seed)
+                  bounds=(-bound, bound), classes=classes, random_state=seed)
     if lr is not None:
         params["lr"] = lr
     return MODELS[model][0](**params)
@@ -186,7 +187,7 @@ def cross_validate(key: str, X: np.ndarray, y: np.ndarray, args: argparse.Namesp
                 bar.update(1)
             for m, cal, eps in cells:
                 est = make_private(m, epsilon=eps, calibration=cal, bound=args.bound,
-                                   lr=args.lr, seed=fold_seed)
+                                   lr=args.lr, seed=fold_seed, classes=np.unique(y))
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", DomainWarning)
                     # Opacus' notices (secure RNG off, full backward hook): noise only.

@@ -120,7 +120,8 @@ def main(argv: list[str] | None = None) -> dict:
                 for eps in args.epsilons:
                     fit = _noise_free_fit if noise_free else _FIT_DP_SGD
                     with mock.patch.object(dp_estimators, "fit_dp_sgd", fit):
-                        model = dp_estimators.DPGMLVQ(epsilon=eps, bounds=(-3.0, 3.0), random_state=seed,
+                        model = dp_estimators.DPGMLVQ(epsilon=eps, bounds=(-3.0, 3.0), classes=np.unique(y),
+                                                      random_state=seed,
                                                       **overrides).fit(Xa, ya)
                     errors[name].setdefault(f"{eps:g}", []).append(1 - model.score(Xv, yv))
                     bar.update()

@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> dict:
         for name, split, eps in tqdm(jobs, desc=f"tuning DP-{args.model.upper()}"):
             Xtr, Xte, ytr, yte = _prepare(*data[name], seed=split)
             for cfg in grid:
-                model = estimator(epsilon=eps, bounds=(-3.0, 3.0), random_state=split, **cfg).fit(Xtr, ytr)
+                model = estimator(epsilon=eps, bounds=(-3.0, 3.0), classes=np.unique(data[name][1]), random_state=split,
+                                  **cfg).fit(Xtr, ytr)
                 err = 1.0 - model.score(Xte, yte)
                 errors[_name(cfg)].append(err)
                 per_set[_name(cfg)].setdefault(f"{name}@{eps:g}", []).append(err)

@@ -77,8 +77,8 @@ def fit_panel(name: str, eps: float | None, *, lr: float, iters: int, n_starts, 
     setting = TABLE_7_1[name].proposed
     model = PrivateSVDDClassifier(c_over_n=setting.c_over_n, gamma=setting.gamma,
                                   num_features=N_RANDOM_FEATURES, epsilon=eps, lr=lr, iters=iters,
-                                  n_starts=n_starts, r_max=setting.r_max, random_state=seed,
-                                  dtype=dtype)
+                                  n_starts=n_starts, r_max=setting.r_max, classes=np.arange(TABLE_7_1[name].classes),
+                                  random_state=seed, dtype=dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the default starts must not warn about a leak
         model.fit(X_train, y[train])

@@ -76,7 +76,8 @@ def make_proposed(method: str, row, eps: float, seed: int, n_starts) -> PrivateS
     return PrivateSVDDClassifier(
         c_over_n=p.c_over_n, gamma=p.gamma, num_features=protocol.N_RANDOM_FEATURES,
         epsilon=None if math.isinf(eps) else eps, lr=p.lr, iters=p.iters, r_max=p.r_max, n_starts=n_starts,
-        starts="training" if method == "proposed_seed" else "normal", random_state=seed)
+        starts="training" if method == "proposed_seed" else "normal", classes=np.arange(row.classes),
+        random_state=seed)
 
 
 def exact_svm(setting, X_train, y_train, seed: int) -> PrivateSVMWeight:

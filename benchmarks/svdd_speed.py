@@ -157,8 +157,8 @@ def make_models(name: str, args, svm_weight_cls) -> dict[str, Any]:
     def proposed(starts: str):
         return lambda: PrivateSVDDClassifier(
             c_over_n=p.c_over_n, gamma=p.gamma, num_features=NUM_FEATURES, epsilon=EPSILON,
-            lr=p.lr, iters=p.iters, r_max=p.r_max, starts=starts, random_state=args.seed,
-            device=args.device)
+            lr=p.lr, iters=p.iters, r_max=p.r_max, starts=starts, classes=np.arange(row.classes),
+            random_state=args.seed, device=args.device)
 
     models: dict[str, Any] = {
         "proposed_normal": proposed("normal"),

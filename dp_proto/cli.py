@@ -37,7 +37,7 @@ DEMO_DP_CONFIG = {
     "model": {"type": "gmlvq", "prototypes_per_class": 1},
     "training": {"optimizer": "sgd", "lr": 0.5, "momentum": 0.0, "metric_lr_scale": 0.1, "max_epochs": 20},
     "privacy": {"epsilon": 1.0, "delta": 1e-5, "sampling_rate": 0.2, "max_grad_norm": 0.5,
-                "bounds": [0.0, 16.0]},
+                "bounds": [0.0, 16.0], "classes": list(range(10))},
     "logging": {"name": "demo_digits_dp_gmlvq", "image_shape": [8, 8]},
 }
 

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from dp_proto._validation import check_finite_rows
 from dp_proto.exceptions import DataValidationError
+from dp_proto.privacy.domain import public_classes
 
 __all__ = ["ArrayDataModule", "Scaling"]
 
@@ -47,6 +48,9 @@ class ArrayDataModule(L.LightningDataModule):
         ``batch_size`` is then ignored for training.
     seed : int
         Seeds the split and the shuffling.
+    classes : array-like, optional
+        The public label set (sorted into ``classes_``; a label of ``y`` outside it is
+        an error, a class without records is kept). Default: the labels of ``y``.
     """
 
     def __init__(
@@ -62,6 +66,7 @@ class ArrayDataModule(L.LightningDataModule):
         sampling_rate: float | None = None,
         seed: int = 0,
         dtype: torch.dtype = torch.float32,
+        classes=None,
     ) -> None:
         super().__init__()
         X = np.asarray(X)
@@ -83,7 +88,10 @@ class ArrayDataModule(L.LightningDataModule):
         self.sampling_rate = sampling_rate
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be positive or None, got {batch_size}")
-        self.classes_, self._y = np.unique(y, return_inverse=True)
+        if classes is not None:
+            self.classes_, self._y = public_classes(y, classes, "ArrayDataModule")
+        else:
+            self.classes_, self._y = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
             raise DataValidationError(f"need at least 2 classes, got {self.classes_.tolist()}")
         self._X = X

@@ -13,7 +13,7 @@ unknown keys are rejected so that typos do not pass silently::
                transfer_fn: identity, beta: 1.0, accelerator: auto, progress_bar: true}
     logging:  {log_dir: runs, name: null, image_shape: null, image_every_n_epochs: 5}
     privacy:  {epsilon: null, delta: 1.0e-5, sampling_rate: 0.01, max_grad_norm: 0.5,
-               init_fraction: 0.2, calibration: ledger, bounds: null}
+               init_fraction: 0.2, calibration: ledger, bounds: null, classes: null}
 
 With ``privacy.epsilon`` set, the run is differentially private: features are mapped
 from the public ``privacy.bounds`` ``[lower, upper]`` onto ``[-1, 1]`` (``data.scaling``
@@ -21,6 +21,9 @@ must be ``none`` and ``data.pca`` null: both would be fitted on private data), t
 prototypes get the DP class-mean initialisation (``init_fraction * epsilon``) and
 training is DP-SGD with Poisson sampling at ``sampling_rate``, the noise calibrated so
 that the whole run is ``(epsilon, delta)``-DP. ``privacy/epsilon`` is logged every epoch.
+``privacy.classes`` is the public label set (one prototype group per class, even for a
+class without records); left null, a private run reads it from the data and warns
+(:class:`~dp_proto.exceptions.PrivacyLeakWarning`).
 
 ``data.source`` is ``bundled`` (scikit-learn sets), ``uci`` or ``mnist`` (files in
 ``data.data_dir`` or ``$DP_PROTO_DATA_DIR``) or ``synthetic`` (a generator of
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,6 +47,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from dp_proto import data as datasets
 from dp_proto.backbones import small_cnn
+from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lightning.callbacks import PrivacySpendCallback
 from dp_proto.lightning.datamodule import ArrayDataModule
 from dp_proto.lightning.dp_module import DPLVQModule
@@ -75,7 +80,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # DP-SGD (the DP-LVQ "SGD" scheme) when epsilon is set; see DPLVQModule.
     "privacy": {
         "epsilon": None, "delta": 1e-5, "sampling_rate": 0.01, "max_grad_norm": 0.5,
-        "init_fraction": 0.2, "calibration": "ledger", "bounds": None,
+        "init_fraction": 0.2, "calibration": "ledger", "bounds": None, "classes": None,
     },
 }
 
@@ -154,6 +159,10 @@ def build_data(config: Mapping[str, Any]) -> ArrayDataModule:
 
         lower, upper = privacy["bounds"]
         x = PublicBoundsScaler(lower, upper).fit_transform(x.reshape(len(x), -1)).reshape(x.shape)
+        if privacy["classes"] is None:
+            warnings.warn("privacy.classes is null: the label set is read from the private data, so the "
+                          "released model shows which labels occur; give the public label set",
+                          PrivacyLeakWarning, stacklevel=2)
     if cfg["subsample"] and cfg["subsample"] < len(y):
         from sklearn.model_selection import train_test_split
 
@@ -164,6 +173,7 @@ def build_data(config: Mapping[str, Any]) -> ArrayDataModule:
         x, y, val_size=cfg["val_size"], test_size=cfg["test_size"], scaling=cfg["scaling"],
         pca=cfg["pca"], batch_size=cfg["batch_size"], seed=seed,
         sampling_rate=privacy["sampling_rate"] if privacy["epsilon"] is not None else None,
+        classes=privacy["classes"] if privacy["epsilon"] is not None else None,
     )
 
 

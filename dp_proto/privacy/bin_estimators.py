@@ -51,6 +51,9 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
     bounds : (lower, upper) or None
         Public bounds of the features, mapped onto ``[-1, 1]`` (records outside are
         clipped and counted); ``None``: the data are in ``[-1, 1]^d`` already.
+    classes : array-like or None
+        The public set of class labels; ``None`` reads it from ``y`` with a
+        :class:`~dp_proto.exceptions.PrivacyLeakWarning` (see :class:`DPGLVQ`).
     radius : float or None
         Also project every bin prototype onto the l2 ball of this radius (in the mapped
         ``[-1, 1]^d`` units) around the origin; a public choice that holds the class
@@ -70,7 +73,7 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
     """
 
     def __init__(self, prototypes_per_class=1, *, num_bins=50, aggregation="mean", epsilon=1.0,
-                 delta=1e-5, bounds=None, radius=None, reference=None, epochs=30, lr=0.01,
+                 delta=1e-5, bounds=None, classes=None, radius=None, reference=None, epochs=30, lr=0.01,
                  batch_size=64, secure_mode=False, random_state=None, device="cpu", dtype="float64"):
         self.prototypes_per_class = prototypes_per_class
         self.num_bins = num_bins
@@ -78,6 +81,7 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
         self.epsilon = epsilon
         self.delta = delta
         self.bounds = bounds
+        self.classes = classes
         self.radius = radius
         self.reference = reference
         self.epochs = epochs

@@ -4,6 +4,10 @@ The DP mechanisms of this package assume records in ``[-1, 1]^d``. The bounds us
 to get there must be public (known a priori, e.g. pixel values 0..255, or a sensor's
 range); bounds computed from the private data leak information, so
 :meth:`PublicBoundsScaler.from_data` emits :class:`~dp_proto.exceptions.PrivacyLeakWarning`.
+
+The same holds for the labels: the set of classes a private model is built for must be
+public (:func:`public_classes`). Read from the private labels, it tells which labels
+occur, and one record holding a label of its own changes it with certainty.
 """
 
 from __future__ import annotations
@@ -14,10 +18,48 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, TransformerMixin
 
-from dp_proto.exceptions import DomainWarning, PrivacyLeakWarning
+from dp_proto.exceptions import DataValidationError, DomainWarning, PrivacyLeakWarning
 from dp_proto.privacy.clipping import clip_box
 
-__all__ = ["PublicBoundsScaler", "warn_clipped"]
+__all__ = ["PublicBoundsScaler", "public_classes", "warn_clipped"]
+
+
+def public_classes(y: np.ndarray, classes, owner: str) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted class labels ``(c,)`` of a private fit and the class index of every
+    label in ``y (n,)``.
+
+    ``classes`` is the public label set (any order, no repeats, at least 2). A label of
+    ``y`` outside it raises :class:`~dp_proto.exceptions.DataValidationError`; a public
+    class without records is kept (the model still has its prototypes or cells, built
+    from noise alone). ``classes=None`` reads the set from ``y`` -- with a
+    :class:`~dp_proto.exceptions.PrivacyLeakWarning`, since the released model then
+    shows which labels the private data contain -- and needs at least 2 of them.
+    """
+    y = np.asarray(y)
+    if classes is None:
+        warnings.warn(
+            f"{owner}: classes=None takes the set of class labels from the private y, so the "
+            "released model shows which labels occur (one record with a label of its own "
+            "changes it) and the guarantee does not cover that; pass the public label set, "
+            "classes=[...]", PrivacyLeakWarning, stacklevel=3)
+        out, index = np.unique(y, return_inverse=True)
+        if len(out) < 2:
+            raise ValueError(f"{owner} needs samples of at least 2 classes")
+        return out, index
+    given = np.asarray(classes)
+    if given.ndim != 1:
+        raise ValueError(f"classes must be a 1-D list of labels, got shape {given.shape}")
+    out = np.unique(given)
+    if len(out) != len(given):
+        raise ValueError("classes holds repeated labels")
+    if len(out) < 2:
+        raise ValueError(f"{owner} needs at least 2 public classes, got {len(out)}")
+    unknown = np.setdiff1d(np.unique(y), out) if y.size else np.array([])
+    if unknown.size:
+        raise DataValidationError(
+            f"y contains {unknown.size} label(s) outside the public classes {out.tolist()}; "
+            "remove those records or add the labels to classes")
+    return out, np.searchsorted(out, y)
 
 
 def warn_clipped(num_clipped: int, total: int, what: str = "records") -> None:

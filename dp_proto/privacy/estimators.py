@@ -23,7 +23,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from dp_proto.lvq.estimators import _DTYPES, GLVQ, GMLVQ, LGMLVQ
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.privacy.calibration import check_epsilon
-from dp_proto.privacy.domain import PublicBoundsScaler
+from dp_proto.privacy.domain import PublicBoundsScaler, public_classes
 from dp_proto.privacy.dp_init import dp_class_mean_prototypes
 from dp_proto.privacy.dpsgd import (
     check_dp_sgd_settings,
@@ -83,9 +83,7 @@ class _DPMixin:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
         X, y = self._check_X(X, reset=True, y=y)
         check_classification_targets(y)
-        self.classes_, y_index = np.unique(y, return_inverse=True)
-        if len(self.classes_) < 2:
-            raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes")
+        self.classes_, y_index = public_classes(y, self.classes, type(self).__name__)
         return X, y_index
 
     def fit(self, X, y):
@@ -182,6 +180,12 @@ _DOC = """
     calibration : {"ledger", "paper"}, default "ledger"
     bounds : (lower, upper) or None
         Public bounds of the features, mapped onto [-1, 1].
+    classes : array-like or None
+        The public set of class labels (one prototype group per class, in sorted
+        order). A class without records still gets its prototypes from the noisy DP
+        initialisation. ``None`` reads the set from ``y`` with a
+        :class:`~dp_proto.exceptions.PrivacyLeakWarning`: the released model then shows
+        which labels the private data contain.
     engine : {"fused", "opacus"}, default "fused"
         ``fused`` runs Opacus' DP-SGD step (Poisson sampling, joint per-sample clipping,
         Gaussian noise, division by the expected batch) directly on tensors with the
@@ -231,14 +235,14 @@ class DPGLVQ(_DPMixin, GLVQ):
 
     def __init__(self, prototypes_per_class=1, *, epsilon=1.0, delta=1e-5, sampling_rate=0.01,
                  max_grad_norm=0.5, epochs=50, init_fraction=0.2, calibration="ledger", bounds=None,
-                 clipping="joint", engine="fused", grad_sample_mode="hooks", secure_mode=False,
+                 classes=None, clipping="joint", engine="fused", grad_sample_mode="hooks", secure_mode=False,
                  solver="sgd", lr=0.05,
                  average_last=0.0, transfer_fn="identity", beta=1.0, random_state=None, device="cpu",
                  dtype="float32"):
         _set(self, prototypes_per_class=prototypes_per_class, epsilon=epsilon, delta=delta,
              sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, epochs=epochs,
              init_fraction=init_fraction, calibration=calibration, bounds=bounds,
-             clipping=clipping, engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, solver=solver, lr=lr,
+             classes=classes, clipping=clipping, engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, solver=solver, lr=lr,
              average_last=average_last, transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)
 
 
@@ -249,14 +253,14 @@ class DPGMLVQ(_DPMixin, GMLVQ):
 
     def __init__(self, prototypes_per_class=1, *, epsilon=1.0, delta=1e-5, sampling_rate=0.01,
                  max_grad_norm=0.5, epochs=50, init_fraction=0.2, calibration="ledger", bounds=None,
-                 clipping="joint", engine="fused", grad_sample_mode="hooks", secure_mode=False,
+                 classes=None, clipping="joint", engine="fused", grad_sample_mode="hooks", secure_mode=False,
                  rank=None, omega_init="identity", normalize_omega=False, solver="sgd", lr=0.05, metric_lr_scale=1.0, average_last=0.0,
                  transfer_fn="identity", beta=1.0,
                  random_state=None, device="cpu", dtype="float32"):
         _set(self, prototypes_per_class=prototypes_per_class, epsilon=epsilon, delta=delta,
              sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, epochs=epochs,
              init_fraction=init_fraction, calibration=calibration, bounds=bounds,
-             clipping=clipping, engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, rank=rank,
+             classes=classes, clipping=clipping, engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, rank=rank,
              omega_init=omega_init, normalize_omega=normalize_omega, solver=solver, lr=lr,
              metric_lr_scale=metric_lr_scale, average_last=average_last, transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)
 
@@ -266,7 +270,7 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
 
     def __init__(self, prototypes_per_class=1, *, epsilon=1.0, delta=1e-5, sampling_rate=0.01,
                  max_grad_norm=0.5, epochs=50, init_fraction=0.2, calibration="ledger", bounds=None,
-                 clipping="joint", engine="fused", grad_sample_mode="hooks", secure_mode=False,
+                 classes=None, clipping="joint", engine="fused", grad_sample_mode="hooks", secure_mode=False,
                  rank=None, omega_init="identity",
                  normalize_omega=False, solver="sgd", lr=0.05, metric_lr_scale=1.0, average_last=0.0,
                  transfer_fn="identity", beta=1.0,
@@ -274,6 +278,6 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         _set(self, prototypes_per_class=prototypes_per_class, epsilon=epsilon, delta=delta,
              sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, epochs=epochs,
              init_fraction=init_fraction, calibration=calibration, bounds=bounds,
-             clipping=clipping, engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, rank=rank,
+             classes=classes, clipping=clipping, engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, rank=rank,
              omega_init=omega_init, normalize_omega=normalize_omega, solver=solver, lr=lr,
              metric_lr_scale=metric_lr_scale, average_last=average_last, transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)

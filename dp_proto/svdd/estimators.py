@@ -24,6 +24,7 @@ from sklearn.utils.validation import check_is_fitted
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.llp.knn import knn_predict
 from dp_proto.privacy.calibration import optional_epsilon
+from dp_proto.privacy.domain import public_classes
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.mechanisms import noisy_count
 from dp_proto.svdd.cells import group_hypercubes, nearest_index
@@ -264,6 +265,10 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         Share of ``epsilon`` spent on the centre with public starts.
     bounds : (lower, upper), floats or arrays ``(d,)``
         Public box the starts are drawn from; required for ``starts="uniform"``.
+    classes : array-like or None
+        The public set of class labels; a class without records wins a cell's vote
+        only by noise. ``None`` reads it from ``y``, with a
+        :class:`~dp_proto.exceptions.PrivacyLeakWarning` when the fit is private.
     starts : "normal", "uniform", "training" or array ``(m, d)``
     n_starts : int or "auto", default "auto"
         Number of public starts (the number of cells is at most this). More cells resolve
@@ -304,7 +309,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
 
     def __init__(self, c_over_n: float = 0.05, gamma: float = 1.0, num_features: int = 400,
                  epsilon: float | None = 1.0, *, centre_fraction: float = 0.5, bounds: Any = None,
-                 starts: Any = "normal", n_starts: int | str = "auto", count_fraction: float = 0.05,
+                 classes: Any = None, starts: Any = "normal", n_starts: int | str = "auto", count_fraction: float = 0.05,
                  max_starts: int = 2000, lr: float = 0.001, iters: int = 20,
                  merge_tol: float | None = None, r_max: float | None = None, min_count: float | None = None,
                  release: str = "support_function", n_neighbors: int = 1, tol: float = 1e-8,
@@ -316,6 +321,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         self.epsilon = epsilon
         self.centre_fraction = centre_fraction
         self.bounds = bounds
+        self.classes = classes
         self.starts = starts
         self.n_starts = n_starts
         self.count_fraction = count_fraction
@@ -411,10 +417,14 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         X = self._as_tensor(X, fitting=True)
         if y.shape != (X.shape[0],):
             raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
-        self.classes_, y_index = np.unique(y, return_inverse=True)
-        if len(self.classes_) < 2:
-            raise ValueError("PrivateSVDDClassifier needs samples of at least 2 classes")
-        single = self.classes_[np.bincount(y_index) == 1]
+        if self.classes is None and not (private and mode != "training"):
+            # non-private, or the seed's (non-private) variant: the labels may come from y
+            self.classes_, y_index = np.unique(y, return_inverse=True)
+            if len(self.classes_) < 2:
+                raise ValueError("PrivateSVDDClassifier needs samples of at least 2 classes")
+        else:
+            self.classes_, y_index = public_classes(y, self.classes, type(self).__name__)
+        single = self.classes_[np.bincount(y_index, minlength=len(self.classes_)) == 1]
         if len(single):
             # Not an error: one record must not decide whether the fit succeeds.
             warnings.warn(f"class(es) {list(single)} have only one training sample; such a class "

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,9 @@ import torch
 import yaml
 
 from dp_proto.cli import main
+from dp_proto.exceptions import DataValidationError, PrivacyLeakWarning
 from dp_proto.lightning import DEFAULT_CONFIG, load_config, run_experiment
-from dp_proto.lightning.experiment import merge_config
+from dp_proto.lightning.experiment import build_data, merge_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "training" / "configs").glob("*.yaml"))
@@ -134,7 +136,9 @@ def test_mnist_cnn_config_runs_on_real_data(tmp_path, real_data_dir):
 def test_private_config_runs_and_reports_its_guarantee(tmp_path, capsys):
     config = load_config(ROOT / "training/configs/digits_dp_gmlvq.yaml",
                          ["training.max_epochs=2", "training.progress_bar=false", f"logging.log_dir={tmp_path}"])
-    result = run_experiment(config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)  # public bounds and classes: no leak
+        result = run_experiment(config)
     assert result["epsilon"] <= 5.0 and result["epsilon"] > 4.5
     names = [e.name for e in result["ledger"].events]
     assert names == ["dp_init/class_counts", "dp_init/class_sums", "dp_sgd"]
@@ -144,6 +148,17 @@ def test_private_config_runs_and_reports_its_guarantee(tmp_path, capsys):
     bad = load_config(ROOT / "training/configs/digits_dp_gmlvq.yaml", ["data.scaling=standard"])
     with pytest.raises(ValueError, match="scaling: none"):
         run_experiment(bad)
+
+
+def test_private_config_takes_its_label_set_from_privacy_classes():
+    path = ROOT / "training/configs/digits_dp_gmlvq.yaml"
+    with pytest.warns(PrivacyLeakWarning, match="privacy.classes"):
+        build_data(load_config(path, ["privacy.classes=null"]))
+    with pytest.raises(DataValidationError, match="outside the public classes"):
+        build_data(load_config(path, ["privacy.classes=[0, 1, 2, 3, 4, 5, 6, 7, 8]"]))
+    # a public class without records keeps its place (labels are indices into the public set)
+    dm = build_data(load_config(path, ["privacy.classes=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"]))
+    assert dm.num_classes == 11
 
 
 @pytest.mark.data

@@ -28,6 +28,14 @@ def test_mean_aggregation_learns_the_three_gaussians_and_carries_its_ledger():
     assert est.model_.privacy_ == est.privacy_
 
 
+def test_public_classes_keep_a_class_absent_from_the_private_data():
+    X, y = _three_gaussians(300, 0)
+    est = SubsampleAggregateGLVQ(num_bins=10, epsilon=2.0, bounds=(-10, 10), classes=["a", "b", "c"],
+                                 random_state=0).fit(X[y != "c"], y[y != "c"])
+    assert est.prototype_labels_.tolist() == ["a", "b", "c"] and np.isfinite(est.prototypes_).all()
+    assert est.score(X[y != "c"], y[y != "c"]) > 0.95
+
+
 def test_same_seed_same_model_and_several_prototypes_need_a_reference():
     X, y = _three_gaussians(200, 2)
     a = SubsampleAggregateGLVQ(num_bins=5, bounds=(-10, 10), random_state=3).fit(X, y)

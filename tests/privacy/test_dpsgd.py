@@ -9,7 +9,7 @@ import torch
 from sklearn.datasets import load_iris, load_wine
 from sklearn.model_selection import train_test_split
 
-from dp_proto.exceptions import DomainWarning
+from dp_proto.exceptions import DataValidationError, DomainWarning, PrivacyLeakWarning
 from dp_proto.lvq import GMLVQ, GMLVQLayer, PrototypeModel, class_mean_prototypes
 from dp_proto.privacy import (
     DPGLVQ,
@@ -211,6 +211,35 @@ def test_a_class_absent_from_the_private_data_still_trains():
     init = dp_class_mean_prototypes(x, y, 3, 1.0, generator=g)
     assert torch.isfinite(init.prototypes).all() and init.prototypes.abs().max() <= 1.0
     assert init.noisy_counts.shape == (3,)
+
+
+@pytest.mark.parametrize("estimator", [DPGLVQ, DPGMLVQ])
+def test_public_classes_fix_the_model_whatever_labels_the_private_data_hold(estimator):
+    """With classes=..., the released structure (classes, prototype labels) does not
+    depend on which labels occur: removing every record of class 2 changes nothing."""
+    X, y = load_iris(return_X_y=True)
+    kwargs = dict(epsilon=5.0, bounds=(0.0, 8.0), classes=[0, 1, 2], random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        full = estimator(**kwargs).fit(X, y)
+        without = estimator(**kwargs).fit(X[y < 2], y[y < 2])
+    np.testing.assert_array_equal(full.classes_, without.classes_)
+    np.testing.assert_array_equal(full.prototype_labels_, without.prototype_labels_)
+    assert np.isfinite(without.prototypes_).all()
+    assert without.score(X[y < 2], y[y < 2]) > 0.8  # the absent class does not break the others
+
+
+def test_classes_read_from_the_private_labels_warn_and_unknown_labels_are_refused():
+    X, y = load_iris(return_X_y=True)
+    with pytest.warns(PrivacyLeakWarning, match="classes=None"):
+        model = DPGLVQ(epsilon=5.0, bounds=(0.0, 8.0), random_state=0).fit(X, y)
+    np.testing.assert_array_equal(model.classes_, [0, 1, 2])
+    with pytest.raises(DataValidationError, match="outside the public classes"):
+        DPGLVQ(epsilon=5.0, bounds=(0.0, 8.0), classes=[0, 1]).fit(X, y)
+    with pytest.raises(ValueError, match="repeated"):
+        DPGLVQ(classes=[0, 1, 1]).fit(X, y)
+    with pytest.raises(ValueError, match="at least 2 public classes"):
+        DPGLVQ(classes=[0]).fit(X[y == 0], y[y == 0])
 
 
 def test_engine_and_post_processing_options_are_validated():

@@ -197,6 +197,22 @@ def test_a_class_with_one_sample_is_handled_with_a_warning(iris):
     assert set(model.predict(Xte)) <= {0, 1, 2, 7}
 
 
+def test_public_classes_fix_the_vote_whatever_labels_occur(iris):
+    """Private fits take the label set from ``classes`` (silently) or, without it, from
+    y with a PrivacyLeakWarning; non-private fits read y without a warning."""
+    Xtr, Xte, ytr, _ = iris
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        model = PrivateSVDDClassifier(classes=[0, 1, 2], random_state=0).fit(Xtr[ytr < 2], ytr[ytr < 2])
+        PrivateSVDDClassifier(epsilon=None, random_state=0).fit(Xtr, ytr)
+    assert list(model.classes_) == [0, 1, 2] and model.cell_counts_.shape[1] == 3
+    assert set(model.predict(Xte)) <= {0, 1, 2}
+    with pytest.warns(PrivacyLeakWarning, match="classes=None"):
+        PrivateSVDDClassifier(random_state=0).fit(Xtr, ytr)
+    with pytest.raises(ValueError, match="outside the public classes"):
+        PrivateSVDDClassifier(classes=[0, 1], random_state=0).fit(Xtr, ytr)
+
+
 def test_unconverged_solver_releases_nothing(iris, monkeypatch):
     import dp_proto.svdd.estimators as est
     from dp_proto.svdd import solve_svdd_dual
