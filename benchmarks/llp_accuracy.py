@@ -21,8 +21,9 @@ k in {8, 16, 32, 64} at b = 50, both non-private (LLP) and private at epsilon = 
 (p-LLP, Figure 2); epsilon in {0.01, 0.05, 0.1, 0.5, 1, 5} at b = 32, k = 16 (Figure 3),
 p-LLP with the seed's release (``estimator="seed"``, the default; every node fits its
 own model to its exact proportions, which never leave it) and, secondary, the unbiased
-release (``estimator="unbiased"``) and the seed as written (the own model also fitted to
-the node's noisy release, ``own_proportions="released"``). On the whole network the epsilon sweep and
+release (``estimator="unbiased"``), the seed as written (the own model also fitted to
+the node's noisy release, ``own_proportions="released"``) and the seed as written with the
+unbiased release (``VARIANTS``). On the whole network the epsilon sweep and
 the non-private b = 32, k = 16 point by default, on ``--network-folds`` (5) of the folds
 spread evenly over the month and ``--network-noise-seeds`` (1) seed: an LLP run over 138
 nodes takes 12-18 s on one core, so the full 10 x 3 would exceed the run-time budget
@@ -91,6 +92,15 @@ EPSILONS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
 B_AT_K_SWEEP, K_AT_B_SWEEP = 50, 16
 B_MAIN, K_MAIN, EPS_MAIN = 32, 16, 0.1
 SETTING_LABELS = {"four_nodes": "4 nodes", "network": "whole network"}
+#: Secondary p-LLP variants of the 4-node epsilon sweep: "ESTIMATOR[+released]" (the
+#: own model on the node's noisy release instead of its exact proportions) -> (JSON
+#: key, table column, plot label, plot style).
+VARIANTS = {
+    "unbiased": ("pllp_unbiased", "unbiased", "p-LLP (unbiased release)", "^--"),
+    "seed+released": ("pllp_released_own", "as seed", "p-LLP (own model on its noisy release, as the seed)", "v--"),
+    "unbiased+released": ("pllp_unbiased_released_own", "seed+unb", "p-LLP (as the seed, unbiased release)", "D:"),
+}
+VARIANT_COLOURS = ("tab:orange", "tab:red", "tab:purple")
 
 
 def eps_key(eps: float | None) -> str:
@@ -164,9 +174,7 @@ def plan(args, network: bool) -> dict[str, list[tuple]]:
         sweeps["cluster"] = [(B_AT_K_SWEEP, k, e, "seed") for k in args.cluster_counts for e in (None, EPS_MAIN)]
     sweeps["epsilon"] = [(B_MAIN, K_MAIN, None, "seed")] + [(B_MAIN, K_MAIN, e, "seed") for e in args.epsilons]
     if args.unbiased and not network:
-        sweeps["epsilon"] += [(B_MAIN, K_MAIN, e, "unbiased") for e in args.epsilons]
-        # the seed as written: the own model also fitted to the node's noisy release
-        sweeps["epsilon"] += [(B_MAIN, K_MAIN, e, "seed+released") for e in args.epsilons]
+        sweeps["epsilon"] += [(B_MAIN, K_MAIN, e, variant) for variant in VARIANTS for e in args.epsilons]
     return sweeps
 
 
@@ -188,7 +196,7 @@ def run_setting(setting: Setting, sweeps: dict, seeds: int, args, bar, knn_fract
             runs = []
             for s in range(seeds):
                 bar.set_postfix_str(f"{setting.name} fold {fold} b={cfg[0]} k={cfg[1]} eps={eps_key(cfg[2])}"
-                                    + (" unbiased" if cfg[3] == "unbiased" else ""))
+                                    + ("" if cfg[3] == "seed" else f" {cfg[3]}"))
                 runs.append(setting.run(fold, *cfg, seed=1000 * fold + s))
                 bar.update(1)
             per_fold[cfg].append({
@@ -232,12 +240,9 @@ def run_setting(setting: Setting, sweeps: dict, seeds: int, args, bar, knn_fract
     main_np = (B_MAIN, K_MAIN, None, "seed")
     out["epsilon_sweep"] = {"b": B_MAIN, "k": K_MAIN, "llp": summary(main_np),
                             "pllp": {eps_key(e): summary((B_MAIN, K_MAIN, e, "seed")) for e in args.epsilons}}
-    if any(c[3] == "unbiased" for c in sweeps["epsilon"]):
-        out["epsilon_sweep"]["pllp_unbiased"] = {eps_key(e): summary((B_MAIN, K_MAIN, e, "unbiased"))
-                                                 for e in args.epsilons}
-    if any(c[3] == "seed+released" for c in sweeps["epsilon"]):
-        out["epsilon_sweep"]["pllp_released_own"] = {eps_key(e): summary((B_MAIN, K_MAIN, e, "seed+released"))
-                                                     for e in args.epsilons}
+    for variant, (key, *_) in VARIANTS.items():
+        if any(c[3] == variant for c in sweeps["epsilon"]):
+            out["epsilon_sweep"][key] = {eps_key(e): summary((B_MAIN, K_MAIN, e, variant)) for e in args.epsilons}
     # per-node accuracy (mean over folds) of the main point, non-private and at EPS_MAIN
     node_acc = {}
     for label, cfg in (("llp", main_np), ("pllp_eps0.1", (B_MAIN, K_MAIN, EPS_MAIN, "seed"))):
@@ -264,6 +269,17 @@ def targets(res: dict) -> dict:
             "above_majority_share_points": round(100 * (p - chance), 2),
             "closer_to_chance_than_to_llp": bool(abs(p - chance) < abs(llp - p)),
         }
+    # Does any release variant show both halves of the seed's shape at once?
+    chance = res["chance"]["majority_share"]
+    shape = {}
+    for key in ["pllp", *(v[0] for v in VARIANTS.values())]:
+        curve = sweep.get(key, {})
+        if "0.1" in curve and "0.01" in curve:
+            p1, p01 = curve["0.1"]["accuracy"], curve["0.01"]["accuracy"]
+            shape[key] = {"within_4_points_at_0.1": bool(llp - p1 <= 0.04),
+                          "collapse_at_0.01": bool(abs(p01 - chance) < abs(llp - p01))}
+    if shape:
+        out["seed_shape_by_variant"] = shape
     return out
 
 
@@ -289,18 +305,13 @@ def print_tables(name: str, res: dict, seconds: float | None) -> None:
             a, p = s["llp"][key], s["pllp"][key]
             print(f"{key:>5}{a['accuracy']:>8.4f}{p['accuracy']:>8.4f}{a['own_accuracy']:>9.4f}{p['own_accuracy']:>10.4f}")
     s = res["epsilon_sweep"]
-    unb = s.get("pllp_unbiased")
-    rel = s.get("pllp_released_own")
+    variants = [(column, s[key]) for key, column, *_ in VARIANTS.values() if key in s]
     print(f"\naccuracy vs epsilon (b={B_MAIN}, k={K_MAIN}); LLP (non-private): {s['llp']['accuracy']:.4f} "
           f"(own model {s['llp']['own_accuracy']:.4f})")
-    print(f"{'eps':>6}{'p-LLP':>8}{'+-':>7}{'own':>8}" + (f"{'unbiased':>10}{'own':>8}" if unb else "")
-          + (f"{'as seed':>10}{'own':>8}" if rel else ""))
+    print(f"{'eps':>6}{'p-LLP':>8}{'+-':>7}{'own':>8}" + "".join(f"{column:>10}{'own':>8}" for column, _ in variants))
     for key, p in s["pllp"].items():
         line = f"{key:>6}{p['accuracy']:>8.4f}{p['std']:>7.4f}{p['own_accuracy']:>8.4f}"
-        if unb:
-            line += f"{unb[key]['accuracy']:>10.4f}{unb[key]['own_accuracy']:>8.4f}"
-        if rel:
-            line += f"{rel[key]['accuracy']:>10.4f}{rel[key]['own_accuracy']:>8.4f}"
+        line += "".join(f"{v[key]['accuracy']:>10.4f}{v[key]['own_accuracy']:>8.4f}" for _, v in variants)
         print(line)
     if seconds is not None:
         print(f"whole-network training, one simulate_network call (b={B_MAIN}, k={K_MAIN}, eps={EPS_MAIN:g}): "
@@ -342,12 +353,9 @@ def plot(results: dict, path: Path) -> None:
         s = res["epsilon_sweep"]
         eps = [float(e) for e in s["pllp"]]
         ax.plot(eps, [p["accuracy"] for p in s["pllp"].values()], "s-", color="k", label="p-LLP (seed's release)")
-        if "pllp_unbiased" in s:
-            ax.plot(eps, [p["accuracy"] for p in s["pllp_unbiased"].values()], "^--", color="tab:orange",
-                    label="p-LLP (unbiased release)")
-        if "pllp_released_own" in s:
-            ax.plot(eps, [p["accuracy"] for p in s["pllp_released_own"].values()], "v--", color="tab:red",
-                    label="p-LLP (own model on its noisy release, as the seed)")
+        for (key, _, label, style), colour in zip(VARIANTS.values(), VARIANT_COLOURS, strict=True):
+            if key in s:
+                ax.plot(eps, [p["accuracy"] for p in s[key].values()], style, color=colour, label=label)
         ax.plot(eps, [p["own_accuracy"] for p in s["pllp"].values()], "s:", color="k", alpha=0.4,
                 label="p-LLP, own model only")
         ax.axhline(s["llp"]["accuracy"], color="tab:blue", label="LLP (non-private)")
@@ -394,7 +402,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="share of the test windows the network's kNN predicts (seeded; default 0.05)")
     p.add_argument("--knn-seed", type=int, default=0)
     p.add_argument("--no-unbiased", dest="unbiased", action="store_false",
-                   help="skip the estimator='unbiased' epsilon curve (4 nodes)")
+                   help="skip the secondary epsilon curves of VARIANTS (4 nodes)")
     p.add_argument("--skip-network", action="store_true", help="4-node setting only")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
@@ -489,7 +497,8 @@ def main(argv: list[str] | None = None) -> int:
         "own_accuracy: each node's own model alone",
         "p-LLP: estimator='seed' (Lap(1/eps) on counts, clip to [0.001, b], normalise), own model on the "
         "node's exact proportions (nothing leaves the node); pllp_unbiased: estimator='unbiased'; "
-        "pllp_released_own: the seed as written, own model on the noisy release. Each fold is a separate release "
+        "pllp_released_own: the seed as written, own model on the noisy release; pllp_unbiased_released_own: "
+        "the same with estimator='unbiased'. Each fold is a separate release "
         "(epsilon per fold, not composed over folds)",
         f"kNN: k={KNN_K}, Euclidean, training windows of all nodes pooled, ties to the nearest neighbour's class; "
         f"on the network a random {args.network_knn_fraction:g} of each fold's test windows",
