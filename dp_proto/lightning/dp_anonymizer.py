@@ -25,12 +25,15 @@ ledger); validation metrics on held-out records are.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 from torch import Tensor
 
 from dp_proto.anonymizer.losses import check_labels
+from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lightning.anonymizer import PHASES, AnonymizerModule
 from dp_proto.lightning.dp_module import EpochBudgetMixin
 from dp_proto.privacy.ledger import PrivacyLedger
@@ -157,8 +160,8 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
                       **module_kwargs):
     """Train an anonymizer whose whole transcript is ``(epsilon, delta)``-DP.
 
-    ``num_regular`` / ``num_private`` are public (default: from the labels' maxima, which
-    then count as public knowledge). The private prior is ``prior`` (public) or a Laplace
+    ``num_regular`` / ``num_private`` are public (default: from the labels' maxima, with a
+    :class:`~dp_proto.exceptions.PrivacyLeakWarning`). The private prior is ``prior`` (public) or a Laplace
     histogram with ``prior_fraction * epsilon`` (counts clamped at 1, normalised). The
     noise multiplier is calibrated by the ledger's accountant so that the prior and all
     ``T = epochs * int(1 / sample_rate)`` steps compose to ``(epsilon, delta)``; pass
@@ -174,6 +177,10 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
     from dp_proto.privacy.mechanisms import noisy_histogram
 
     regular, private = training_labels(x, regular, private)
+    if num_regular is None or num_private is None:
+        warnings.warn("num_regular / num_private not given: the class counts are read from the private "
+                      "labels' maxima and the released model shows them; pass the public counts",
+                      PrivacyLeakWarning, stacklevel=2)
     num_regular = int(regular.max()) + 1 if num_regular is None else num_regular
     num_private = int(private.max()) + 1 if num_private is None else num_private
     check_labels(regular, num_regular, "regular")

@@ -2,6 +2,7 @@
 
 import copy
 import math
+import warnings
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ import torch
 from dp_proto.anonymizer import Anonymizer
 from dp_proto.anonymizer.evaluation import encode
 from dp_proto.data import make_entangled_task
+from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lightning.dp_anonymizer import (
     DPAnonymizerModule,
     fit_dp_anonymizer,
@@ -44,10 +46,15 @@ def test_ledger_counts_the_prior_and_every_step_and_certifies_the_target():
 
 def test_a_public_prior_spends_nothing_and_simultaneous_mode_is_refused():
     x, y, s = _task(300)
-    fit, ledger = fit_dp_anonymizer(x, y, s, epsilon=5.0, delta=1e-5, sample_rate=0.2, prior=torch.full((8,), 1 / 8),
-                                    anonymizer=_small_model(), pretrain_regular_epochs=1, pretrain_private_epochs=0,
-                                    adversarial_epochs=0)
+    settings = dict(epsilon=5.0, delta=1e-5, sample_rate=0.2, prior=torch.full((8,), 1 / 8),
+                    pretrain_regular_epochs=1, pretrain_private_epochs=0, adversarial_epochs=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)  # public class counts: nothing read from the labels
+        fit, ledger = fit_dp_anonymizer(x, y, s, num_regular=4, num_private=8, anonymizer=_small_model(),
+                                        **settings)
     assert all(e.kind == "subsampled_gaussian" for e in ledger.events)
+    with pytest.warns(PrivacyLeakWarning, match="num_regular / num_private"):
+        fit_dp_anonymizer(x, y, s, anonymizer=_small_model(), **settings)
     with pytest.raises(ValueError, match="toggle"):
         DPAnonymizerModule(_small_model(), torch.full((8,), 1 / 8), 4, ledger=PrivacyLedger(), noise_multiplier=1.0,
                            max_grad_norm=1.0, sample_rate=0.1, expected_batch_size=10.0, mode="simultaneous")
