@@ -168,7 +168,7 @@ def make_models(name: str, args, svm_weight_cls) -> dict[str, Any]:
     if svm_weight_cls is not None:
         models["svm_weight"] = lambda: svm_weight_cls(
             c_over_n=row.svm_weight.c_over_n, gamma=row.svm_weight.gamma,
-            num_features=NUM_FEATURES, epsilon=EPSILON, random_state=args.seed,
+            num_features=NUM_FEATURES, epsilon=EPSILON, classes=np.arange(row.classes), random_state=args.seed,
             device=args.device)
     return models
 

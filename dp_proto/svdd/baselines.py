@@ -35,6 +35,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from dp_proto.privacy.calibration import optional_epsilon
+from dp_proto.privacy.domain import public_classes
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.mechanisms import laplace_mechanism
 from dp_proto.svdd.features import RandomFourierFeatures
@@ -282,6 +283,7 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
         num_features: int = 400,
         epsilon: float | None = 1.0,
         *,
+        classes=None,
         random_state=None,
         device=None,
         dtype: torch.dtype = torch.float64,
@@ -293,6 +295,7 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
         self.gamma = gamma
         self.num_features = num_features
         self.epsilon = epsilon
+        self.classes = classes
         self.random_state = random_state
         self.device = device
         self.dtype = dtype
@@ -366,9 +369,12 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
         if y_arr.shape[0] != x.shape[0]:
             raise ValueError(f"X and y have different lengths: {x.shape[0]} and {y_arr.shape[0]}")
         check_classification_targets(y_arr)
-        classes, y_index = np.unique(y_arr, return_inverse=True)
-        if len(classes) < 2:
-            raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes, got {len(classes)}")
+        if self.classes is None and self._private_epsilon() is None:
+            classes, y_index = np.unique(y_arr, return_inverse=True)  # non-private: labels may come from y
+            if len(classes) < 2:
+                raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes, got {len(classes)}")
+        else:
+            classes, y_index = public_classes(y_arr, self.classes, type(self).__name__)
         rng = check_random_state(self.random_state)
         generator = torch.Generator().manual_seed(int(rng.randint(0, 2**31 - 1)))
         features = RandomFourierFeatures(
@@ -427,6 +433,10 @@ _PARAMS_DOC = """
     epsilon : float or None, default 1.0
         Privacy budget ``> 0``; ``None`` or ``math.inf`` train the non-private model (no
         noise, no ledger event).
+    classes : array-like or None
+        The public label set (one one-vs-all classifier per class, also for a class
+        without records). ``None`` reads it from ``y``, with a
+        :class:`~dp_proto.exceptions.PrivacyLeakWarning` when the model is private.
     random_state : int, RandomState or None
         Seeds a ``torch.Generator`` that draws the feature map and then the noise.
     device : torch device or str, optional (CPU by default)

@@ -8,6 +8,7 @@ ours neither), and scipy.stats' Laplace distribution for the noise.
 
 import math
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -24,7 +25,7 @@ from sklearn.multiclass import OneVsRestClassifier
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVC
 
-from dp_proto.exceptions import PrivacyBudgetExceededError
+from dp_proto.exceptions import PrivacyBudgetExceededError, PrivacyLeakWarning
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.svdd import RandomFourierFeatures
 from dp_proto.svdd.baselines import (
@@ -267,6 +268,21 @@ def test_weight_ledger_records_one_release():
     assert shared.get_epsilon(0.0) == pytest.approx(0.6)
     # non-private: inf behaves like None
     assert PrivateSVMWeight(0.05, 1.0, 100, math.inf).fit(Xtr, ytr).ledger_.events == ()
+
+
+def test_private_baselines_take_a_public_label_set():
+    """classes= fixes the one-vs-all classifiers whatever labels occur; a private fit
+    without it reads them from y and warns."""
+    Xtr, _, ytr, _ = _split(load_iris, 1)
+    keep = ytr < 2
+    for cls in (PrivateSVMWeight, PrivateSVMOutput):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PrivacyLeakWarning)
+            model = cls(0.05, 1.0, 100, 5.0, classes=[0, 1, 2], random_state=0).fit(Xtr[keep], ytr[keep])
+            cls(0.05, 1.0, 100, None, random_state=0).fit(Xtr, ytr)  # non-private: y may say
+        assert list(model.classes_) == [0, 1, 2] and model.decision_function(Xtr).shape == (len(Xtr), 3)
+        with pytest.warns(PrivacyLeakWarning, match="classes=None"):
+            cls(0.05, 1.0, 100, 5.0, random_state=0).fit(Xtr, ytr)
 
 
 def test_output_noise_scale_and_ledger_grows_with_queries(iris_split):
