@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._benchmarks import import_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -29,11 +31,7 @@ def test_artificial_target_cell_and_speed():
 
 
 def test_artificial_data_follow_the_seeds():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import aggregate_accuracy as bench
-    finally:
-        sys.path.pop(0)
+    bench = import_benchmark("aggregate_accuracy")
     assert bench.artificial_means(2).tolist() == [[5, 0], [-5, 0], [0, 5]]
     assert bench.artificial_means(4).tolist() == [[5, 0, 0, 0], [0, 5, 0, 0], [0, 0, 5, 0]]
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._benchmarks import import_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -49,11 +51,7 @@ def test_gmlvq_diagnosis_separates_clipping_from_noise(real_data_dir):
 
 
 def test_plot_loader_merges_runs_of_other_models_of_a_data_set(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from plot_dpsgd_accuracy import load
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    load = import_benchmark("plot_dpsgd_accuracy").load
     glvq = {"results": {"seg": {"GLVQ": {"ledger": {"1": [0.2, 0.01]}}}}, "nonprivate": {"seg": {"GLVQ": [0.1, 0.0]}}}
     gmlvq = {"results": {"seg": {"GMLVQ": {"paper": {"1": [0.3, 0.02]}}}}, "nonprivate": {"seg": {"GMLVQ": [0.09, 0.0]}}}
     paths = []

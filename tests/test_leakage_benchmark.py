@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests._benchmarks import import_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "leakage.py"
 HEADLINE_KEYS = {"outlier_extreme_vanilla_p", "outlier_extreme_private_p", "xor_vanilla_fraction",
@@ -54,12 +56,7 @@ def test_quick_run_ends_with_the_documented_json(tmp_path):
 
 @pytest.fixture(scope="module")
 def leakage():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import leakage as module
-    finally:
-        sys.path.pop(0)
-    return module
+    return import_benchmark("leakage")
 
 
 def _outlier_data(seed: int = 0):

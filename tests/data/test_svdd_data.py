@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,22 +16,13 @@ from dp_proto.data import (
     stratified_subsample,
     three_moons,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests._benchmarks import import_benchmark
 
 
 @pytest.fixture(scope="module")
 def protocol():
     """benchmarks/svdd_protocol.py imported as a module (benchmarks/ is not a package)."""
-    name = "svdd_protocol_under_test"
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "svdd_protocol.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(name, None)
+    return import_benchmark("svdd_protocol")
 
 
 # --------------------------------------------------------------------------- synthetic sets

@@ -3,30 +3,17 @@ keys, and a solver comparison whose objectives agree."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests._benchmarks import import_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
     """benchmarks/svdd_speed.py imported as a module (benchmarks/ is not a package)."""
-    name = "svdd_speed_under_test"
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "svdd_speed.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # its `from _common import ...`
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(name, None)
-        sys.path.remove(str(ROOT / "benchmarks"))
+    return import_benchmark("svdd_speed")
 
 
 def test_quick_run_ends_with_the_json_line(bench, tmp_path, capsys):
