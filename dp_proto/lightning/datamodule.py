@@ -88,12 +88,8 @@ class ArrayDataModule(L.LightningDataModule):
         self.sampling_rate = sampling_rate
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be positive or None, got {batch_size}")
-        if classes is not None:
-            self.classes_, self._y = public_classes(y, classes, "ArrayDataModule")
-        else:
-            self.classes_, self._y = np.unique(y, return_inverse=True)
-        if len(self.classes_) < 2:
-            raise DataValidationError(f"need at least 2 classes, got {self.classes_.tolist()}")
+        # build_data warns for private runs without a public label set
+        self.classes_, self._y = public_classes(y, classes, "ArrayDataModule", warn=False)
         self._X = X
         self.val_size, self.test_size = val_size, test_size
         self.scaling, self.pca, self.batch_size, self.seed, self.dtype = scaling, pca, batch_size, seed, dtype

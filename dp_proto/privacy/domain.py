@@ -24,7 +24,7 @@ from dp_proto.privacy.clipping import clip_box
 __all__ = ["PublicBoundsScaler", "public_classes", "warn_clipped"]
 
 
-def public_classes(y: np.ndarray, classes, owner: str) -> tuple[np.ndarray, np.ndarray]:
+def public_classes(y: np.ndarray, classes, owner: str, *, warn: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The sorted class labels ``(c,)`` of a private fit and the class index of every
     label in ``y (n,)``.
 
@@ -32,19 +32,21 @@ def public_classes(y: np.ndarray, classes, owner: str) -> tuple[np.ndarray, np.n
     ``y`` outside it raises :class:`~dp_proto.exceptions.DataValidationError`; a public
     class without records is kept (the model still has its prototypes or cells, built
     from noise alone). ``classes=None`` reads the set from ``y`` -- with a
-    :class:`~dp_proto.exceptions.PrivacyLeakWarning`, since the released model then
-    shows which labels the private data contain -- and needs at least 2 of them.
+    :class:`~dp_proto.exceptions.PrivacyLeakWarning` unless ``warn=False`` (for
+    non-private fits), since a private model then shows which labels the private data
+    contain -- and needs at least 2 of them.
     """
     y = np.asarray(y)
     if classes is None:
-        warnings.warn(
-            f"{owner}: classes=None takes the set of class labels from the private y, so the "
-            "released model shows which labels occur (one record with a label of its own "
-            "changes it) and the guarantee does not cover that; pass the public label set, "
-            "classes=[...]", PrivacyLeakWarning, stacklevel=3)
+        if warn:
+            warnings.warn(
+                f"{owner}: classes=None takes the set of class labels from the private y, so the "
+                "released model shows which labels occur (one record with a label of its own "
+                "changes it) and the guarantee does not cover that; pass the public label set, "
+                "classes=[...]", PrivacyLeakWarning, stacklevel=3)
         out, index = np.unique(y, return_inverse=True)
         if len(out) < 2:
-            raise ValueError(f"{owner} needs samples of at least 2 classes")
+            raise DataValidationError(f"{owner} needs samples of at least 2 classes, got {len(out)}")
         return out, index
     given = np.asarray(classes)
     if given.ndim != 1:

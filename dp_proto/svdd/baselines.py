@@ -369,12 +369,9 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
         if y_arr.shape[0] != x.shape[0]:
             raise ValueError(f"X and y have different lengths: {x.shape[0]} and {y_arr.shape[0]}")
         check_classification_targets(y_arr)
-        if self.classes is None and self._private_epsilon() is None:
-            classes, y_index = np.unique(y_arr, return_inverse=True)  # non-private: labels may come from y
-            if len(classes) < 2:
-                raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes, got {len(classes)}")
-        else:
-            classes, y_index = public_classes(y_arr, self.classes, type(self).__name__)
+        # a non-private fit may read the labels from y
+        classes, y_index = public_classes(y_arr, self.classes, type(self).__name__,
+                                          warn=self._private_epsilon() is not None)
         rng = check_random_state(self.random_state)
         generator = torch.Generator().manual_seed(int(rng.randint(0, 2**31 - 1)))
         features = RandomFourierFeatures(

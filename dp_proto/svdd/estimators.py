@@ -417,13 +417,9 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         X = self._as_tensor(X, fitting=True)
         if y.shape != (X.shape[0],):
             raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
-        if self.classes is None and not (private and mode != "training"):
-            # non-private, or the seed's (non-private) variant: the labels may come from y
-            self.classes_, y_index = np.unique(y, return_inverse=True)
-            if len(self.classes_) < 2:
-                raise ValueError("PrivateSVDDClassifier needs samples of at least 2 classes")
-        else:
-            self.classes_, y_index = public_classes(y, self.classes, type(self).__name__)
+        # non-private fits and the seed's (non-private) variant may read the labels from y
+        self.classes_, y_index = public_classes(y, self.classes, type(self).__name__,
+                                                warn=private and mode != "training")
         single = self.classes_[np.bincount(y_index, minlength=len(self.classes_)) == 1]
         if len(single):
             # Not an error: one record must not decide whether the fit succeeds.
