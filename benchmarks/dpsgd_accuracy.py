@@ -166,6 +166,7 @@ def cross_validate(key: str, X: np.ndarray, y: np.ndarray, args: argparse.Namesp
     """Per-fold errors etc. of every private cell and of the non-private baselines."""
     cv = RepeatedStratifiedKFold(n_splits=args.folds, n_repeats=repeats, random_state=args.seed)
     cells = [(m, c, e) for m in args.models for c in args.calibrations for e in args.epsilons]
+    classes = np.unique(y)  # the data set's label set, public
     private = {cell: {"err": [], "eps": [], "sigma": [], "fit_s": [], "steps": []}
                for cell in cells}
     nonprivate = {m: {"err": [], "fit_s": []} for m in args.models}
@@ -187,7 +188,7 @@ def cross_validate(key: str, X: np.ndarray, y: np.ndarray, args: argparse.Namesp
                 bar.update(1)
             for m, cal, eps in cells:
                 est = make_private(m, epsilon=eps, calibration=cal, bound=args.bound,
-                                   lr=args.lr, seed=fold_seed, classes=np.unique(y))
+                                   lr=args.lr, seed=fold_seed, classes=classes)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", DomainWarning)
                     # Opacus' notices (secure RNG off, full backward hook): noise only.

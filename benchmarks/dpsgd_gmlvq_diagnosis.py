@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
     start = time.perf_counter()
     errors: dict[str, dict[str, list[float]]] = {name: {} for name in configs}
     nonprivate: list[float] = []
+    classes = np.unique(y)  # the data set's label set, public
     runs = args.splits * len(configs) * len(args.epsilons)
     with tqdm(total=runs, desc="DP-GMLVQ fits") as bar, warnings.catch_warnings():
         warnings.simplefilter("ignore", DomainWarning)
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
                 for eps in args.epsilons:
                     fit = _noise_free_fit if noise_free else _FIT_DP_SGD
                     with mock.patch.object(dp_estimators, "fit_dp_sgd", fit):
-                        model = dp_estimators.DPGMLVQ(epsilon=eps, bounds=(-3.0, 3.0), classes=np.unique(y),
+                        model = dp_estimators.DPGMLVQ(epsilon=eps, bounds=(-3.0, 3.0), classes=classes,
                                                       random_state=seed,
                                                       **overrides).fit(Xa, ya)
                     errors[name].setdefault(f"{eps:g}", []).append(1 - model.score(Xv, yv))

@@ -109,13 +109,14 @@ def main(argv: list[str] | None = None) -> dict:
     errors: dict[str, list[float]] = {_name(c): [] for c in grid}
     per_set: dict[str, dict[str, list[float]]] = {_name(c): {} for c in grid}
     jobs = list(itertools.product(args.datasets, range(args.splits), args.epsilons))
+    classes = {name: np.unique(y) for name, (_, y) in data.items()}  # public label sets
     start = time.time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DomainWarning)
         for name, split, eps in tqdm(jobs, desc=f"tuning DP-{args.model.upper()}"):
             Xtr, Xte, ytr, yte = _prepare(*data[name], seed=split)
             for cfg in grid:
-                model = estimator(epsilon=eps, bounds=(-3.0, 3.0), classes=np.unique(data[name][1]), random_state=split,
+                model = estimator(epsilon=eps, bounds=(-3.0, 3.0), classes=classes[name], random_state=split,
                                   **cfg).fit(Xtr, ytr)
                 err = 1.0 - model.score(Xte, yte)
                 errors[_name(cfg)].append(err)

@@ -253,31 +253,38 @@ def run_setting(setting: Setting, sweeps: dict, seeds: int, args, bar, knn_fract
     return out
 
 
+def _within_4_points(llp: float, pllp: float) -> bool:
+    return bool(llp - pllp <= 0.04)
+
+
+def _collapsed(llp: float, pllp: float, chance: float) -> bool:
+    """Closer to the majority-class share than to non-private LLP."""
+    return bool(abs(pllp - chance) < abs(llp - pllp))
+
+
 def targets(res: dict) -> dict:
     sweep = res["epsilon_sweep"]
     llp = sweep["llp"]["accuracy"]
+    chance = res["chance"]["majority_share"]
     out = {}
     if "0.1" in sweep["pllp"]:
         p = sweep["pllp"]["0.1"]["accuracy"]
         out["pllp_eps0.1_within_4_points"] = {"llp": llp, "pllp": p, "difference_points": round(100 * (llp - p), 2),
-                                             "met": bool(llp - p <= 0.04)}
+                                             "met": _within_4_points(llp, p)}
     if "0.01" in sweep["pllp"]:
         p = sweep["pllp"]["0.01"]["accuracy"]
-        chance = res["chance"]["majority_share"]
         out["pllp_eps0.01_collapse"] = {
             "pllp": p, "llp": llp, "majority_share": chance, "uniform": res["chance"]["uniform"],
             "above_majority_share_points": round(100 * (p - chance), 2),
-            "closer_to_chance_than_to_llp": bool(abs(p - chance) < abs(llp - p)),
+            "closer_to_chance_than_to_llp": _collapsed(llp, p, chance),
         }
     # Does any release variant show both halves of the seed's shape at once?
-    chance = res["chance"]["majority_share"]
     shape = {}
     for key in ["pllp", *(v[0] for v in VARIANTS.values())]:
         curve = sweep.get(key, {})
         if "0.1" in curve and "0.01" in curve:
-            p1, p01 = curve["0.1"]["accuracy"], curve["0.01"]["accuracy"]
-            shape[key] = {"within_4_points_at_0.1": bool(llp - p1 <= 0.04),
-                          "collapse_at_0.01": bool(abs(p01 - chance) < abs(llp - p01))}
+            shape[key] = {"within_4_points_at_0.1": _within_4_points(llp, curve["0.1"]["accuracy"]),
+                          "collapse_at_0.01": _collapsed(llp, curve["0.01"]["accuracy"], chance)}
     if shape:
         out["seed_shape_by_variant"] = shape
     return out
