@@ -141,6 +141,15 @@ def preprocess(X_train: np.ndarray, X_test: np.ndarray, seed: int, *,
     return Z_train, Z_test
 
 
+def _optimizer_defaults(lr: float | None) -> str:
+    """Each model's optimizer and step size, read from the estimators (not restated)."""
+    parts = []
+    for name, (cls, *_rest) in MODELS.items():
+        p = cls().get_params()
+        parts.append(f"{name}: {p['solver']} lr={p['lr'] if lr is None else lr:g}")
+    return "; ".join(parts)
+
+
 def _gmlvq_defaults() -> str:
     """DPGMLVQ's clipping and Omega settings, read from the estimator (not restated)."""
     p = DPGMLVQ().get_params()
@@ -273,11 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_description()
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
     repeats = 1 if args.quick else args.repeats
-    lr_text = "the estimator's default lr" if args.lr is None else f"lr={args.lr:g}"
     notes = [
         f"DP-SGD scheme: DP class-mean initialisation with {INIT_FRACTION:g} epsilon, then "
         f"DP-SGD (Opacus' algorithm run by the fused engine, Poisson sampling q={SAMPLING_RATE:g}, "
-        f"C={MAX_GRAD_NORM:g}, E={EPOCHS}, plain SGD with {lr_text}); delta={DELTA:g}; add/remove "
+        f"C={MAX_GRAD_NORM:g}, E={EPOCHS}; {_optimizer_defaults(args.lr)}); delta={DELTA:g}; add/remove "
         "adjacency; one prototype per class; estimator defaults otherwise (GLVQ: joint clipping; "
         f"GMLVQ: {_gmlvq_defaults()}, chosen on development sets by benchmarks/dpsgd_tuning.py); "
         "no hyperparameter tuned on the test folds",

@@ -62,3 +62,13 @@ def test_plot_loader_merges_runs_of_other_models_of_a_data_set(tmp_path):
     merged = load(paths)
     assert set(merged["results"]["seg"]) == {"GLVQ", "GMLVQ"}
     assert merged["nonprivate"]["seg"] == {"GLVQ": [0.1, 0.0], "GMLVQ": [0.09, 0.0]}
+
+
+@pytest.mark.data
+def test_tuning_compares_optimizers(real_data_dir):
+    out = _run("dpsgd_tuning.py", "--data-dir", str(real_data_dir), "--model", "glvq", "--datasets", "vowel",
+               "--epsilons", "5", "--splits", "1", "--solvers", "sgd", "adam", "--lrs", "0.05",
+               "--average-last", "0")
+    # SGD, the default, stays out of the label; both optimizers learn (vowel: 11 classes)
+    assert set(out["results"]) == {"lr=0.05 average_last=0", "solver=adam lr=0.05 average_last=0"}
+    assert all(err < 0.8 for err in out["results"].values())

@@ -198,6 +198,9 @@ _DOC = """
         from a generator seeded by it). The Opacus engine needs Opacus' ``torchcsprng``
         package for this.
     solver : {"sgd", "adam"}, default "sgd"; lr : float, default 0.05
+        The optimizer applied to the noisy clipped gradient (post-processing) and its
+        step size. Adam (lr 0.01) was measured as DP-GLVQ's default and not adopted
+        (``benchmarks/RESULTS.md``, "Optimizer").
     metric_lr_scale : float, default 1.0
         Learning rate of Omega relative to ``lr``. Every coordinate of Omega gets as
         much noise as a prototype coordinate; a smaller rate keeps the metric's random
