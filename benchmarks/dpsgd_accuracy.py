@@ -142,11 +142,12 @@ def preprocess(X_train: np.ndarray, X_test: np.ndarray, seed: int, *,
 
 
 def _optimizer_defaults(lr: float | None) -> str:
-    """Each model's optimizer and step size, read from the estimators (not restated)."""
+    """Each model's optimizer, step size and cost transfer, read from the estimators (not restated)."""
     parts = []
     for name, (cls, *_rest) in MODELS.items():
         p = cls().get_params()
-        parts.append(f"{name}: {p['solver']} lr={p['lr'] if lr is None else lr:g}")
+        transfer = "identity" if p["transfer_fn"] == "identity" else f"{p['transfer_fn']} beta={p['beta']:g}"
+        parts.append(f"{name}: {p['solver']} lr={p['lr'] if lr is None else lr:g}, {transfer} transfer")
     return "; ".join(parts)
 
 

@@ -238,7 +238,7 @@ def train_dp_sgd(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
     model = DPGLVQ(setup.prototypes_per_class[0], epsilon=setup.epsilon, delta=setup.delta,
                    sampling_rate=setup.dp_sampling_rate, max_grad_norm=setup.dp_clip,
                    epochs=setup.dp_epochs, init_fraction=setup.dp_init_fraction, bounds=setup.bounds,
-                   solver="sgd", lr=setup.dp_lr, classes=np.unique(setup.labels),
+                   solver="sgd", lr=setup.dp_lr, transfer_fn="identity", classes=np.unique(setup.labels),
                    random_state=seed).fit(X, y)
     return Fit(model.prototypes_, np.asarray(model.prototype_labels_),
                {"noise_multiplier": model.noise_multiplier_, "sample_rate": model.sample_rate_,

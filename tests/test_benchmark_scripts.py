@@ -65,10 +65,13 @@ def test_plot_loader_merges_runs_of_other_models_of_a_data_set(tmp_path):
 
 
 @pytest.mark.data
-def test_tuning_compares_optimizers(real_data_dir):
+def test_tuning_compares_optimizers_and_transfers(real_data_dir):
     out = _run("dpsgd_tuning.py", "--data-dir", str(real_data_dir), "--model", "glvq", "--datasets", "vowel",
-               "--epsilons", "5", "--splits", "1", "--solvers", "sgd", "adam", "--lrs", "0.05",
-               "--average-last", "0")
-    # SGD, the default, stays out of the label; both optimizers learn (vowel: 11 classes)
-    assert set(out["results"]) == {"lr=0.05 average_last=0", "solver=adam lr=0.05 average_last=0"}
+               "--epsilons", "5", "--splits", "1", "--solvers", "sgd", "adam", "--sigmoid-betas", "0", "8",
+               "--lrs", "0.05", "--average-last", "0")
+    # SGD and the identity transfer stay out of the labels; every configuration learns (vowel: 11 classes)
+    assert set(out["results"]) == {
+        "lr=0.05 average_last=0", "solver=adam lr=0.05 average_last=0",
+        "transfer_fn=sigmoid beta=8 lr=0.05 average_last=0",
+        "solver=adam transfer_fn=sigmoid beta=8 lr=0.05 average_last=0"}
     assert all(err < 0.8 for err in out["results"].values())
