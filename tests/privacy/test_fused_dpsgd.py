@@ -23,21 +23,23 @@ from tests.privacy.test_grad_samplers import _model, _reference
     st.integers(1, 3),   # prototypes per class
     st.integers(1, 4),   # rank
     st.sampled_from([0.05, 0.5, 100.0]),  # clip norm: most clipped ... none clipped
+    st.sampled_from([("identity", 1.0), ("sigmoid", 16.0), ("sigmoid", 1.0)]),  # the DP estimators' default: 16
     st.integers(0, 2**31 - 1),
 )
-def test_clipped_sum_matches_clipping_a_per_sample_loop(kind, batch, d, per_class, rank, clip, seed):
+def test_clipped_sum_matches_clipping_a_per_sample_loop(kind, batch, d, per_class, rank, clip, transfer, seed):
+    transfer_fn, beta = transfer
     model = _model(kind, d, per_class, rank, seed)
     g = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(batch, d, generator=g, dtype=torch.float64) * 2
     y = torch.randint(0, 3, (batch,), generator=g)
     names = [name for name, _ in model.layer.named_parameters()]
     if batch:
-        reference = _reference(model, x, y)
+        reference = _reference(model, x, y, transfer_fn=transfer_fn, beta=beta)
         norms = torch.stack([reference[n].flatten(1).pow(2).sum(1) for n in names]).sum(0).sqrt()
         factor = (clip / (norms + 1e-6)).clamp(max=1.0)
         expected = {n: (factor.reshape(-1, *[1] * (reference[n].dim() - 1)) * reference[n]).sum(0) for n in names}
     model.zero_grad(set_to_none=True)
-    got_norms, costs = clipped_gradient_sum(model, x, y, clip)
+    got_norms, costs = clipped_gradient_sum(model, x, y, clip, transfer_fn=transfer_fn, beta=beta)
     assert got_norms.shape == costs.shape == (batch,)
     for name, p in model.layer.named_parameters():
         if batch:

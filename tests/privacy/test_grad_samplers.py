@@ -27,12 +27,13 @@ def _model(kind, d, per_class, rank, seed):
     return PrototypeModel(layer, labels)
 
 
-def _reference(model, x, y):
+def _reference(model, x, y, transfer_fn="identity", beta=1.0):
     """Per-sample gradients by a loop over single samples."""
     out = {name: [] for name, _ in model.layer.named_parameters()}
     for i in range(x.shape[0]):
         model.zero_grad()
-        glvq_loss(model(x[i:i + 1]), y[i:i + 1], model.prototype_labels, reduction="sum").backward()
+        glvq_loss(model(x[i:i + 1]), y[i:i + 1], model.prototype_labels, reduction="sum",
+                  transfer_fn=transfer_fn, beta=beta).backward()
         for name, p in model.layer.named_parameters():
             out[name].append(p.grad.detach().clone())
     return {name: torch.stack(v) if v else None for name, v in out.items()}
