@@ -4,8 +4,8 @@ The evaluation sets of ``dpsgd_accuracy.py`` (Image Segmentation, MNIST, optdigi
 are never touched here: the optimizer (plain SGD or Adam on the noisy gradient), the
 transfer function of the cost (identity or sigmoid), the learning rate, the metric's
 relative learning rate and iterate averaging (and, for GMLVQ, joint against
-per-parameter clipping and whether Omega is renormalised after every step) are compared on UCI vowel (990 x 10), satimage (6435 x 36, PCA 30)
-and pendigits (10992 x 16), with the Table B.1 protocol otherwise (delta = 1e-5,
+per-parameter clipping and whether Omega is renormalised after every step) are compared
+on UCI vowel (990 x 10), satimage (6435 x 36, PCA 30) and pendigits (10992 x 16), with the Table B.1 protocol otherwise (delta = 1e-5,
 q = 0.01, C = 0.5, E = 50, epsilon1 = 0.2 epsilon, ledger calibration, features
 z-scored and mapped onto [-1, 1] with the public bounds (-3, 3)). Each configuration is
 scored by its test error averaged over the data sets, the epsilons and ``--splits``
@@ -54,12 +54,15 @@ def _grid(model: str, args: argparse.Namespace) -> list[dict]:
     clippings = args.clippings if model == "gmlvq" else [None]
     normalize = args.normalize_omega if model == "gmlvq" else [None]
     out = []
-    for solver, beta, lr, scale, avg, clip, norm in itertools.product(args.solvers, args.sigmoid_betas, args.lrs,
+    betas = args.sigmoid_betas if args.sigmoid_betas is not None else [None]
+    for solver, beta, lr, scale, avg, clip, norm in itertools.product(args.solvers, betas, args.lrs,
                                                                       scales, args.average_last, clippings,
                                                                       normalize):
         cfg = {"lr": lr, "average_last": avg}
-        if beta > 0:  # sigmoid transfer; the identity (the default) stays out of the labels
-            cfg = {"transfer_fn": "sigmoid", "beta": beta, **cfg}
+        # None: the estimator's transfer (out of the label); otherwise always passed and named
+        if beta is not None:
+            transfer = {"transfer_fn": "sigmoid", "beta": beta} if beta > 0 else {"transfer_fn": "identity"}
+            cfg = {**transfer, **cfg}
         if solver != "sgd":  # the default; its name stays out of the configuration labels
             cfg = {"solver": solver, **cfg}
         if scale is not None:
@@ -95,8 +98,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--splits", type=int, default=2)
     parser.add_argument("--solvers", nargs="+", choices=("sgd", "adam"), default=["sgd"],
                         help="optimizer applied to the noisy clipped gradient (post-processing; default: sgd)")
-    parser.add_argument("--sigmoid-betas", nargs="+", type=float, default=[0.0],
-                        help="slopes of the sigmoid transfer of the cost; 0: the identity (default)")
+    parser.add_argument("--sigmoid-betas", nargs="+", type=float, default=None,
+                        help="slopes of the sigmoid transfer of the cost, 0 for the identity "
+                             "(default: the estimator's own transfer)")
     parser.add_argument("--lrs", nargs="+", type=float, default=[0.05, 0.2])
     parser.add_argument("--metric-lr-scales", nargs="+", type=float, default=[1.0, 0.1, 0.01])
     parser.add_argument("--average-last", nargs="+", type=float, default=[0.0, 0.5])
@@ -111,7 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
     overlap = set(args.datasets) & {"segmentation", "mnist", "optdigits"}
     if overlap:
         parser.error(f"{sorted(overlap)} are evaluation sets of dpsgd_accuracy.py; tune on others")
-    if any(beta < 0 for beta in args.sigmoid_betas):
+    if any(beta < 0 for beta in args.sigmoid_betas or ()):
         parser.error("--sigmoid-betas must be >= 0 (0: the identity transfer)")
     torch.set_num_threads(args.threads)
     data = load_benchmark_sets(args.datasets, resolve_data_dir(args.data_dir))
