@@ -37,7 +37,8 @@ Two-label images for anonymization (:mod:`dp_proto.data.faces`)
 ``load_two_label_csv(csv_path, image_column="path", regular_column="regular", ...)``
     The same from a CSV of image paths and labels.
 ``load_yale_faces(data_dir=None, size=YALE_DEFAULT_SIZE, crop=YALE_DEFAULT_CROP)``
-    Yale faces from ``data_dir/faces/yale/``: private = subject, regular = condition.
+    Yale faces from ``data_dir/faces/yale/``: private = subject, regular = condition;
+    ``crop=YALE_FACE_CROP, size=YALE_FACE_SIZE`` centres each face (``FaceCrop``).
 ``make_entangled_task(n, num_regular=4, num_private=8, entanglement=0.5, ...)``
     Synthetic features with a known label dependence -> ``EntangledTask``.
 
@@ -84,8 +85,11 @@ from dp_proto.data.faces import (
     YALE_CONDITIONS,
     YALE_DEFAULT_CROP,
     YALE_DEFAULT_SIZE,
+    YALE_FACE_CROP,
+    YALE_FACE_SIZE,
     YALE_PATTERN,
     EntangledTask,
+    FaceCrop,
     TwoLabelImages,
     entangled_label_joint,
     load_image_folder,
@@ -159,10 +163,13 @@ __all__ = [
     "YALE_CONDITIONS",
     "YALE_DEFAULT_CROP",
     "YALE_DEFAULT_SIZE",
+    "YALE_FACE_CROP",
+    "YALE_FACE_SIZE",
     "YALE_PATTERN",
     "ChecksumError",
     "DownloadError",
     "EntangledTask",
+    "FaceCrop",
     "TwoLabelImages",
     "default_data_dir",
     "download_mnist",

@@ -14,7 +14,8 @@ Image loaders, all ``-> TwoLabelImages``
     Image paths and both labels from a CSV with a header.
 ``load_yale_faces(data_dir=None, size=YALE_DEFAULT_SIZE, crop=YALE_DEFAULT_CROP)``
     The Yale Face Database in ``<data_dir>/faces/yale/``: private = subject
-    (15), regular = condition (11).
+    (15), regular = condition (11). ``crop=YALE_FACE_CROP, size=YALE_FACE_SIZE``
+    centres every face in its own box (:class:`FaceCrop`).
 
 Synthetic
 ---------
@@ -33,6 +34,7 @@ import csv
 import io
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,8 +48,11 @@ __all__ = [
     "YALE_CONDITIONS",
     "YALE_DEFAULT_CROP",
     "YALE_DEFAULT_SIZE",
+    "YALE_FACE_CROP",
+    "YALE_FACE_SIZE",
     "YALE_PATTERN",
     "EntangledTask",
+    "FaceCrop",
     "TwoLabelImages",
     "entangled_label_joint",
     "load_image_folder",
@@ -58,6 +63,8 @@ __all__ = [
 
 PathLike = str | os.PathLike
 Box = tuple[int, int, int, int]
+#: A fixed box, or a function of the grey image (height, width) in [0, 1] giving one.
+CropSpec = Box | Callable[[np.ndarray], Box]
 Size = tuple[int, int]
 
 #: The 11 conditions of the Yale Face Database (its regular labels), sorted.
@@ -86,6 +93,9 @@ YALE_DEFAULT_CROP: Box = (32, 2, 288, 242)
 
 #: Default (height, width) of :func:`load_yale_faces`: the crop shrunk 8-fold.
 YALE_DEFAULT_SIZE: Size = (30, 32)
+
+#: (height, width) to use with :data:`YALE_FACE_CROP`: the box shrunk 4-fold.
+YALE_FACE_SIZE: Size = (40, 36)
 
 _SIXTEEN_BIT_MODES = frozenset({"I", "I;16", "I;16B", "I;16L", "I;16N"})
 
@@ -185,9 +195,9 @@ def _check_size(size: Size | None) -> Size | None:
     return int(height), int(width)
 
 
-def _check_crop(crop: Box | None) -> Box | None:
-    if crop is None:
-        return None
+def _check_crop(crop: CropSpec | None) -> CropSpec | None:
+    if crop is None or callable(crop):
+        return crop
     try:
         left, top, right, bottom = crop
     except (TypeError, ValueError):
@@ -204,6 +214,82 @@ def _check_crop(crop: Box | None) -> Box | None:
     return int(left), int(top), int(right), int(bottom)
 
 
+@dataclass(frozen=True)
+class FaceCrop:
+    """A crop box of fixed size centred on the head, found in each image by itself.
+
+    For portraits of a dark head (hair, face, clothes) in front of a bright
+    background, such as the Yale faces: a pixel darker than ``threshold`` (grey
+    level in [0, 1]) counts as head. The box is centred horizontally on the
+    centroid of the head pixels in the upper ``upper_fraction`` of the image
+    (the shoulders below are left out), and its top lies ``top_margin`` rows below
+    the top of the head (the first row with more than ``min_row_pixels`` head
+    pixels within ``width`` columns of that centre), which keeps the forehead,
+    eyes and mouth and cuts most of the hair. The box is shifted back into the
+    image where it would leave it. Columns within ``border`` pixels of either edge
+    are ignored (scan lines).
+
+    The box depends on nothing but the image itself, so it adds no dependence
+    between records (it is part of the fixed preprocessing). It is a heuristic:
+    a cast shadow on the wall beside the head (the Yale ``leftlight`` and
+    ``rightlight`` images) moves the centre towards the shadow, by up to about
+    a fifth of the box.
+
+    Call it with a grey image ``(height, width)`` to get ``(left, top, right,
+    bottom)``; pass it as ``crop=`` to the image loaders.
+    """
+
+    width: int = 144
+    height: int = 160
+    top_margin: int = 25
+    threshold: float = 0.55
+    min_row_pixels: int = 15
+    upper_fraction: float = 0.8
+    border: int = 5
+
+    def __post_init__(self) -> None:
+        for name in ("width", "height", "min_row_pixels"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"FaceCrop.{name} must be an int >= 1, got {value!r}")
+        for name in ("top_margin", "border"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"FaceCrop.{name} must be an int >= 0, got {value!r}")
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError(f"FaceCrop.threshold must be in (0, 1], got {self.threshold!r}")
+        if not 0.0 < self.upper_fraction <= 1.0:
+            raise ValueError(f"FaceCrop.upper_fraction must be in (0, 1], got {self.upper_fraction!r}")
+
+    def __call__(self, grey: np.ndarray) -> Box:
+        grey = np.asarray(grey, dtype=np.float64)
+        if grey.ndim != 2:
+            raise ValueError(f"FaceCrop expects a grey image (height, width), got shape {grey.shape}")
+        rows, cols = grey.shape
+        if self.width > cols or self.height > rows:
+            raise DataValidationError(
+                f"face box {self.width} x {self.height} (width x height) does not fit in an image of "
+                f"{cols} x {rows}"
+            )
+        head = grey < self.threshold
+        head[:, : self.border] = False
+        head[:, cols - self.border :] = False
+        counts = head[: max(int(round(self.upper_fraction * rows)), 1)].sum(axis=0)
+        total = counts.sum()
+        centre = int(round((counts * np.arange(cols)).sum() / total)) if total else cols // 2
+        band = head[:, max(centre - self.width // 2, 0) : centre + self.width // 2].sum(axis=1)
+        above = np.flatnonzero(band > self.min_row_pixels)
+        top = int(above[0]) + self.top_margin if len(above) else 0
+        top = min(max(top, 0), rows - self.height)
+        left = min(max(centre - self.width // 2, 0), cols - self.width)
+        return left, top, left + self.width, top + self.height
+
+
+#: Per-image face box for :func:`load_yale_faces` (``crop=YALE_FACE_CROP``): 144 wide,
+#: 160 high, centred on the head (use with ``size=YALE_FACE_SIZE``).
+YALE_FACE_CROP: FaceCrop = FaceCrop()
+
+
 # --------------------------------------------------------------------------- image reading
 def _resample_box() -> int:
     from PIL import Image
@@ -211,7 +297,8 @@ def _resample_box() -> int:
     return getattr(Image, "Resampling", Image).BOX
 
 
-def _read_image(path: Path, *, grayscale: bool, crop: Box | None, size: Size | None) -> np.ndarray:
+def _read_image(path: Path, *, grayscale: bool, crop: CropSpec | None,
+                size: Size | None) -> np.ndarray:
     """One image as float32 (channels, height, width) in [0, 1]."""
     from PIL import Image, UnidentifiedImageError
 
@@ -234,6 +321,9 @@ def _read_image(path: Path, *, grayscale: bool, crop: Box | None, size: Size | N
         raise DataValidationError(f"{path}: cannot read the image ({exc})") from exc
 
     width, height = channels[0].size
+    if callable(crop):
+        grey = np.mean([np.asarray(ch, dtype=np.float64) for ch in channels], axis=0) / scale
+        crop = _check_crop(tuple(int(v) for v in crop(grey)))
     if crop is not None:
         if crop[2] > width or crop[3] > height:
             raise DataValidationError(
@@ -255,7 +345,7 @@ def _assemble(
     *,
     size: Size | None,
     grayscale: bool,
-    crop: Box | None,
+    crop: CropSpec | None,
 ) -> TwoLabelImages:
     images = []
     first_shape: tuple[int, ...] | None = None
@@ -292,7 +382,7 @@ def load_image_folder(
     *,
     size: Size | None = None,
     grayscale: bool = True,
-    crop: Box | None = None,
+    crop: CropSpec | None = None,
 ) -> TwoLabelImages:
     """Load the images of a folder whose file names carry both labels.
 
@@ -315,8 +405,10 @@ def load_image_folder(
         then all have the same size.
     grayscale : bool, default True
         Convert to one grey channel; else to three RGB channels.
-    crop : (left, top, right, bottom) or None, default None
-        Box in pixels (right and bottom exclusive) cut out before resizing.
+    crop : (left, top, right, bottom), callable or None, default None
+        Box in pixels (right and bottom exclusive) cut out before resizing, or a
+        function of each grey image ``(height, width)`` in [0, 1] (the channel
+        mean for RGB) returning that image's box, e.g. :class:`FaceCrop`.
 
     Returns
     -------
@@ -378,7 +470,7 @@ def load_two_label_csv(
     private_column: str = "private",
     size: Size | None = None,
     grayscale: bool = True,
-    crop: Box | None = None,
+    crop: CropSpec | None = None,
 ) -> TwoLabelImages:
     """Load images listed in a CSV file with their regular and private labels.
 
@@ -473,7 +565,7 @@ def load_yale_faces(
     data_dir: PathLike | None = None,
     *,
     size: Size | None = YALE_DEFAULT_SIZE,
-    crop: Box | None = YALE_DEFAULT_CROP,
+    crop: CropSpec | None = YALE_DEFAULT_CROP,
 ) -> TwoLabelImages:
     """Load the Yale Face Database: private label = subject, regular label = condition.
 
@@ -497,14 +589,26 @@ def load_yale_faces(
     the 960 pixels are close to the 29 x 37 = 1073 pixels of the
     anonymization experiments of Feutry et al. (2018).
 
+    Centred faces. With the fixed box, where a head sits tells who it is, and
+    an expression shows at a different place for every subject.
+    ``crop=YALE_FACE_CROP, size=YALE_FACE_SIZE`` instead cuts a 144 x 160 box
+    around each head (found in that image alone, :class:`FaceCrop`) and shrinks
+    it 4-fold to 40 x 36: forehead to chin, the eyes at about the same place in
+    every image. It makes the condition easier and the identity harder to
+    learn from the pixels: a logistic regression trained on half of the faces
+    scores condition 0.224 -> 0.254 and identity 0.833 -> 0.732 on the other
+    half (mean of 6 halvings, ``benchmarks/yale_crops.py``).
+
     Parameters
     ----------
     data_dir : str, os.PathLike or None
         The data directory; ``None`` uses :func:`dp_proto.data.default_data_dir`.
     size : (height, width) or None, default (30, 32)
         Output size (box resampling); ``None`` keeps the cropped size.
-    crop : (left, top, right, bottom) or None, default (32, 2, 288, 242)
-        Box cut out before resizing; ``None`` keeps the whole 320 x 243 image.
+    crop : (left, top, right, bottom), callable or None, default (32, 2, 288, 242)
+        Box cut out before resizing; ``None`` keeps the whole 320 x 243 image;
+        :data:`YALE_FACE_CROP` (a :class:`FaceCrop`) centres each face in its
+        own 144 x 160 box (then use ``size=YALE_FACE_SIZE``, ``(40, 36)``).
 
     Returns
     -------

@@ -16,7 +16,10 @@ from dp_proto.data import (
     YALE_CONDITIONS,
     YALE_DEFAULT_CROP,
     YALE_DEFAULT_SIZE,
+    YALE_FACE_CROP,
+    YALE_FACE_SIZE,
     EntangledTask,
+    FaceCrop,
     TwoLabelImages,
     entangled_label_joint,
     load_image_folder,
@@ -341,6 +344,85 @@ def test_real_yale(real_data_dir):
     left, top, right, bottom = YALE_DEFAULT_CROP
     cropped = load_yale_faces(real_data_dir, size=None)
     np.testing.assert_array_equal(cropped.images, full.images[:, :, top:bottom, left:right])
+    # Centred faces: every box lies inside the picture and the heads' horizontal
+    # positions, which spread over about 100 columns in the full pictures, are aligned.
+    faces = load_yale_faces(real_data_dir, crop=YALE_FACE_CROP, size=YALE_FACE_SIZE)
+    assert faces.images.shape == (164, 1, *YALE_FACE_SIZE)
+    lefts = np.array([YALE_FACE_CROP(img[0])[0] for img in full.images])
+    assert lefts.min() < 60 and lefts.max() > 130
+    dark = faces.images[:, 0] < 0.55
+    centres = (dark.sum(axis=1) * np.arange(YALE_FACE_SIZE[1])).sum(axis=1) / dark.sum(axis=(1, 2))
+    assert np.median(np.abs(centres - (YALE_FACE_SIZE[1] - 1) / 2)) < 3
+
+
+# --------------------------------------------------------------------------- FaceCrop
+def _portrait(centre: int, top: int, shape=(243, 320)) -> np.ndarray:
+    """A white picture with a dark elliptic head (half-width 60, half-height 90) whose
+    topmost row is ``top`` and whose centre column is ``centre``, in [0, 1]."""
+    rows, cols = np.mgrid[: shape[0], : shape[1]]
+    head = ((cols - centre) / 60.0) ** 2 + ((rows - top - 90) / 90.0) ** 2 <= 1.0
+    return np.where(head, 0.3, 0.95)
+
+
+@pytest.mark.parametrize("centre", [80, 160, 230])
+def test_face_crop_centres_the_head(centre):
+    crop = FaceCrop(width=100, height=120, top_margin=20)
+    left, top, right, bottom = crop(_portrait(centre, top=30))
+    assert (right - left, bottom - top) == (100, 120)
+    assert abs((left + right) / 2 - centre) <= 1
+    # The head's first row with more than 15 dark pixels, plus the margin.
+    first = np.flatnonzero((_portrait(centre, top=30) < 0.55).sum(axis=1) > 15)[0]
+    assert top == first + 20
+
+
+def test_face_crop_stays_inside_the_image():
+    crop = FaceCrop(width=144, height=160, top_margin=25)
+    left, top, right, bottom = crop(_portrait(10, top=150))  # head at the bottom-left edge
+    assert left == 0 and right == 144 and bottom == 243 and top == 243 - 160
+    blank = np.full((243, 320), 0.95)  # no head at all: the centre box, from the top
+    assert crop(blank) == (88, 0, 232, 160)
+
+
+def test_face_crop_ignores_shoulders_and_border_columns():
+    image = _portrait(200, top=20)
+    image[200:, :120] = 0.2  # dark clothes at the bottom left, below the upper 80 %
+    image[:, :5] = 0.0  # a dark scan line at the left edge
+    left, _, right, _ = FaceCrop(width=100, height=100)(image)
+    assert abs((left + right) / 2 - 200) <= 1
+
+
+def test_face_crop_validation():
+    for kwargs in ({"width": 0}, {"height": 2.5}, {"top_margin": -1}, {"threshold": 0.0},
+                   {"upper_fraction": 1.5}, {"min_row_pixels": True}):
+        with pytest.raises(ValueError, match="FaceCrop"):
+            FaceCrop(**kwargs)
+    with pytest.raises(ValueError, match="grey image"):
+        FaceCrop()(np.zeros((243, 320, 3)))
+    with pytest.raises(DataValidationError, match="does not fit"):
+        FaceCrop(width=400)(np.zeros((243, 320)))
+
+
+def test_folder_with_a_per_image_crop(tmp_path):
+    folder = tmp_path / "faces"
+    for name, centre in (("s1_happy.png", 70), ("s2_sad.png", 250)):
+        _write(folder / name, (255 * _portrait(centre, top=30)).astype(np.uint8), "PNG")
+    crop = FaceCrop(width=100, height=120)
+    out = load_image_folder(folder, PATTERN, crop=crop)
+    assert out.images.shape == (2, 1, 120, 100)
+    full = load_image_folder(folder, PATTERN)
+    for k in range(2):  # the same cut as the box computed from that image alone
+        left, top, right, bottom = crop(full.images[k, 0])
+        np.testing.assert_array_equal(out.images[k, 0], full.images[k, 0, top:bottom, left:right])
+    rgb = load_image_folder(folder, PATTERN, crop=crop, grayscale=False, size=(12, 10))
+    assert rgb.images.shape == (2, 3, 12, 10)
+
+
+def test_yale_face_crop_on_fake_folder(tmp_path):
+    _fake_yale(tmp_path / "faces" / "yale", ["subject01.happy", "subject02.sad"])
+    out = load_yale_faces(tmp_path, crop=YALE_FACE_CROP, size=YALE_FACE_SIZE)
+    assert out.images.shape == (2, 1, *YALE_FACE_SIZE)
+    # The face box shrinks exactly 4-fold to the face size.
+    assert (YALE_FACE_CROP.height / 4, YALE_FACE_CROP.width / 4) == YALE_FACE_SIZE
 
 
 # --------------------------------------------------------------------------- make_entangled_task
@@ -475,5 +557,8 @@ def test_public_exports():
         "load_two_label_csv",
         "load_yale_faces",
         "make_entangled_task",
+        "FaceCrop",
+        "YALE_FACE_CROP",
+        "YALE_FACE_SIZE",
     ):
         assert name in data_pkg.__all__ and hasattr(data_pkg, name)
