@@ -23,6 +23,7 @@ or Adam. Logged every step (``train/...``) and every validation epoch (``val/...
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 import lightning as L
@@ -39,7 +40,8 @@ from dp_proto.anonymizer.losses import (
 )
 from dp_proto.anonymizer.modules import Anonymizer
 
-__all__ = ["AnonymizerModule", "PHASES", "EpochTimer", "AnonymizerFit", "fit_anonymizer", "evaluate_held_out"]
+__all__ = ["AnonymizerModule", "PHASES", "EpochTimer", "AnonymizerFit", "fit_anonymizer", "evaluate_held_out",
+           "restart_score"]
 
 PHASES = ("pretrain_regular", "pretrain_private", "adversarial")
 MODES = ("toggle", "simultaneous")
@@ -307,11 +309,14 @@ def quiet_lightning() -> None:
 
 class AnonymizerFit(NamedTuple):
     """What :func:`fit_anonymizer` returns: the trained module, its trainer and the
-    training epochs' wall times by phase."""
+    training epochs' wall times by phase; with ``restarts > 1`` also every restart's
+    :func:`restart_score` (``restarts``, in order) and the index of the kept one."""
 
     module: AnonymizerModule
     trainer: L.Trainer
     epoch_times: dict[str, list[float]]
+    restarts: list[dict] | None = None
+    chosen: int = 0
 
 
 def _val_loader(val_data):
@@ -360,23 +365,84 @@ def train_module(module: AnonymizerModule, loader, val_data, *, max_epochs: int,
     return AnonymizerFit(module, trainer, timer.times)
 
 
-def fit_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, anonymizer: Anonymizer | None = None,
+def _restart_logger(logger, k: int):
+    """A TensorBoard logger's run gets one sub-folder per restart (``restart_<k>``), so that
+    the restarts' curves do not overwrite each other; other loggers are shared."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    if isinstance(logger, TensorBoardLogger):
+        return TensorBoardLogger(logger.save_dir, name=logger.name, version=logger.version, sub_dir=f"restart_{k}")
+    return logger
+
+
+def restart_score(module: AnonymizerModule, x: Tensor, regular: Tensor, private: Tensor, *, lam: float,
+                  folds: int = 2, seed: int = 0) -> dict:
+    """How well a trained anonymizer trades the two labels off on its own training
+    records ``x (n, ...)``, as fresh probes see it: the cross-fitted accuracies of fresh
+    regular classifiers (``regular_accuracy``) and of fresh attackers
+    (``attacker_accuracy``; chance = the largest private class share) on the frozen
+    representation (:func:`~dp_proto.anonymizer.evaluation.fresh_attacker_accuracy`),
+    and ``score = regular_accuracy - lam * max(attacker_accuracy - chance, 0)``: the
+    encoder objective's trade-off, in accuracies. Uses the training records only."""
+    from dp_proto.anonymizer.evaluation import encode, fresh_attacker_accuracy
+
+    z = encode(module.anonymizer.encoder, x)
+    probe_regular = fresh_attacker_accuracy(z, regular, folds=folds, seed=seed)
+    attack = fresh_attacker_accuracy(z, private, folds=folds, seed=seed)
+    leak = max(attack.accuracy - attack.chance, 0.0)
+    return {"regular_accuracy": probe_regular.accuracy, "attacker_accuracy": attack.accuracy,
+            "chance": attack.chance, "score": probe_regular.accuracy - lam * leak}
+
+
+def fit_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *,
+                   anonymizer: Anonymizer | Callable[[], Anonymizer] | None = None,
                    lam: float = 1.0, mode: str = "toggle", adversarial_epochs: int = 20,
                    pretrain_regular_epochs: int = 10, pretrain_private_epochs: int = 10,
                    batch_size: int = 32, val_data: tuple[Tensor, Tensor, Tensor] | None = None, seed: int = 0,
-                   logger=False, enable_progress_bar: bool = False, accelerator: str = "cpu",
+                   restarts: int = 1, logger=False, enable_progress_bar: bool = False, accelerator: str = "cpu",
                    **module_kwargs) -> AnonymizerFit:
     """Train an anonymizer on ``x (n, ...)`` with regular labels ``(n,)`` and private
     labels ``(n,)`` (integer class indices; every private class must occur).
 
     ``anonymizer=None`` builds :meth:`Anonymizer.mlp` (flattened inputs) or, for images
-    ``(n, C, H, W)``, :meth:`Anonymizer.cnn`. ``module_kwargs`` go to
-    :class:`AnonymizerModule` (``lr``, ``encoder_lr``, ``optimizer``, ``toggle_steps``...).
-    Returns the module in eval mode on the CPU/GPU it trained on.
+    ``(n, C, H, W)``, :meth:`Anonymizer.cnn`; a callable is a factory of new, untrained
+    anonymizers. ``module_kwargs`` go to :class:`AnonymizerModule` (``lr``,
+    ``encoder_lr``, ``optimizer``, ``toggle_steps``...). Returns the module in eval mode
+    on the CPU/GPU it trained on.
+
+    ``restarts = k > 1`` trains ``k`` anonymizers from the seeds ``seed, seed + 1, ...``
+    (so ``anonymizer`` must be ``None`` or a factory) and keeps the one with the best
+    :func:`restart_score` on the training records. Adversarial training on small data
+    ends in outcomes that differ from one initialisation to the next (the encoder keeps
+    the private label, or drops it with or without the regular one); fresh probes on the
+    training records tell them apart about as well as on held-out records. Only the
+    training records are used, so held-out evaluations stay honest. A TensorBoard
+    ``logger`` gets a sub-folder ``restart_<k>`` per restart.
     """
     from torch.utils.data import DataLoader, TensorDataset
 
     from dp_proto.anonymizer.losses import empirical_prior
+
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 1:
+        raise ValueError(f"restarts must be an int >= 1, got {restarts!r}")
+    if restarts > 1:
+        if isinstance(anonymizer, torch.nn.Module):
+            raise ValueError("restarts > 1 trains several new anonymizers: pass anonymizer=None or a factory "
+                             "(a callable returning a new, untrained Anonymizer), not a module")
+        kwargs = {"lam": lam, "mode": mode, "adversarial_epochs": adversarial_epochs,
+                  "pretrain_regular_epochs": pretrain_regular_epochs,
+                  "pretrain_private_epochs": pretrain_private_epochs, "batch_size": batch_size,
+                  "val_data": val_data, "enable_progress_bar": enable_progress_bar,
+                  "accelerator": accelerator, **module_kwargs}
+        fits, scores = [], []
+        for k in range(restarts):
+            fit = fit_anonymizer(x, regular, private, anonymizer=anonymizer, seed=seed + k,
+                                 logger=_restart_logger(logger, k), **kwargs)
+            fits.append(fit)
+            scores.append(restart_score(fit.module, x.to(fit.module.device), torch.as_tensor(regular),
+                                        torch.as_tensor(private), lam=lam, seed=seed))
+        best = max(range(restarts), key=lambda k: scores[k]["score"])
+        return fits[best]._replace(restarts=scores, chosen=best)
 
     regular, private = training_labels(x, regular, private)
     num_regular = int(regular.max()) + 1 if len(regular) else 0
@@ -387,7 +453,10 @@ def fit_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, anonymizer: A
         raise ValueError("the regular label needs at least 2 classes in the training data")
     prior = empirical_prior(private, num_private)
     L.seed_everything(seed, workers=True, verbose=False)
-    anonymizer = anonymizer if anonymizer is not None else default_anonymizer(x, num_regular, num_private)
+    if anonymizer is None:
+        anonymizer = default_anonymizer(x, num_regular, num_private)
+    elif not isinstance(anonymizer, torch.nn.Module):
+        anonymizer = anonymizer()
     module = AnonymizerModule(anonymizer, prior, num_regular, lam=lam, mode=mode,
                               pretrain_regular_epochs=pretrain_regular_epochs,
                               pretrain_private_epochs=pretrain_private_epochs, **module_kwargs)

@@ -9,7 +9,7 @@ Sections and defaults (unknown keys are rejected)::
                channels: [16, 32], dropout: 0.0}
     training: {lam: 1.0, mode: toggle, pretrain_regular_epochs: 10, pretrain_private_epochs: 10,
                adversarial_epochs: 20, toggle_steps: null, encoder_steps: null, batch_size: 32, lr: 0.01,
-               encoder_lr: 0.001, optimizer: nesterov, accelerator: cpu, progress_bar: true}
+               encoder_lr: 0.001, optimizer: nesterov, restarts: 1, accelerator: cpu, progress_bar: true}
     logging:  {log_dir: runs, name: null}
 
 ``data.source``: ``synthetic`` (:func:`~dp_proto.data.make_entangled_task`), ``yale``
@@ -17,6 +17,9 @@ Sections and defaults (unknown keys are rejected)::
 ``private``) or ``csv`` (``path`` to a CSV with columns ``path``, ``regular``, ``private``).
 A stratified ``holdout`` share of the records is never trained on: it is the validation
 set logged to TensorBoard and the data of the fresh attackers after training.
+``training.restarts`` > 1 trains that many anonymizers from the seeds ``seed, seed + 1, ...``
+and keeps the best on the training records
+(:func:`~dp_proto.lightning.anonymizer.fit_anonymizer`).
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ ANONYMIZER_DEFAULTS: dict[str, Any] = {
               "channels": [16, 32], "dropout": 0.0},
     "training": {"lam": 1.0, "mode": "toggle", "pretrain_regular_epochs": 10, "pretrain_private_epochs": 10,
                  "adversarial_epochs": 20, "toggle_steps": None, "encoder_steps": None, "batch_size": 32, "lr": 0.01,
-                 "encoder_lr": 0.001, "optimizer": "nesterov", "accelerator": "cpu", "progress_bar": True},
+                 "encoder_lr": 0.001, "optimizer": "nesterov", "restarts": 1, "accelerator": "cpu",
+                 "progress_bar": True},
     "logging": {"log_dir": "runs", "name": None},
 }
 
@@ -130,7 +134,11 @@ def run_anonymizer_experiment(config: dict) -> dict[str, Any]:
     counts = torch.bincount(s)
     train, held = train_test_split(np.arange(len(s)), test_size=config["data"]["holdout"], random_state=seed,
                                    stratify=s.numpy() if int(counts.min()) >= 2 else None)
-    model = _build_model(config["model"], x, num_regular, num_private)
+
+    def model() -> Anonymizer:  # built after fit_anonymizer seeds torch: the same seed, the same start
+        return _build_model(config["model"], x, num_regular, num_private)
+
+    model()  # check the model section before any training
     t = dict(config["training"])
     log = config["logging"]
     logger = TensorBoardLogger(log["log_dir"], name=log["name"] or f"anonymizer_{config['data']['source']}")
@@ -149,5 +157,6 @@ def run_anonymizer_experiment(config: dict) -> dict[str, Any]:
         "fano_error_estimate": result["fano_error_bound"],
         "train_records": len(train), "held_out_records": len(held),
         "epoch_times": {k: float(np.mean(v)) for k, v in fit.epoch_times.items()},
+        "restarts": fit.restarts, "chosen_restart": fit.chosen,
         "log_dir": logger.log_dir, "config": config,
     }

@@ -552,3 +552,61 @@ def test_fit_anonymizer_builds_a_cnn_for_images_and_accepts_any_encoder():
     assert not any(torch.equal(a, b) for a, b in zip(before, encoder.parameters(), strict=True))
     z = encode(custom.encoder, images)
     assert z.shape == (12, 5) and math.isfinite(float(z.sum()))
+
+
+# --------------------------------------------------------------------------- restarts
+def _restart_data():
+    task = make_entangled_task(240, num_regular=2, num_private=3, entanglement=0.0, dim=6, seed=0)
+    return tuple(torch.from_numpy(a) for a in (task.x, task.regular, task.private))
+
+
+def _small_anonymizer() -> Anonymizer:
+    return Anonymizer.mlp(6, 2, 3, representation_dim=4, encoder_hidden=(8,), head_hidden=(4,))
+
+
+def test_restarts_keep_the_best_score_on_the_training_records():
+    from dp_proto.lightning.anonymizer import restart_score
+
+    x, y, s = _restart_data()
+    settings = {"lam": 2.0, "pretrain_regular_epochs": 1, "pretrain_private_epochs": 1, "adversarial_epochs": 2,
+                "batch_size": 40, "toggle_steps": 2}
+    fit = fit_anonymizer(x, y, s, anonymizer=_small_anonymizer, restarts=3, seed=7, **settings)
+    assert len(fit.restarts) == 3 and fit.chosen == int(np.argmax([r["score"] for r in fit.restarts]))
+    for r in fit.restarts:
+        leak = max(r["attacker_accuracy"] - r["chance"], 0.0)
+        assert r["score"] == pytest.approx(r["regular_accuracy"] - 2.0 * leak)
+    # the kept module is the restart with seed 7 + chosen, trained exactly as alone
+    alone = fit_anonymizer(x, y, s, anonymizer=_small_anonymizer, seed=7 + fit.chosen, **settings)
+    for a, b in zip(fit.module.parameters(), alone.module.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    assert restart_score(alone.module, x, y, s, lam=2.0, seed=7) == fit.restarts[fit.chosen]
+    assert alone.restarts is None and alone.chosen == 0
+    # the restarts start from different initialisations
+    firsts = [fit_anonymizer(x, y, s, anonymizer=_small_anonymizer, seed=7 + k, **settings).module
+              for k in range(2)]
+    assert not torch.equal(next(firsts[0].parameters()), next(firsts[1].parameters()))
+
+
+def test_restart_score_of_a_leaky_and_a_blind_representation():
+    from dp_proto.lightning.anonymizer import restart_score
+
+    x, y, s = _restart_data()
+    module = AnonymizerModule(_small_anonymizer(), empirical_prior(s, 3), 2)
+    module.anonymizer.encoder = nn.Identity()  # releases x itself: the private label is visible
+    leaky = restart_score(module, x, y, s, lam=1.0)
+    assert leaky["attacker_accuracy"] > 0.8 and leaky["score"] < leaky["regular_accuracy"]
+    module.anonymizer.encoder = nn.Sequential(nn.Linear(6, 1), nn.ReLU(), nn.Flatten())
+    with torch.no_grad():  # a constant representation: nothing leaks, no penalty
+        module.anonymizer.encoder[0].weight.zero_()
+        module.anonymizer.encoder[0].bias.fill_(1.0)
+    blind = restart_score(module, x, y, s, lam=100.0)
+    assert blind["score"] == blind["regular_accuracy"]
+
+
+def test_restarts_argument_checks():
+    x, y, s = tiny_data()
+    for bad in (0, -1, True, 2.0):
+        with pytest.raises(ValueError, match="restarts must be an int >= 1"):
+            fit_anonymizer(x, y, s, restarts=bad, adversarial_epochs=1)
+    with pytest.raises(ValueError, match="pass anonymizer=None or a factory"):
+        fit_anonymizer(x, y, s, restarts=2, anonymizer=tiny_module((x, y, s)).anonymizer, adversarial_epochs=1)
