@@ -231,9 +231,10 @@ class FaceCrop:
 
     The box depends on nothing but the image itself, so it adds no dependence
     between records (it is part of the fixed preprocessing). It is a heuristic:
-    a cast shadow on the wall beside the head (the Yale ``leftlight`` and
-    ``rightlight`` images) moves the centre towards the shadow, by up to about
-    a fifth of the box.
+    a cast shadow on the wall beside the head moves the centre towards the
+    shadow. On the Yale ``leftlight`` and ``rightlight`` images the box sits a
+    median 44-45 columns (at most 87) away from the same subject's ``normal``
+    image, against 1-3 columns (at most 28) for the other conditions.
 
     Call it with a grey image ``(height, width)`` to get ``(left, top, right,
     bottom)``; pass it as ``crop=`` to the image loaders.
