@@ -65,9 +65,12 @@ MODES = ("toggle", "simultaneous")
 #: same 164 images, lambda 1-10), not on the benchmark's splits (seeds 0..): a
 #: representation of 8 units; toggle blocks of 60 branch steps (10 epochs) and 12
 #: encoder steps, so that the private branch keeps up with the encoder; 300 adversarial
-#: epochs; encoder learning rate 0.001.
+#: epochs; encoder learning rate 0.001. Three restarts per fit (``fit_anonymizer(restarts=3)``:
+#: the one scoring best on its own training records is kept), chosen on development splits
+#: 100-105 where single fits ended bimodally (identity kept, or everything dropped).
 SETTINGS = {
     "yale": {"architecture": {"representation_dim": 8, "encoder_hidden": (256,), "head_hidden": (64,)},
+             "restarts": 3,
              "fit": {"pretrain_regular_epochs": 40, "pretrain_private_epochs": 20, "adversarial_epochs": 300,
                      "toggle_steps": 60, "encoder_steps": 12, "batch_size": 16, "lr": 0.01,
                      "encoder_lr": 0.001, "optimizer": "nesterov"}},
@@ -96,22 +99,63 @@ def load(name: str, args) -> dict:
             "best_private_accuracy_given_regular": float(task.best_private_accuracy_given_regular)}
 
 
-def run_one(data: dict, name: str, lam: float, mode: str, seed: int) -> dict:
+def run_one(data: dict, name: str, lam: float, mode: str, seed: int, settings: dict | None = None) -> dict:
+    """One anonymizer fit and its held-out evaluation; ``settings`` default to ``SETTINGS[name]``."""
     idx = np.arange(len(data["private"]))
     train, held = train_test_split(idx, train_size=0.5, stratify=data["private"].numpy(), random_state=seed)
     x, y, s = data["x"], data["regular"], data["private"]
-    settings = SETTINGS[name]
-    torch.manual_seed(seed)
-    model = Anonymizer.mlp(x.shape[1], data["num_regular"], data["num_private"], **settings["architecture"])
+    settings = SETTINGS[name] if settings is None else settings
+
+    def model() -> Anonymizer:
+        return Anonymizer.mlp(x.shape[1], data["num_regular"], data["num_private"], **settings["architecture"])
+
     fit = fit_anonymizer(x[train], y[train], s[train], anonymizer=model, lam=lam, mode=mode, seed=seed,
-                         **settings["fit"])
+                         restarts=settings.get("restarts", 1), **settings["fit"])
     result = evaluate_held_out(fit.module, x[held], y[held], s[held], folds=2, seed=seed)
     result.pop("attacker_chance")
     return {
         **result,
+        "restarts": fit.restarts, "chosen_restart": fit.chosen,
         "chance": float(fit.module.prior.max()),
         "epoch_times": {phase: float(np.mean(t)) for phase, t in fit.epoch_times.items()},
     }
+
+
+def _run_task(task: tuple, data: dict, settings: dict, threads: int) -> dict:
+    name, mode, lam, seed = task
+    torch.set_num_threads(threads)
+    warnings.filterwarnings("ignore", module="lightning")
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    return run_one(data[name], name, lam, mode, seed, settings[name])
+
+
+def run_all(tasks: list[tuple], data: dict, jobs: int, threads: int) -> list[dict]:
+    """``run_one`` for every ``(dataset, mode, lambda, seed)`` task, in ``jobs`` worker
+    processes (1: in this process); results in task order. Each fit seeds itself, so
+    the results do not depend on ``jobs``. The workers get this process' ``SETTINGS``
+    (with ``--quick``'s changes)."""
+    runs: list[dict | None] = [None] * len(tasks)
+    with tqdm(total=len(tasks), desc=BENCHMARK, unit="fit", file=sys.stderr, dynamic_ncols=True) as bar:
+        def done(i: int, run: dict) -> None:
+            runs[i] = run
+            name, mode, lam, _ = tasks[i]
+            bar.set_postfix_str(f"{name} {mode} lam={lam:g} reg={run['regular_accuracy']:.2f} "
+                                f"att={run['attacker_accuracy']:.2f}")
+            bar.update(1)
+
+        if jobs == 1:
+            for i, task in enumerate(tasks):
+                done(i, _run_task(task, data, SETTINGS, threads))
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            context = multiprocessing.get_context("spawn")  # no forked torch/Lightning state
+            with ProcessPoolExecutor(jobs, mp_context=context) as pool:
+                futures = {pool.submit(_run_task, task, data, SETTINGS, threads): i for i, task in enumerate(tasks)}
+                for future in as_completed(futures):
+                    done(futures[future], future.result())
+    return runs  # type: ignore[return-value]
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -124,6 +168,11 @@ def summarise(runs: list[dict]) -> dict:
     out["attacker_by_model"] = {m: round(float(np.mean([r["attacker_by_model"][m] for r in runs])), 4)
                                 for m in runs[0]["attacker_by_model"]}
     out["per_seed"] = [[round(r["regular_accuracy"], 4), round(r["attacker_accuracy"], 4)] for r in runs]
+    if runs[0].get("restarts"):  # per seed: the kept restart and every restart's training-record probes
+        out["restarts"] = [{"chosen": r["chosen_restart"],
+                            "train_regular_attacker_score": [[round(q[k], 4) for k in
+                                                              ("regular_accuracy", "attacker_accuracy", "score")]
+                                                             for q in r["restarts"]]} for r in runs]
     return out
 
 
@@ -157,9 +206,10 @@ def intermediate_run_fraction(raw_curve: dict, margin: float = 0.05) -> float:
     return float(np.mean(inside)) if inside else float("nan")
 
 
-def plot(results: dict, out: str, floors: dict | None = None) -> None:
+def plot(results: dict, out: str, floors: dict | None = None, targets: dict | None = None) -> None:
     """Regular against attacker accuracy per data set; ``floors[name]``: the attacker
-    accuracy a perfect anonymizer still allows (synthetic task: through the regular label)."""
+    accuracy a perfect anonymizer still allows (synthetic task: through the regular label);
+    ``targets[name]``: twice the uniform chance, 2 / number of private classes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -177,7 +227,8 @@ def plot(results: dict, out: str, floors: dict | None = None) -> None:
                 ax.annotate(f"{float(k):g}", (xv, yv), fontsize=6, textcoords="offset points", xytext=(3, 3))
         chance = next(iter(next(iter(by_mode.values())).values()))["chance"][0]
         ax.axvline(chance, color="grey", ls=":", lw=0.8, label="random guessing")
-        ax.axvline(2 * chance, color="grey", ls="--", lw=0.8, label="2 x chance")
+        if targets and name in targets:
+            ax.axvline(targets[name], color="grey", ls="--", lw=0.8, label="2 / private classes")
         if floors and name in floors:
             ax.axvline(floors[name], color="tab:red", ls=":", lw=0.8, label="floor given the regular label")
         ax.set_xlabel("fresh attacker's private accuracy (held-out)")
@@ -199,10 +250,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, default=3, help="splits and initialisations per lambda (3)")
     p.add_argument("--quick", action="store_true", help="1 seed, 3 lambdas, a third of the epochs (smoke run)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="torch threads per fit (1)")
+    p.add_argument("--jobs", type=int, default=1, help="fits run in parallel worker processes (1)")
     p.add_argument("--figure", default="benchmarks/figures/anonymizer_tradeoff.png")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
+    if args.jobs < 1 or args.threads < 1:
+        p.error("--jobs and --threads must be >= 1")
     if 0.0 not in args.lambdas:
         p.error("--lambdas must include 0 (the reference of the trade-off)")
     if args.quick:  # a smoke run: one seed, three lambdas, a third of the epochs
@@ -222,18 +276,12 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore", module="lightning")
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     data = {name: load(name, args) for name in args.datasets}
+    tasks = [(name, mode, lam, args.seed * 1000 + k) for name in args.datasets for mode in args.modes
+             for lam in args.lambdas for k in range(args.seeds)]
+    runs = run_all(tasks, data, args.jobs, args.threads)
     raw: dict = {}
-    total = len(args.datasets) * len(args.modes) * len(args.lambdas) * args.seeds
-    with tqdm(total=total, desc=BENCHMARK, unit="fit", file=sys.stderr, dynamic_ncols=True) as bar:
-        for name in args.datasets:
-            for mode in args.modes:
-                for lam in args.lambdas:
-                    for k in range(args.seeds):
-                        run = run_one(data[name], name, lam, mode, args.seed * 1000 + k)
-                        raw.setdefault(name, {}).setdefault(mode, {}).setdefault(f"{lam:g}", []).append(run)
-                        bar.set_postfix_str(f"{name} {mode} lam={lam:g} reg={run['regular_accuracy']:.2f} "
-                                            f"att={run['attacker_accuracy']:.2f}")
-                        bar.update(1)
+    for (name, mode, lam, _), run in zip(tasks, runs, strict=True):  # in task order, whatever the jobs
+        raw.setdefault(name, {}).setdefault(mode, {}).setdefault(f"{lam:g}", []).append(run)
     results = {name: {mode: {lam: summarise(runs) for lam, runs in curve.items()} for mode, curve in by_mode.items()}
                for name, by_mode in raw.items()}
     times = {}
@@ -264,6 +312,10 @@ def main(argv=None) -> int:
         headline["yale_best_fresh_regular"] = best_tradeoff(results["yale"]["toggle"], regular="fresh_regular_accuracy")
         if "simultaneous" in results["yale"]:
             headline["yale_best_simultaneous"] = best_tradeoff(results["yale"]["simultaneous"])
+        target = 2 / data["yale"]["num_private"]  # the issue's bound: twice chance, 2 / 15
+        for best in (v for k, v in headline.items() if k.startswith("yale_best")):
+            best["target_attacker"] = round(target, 4)
+            best["met"] = bool(best["attacker_accuracy"] <= target)
     timed = times.get("yale") or next(iter(times.values()), {})
     if "toggle" in timed:
         headline["epoch_time_ratio"] = timed["toggle"]["ratio"]
@@ -277,11 +329,11 @@ def main(argv=None) -> int:
     if args.figure:
         floors = {name: d["best_private_accuracy_given_regular"] for name, d in data.items()
                   if "best_private_accuracy_given_regular" in d}
-        plot(results, args.figure, floors)
+        plot(results, args.figure, floors, {name: 2 / d["num_private"] for name, d in data.items()})
     payload = {
         "benchmark": BENCHMARK, "results": results, "headline": headline, "epoch_times": times,
         "settings": {"lambdas": args.lambdas, "modes": args.modes, "seeds": args.seeds, "seed": args.seed,
-                     "quick": args.quick, "threads": args.threads,
+                     "quick": args.quick, "threads": args.threads, "jobs": args.jobs,
                      "per_dataset": {k: {"architecture": {a: list(v) if isinstance(v, tuple) else v
                                                           for a, v in SETTINGS[k]["architecture"].items()},
                                          "fit": SETTINGS[k]["fit"]} for k in args.datasets},
@@ -296,7 +348,11 @@ def main(argv=None) -> int:
             "not a certified bound",
             "yale_best: lowest mean attacker accuracy among lambdas whose mean regular accuracy (the released "
             "regular branch) is within 10 points of lambda = 0 (toggle training); yale_best_fresh_regular: the "
-            "same with the regular accuracy of fresh classifiers on the representation; chance = largest private prior",
+            "same with the regular accuracy of fresh classifiers on the representation; chance = largest private "
+            "prior; met: attacker accuracy <= target_attacker = 2 / 15",
+            "yale: restarts = 3 per fit (fit_anonymizer(restarts=3): the restart with the best restart_score on its "
+            "own training records is kept); results[...]['restarts']: per seed, the kept restart and every "
+            "restart's fresh-probe regular and attacker accuracies and score on the training records",
             "epoch_time_ratio: mean adversarial epoch over mean plain epoch (encoder + regular branch), same "
             "runs, 1 thread",
         ],

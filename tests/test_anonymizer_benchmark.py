@@ -29,6 +29,11 @@ def test_tradeoff_benchmark_quick_synthetic(tmp_path):
     assert curve["10"]["attacker_accuracy"][0] < curve["0"]["attacker_accuracy"][0]
     assert 0 < out["headline"]["epoch_time_ratio"] < 3
     assert figure.exists()
+    # Two worker processes give the same fits: every fit seeds itself, and the workers
+    # get the --quick settings of the parent.
+    parallel = _run([sys.executable, str(ROOT / "benchmarks" / "anonymizer_tradeoff.py"), "--datasets",
+                     "synthetic", "--quick", "--jobs", "2", "--figure", ""])
+    assert json.loads(parallel.stdout.strip().splitlines()[-1])["results"] == out["results"]
 
 
 def test_anonymize_cli_on_the_synthetic_config(tmp_path):
@@ -57,3 +62,13 @@ def test_anonymize_cli_on_yale(real_data_dir, tmp_path):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["held_out_records"] == 82 and out["train_records"] == 82
     assert out["chance"] == pytest.approx(6 / 82, abs=0.02)
+
+
+@pytest.mark.data
+def test_yale_crops_benchmark(real_data_dir):
+    proc = _run([sys.executable, str(ROOT / "benchmarks" / "yale_crops.py"), "--data-dir", str(real_data_dir),
+                 "--splits", "2"])
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(out["results"]) == {"box", "face"}
+    for crop in out["results"].values():
+        assert 1 / 11 < crop["condition"][0] < crop["identity"][0] <= 1
