@@ -121,11 +121,16 @@ def run_one(data: dict, name: str, lam: float, mode: str, seed: int, settings: d
     }
 
 
-def _run_task(task: tuple, data: dict, settings: dict, threads: int) -> dict:
-    name, mode, lam, seed = task
+def _set_up_process(threads: int) -> None:
+    """Torch threads and Lightning's chatter, for this process or a worker."""
     torch.set_num_threads(threads)
     warnings.filterwarnings("ignore", module="lightning")
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+
+
+def _run_task(task: tuple, data: dict, settings: dict, threads: int) -> dict:
+    name, mode, lam, seed = task
+    _set_up_process(threads)  # a spawned worker starts with the defaults
     return run_one(data[name], name, lam, mode, seed, settings[name])
 
 
@@ -272,9 +277,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
-    torch.set_num_threads(args.threads)
-    warnings.filterwarnings("ignore", module="lightning")
-    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    _set_up_process(args.threads)
     data = {name: load(name, args) for name in args.datasets}
     tasks = [(name, mode, lam, args.seed * 1000 + k) for name in args.datasets for mode in args.modes
              for lam in args.lambdas for k in range(args.seeds)]

@@ -249,14 +249,11 @@ class FaceCrop:
     border: int = 5
 
     def __post_init__(self) -> None:
-        for name in ("width", "height", "min_row_pixels"):
+        minimum = {"width": 1, "height": 1, "min_row_pixels": 1, "top_margin": 0, "border": 0}
+        for name, low in minimum.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"FaceCrop.{name} must be an int >= 1, got {value!r}")
-        for name in ("top_margin", "border"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-                raise ValueError(f"FaceCrop.{name} must be an int >= 0, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"FaceCrop.{name} must be an int >= {low}, got {value!r}")
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError(f"FaceCrop.threshold must be in (0, 1], got {self.threshold!r}")
         if not 0.0 < self.upper_fraction <= 1.0:

@@ -41,7 +41,7 @@ from dp_proto.anonymizer.losses import (
 from dp_proto.anonymizer.modules import Anonymizer
 
 __all__ = ["AnonymizerModule", "PHASES", "EpochTimer", "AnonymizerFit", "fit_anonymizer", "evaluate_held_out",
-           "restart_score"]
+           "fresh_probes", "restart_score"]
 
 PHASES = ("pretrain_regular", "pretrain_private", "adversarial")
 MODES = ("toggle", "simultaneous")
@@ -375,6 +375,18 @@ def _restart_logger(logger, k: int):
     return logger
 
 
+def fresh_probes(module: AnonymizerModule, x: Tensor, regular: Tensor, private: Tensor, *, folds: int = 2,
+                 seed: int = 0):
+    """The frozen representation ``z (n, r)`` of ``x`` and the cross-fitted fresh probes on
+    it (:func:`~dp_proto.anonymizer.evaluation.fresh_attacker_accuracy`): ``(z, regular
+    report, private report)``; the same probes for both labels."""
+    from dp_proto.anonymizer.evaluation import encode, fresh_attacker_accuracy
+
+    z = encode(module.anonymizer.encoder, x)
+    return (z, fresh_attacker_accuracy(z, regular, folds=folds, seed=seed),
+            fresh_attacker_accuracy(z, private, folds=folds, seed=seed))
+
+
 def restart_score(module: AnonymizerModule, x: Tensor, regular: Tensor, private: Tensor, *, lam: float,
                   folds: int = 2, seed: int = 0) -> dict:
     """How well a trained anonymizer trades the two labels off on its own training
@@ -384,11 +396,7 @@ def restart_score(module: AnonymizerModule, x: Tensor, regular: Tensor, private:
     representation (:func:`~dp_proto.anonymizer.evaluation.fresh_attacker_accuracy`),
     and ``score = regular_accuracy - lam * max(attacker_accuracy - chance, 0)``: the
     encoder objective's trade-off, in accuracies. Uses the training records only."""
-    from dp_proto.anonymizer.evaluation import encode, fresh_attacker_accuracy
-
-    z = encode(module.anonymizer.encoder, x)
-    probe_regular = fresh_attacker_accuracy(z, regular, folds=folds, seed=seed)
-    attack = fresh_attacker_accuracy(z, private, folds=folds, seed=seed)
+    _, probe_regular, attack = fresh_probes(module, x, regular, private, folds=folds, seed=seed)
     leak = max(attack.accuracy - attack.chance, 0.0)
     return {"regular_accuracy": probe_regular.accuracy, "attacker_accuracy": attack.accuracy,
             "chance": attack.chance, "score": probe_regular.accuracy - lam * leak}
@@ -475,15 +483,11 @@ def evaluate_held_out(module: AnonymizerModule, x: Tensor, regular: Tensor, priv
     the frozen representation (:func:`~dp_proto.anonymizer.evaluation.fresh_attacker_accuracy`),
     the jointly trained private branch's accuracy and cross-entropies, and the Fano
     estimate from that cross-entropy (``fano_error_bound``; an estimate, not a guarantee)."""
-    from dp_proto.anonymizer.evaluation import encode, fresh_attacker_accuracy
-
-    z = encode(module.anonymizer.encoder, x)
+    z, fresh_regular, attack = fresh_probes(module, x, regular, private, folds=folds, seed=seed)
     with torch.no_grad():
         regular_logits = module.anonymizer.regular_head(z)
         private_logits = module.anonymizer.private_head(z)
         losses = module.losses(regular_logits, private_logits, regular, private)
-    attack = fresh_attacker_accuracy(z, private, folds=folds, seed=seed)
-    fresh_regular = fresh_attacker_accuracy(z, regular, folds=folds, seed=seed)  # the same probes, regular label
     ce_private = float(losses["ce_private"])
     return {
         "regular_accuracy": float((regular_logits.argmax(1) == regular).float().mean()),
