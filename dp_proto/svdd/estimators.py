@@ -30,6 +30,7 @@ from dp_proto.privacy.mechanisms import noisy_count
 from dp_proto.svdd.cells import group_hypercubes, nearest_index
 from dp_proto.svdd.equilibrium import descend, merge_points, support_function
 from dp_proto.svdd.features import RandomFourierFeatures
+from dp_proto.svdd.grid import MAX_CELLS, PublicGrid, grid_threshold, sparse_noisy_histogram
 from dp_proto.svdd.private import noisy_cell_counts, private_quantile, release_centre
 from dp_proto.svdd.solver import solve_svdd_dual
 
@@ -231,16 +232,30 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     nearest EP and labels every cell by the arg-max of its class counts plus ``Lap(1/eps)``
     (eq. 5.5); cells whose noisy total falls below ``min_count`` stay unlabelled.
 
-    Start points (``starts``):
+    Start points (``starts``); all but ``"training"`` are differentially private:
 
-    * ``"normal"`` (default, differentially private): ``n_starts`` points drawn from
-      ``N(0, I)``, independently of the data -- the scale of standardised inputs. The EPs,
-      the basins and the cells are then post-processing of ``a^``; the training data
-      enter only through the noisy cell counts, which cost ``epsilon`` once (one record
-      changes one count). Total: ``epsilon`` = ``centre_fraction * epsilon`` for the
-      centre + ``count_fraction * epsilon`` for the record count of ``n_starts="auto"`` +
-      the rest for the votes.
-    * ``"uniform"``: the same with points drawn uniformly from the public box ``bounds``.
+    * ``"auto"`` (default): ``"grid"`` when the grid has a cube size (``grid_step`` or
+      ``r_max``), at most ``2^62`` cubes, and a cube needs at most ``n^ / grid_ratio``
+      records to be released (``n^`` the noisy record count, ``count_fraction * epsilon``;
+      without privacy the grid is always taken); ``"normal"`` otherwise. Fine cubes win
+      when the records are many per cube; small or high-dimensional sets lose most cubes
+      to the release threshold and do better with a few large random cells.
+    * ``"normal"``: ``n_starts`` points drawn from ``N(0, I)``, independently of the
+      data -- the scale of standardised inputs. The EPs, the basins and the cells are
+      then post-processing of ``a^``; the training data enter only through the noisy
+      cell counts, which cost ``epsilon`` once (one record changes one count). Total:
+      ``epsilon`` = ``centre_fraction * epsilon`` for the centre + ``count_fraction *
+      epsilon`` for the record count of ``n_starts="auto"`` + the rest for the votes.
+    * ``"grid"``: the hypercubes of eq. 5.6 fixed in advance -- the lattice of step
+      ``grid_step`` (default ``2 r_max``) anchored at 0 in the public box ``bounds``
+      (default ``(-4, 4)``). Every training point runs the dynamics and votes in the cube
+      of its end point (clamped into the box); the cubes whose largest noisy class count
+      reaches a threshold are released (:func:`~dp_proto.svdd.grid.sparse_noisy_histogram`,
+      which draws the noise of the empty cubes implicitly; about ``false_cells`` empty cubes
+      pass). Budget: ``centre_fraction * epsilon`` for the centre, the rest for the votes
+      (less ``count_fraction * epsilon`` under ``"auto"``). A point is classified by the
+      cube centre nearest to the end of its dynamics.
+    * ``"uniform"``: like ``"normal"`` with points drawn uniformly from the public box ``bounds``.
     * an array ``(m, d)`` of public points: the same, with these starts.
     * ``"training"``: the seed's variant, for reproduction -- the dynamics start from the
       training points (L441) and hypercube leaders are visited by the number of training
@@ -264,12 +279,13 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     centre_fraction : float, default 0.5
         Share of ``epsilon`` spent on the centre with public starts.
     bounds : (lower, upper), floats or arrays ``(d,)``
-        Public box the starts are drawn from; required for ``starts="uniform"``.
+        Public box the starts are drawn from; required for ``starts="uniform"``. The box of
+        the grid (default ``(-4, 4)``).
     classes : array-like or None
         The public set of class labels; a class without records wins a cell's vote
         only by noise. ``None`` reads it from ``y``, with a
         :class:`~dp_proto.exceptions.PrivacyLeakWarning` when the fit is private.
-    starts : "normal", "uniform", "training" or array ``(m, d)``
+    starts : "auto", "normal", "grid", "uniform", "training" or array ``(m, d)``
     n_starts : int or "auto", default "auto"
         Number of public starts (the number of cells is at most this). More cells resolve
         finer class boundaries, but a cell's vote is only reliable when it holds well over
@@ -277,7 +293,8 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         noisy record count ``n^`` and uses ``clip(epsilon_votes n^ / 4, 2 c, max_starts)``
         starts (``n`` itself without privacy).
     count_fraction : float, default 0.05
-        Share of ``epsilon`` spent on the noisy count of ``n_starts="auto"``.
+        Share of ``epsilon`` spent on the noisy record count of ``starts="auto"`` or
+        ``n_starts="auto"`` (drawn once for both).
     max_starts : int, default 2000
         Upper limit of ``n_starts="auto"``.
     lr, iters : float, int, default 0.001, 20
@@ -292,10 +309,22 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         takes the label of the nearest labelled equilibrium point). Default
         ``max(0.5, sqrt(2 c) / epsilon_votes)`` (``c`` classes): one standard deviation of
         an empty cell's noisy total, and at least half a record; 0.5 without privacy. If no
-        cell reaches it, the cell with the largest noisy total labels everything.
+        cell reaches it, the cell with the largest noisy total labels everything. With the
+        grid: the largest noisy class count a cube needs to be released, default
+        :func:`~dp_proto.svdd.grid.grid_threshold` (``ln(c M / (2 false_cells)) /
+        epsilon_votes`` for ``M`` cubes); if no cube reaches it, the cube with the largest
+        noisy count labels everything.
     release : "support_function" or "equilibrium_points"
     n_neighbors : int, default 1
         ``k`` of the k-nearest-EP vote in the ``"equilibrium_points"`` mode.
+    grid_step : float or None
+        Side of the grid's cubes; default ``2 r_max``.
+    false_cells : float, default 1.0
+        Expected number of empty cubes the grid releases (with random labels); fewer cost
+        a higher threshold, ``ln(1 / false_cells) / epsilon_votes`` more records.
+    grid_ratio : float, default 200
+        ``starts="auto"`` takes the grid when its threshold is at most ``n^ / grid_ratio``
+        (chosen on development splits of the Table 7.1 sets).
     random_state, device, dtype, ledger : see :class:`PrivateSVDD`.
 
     Attributes
@@ -304,15 +333,18 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     ep_cell_ ``(k,)`` cell of each EP; cell_counts_ ``(cells, c)`` released (noisy)
     counts; cell_labels_ ``(cells,)`` class index or -1 (unlabelled); labelled_points_
     ``(m, d)`` and labelled_classes_ ``(m,)``: the EPs the model classifies with;
-    ledger_; is_private_ (bool).
+    starts_ (the start mode used: ``"auto"`` resolved); grid_ (:class:`~dp_proto.svdd.grid.PublicGrid`
+    or None) and, with the grid, cubes_ ``(cells, d)`` the released cubes' integer
+    coordinates (their centres are ``equilibria_``); ledger_; is_private_ (bool).
     """
 
     def __init__(self, c_over_n: float = 0.05, gamma: float = 1.0, num_features: int = 400,
                  epsilon: float | None = 1.0, *, centre_fraction: float = 0.5, bounds: Any = None,
-                 classes: Any = None, starts: Any = "normal", n_starts: int | str = "auto", count_fraction: float = 0.05,
+                 classes: Any = None, starts: Any = "auto", n_starts: int | str = "auto", count_fraction: float = 0.05,
                  max_starts: int = 2000, lr: float = 0.001, iters: int = 20,
                  merge_tol: float | None = None, r_max: float | None = None, min_count: float | None = None,
-                 release: str = "support_function", n_neighbors: int = 1, tol: float = 1e-8,
+                 release: str = "support_function", n_neighbors: int = 1, grid_step: float | None = None,
+                 false_cells: float = 1.0, grid_ratio: float = 200.0, tol: float = 1e-8,
                  random_state: int | None = None, device: str | None = None, dtype: str = "float32",
                  ledger: PrivacyLedger | None = None) -> None:
         self.c_over_n = c_over_n
@@ -333,6 +365,9 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         self.min_count = min_count
         self.release = release
         self.n_neighbors = n_neighbors
+        self.grid_step = grid_step
+        self.false_cells = false_cells
+        self.grid_ratio = grid_ratio
         self.tol = tol
         self.random_state = random_state
         self.device = device
@@ -342,8 +377,9 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     # -- parameters ---------------------------------------------------------------------
     def _start_mode(self) -> str:
         if isinstance(self.starts, str):
-            if self.starts not in ("normal", "uniform", "training"):
-                raise ValueError(f"starts must be 'normal', 'uniform', 'training' or an array of points, "
+            if self.starts not in ("auto", "normal", "uniform", "grid", "training"):
+                raise ValueError(f"starts must be 'auto', 'normal', 'uniform', 'grid', 'training' or an array of "
+                                 f"points, "
                                  f"got {self.starts!r}")
             return self.starts
         return "given"
@@ -365,29 +401,47 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         if self.n_starts != "auto" and (isinstance(self.n_starts, (str, bool)) or int(self.n_starts) != self.n_starts
                                         or self.n_starts < 1):
             raise ValueError(f"n_starts must be a positive int or 'auto', got {self.n_starts!r}")
-        if self.n_starts == "auto" and not 0 < self.count_fraction < 1 - self.centre_fraction:
+        if (self.n_starts == "auto" or self.starts == "auto") and not 0 < self.count_fraction < 1 - self.centre_fraction:
             raise ValueError(f"count_fraction must lie in (0, 1 - centre_fraction), got {self.count_fraction!r}")
         if int(self.max_starts) != self.max_starts or self.max_starts < 1:
             raise ValueError(f"max_starts must be a positive int, got {self.max_starts!r}")
+        if self.grid_step is not None and not self.grid_step > 0:
+            raise ValueError(f"grid_step must be > 0 or None, got {self.grid_step!r}")
+        if not self.false_cells > 0:
+            raise ValueError(f"false_cells must be > 0, got {self.false_cells!r}")
+        if not self.grid_ratio > 0:
+            raise ValueError(f"grid_ratio must be > 0, got {self.grid_ratio!r}")
 
-    def _choose_n_starts(self, n: int, c: int, eps_count: float | None, eps_votes: float | None,
-                         gen: torch.Generator) -> int:
-        """``n_starts`` as given, or the ``"auto"`` rule on a noisy count of the records."""
+    def _choose_n_starts(self, n_hat: float | None, c: int, eps_votes: float | None) -> int:
+        """``n_starts`` as given, or the ``"auto"`` rule on the (noisy) record count ``n_hat``."""
         if self.n_starts != "auto":
             return int(self.n_starts)
-        if eps_count is None:
-            return int(min(self.max_starts, max(2 * c, n)))
-        n_hat = max(noisy_count(n, eps_count, ledger=self.ledger_, name="svdd/record_count", generator=gen), 1.0)
+        if eps_votes is None:
+            return int(min(self.max_starts, max(2 * c, n_hat)))
         return int(min(self.max_starts, max(2 * c, round(eps_votes * n_hat / 4.0))))
 
-    def _public_starts(self, d: int, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+    def _auto_mode(self, d: int, c: int, n_hat: float, eps_votes: float | None) -> str:
+        """``starts="auto"``: the grid when it has a cube size, at most ``2^62`` cubes, and
+        its release threshold is at most ``n_hat / grid_ratio``; the normal starts otherwise."""
+        if self.grid_step is None and self.r_max is None:
+            return "normal"
+        grid = self._public_grid(d)
+        if grid.num_cells > MAX_CELLS:
+            return "normal"
+        if eps_votes is None:
+            return "grid"
+        threshold = (self.min_count if self.min_count is not None
+                     else grid_threshold(grid.num_cells, c, eps_votes, self.false_cells))
+        return "grid" if threshold <= n_hat / self.grid_ratio else "normal"
+
+    def _public_starts(self, mode: str, d: int, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
         device = self._device()
-        if self._start_mode() == "given":
+        if mode == "given":
             starts = torch.as_tensor(np.asarray(self.starts), dtype=dtype).to(device)
             if starts.dim() != 2 or starts.shape[1] != d or starts.shape[0] < 1:
                 raise ValueError(f"starts must be an array of shape (m, {d}) with m >= 1, got {tuple(starts.shape)}")
             return starts
-        if self._start_mode() == "normal":
+        if mode == "normal":
             z = torch.randn(self.n_starts_, d, generator=gen, dtype=torch.float64, device=gen.device)
             return z.to(device=device, dtype=dtype)
         if self.bounds is None:
@@ -400,6 +454,39 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
             raise ValueError("every upper bound must exceed its lower bound")
         u = torch.rand(self.n_starts_, d, generator=gen, dtype=torch.float64, device=gen.device)
         return lower + u.to(device=device, dtype=dtype) * (upper - lower)
+
+    def _public_grid(self, d: int) -> PublicGrid:
+        """The lattice of ``starts="grid"``: step ``grid_step`` (default ``2 r_max``) in ``bounds``
+        (default ``(-4, 4)``, standardised inputs)."""
+        step = self.grid_step if self.grid_step is not None else (2.0 * self.r_max if self.r_max is not None else None)
+        if step is None:
+            raise ValueError("starts='grid' needs the cube size: pass grid_step (or r_max, giving step 2 r_max)")
+        lower, upper = self.bounds if self.bounds is not None else (-4.0, 4.0)
+        return PublicGrid.from_box(float(step), lower, upper, d)
+
+    def _grid_votes(self, X: torch.Tensor, labels: torch.Tensor, c: int, eps_votes: float | None,
+                    gen: torch.Generator) -> torch.Tensor:
+        """Phase III on the public grid: cube of every descended record, (sparse) noisy counts.
+        Sets the cell attributes and returns the released cube centres ``(k, d)``."""
+        grid = self.grid_
+        cubes = grid.index(self._dynamics(X)).cpu()
+        labels = labels.cpu()
+        if eps_votes is not None:
+            threshold = (self.min_count if self.min_count is not None
+                         else grid_threshold(grid.num_cells, c, eps_votes, self.false_cells))
+            idx, counts = sparse_noisy_histogram(cubes, labels, grid, c, eps_votes, threshold, ledger=self.ledger_,
+                                                 generator=gen)
+        else:
+            keys, inverse = torch.unique(grid.flat(cubes), return_inverse=True)
+            idx = torch.zeros(keys.numel(), grid.dim, dtype=torch.int64)
+            idx[inverse] = cubes
+            counts = torch.bincount(inverse * c + labels, minlength=keys.numel() * c).reshape(-1, c).to(torch.float64)
+            self.ledger_.spend(PrivacyEvent("non_private", name="svdd/non_private"))
+        self.cubes_ = idx.to(X.device)
+        self.cell_counts_ = counts.to(X.device)
+        self.cell_labels_ = self.cell_counts_.argmax(1)
+        self.ep_cell_ = torch.arange(idx.shape[0], device=X.device)
+        return grid.centres(idx, X.dtype).to(X.device)
 
     # -- fitting ------------------------------------------------------------------------
     def _dynamics(self, x: torch.Tensor) -> torch.Tensor:
@@ -434,19 +521,34 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
             warnings.warn("starts='training' (the seed's variant) releases equilibrium points reached from "
                           "training records: the model is not differentially private", PrivacyLeakWarning,
                           stacklevel=2)
-        auto = self.n_starts == "auto" and mode in ("normal", "uniform")
+        # a noisy record count for starts="auto" and for n_starts="auto" with random starts
+        needs_count = mode == "auto" or (self.n_starts == "auto" and mode in ("normal", "uniform"))
         if private:
             eps_centre = self.epsilon if mode == "training" else self.centre_fraction * self.epsilon
-            eps_count = self.count_fraction * self.epsilon if auto else None
+            eps_count = self.count_fraction * self.epsilon if needs_count else None
             eps_votes = self.epsilon if mode == "training" else self.epsilon - eps_centre - (eps_count or 0.0)
         else:
             eps_centre = eps_count = eps_votes = None
         self.centre_ = self._fit_centre(X, eps_centre, gen)
+        n_hat = None
+        if needs_count:
+            n_hat = float(X.shape[0]) if eps_count is None else max(
+                noisy_count(X.shape[0], eps_count, ledger=self.ledger_, name="svdd/record_count", generator=gen), 1.0)
+        if mode == "auto":
+            mode = self._auto_mode(X.shape[1], c, n_hat, eps_votes)
+        self.starts_ = mode
+        self.grid_ = self._public_grid(X.shape[1]) if mode == "grid" else None
+        if self.grid_ is not None:
+            # Phases II and III on the fixed cubes: records flow, then vote in their cube.
+            points = self._grid_votes(X, labels, c, eps_votes, gen)
+            self.equilibria_ = self.labelled_points_ = points
+            self.labelled_classes_ = self.cell_labels_
+            return self
         if mode in ("normal", "uniform"):
-            self.n_starts_ = self._choose_n_starts(X.shape[0], c, eps_count, eps_votes, gen)
+            self.n_starts_ = self._choose_n_starts(n_hat, c, eps_votes)
 
         # Phase II: equilibrium points from the starts, merged; cells.
-        starts = X if mode == "training" else self._public_starts(X.shape[1], gen, X.dtype)
+        starts = X if mode == "training" else self._public_starts(mode, X.shape[1], gen, X.dtype)
         merge_tol = self.merge_tol if self.merge_tol is not None else 1e-3 / math.sqrt(2.0 * self.gamma)
         ends = self._dynamics(starts)
         points, basin = merge_points(ends, merge_tol)
@@ -487,10 +589,11 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     def _predict_index(self, X) -> torch.Tensor:
         check_is_fitted(self, "labelled_points_")
         X = self._as_tensor(X, fitting=False)
+        clamp = self.grid_.clamp if self.grid_ is not None else (lambda z: z)
         if self.release == "equilibrium_points":
             k = min(int(self.n_neighbors), self.labelled_points_.shape[0])  # k > m: all labelled EPs
-            return knn_predict(self.labelled_points_, self.labelled_classes_, X, k, len(self.classes_))
-        return self.labelled_classes_[nearest_index(self._dynamics(X), self.labelled_points_)]
+            return knn_predict(self.labelled_points_, self.labelled_classes_, clamp(X), k, len(self.classes_))
+        return self.labelled_classes_[nearest_index(clamp(self._dynamics(X)), self.labelled_points_)]
 
     def predict(self, X) -> np.ndarray:
         """Class labels for ``X (m, d)``: shape ``(m,)``."""

@@ -55,7 +55,7 @@ def test_ledger_records_centre_and_votes_and_shares_the_budget(iris):
     assert model.ledger_.events[1].noise_multiplier == pytest.approx(10.0)  # Lap(1 / (0.05 * 2))
     assert model.ledger_.get_epsilon() == pytest.approx(2.0, rel=1e-3)
     assert model.is_private_
-    fixed, _ = _fit(iris, epsilon=2.0, n_starts=300)
+    fixed, _ = _fit(iris, epsilon=2.0, n_starts=300, starts="normal")
     assert [e.name for e in fixed.ledger_.events] == ["svdd/centre", "svdd/votes"]
     assert fixed.n_starts_ == 300 and fixed.ledger_.get_epsilon() == pytest.approx(2.0, rel=1e-3)
 
@@ -63,11 +63,11 @@ def test_ledger_records_centre_and_votes_and_shares_the_budget(iris):
 def test_auto_start_count_follows_the_budget(iris):
     """Fewer, larger cells when the votes are noisy: about epsilon_votes * n / 4 starts."""
     n = len(iris[2])
-    counts = {eps: _fit(iris, epsilon=eps)[0].n_starts_ for eps in (0.01, 1.0, 1000.0)}
+    counts = {eps: _fit(iris, epsilon=eps, starts="normal")[0].n_starts_ for eps in (0.01, 1.0, 1000.0)}
     assert counts[0.01] == 6  # the floor 2 c
     assert 0.2 * 0.45 * n / 4 < counts[1.0] < 5 * 0.45 * n / 4
     assert counts[1000.0] == 2000  # max_starts
-    assert _fit(iris, epsilon=None)[0].n_starts_ == n
+    assert _fit(iris, epsilon=None, starts="normal")[0].n_starts_ == n
 
 
 def test_budgeted_ledger_refuses_an_over_budget_fit(iris):
@@ -155,7 +155,12 @@ def test_one_class_svdd_detects_outliers():
     (dict(c_over_n=0.001), "below 1/n"),
     (dict(epsilon=0.0), "epsilon"),
     (dict(epsilon=-1.0), "epsilon"),
-    (dict(starts="grid"), "starts"),
+    (dict(starts="lattice"), "starts"),
+    (dict(starts="grid", r_max=None), "grid_step"),
+    (dict(starts="grid", grid_step=0.0), "grid_step"),
+    (dict(starts="grid", bounds=(1, -1)), "upper bound"),
+    (dict(false_cells=0.0), "false_cells"),
+    (dict(grid_ratio=-1.0), "grid_ratio"),
     (dict(starts="uniform"), "bounds"),
     (dict(release="kde"), "release"),
     (dict(r_max=0.0), "r_max"),
@@ -255,3 +260,40 @@ def test_empty_cell_threshold():
     u = torch.rand(20000, 3, 2, generator=gen, dtype=torch.float64)
     totals = (torch.log(u[..., 0]) - torch.log(u[..., 1])).sum(-1) / 0.5  # an empty cell at eps 0.5
     assert float((totals >= _empty_cell_threshold(3, 0.5)).double().mean()) < 0.2
+
+
+def test_grid_mode_classifies_with_public_cubes_and_records_its_votes(iris):
+    model, acc = _fit(iris, epsilon=None, starts="grid")
+    assert acc >= 0.85 and model.starts_ == "grid"
+    private, acc = _fit(iris, epsilon=50.0, starts="grid", classes=[0, 1, 2])
+    assert acc >= 0.8 and private.is_private_
+    assert [e.name for e in private.ledger_.events] == ["svdd/centre", "svdd/grid_votes"]
+    assert private.ledger_.get_epsilon() == pytest.approx(50.0, rel=1e-3)
+    # every released point is a lattice point of step 2 r_max = 1 inside the box (-4, 4)
+    points = private.equilibria_
+    assert torch.equal(points, torch.round(points)) and float(points.abs().max()) <= 4.0
+    assert torch.equal(private.grid_.centres(private.cubes_, points.dtype), points)
+    assert private.cell_counts_.shape == (points.shape[0], 3)
+    # a point far outside the box is classified from the boundary cube it clamps to
+    assert private.predict(np.full((1, 4), 50.0)).shape == (1,)
+    private.set_params(release="equilibrium_points", n_neighbors=3)
+    assert float((private.predict(iris[1]) == iris[3]).mean()) >= 0.7
+
+
+def test_auto_takes_the_grid_only_when_cubes_hold_many_records():
+    X, y = make_blobs(n_samples=6000, centers=[[-1.5, 0], [1.5, 0], [0, 1.5]], cluster_std=0.4, random_state=0)
+    kw = dict(c_over_n=0.05, gamma=1.0, r_max=0.25, classes=[0, 1, 2], random_state=0)
+    rich = PrivateSVDDClassifier(epsilon=5.0, **kw).fit(X, y)
+    poor = PrivateSVDDClassifier(epsilon=0.05, **kw).fit(X, y)
+    assert rich.starts_ == "grid" and poor.starts_ == "normal"
+    for model in (rich, poor):
+        assert [e.name for e in model.ledger_.events][:2] == ["svdd/centre", "svdd/record_count"]
+        assert model.ledger_.get_epsilon() == pytest.approx(model.epsilon, rel=1e-2)
+    assert (rich.predict(X) == y).mean() > 0.95
+    # the threshold rule: ln(c M / 2) / eps_votes against n^ / grid_ratio
+    m = rich.grid_.num_cells
+    assert math.log(3 * m / 2) / (0.45 * 5.0) <= 6000 / 200
+    # no cube size, or more than 2^62 cubes: the normal starts
+    assert PrivateSVDDClassifier(epsilon=5.0, **{**kw, "r_max": None}).fit(X, y).starts_ == "normal"
+    wide = np.hstack([X, np.random.default_rng(0).normal(size=(6000, 40)) * 0.1])
+    assert PrivateSVDDClassifier(epsilon=5.0, **kw).fit(wide, y).starts_ == "normal"

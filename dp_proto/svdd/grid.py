@@ -1,0 +1,279 @@
+"""A public grid of cubes and its sparse noisy histogram (the ``starts="grid"`` cells).
+
+The seed groups equilibrium points into hypercubes of half-width ``r_max`` around
+leaders taken from the training data (eq. 5.6), which makes the cells data-dependent.
+Here the cubes are fixed in advance: a lattice of step ``h = 2 r_max`` anchored at 0,
+cut to a public box. A record's cell is the lattice point nearest to the end of its
+dynamics (clamped into the box), so the partition is a public function of the record
+and the private centre, and the class counts per cube are one histogram.
+
+The box has ``M = prod_j (hi_j - lo_j + 1)`` cubes, far too many to noise one by one in
+nine or more dimensions. :func:`sparse_noisy_histogram` releases exactly what this
+would release -- every cube's class counts plus ``Lap(1/epsilon)``, keeping the cubes
+whose largest noisy count reaches ``threshold`` -- while drawing noise only for the
+occupied cubes and simulating the empty ones (Cormode, Procopiuc, Srivastava and Tran,
+"Differentially private summaries for sparse data", ICDT 2012): the number of empty
+cubes that pass is binomial, their positions are uniform among the empty cubes, and
+their noisy counts follow the Laplace law conditioned on passing. The output has the
+distribution of the dense mechanism, so it is epsilon-DP (pure) by the same argument:
+one record changes one count by one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from dp_proto.privacy.calibration import check_epsilon
+from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
+from dp_proto.privacy.noise import laplace_noise, uniform_open
+
+__all__ = ["PublicGrid", "grid_threshold", "sparse_noisy_histogram"]
+
+#: Largest number of cubes a grid may have: the binomial count of passing empty cubes
+#: and the uniform positions are drawn with exact int64 arithmetic below this.
+MAX_CELLS = 2**62
+#: Largest expected number of empty cubes a release may pass (a lower threshold is refused).
+MAX_FALSE_CELLS = 100_000
+
+
+@dataclass(frozen=True)
+class PublicGrid:
+    """Lattice ``h Z^d`` inside the public box ``[lower, upper]`` (numbers or ``(d,)``).
+
+    ``index(x)`` is the nearest lattice point of ``x`` clamped into the box, as integer
+    coordinates ``(n, d)``; ``centres(idx)`` maps them back. Every cube is an
+    l-infinity ball of radius ``h / 2`` around its lattice point.
+    """
+
+    step: float
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+    lower: tuple[float, ...]
+    upper: tuple[float, ...]
+
+    @classmethod
+    def from_box(cls, step: float, lower, upper, dim: int) -> PublicGrid:
+        if not (isinstance(step, (int, float)) and math.isfinite(step) and step > 0):
+            raise ValueError(f"grid step must be a finite number > 0, got {step!r}")
+        low = torch.broadcast_to(torch.as_tensor(lower, dtype=torch.float64), (dim,))
+        up = torch.broadcast_to(torch.as_tensor(upper, dtype=torch.float64), (dim,))
+        if not bool(torch.isfinite(low).all() and torch.isfinite(up).all()) or not bool((up > low).all()):
+            raise ValueError("the grid's box needs finite bounds with every upper bound above its lower bound")
+        lo = torch.round(low / step).long()
+        hi = torch.round(up / step).long()
+        return cls(float(step), tuple(lo.tolist()), tuple(hi.tolist()), tuple(low.tolist()), tuple(up.tolist()))
+
+    @property
+    def dim(self) -> int:
+        return len(self.lo)
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """Number of lattice points along every axis."""
+        return tuple(h - lo + 1 for lo, h in zip(self.lo, self.hi, strict=True))
+
+    @property
+    def num_cells(self) -> int:
+        """``M``, the number of cubes in the box (a Python int, exact)."""
+        return math.prod(self.widths)
+
+    def clamp(self, x: Tensor) -> Tensor:
+        """``x (n, d)`` clamped into the box."""
+        return torch.clamp(x, torch.tensor(self.lower, dtype=x.dtype, device=x.device),
+                           torch.tensor(self.upper, dtype=x.dtype, device=x.device))
+
+    def index(self, x: Tensor) -> Tensor:
+        """Integer lattice coordinates ``(n, d)`` (int64) of the cube of every row of ``x``."""
+        idx = torch.round(self.clamp(x).to(torch.float64) / self.step).long()
+        return torch.clamp(idx, torch.tensor(self.lo, device=x.device), torch.tensor(self.hi, device=x.device))
+
+    def centres(self, idx: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+        """Lattice points ``idx * step`` of integer coordinates ``idx (k, d)``."""
+        return idx.to(dtype) * self.step
+
+    def uniform_indices(self, k: int, generator: torch.Generator | None, device=None) -> Tensor:
+        """``k`` cubes drawn uniformly (with replacement) from the box: ``(k, d)`` int64."""
+        u = uniform_open((k, self.dim), generator=generator, device=device)
+        width = torch.tensor(self.widths, dtype=torch.float64, device=device)
+        offset = torch.minimum(torch.floor(u * width), width - 1).long()
+        return offset + torch.tensor(self.lo, device=device)
+
+    def flat(self, idx: Tensor) -> Tensor:
+        """A unique int64 key per cube of ``idx (k, d)`` (mixed radix; exact below ``MAX_CELLS``)."""
+        key = torch.zeros(idx.shape[0], dtype=torch.int64, device=idx.device)
+        for j, (lo, width) in enumerate(zip(self.lo, self.widths, strict=True)):
+            key = key * width + (idx[:, j] - lo)
+        return key
+
+
+def grid_threshold(num_cells: int, num_classes: int, epsilon: float, false_cells: float = 1.0) -> float:
+    """Noisy count a cube needs, so that about ``false_cells`` empty cubes pass.
+
+    An empty cube passes when one of its ``c`` noisy counts ``Lap(1/epsilon)`` reaches
+    ``t``, with probability ``1 - (1 - exp(-epsilon t) / 2)^c``, about
+    ``c exp(-epsilon t) / 2``; over ``M`` cubes ``t = ln(c M / (2 false_cells)) / epsilon``
+    gives ``false_cells`` expected false cubes. At least half a record.
+    """
+    epsilon = check_epsilon(epsilon)
+    if not false_cells > 0:
+        raise ValueError(f"false_cells must be > 0, got {false_cells!r}")
+    return max(0.5, math.log(max(num_classes * num_cells / (2.0 * false_cells), 1.0)) / epsilon)
+
+
+def _binomial(trials: int, prob: float, generator: torch.Generator | None) -> int:
+    """One ``Binomial(trials, prob)`` draw by inversion (``trials`` up to ``2^62``; meant
+    for a small mean ``trials * prob``: the loop runs about that many times)."""
+    if trials <= 0 or prob <= 0.0:
+        return 0
+    u = float(uniform_open(1, generator=generator, device="cpu")[0])
+    log_pmf = trials * math.log1p(-prob)  # P(K = 0)
+    cdf = math.exp(log_pmf)
+    k = 0
+    ratio = prob / (1.0 - prob)
+    while u > cdf and k < trials:
+        log_pmf += math.log((trials - k) / (k + 1) * ratio)
+        k += 1
+        cdf += math.exp(log_pmf)
+        if k > 10 * trials * prob + 1000 and math.exp(log_pmf) < 1e-300:
+            break  # the remaining mass is below float resolution
+    return k
+
+
+def _laplace_below(shape, scale: float, threshold: float, generator: torch.Generator | None) -> Tensor:
+    """I.i.d. ``Lap(scale)`` conditioned on being ``< threshold`` (rejection; ``threshold > 0``)."""
+    out = laplace_noise(shape, scale, generator=generator, device="cpu")
+    bad = out >= threshold
+    while bool(bad.any()):
+        out[bad] = laplace_noise(int(bad.sum()), scale, generator=generator, device="cpu")
+        bad = out >= threshold
+    return out
+
+
+def _passing_empty_counts(k: int, num_classes: int, scale: float, threshold: float,
+                          generator: torch.Generator | None) -> Tensor:
+    """Noisy counts ``(k, c)`` of empty cubes conditioned on their largest reaching ``threshold``.
+
+    With ``q = P(Lap >= threshold)`` the number ``J`` of passing coordinates is
+    ``Binomial(c, q)`` conditioned on ``J >= 1``; which ones is uniform; a passing
+    coordinate is ``threshold + Exp(scale)`` (the Laplace tail beyond a positive point),
+    the others are Laplace conditioned below ``threshold``.
+    """
+    c = num_classes
+    q = 0.5 * math.exp(-threshold / scale)
+    weights = torch.tensor([math.comb(c, j) * q**j * (1 - q) ** (c - j) for j in range(1, c + 1)],
+                           dtype=torch.float64)
+    out = _laplace_below((k, c), scale, threshold, generator)
+    cdf = torch.cumsum(weights, 0) / weights.sum()
+    passing = torch.searchsorted(cdf, uniform_open(k, generator=generator, device="cpu")).clamp(max=c - 1) + 1
+    # a uniform subset of `passing` coordinates per row: the ones of lowest random rank
+    rank = torch.argsort(torch.argsort(uniform_open((k, c), generator=generator, device="cpu"), dim=1), dim=1)
+    chosen = rank < passing.unsqueeze(1)
+    tail = -scale * torch.log(uniform_open((k, c), generator=generator, device="cpu"))
+    return torch.where(chosen, threshold + tail, out)
+
+
+def _empty_indices(grid: PublicGrid, k: int, occupied: Tensor, generator: torch.Generator | None) -> Tensor:
+    """``k`` distinct cubes drawn uniformly among those whose key is not in ``occupied``."""
+    taken = set(occupied.tolist())
+    rows: list[Tensor] = []
+    while len(rows) < k:
+        cand = grid.uniform_indices(2 * (k - len(rows)) + 8, generator, device="cpu")
+        for row, key in zip(cand, grid.flat(cand).tolist(), strict=True):
+            if key not in taken and len(rows) < k:
+                taken.add(key)
+                rows.append(row)
+    return torch.stack(rows) if rows else torch.zeros(0, grid.dim, dtype=torch.int64)
+
+
+def _noisy_max_cube(grid: PublicGrid, occupied_keys: Tensor, occupied_max: Tensor, num_classes: int,
+                    scale: float, threshold: float, generator: torch.Generator | None
+                    ) -> tuple[int | None, int, float]:
+    """The dense mechanism's fallback when no cube passed: the cube with the largest noisy
+    count (all of them below ``threshold``), that count's class and value.
+
+    ``occupied_max (m, 2)`` holds each occupied cube's largest noisy count and its class.
+    Returns ``(None, class, value)`` when an empty cube wins (its position and class are
+    then uniform), else ``(row, class, value)`` with the row into the occupied cubes. The
+    largest of ``N`` i.i.d. Laplace draws conditioned below ``t`` has CDF ``(F(x) / F(t))^N``.
+    """
+    n_empty = num_classes * (grid.num_cells - occupied_keys.numel())
+    best_row = int(torch.argmax(occupied_max[:, 0])) if occupied_max.numel() else -1
+    best_occ = float(occupied_max[best_row, 0]) if best_row >= 0 else -math.inf
+    if n_empty > 0:
+        u = float(uniform_open(1, generator=generator, device="cpu")[0])
+        f_t = 1.0 - 0.5 * math.exp(-threshold / scale)  # F(t), t > 0
+        # v = F(t) u^(1/N); solve F(x) = v for x, keeping 1 - v accurate
+        s = math.log(u) / n_empty
+        v = f_t * math.exp(s)
+        tail = (1.0 - f_t) - f_t * math.expm1(s)
+        best_empty = -scale * math.log(2.0 * tail) if v >= 0.5 else scale * math.log(2.0 * v)
+        if best_empty > best_occ:
+            cls = min(int(uniform_open(1, generator=generator, device="cpu")[0] * num_classes), num_classes - 1)
+            return None, cls, best_empty
+    return best_row, int(occupied_max[best_row, 1]), best_occ
+
+
+def sparse_noisy_histogram(cells: Tensor, labels: Tensor, grid: PublicGrid, num_classes: int, epsilon: float,
+                           threshold: float, *, ledger: PrivacyLedger | None = None,
+                           generator: torch.Generator | None = None,
+                           name: str = "svdd/grid_votes") -> tuple[Tensor, Tensor]:
+    """Noisy class counts of the cubes whose largest noisy count reaches ``threshold``.
+
+    ``cells (n, d)``: the integer cube of every record (:meth:`PublicGrid.index`),
+    ``labels (n,)`` in ``0..c-1``. Equivalent in distribution to adding ``Lap(1/epsilon)``
+    to all ``M c`` counts of the box and keeping the passing cubes; if none passes, the
+    single cube with the largest noisy count is kept (report noisy max over the dense
+    table) with only that largest count (the other classes' entries are ``-inf``:
+    not released). Epsilon-DP; one ``pure`` event in ``ledger``.
+
+    Returns
+    -------
+    idx : Tensor ``(k, d)`` int64, the kept cubes sorted by key (real and false cubes are
+        not told apart); counts : Tensor ``(k, c)`` float64, their noisy counts.
+    """
+    epsilon = check_epsilon(epsilon)
+    if cells.dim() != 2 or cells.shape[1] != grid.dim or labels.shape != (cells.shape[0],):
+        raise ValueError(f"cells must be (n, {grid.dim}) and labels (n,), got {tuple(cells.shape)}, "
+                         f"{tuple(labels.shape)}")
+    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
+        raise ValueError(f"labels must lie in 0..{num_classes - 1}")
+    if grid.num_cells > MAX_CELLS:
+        raise ValueError(f"the grid has {grid.num_cells:.3g} cubes, more than 2^62: use a coarser step or "
+                         "a smaller box")
+    if not threshold > 0:
+        raise ValueError(f"threshold must be > 0, got {threshold!r}")
+    scale = 1.0 / epsilon
+    q = 0.5 * math.exp(-threshold / scale)
+    p_pass = -math.expm1(num_classes * math.log1p(-q))  # an empty cube's largest noisy count reaches t
+    if grid.num_cells * p_pass > MAX_FALSE_CELLS:
+        raise ValueError(f"threshold {threshold:g} would release about {grid.num_cells * p_pass:.3g} empty cubes "
+                         f"(more than {MAX_FALSE_CELLS}): raise it (see grid_threshold) or use fewer cubes")
+    if ledger is not None:
+        ledger.spend(PrivacyEvent("pure", epsilon=epsilon, name=name, sensitivity=1.0))
+    cells = cells.long().cpu()
+    labels = labels.long().cpu()
+    keys, inverse = torch.unique(grid.flat(cells), return_inverse=True)
+    occupied = torch.zeros(keys.numel(), grid.dim, dtype=torch.int64)
+    occupied[inverse] = cells
+    counts = torch.bincount(inverse * num_classes + labels, minlength=keys.numel() * num_classes)
+    noisy = counts.reshape(-1, num_classes).to(torch.float64)
+    noisy = noisy + laplace_noise(noisy.shape, scale, generator=generator, device="cpu")
+    keep = noisy.max(1).values >= threshold
+    n_false = _binomial(grid.num_cells - keys.numel(), p_pass, generator)
+    false_idx = _empty_indices(grid, n_false, keys, generator)
+    false_counts = _passing_empty_counts(n_false, num_classes, scale, threshold, generator)
+    idx = torch.cat([occupied[keep], false_idx])
+    out = torch.cat([noisy[keep], false_counts])
+    if idx.shape[0] == 0:
+        best = noisy.max(1)
+        row, cls, value = _noisy_max_cube(grid, keys, torch.stack([best.values, best.indices.to(torch.float64)], 1),
+                                          num_classes, scale, threshold, generator)
+        idx = _empty_indices(grid, 1, keys, generator) if row is None else occupied[row].reshape(1, -1)
+        out = torch.full((1, num_classes), -math.inf, dtype=torch.float64)
+        out[0, cls] = value
+    order = torch.argsort(grid.flat(idx))
+    return idx[order], out[order]
