@@ -7,7 +7,8 @@ capped simplex ``{0 <= beta_i <= C/n, sum beta = 1}`` (exact projection:
 sensitivity Corollary 4.2 bounds. :mod:`.equilibrium` runs Phase II: batched gradient
 descent on the support function, equilibrium points and their basins.
 :mod:`.private` holds the mechanisms (private centre, noisy cell votes, private
-quantile) and :mod:`.estimators` the scikit-learn style :class:`PrivateSVDD` (one class,
+quantile), :mod:`.grid` the public lattice of cubes with its exact sparse noisy
+histogram, and :mod:`.estimators` the scikit-learn style :class:`PrivateSVDD` (one class,
 outlier detection) and :class:`PrivateSVDDClassifier` (equilibrium-point classifier).
 """
 
@@ -19,6 +20,7 @@ from dp_proto.svdd.equilibrium import (
 )
 from dp_proto.svdd.estimators import PrivateSVDD, PrivateSVDDClassifier
 from dp_proto.svdd.features import RandomFourierFeatures, rbf_kernel
+from dp_proto.svdd.grid import PublicGrid, grid_threshold, sparse_noisy_histogram
 from dp_proto.svdd.private import (
     centre_sensitivity,
     noisy_cell_counts,
@@ -39,6 +41,9 @@ __all__ = [
     "noisy_cell_counts",
     "private_quantile",
     "release_centre",
+    "PublicGrid",
+    "grid_threshold",
+    "sparse_noisy_histogram",
     "Equilibria",
     "find_equilibria",
     "support_function",
