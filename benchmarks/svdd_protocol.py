@@ -601,7 +601,8 @@ PRIVACY_NOTES: tuple[str, ...] = (
     "the parallel-composition argument of L437 covers the votes given a data-independent "
     "partition. A strictly private variant starts the dynamics from public points (a grid "
     "or random points of the public domain) or uses a fixed grid of cubes, and votes in "
-    "every cell, also the empty ones.",
+    "every cell, also the empty ones (the estimator's starts='normal' and starts='grid'; "
+    "the grid's empty cubes are simulated exactly, see dp_proto.svdd.grid).",
     "Report-noisy-max with Lap(1/epsilon) per count is epsilon-DP per cell under add/remove "
     "of one record; replacing a record can touch two cells.",
     "Standardising with training statistics (our fill) is not private; a strict mode "

@@ -243,11 +243,14 @@ def test_dtypes_and_tensor_inputs(iris, dtype):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_matches_cpu(iris):
-    cpu, _ = _fit(iris, epsilon=None)
-    gpu, _ = _fit(iris, epsilon=None, device="cuda")
+@pytest.mark.parametrize("starts", ["normal", "grid"])
+def test_cuda_matches_cpu(iris, starts):
+    cpu, _ = _fit(iris, epsilon=None, starts=starts)
+    gpu, _ = _fit(iris, epsilon=None, device="cuda", starts=starts)
     Xte = iris[1]
     assert (cpu.predict(Xte) == gpu.predict(Xte)).mean() > 0.95
+    private, acc = _fit(iris, epsilon=50.0, device="cuda", starts=starts, classes=[0, 1, 2])
+    assert private.labelled_points_.device.type == "cuda" and acc > 0.6
 
 
 def test_empty_cell_threshold():

@@ -44,7 +44,7 @@ def test_quick_run_ends_with_the_json_line(bench, tmp_path, capsys):
     # three_moons is synthetic, so it always runs; the proposed rows carry the thesis' seconds
     moons = line["results"]["datasets"]["three_moons"]
     assert (moons["n_train"], moons["n_test"]) == (320, 80)
-    for method in ("proposed_normal", "proposed_training", "svc_rbf"):
+    for method in ("proposed_auto", "proposed_normal", "proposed_training", "svc_rbf"):
         row = moons["methods"][method]
         assert row["total_s"] > 0 and 0 <= row["accuracy"] <= 1
     assert moons["thesis_table_7_2_s"]["Proposed"] == 0.90
