@@ -481,6 +481,10 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
             idx = torch.zeros(keys.numel(), grid.dim, dtype=torch.int64)
             idx[inverse] = cubes
             counts = torch.bincount(inverse * c + labels, minlength=keys.numel() * c).reshape(-1, c).to(torch.float64)
+            keep = counts.max(1).values >= (self.min_count if self.min_count is not None else 0.5)
+            if not bool(keep.any()):
+                keep[counts.max(1).values.argmax()] = True
+            idx, counts = idx[keep], counts[keep]
             self.ledger_.spend(PrivacyEvent("non_private", name="svdd/non_private"))
         self.cubes_ = idx.to(X.device)
         self.cell_counts_ = counts.to(X.device)
@@ -538,6 +542,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
             mode = self._auto_mode(X.shape[1], c, n_hat, eps_votes)
         self.starts_ = mode
         self.grid_ = self._public_grid(X.shape[1]) if mode == "grid" else None
+        self.cubes_ = None
         if self.grid_ is not None:
             # Phases II and III on the fixed cubes: records flow, then vote in their cube.
             points = self._grid_votes(X, labels, c, eps_votes, gen)

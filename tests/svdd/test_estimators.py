@@ -300,3 +300,14 @@ def test_auto_takes_the_grid_only_when_cubes_hold_many_records():
     assert PrivateSVDDClassifier(epsilon=5.0, **{**kw, "r_max": None}).fit(X, y).starts_ == "normal"
     wide = np.hstack([X, np.random.default_rng(0).normal(size=(6000, 40)) * 0.1])
     assert PrivateSVDDClassifier(epsilon=5.0, **kw).fit(wide, y).starts_ == "normal"
+
+
+def test_refit_in_another_start_mode_leaves_no_grid_behind(iris):
+    model, _ = _fit(iris, epsilon=None, starts="grid")
+    all_cubes = model.cubes_.shape[0]
+    model.set_params(starts="normal").fit(iris[0], iris[2])
+    assert model.grid_ is None and model.cubes_ is None and model.starts_ == "normal"
+    # without privacy min_count also drops sparse cubes
+    sparse, _ = _fit(iris, epsilon=None, starts="grid", min_count=3)
+    assert bool((sparse.cell_counts_.max(1).values >= 3).all())
+    assert 0 < sparse.cubes_.shape[0] < all_cubes
