@@ -30,7 +30,13 @@ from dp_proto.privacy.mechanisms import noisy_count
 from dp_proto.svdd.cells import group_hypercubes, nearest_index
 from dp_proto.svdd.equilibrium import descend, merge_points, support_function
 from dp_proto.svdd.features import RandomFourierFeatures
-from dp_proto.svdd.grid import MAX_CELLS, PublicGrid, grid_threshold, sparse_noisy_histogram
+from dp_proto.svdd.grid import (
+    MAX_CELLS,
+    PublicGrid,
+    cube_counts,
+    grid_threshold,
+    sparse_noisy_histogram,
+)
 from dp_proto.svdd.private import noisy_cell_counts, private_quantile, release_centre
 from dp_proto.svdd.solver import solve_svdd_dual
 
@@ -430,9 +436,14 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
             return "normal"
         if eps_votes is None:
             return "grid"
-        threshold = (self.min_count if self.min_count is not None
-                     else grid_threshold(grid.num_cells, c, eps_votes, self.false_cells))
-        return "grid" if threshold <= n_hat / self.grid_ratio else "normal"
+        return "grid" if self._grid_release_threshold(grid, c, eps_votes) <= n_hat / self.grid_ratio else "normal"
+
+    def _grid_release_threshold(self, grid: PublicGrid, c: int, eps_votes: float) -> float:
+        """Largest noisy class count a cube needs to be released: ``min_count`` or
+        :func:`~dp_proto.svdd.grid.grid_threshold`."""
+        if self.min_count is not None:
+            return self.min_count
+        return grid_threshold(grid.num_cells, c, eps_votes, self.false_cells)
 
     def _public_starts(self, mode: str, d: int, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
         device = self._device()
@@ -469,18 +480,13 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         """Phase III on the public grid: cube of every descended record, (sparse) noisy counts.
         Sets the cell attributes and returns the released cube centres ``(k, d)``."""
         grid = self.grid_
-        cubes = grid.index(self._dynamics(X)).cpu()
-        labels = labels.cpu()
+        cubes = grid.index(self._dynamics(X))
         if eps_votes is not None:
-            threshold = (self.min_count if self.min_count is not None
-                         else grid_threshold(grid.num_cells, c, eps_votes, self.false_cells))
-            idx, counts = sparse_noisy_histogram(cubes, labels, grid, c, eps_votes, threshold, ledger=self.ledger_,
-                                                 generator=gen)
+            idx, counts = sparse_noisy_histogram(cubes, labels, grid, c, eps_votes,
+                                                 self._grid_release_threshold(grid, c, eps_votes),
+                                                 ledger=self.ledger_, generator=gen)
         else:
-            keys, inverse = torch.unique(grid.flat(cubes), return_inverse=True)
-            idx = torch.zeros(keys.numel(), grid.dim, dtype=torch.int64)
-            idx[inverse] = cubes
-            counts = torch.bincount(inverse * c + labels, minlength=keys.numel() * c).reshape(-1, c).to(torch.float64)
+            _, idx, counts = cube_counts(cubes, labels, grid, c)
             keep = counts.max(1).values >= (self.min_count if self.min_count is not None else 0.5)
             if not bool(keep.any()):
                 keep[counts.max(1).values.argmax()] = True

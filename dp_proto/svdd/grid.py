@@ -31,7 +31,7 @@ from dp_proto.privacy.calibration import check_epsilon
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.noise import laplace_noise, uniform_open
 
-__all__ = ["PublicGrid", "grid_threshold", "sparse_noisy_histogram"]
+__all__ = ["PublicGrid", "cube_counts", "grid_threshold", "sparse_noisy_histogram"]
 
 #: Largest number of cubes a grid may have: the binomial count of passing empty cubes
 #: and the uniform positions are drawn with exact int64 arithmetic below this.
@@ -110,6 +110,24 @@ class PublicGrid:
         return key
 
 
+def cube_counts(cells: Tensor, labels: Tensor, grid: PublicGrid, num_classes: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Exact class counts of the occupied cubes (CPU): ``keys (m,)`` sorted (:meth:`PublicGrid.flat`),
+    their integer cubes ``(m, d)`` and counts ``(m, c)`` (float64), for ``cells (n, d)``
+    (:meth:`PublicGrid.index`) and ``labels (n,)``."""
+    cells = cells.long().cpu()
+    labels = labels.long().cpu()
+    keys, inverse = torch.unique(grid.flat(cells), return_inverse=True)
+    occupied = torch.zeros(keys.numel(), grid.dim, dtype=torch.int64)
+    occupied[inverse] = cells
+    counts = torch.bincount(inverse * num_classes + labels, minlength=keys.numel() * num_classes)
+    return keys, occupied, counts.reshape(-1, num_classes).to(torch.float64)
+
+
+def _laplace_tail(threshold: float, scale: float) -> float:
+    """``P(Lap(scale) >= threshold)`` for ``threshold >= 0``."""
+    return 0.5 * math.exp(-threshold / scale)
+
+
 def grid_threshold(num_cells: int, num_classes: int, epsilon: float, false_cells: float = 1.0) -> float:
     """Noisy count a cube needs, so that about ``false_cells`` empty cubes pass.
 
@@ -163,7 +181,7 @@ def _passing_empty_counts(k: int, num_classes: int, scale: float, threshold: flo
     the others are Laplace conditioned below ``threshold``.
     """
     c = num_classes
-    q = 0.5 * math.exp(-threshold / scale)
+    q = _laplace_tail(threshold, scale)
     weights = torch.tensor([math.comb(c, j) * q**j * (1 - q) ** (c - j) for j in range(1, c + 1)],
                            dtype=torch.float64)
     out = _laplace_below((k, c), scale, threshold, generator)
@@ -189,23 +207,26 @@ def _empty_indices(grid: PublicGrid, k: int, occupied: Tensor, generator: torch.
     return torch.stack(rows) if rows else torch.zeros(0, grid.dim, dtype=torch.int64)
 
 
-def _noisy_max_cube(grid: PublicGrid, occupied_keys: Tensor, occupied_max: Tensor, num_classes: int,
-                    scale: float, threshold: float, generator: torch.Generator | None
-                    ) -> tuple[int | None, int, float]:
+def _noisy_max_cube(grid: PublicGrid, noisy: Tensor, scale: float, threshold: float,
+                    generator: torch.Generator | None) -> tuple[int | None, int, float]:
     """The dense mechanism's fallback when no cube passed: the cube with the largest noisy
     count (all of them below ``threshold``), that count's class and value.
 
-    ``occupied_max (m, 2)`` holds each occupied cube's largest noisy count and its class.
-    Returns ``(None, class, value)`` when an empty cube wins (its position and class are
-    then uniform), else ``(row, class, value)`` with the row into the occupied cubes. The
-    largest of ``N`` i.i.d. Laplace draws conditioned below ``t`` has CDF ``(F(x) / F(t))^N``.
+    ``noisy (m, c)`` holds the occupied cubes' noisy counts. Returns ``(None, class,
+    value)`` when an empty cube wins (its position and class are then uniform), else
+    ``(row, class, value)`` with the row into the occupied cubes. The largest of ``N``
+    i.i.d. Laplace draws conditioned below ``t`` has CDF ``(F(x) / F(t))^N``.
     """
-    n_empty = num_classes * (grid.num_cells - occupied_keys.numel())
-    best_row = int(torch.argmax(occupied_max[:, 0])) if occupied_max.numel() else -1
-    best_occ = float(occupied_max[best_row, 0]) if best_row >= 0 else -math.inf
+    num_classes = noisy.shape[1]
+    n_empty = num_classes * (grid.num_cells - noisy.shape[0])
+    best_row, best_cls, best_occ = -1, 0, -math.inf
+    if noisy.numel():
+        flat = int(torch.argmax(noisy))
+        best_row, best_cls = divmod(flat, num_classes)
+        best_occ = float(noisy[best_row, best_cls])
     if n_empty > 0:
         u = float(uniform_open(1, generator=generator, device="cpu")[0])
-        f_t = 1.0 - 0.5 * math.exp(-threshold / scale)  # F(t), t > 0
+        f_t = 1.0 - _laplace_tail(threshold, scale)  # F(t), t > 0
         # v = F(t) u^(1/N); solve F(x) = v for x, keeping 1 - v accurate
         s = math.log(u) / n_empty
         v = f_t * math.exp(s)
@@ -214,7 +235,7 @@ def _noisy_max_cube(grid: PublicGrid, occupied_keys: Tensor, occupied_max: Tenso
         if best_empty > best_occ:
             cls = min(int(uniform_open(1, generator=generator, device="cpu")[0] * num_classes), num_classes - 1)
             return None, cls, best_empty
-    return best_row, int(occupied_max[best_row, 1]), best_occ
+    return best_row, best_cls, best_occ
 
 
 def sparse_noisy_histogram(cells: Tensor, labels: Tensor, grid: PublicGrid, num_classes: int, epsilon: float,
@@ -247,21 +268,15 @@ def sparse_noisy_histogram(cells: Tensor, labels: Tensor, grid: PublicGrid, num_
     if not threshold > 0:
         raise ValueError(f"threshold must be > 0, got {threshold!r}")
     scale = 1.0 / epsilon
-    q = 0.5 * math.exp(-threshold / scale)
+    q = _laplace_tail(threshold, scale)
     p_pass = -math.expm1(num_classes * math.log1p(-q))  # an empty cube's largest noisy count reaches t
     if grid.num_cells * p_pass > MAX_FALSE_CELLS:
         raise ValueError(f"threshold {threshold:g} would release about {grid.num_cells * p_pass:.3g} empty cubes "
                          f"(more than {MAX_FALSE_CELLS}): raise it (see grid_threshold) or use fewer cubes")
     if ledger is not None:
         ledger.spend(PrivacyEvent("pure", epsilon=epsilon, name=name, sensitivity=1.0))
-    cells = cells.long().cpu()
-    labels = labels.long().cpu()
-    keys, inverse = torch.unique(grid.flat(cells), return_inverse=True)
-    occupied = torch.zeros(keys.numel(), grid.dim, dtype=torch.int64)
-    occupied[inverse] = cells
-    counts = torch.bincount(inverse * num_classes + labels, minlength=keys.numel() * num_classes)
-    noisy = counts.reshape(-1, num_classes).to(torch.float64)
-    noisy = noisy + laplace_noise(noisy.shape, scale, generator=generator, device="cpu")
+    keys, occupied, counts = cube_counts(cells, labels, grid, num_classes)
+    noisy = counts + laplace_noise(counts.shape, scale, generator=generator, device="cpu")
     keep = noisy.max(1).values >= threshold
     n_false = _binomial(grid.num_cells - keys.numel(), p_pass, generator)
     false_idx = _empty_indices(grid, n_false, keys, generator)
@@ -269,9 +284,7 @@ def sparse_noisy_histogram(cells: Tensor, labels: Tensor, grid: PublicGrid, num_
     idx = torch.cat([occupied[keep], false_idx])
     out = torch.cat([noisy[keep], false_counts])
     if idx.shape[0] == 0:
-        best = noisy.max(1)
-        row, cls, value = _noisy_max_cube(grid, keys, torch.stack([best.values, best.indices.to(torch.float64)], 1),
-                                          num_classes, scale, threshold, generator)
+        row, cls, value = _noisy_max_cube(grid, noisy, scale, threshold, generator)
         idx = _empty_indices(grid, 1, keys, generator) if row is None else occupied[row].reshape(1, -1)
         out = torch.full((1, num_classes), -math.inf, dtype=torch.float64)
         out[0, cls] = value
