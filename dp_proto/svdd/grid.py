@@ -262,6 +262,9 @@ def sparse_noisy_histogram(cells: Tensor, labels: Tensor, grid: PublicGrid, num_
                          f"{tuple(labels.shape)}")
     if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
         raise ValueError(f"labels must lie in 0..{num_classes - 1}")
+    if cells.numel() and not bool(((cells >= torch.tensor(grid.lo, device=cells.device))
+                                   & (cells <= torch.tensor(grid.hi, device=cells.device))).all()):
+        raise ValueError("cells must be cubes of the grid (PublicGrid.index clamps points into its box)")
     if grid.num_cells > MAX_CELLS:
         raise ValueError(f"the grid has {grid.num_cells:.3g} cubes, more than 2^62: use a coarser step or "
                          "a smaller box")

@@ -129,6 +129,8 @@ def test_release_is_recorded_and_bad_input_is_refused():
         sparse_noisy_histogram(cells, torch.tensor([0, 2]), SMALL, 2, 1.0, 1.0)
     with pytest.raises(ValueError, match="cells must be"):
         sparse_noisy_histogram(cells[:, :1], torch.tensor([0, 1]), SMALL, 2, 1.0, 1.0)
+    with pytest.raises(ValueError, match="cubes of the grid"):
+        sparse_noisy_histogram(torch.tensor([[0, 0], [3, 0]]), torch.tensor([0, 1]), SMALL, 2, 1.0, 1.0)
     with pytest.raises(ValueError, match="threshold"):
         sparse_noisy_histogram(cells, torch.tensor([0, 1]), SMALL, 2, 1.0, 0.0)
     huge = PublicGrid.from_box(0.1, -4.0, 4.0, 12)
