@@ -6,7 +6,7 @@ Mechanisms (:mod:`.mechanisms`) add calibrated noise and record every release in
 everywhere: add/remove one record.
 """
 
-from dp_proto.privacy.aggregate import subsample_and_aggregate
+from dp_proto.privacy.aggregate import saa_sensitivity, subsample_and_aggregate
 from dp_proto.privacy.audit import AuditResult, audit_epsilon
 from dp_proto.privacy.bin_estimators import SubsampleAggregateGLVQ
 from dp_proto.privacy.calibration import (
@@ -48,6 +48,6 @@ __all__ = [
     "laplace_noise", "gaussian_noise", "discrete_laplace_noise",
     "AuditResult", "audit_epsilon",
     "DPGLVQ", "DPGMLVQ", "DPLGMLVQ",
-    "SubsampleAggregateGLVQ", "subsample_and_aggregate", "coa_glvq",
+    "SubsampleAggregateGLVQ", "subsample_and_aggregate", "saa_sensitivity", "coa_glvq",
     "calibrate_noise_multiplier", "fit_dp_sgd", "paper_noise_multiplier", "sgd_steps",
 ]

@@ -43,19 +43,24 @@ from dp_proto.privacy.clipping import clip_box
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.mechanisms import gaussian_mechanism, gaussian_sigma
 from dp_proto.privacy.noise import gaussian_noise, uniform_open
+from dp_proto.privacy.testing import per_record_coins
 
-__all__ = ["assign_bins", "fit_glvq_bins", "match_to_reference", "saa_sensitivity", "project_to_domain",
+__all__ = ["assign_bins", "bin_shuffle_keys", "fit_glvq_bins", "match_to_reference", "saa_sensitivity", "project_to_domain",
            "aggregate_bin_models",
            "bin_prototype_labels", "train_bin_models", "SAAResult", "subsample_and_aggregate"]
 
 
 def assign_bins(n: int, num_bins: int, *, generator: torch.Generator | None = None,
                 secure: bool = False, device: torch.device | str | None = None) -> Tensor:
-    """I.i.d. uniform bin labels ``(n,)`` in ``0..num_bins-1``."""
+    """I.i.d. uniform bin labels ``(n,)`` in ``0..num_bins-1`` (one coin per record, so
+    removing a record leaves every other record's bin as it was)."""
     if num_bins < 1:
         raise ValueError(f"num_bins must be >= 1, got {num_bins}")
-    u = uniform_open((n,), generator=generator, secure=secure, device=device)
-    return (u * num_bins).floor().long().clamp_(max=num_bins - 1)
+
+    def draw() -> Tensor:
+        u = uniform_open((n,), generator=generator, secure=secure, device=device)
+        return (u * num_bins).floor().long().clamp_(max=num_bins - 1)
+    return per_record_coins("bins", draw)
 
 
 def saa_sensitivity(num_prototypes: int, dim: int, low: float = -1.0, high: float = 1.0,
@@ -115,6 +120,39 @@ def _bin_class_means(x: Tensor, y: Tensor, index: Tensor, mask: Tensor, prototyp
     return means
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def _signed(c: int) -> int:
+    return c - (1 << 64) if c >= 1 << 63 else c
+
+
+_SPLITMIX = tuple(_signed(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+def _shr(z: Tensor, k: int) -> Tensor:
+    """Logical right shift of int64 (torch's ``>>`` is arithmetic)."""
+    return (z >> k) & ((1 << (64 - k)) - 1)
+
+
+def _splitmix64(z: Tensor) -> Tensor:
+    """The splitmix64 finaliser on int64 (wrapping arithmetic): a bijective hash."""
+    z = z + _SPLITMIX[0]
+    z = (z ^ _shr(z, 30)) * _SPLITMIX[1]
+    z = (z ^ _shr(z, 27)) * _SPLITMIX[2]
+    return z ^ _shr(z, 31)
+
+
+def bin_shuffle_keys(bin_seeds: Tensor, epoch: int, slots: int) -> Tensor:
+    """Shuffle keys ``(m, slots)`` int64: a hash of (bin seed, epoch, slot).
+
+    A counter-based stream: slot ``s`` of bin ``b`` gets the same key whatever the other
+    bins hold and however wide the padded tensor is, so a bin's minibatch order depends
+    on its own seed and its own records only (a shared stream would couple the bins)."""
+    counter = torch.arange(slots, dtype=torch.int64, device=bin_seeds.device) + (int(epoch) << 32)
+    return _splitmix64(_splitmix64(bin_seeds[:, None]) ^ counter[None, :])
+
+
 def fit_glvq_bins(
     x: Tensor,
     y: Tensor,
@@ -127,20 +165,25 @@ def fit_glvq_bins(
     lr: float = 0.01,
     jitter: float = 0.05,
     generator: torch.Generator | None = None,
+    bin_seeds: Tensor | None = None,
 ) -> Tensor:
-    """Vanilla GLVQ (identity transfer, Adam) on every bin, all bins at once.
+    """Vanilla GLVQ (identity transfer, Adam) on every bin, all bins at once, each bin
+    exactly as if it were trained alone.
 
-    Every bin starts from its own class means and takes the same minibatch schedule:
-    per epoch ``ceil(L / batch_size)`` steps, ``L`` the largest bin; a smaller bin's
-    batches are padded and its cost averages over its real records only. Adam acts per
-    coordinate, so the bins' trajectories do not interact: the result equals ``m``
-    separate fits with the same batches.
+    Bin ``b`` with ``L_b`` records takes ``ceil(L_b / batch_size)`` Adam steps per epoch on
+    its own minibatches (order from :func:`bin_shuffle_keys`); a bin whose records are
+    used up in a slice takes no step, and its Adam moments and step count stay as they
+    are (masked updates, per-bin bias correction). Nothing of bin ``b`` depends on
+    another bin's records: removing a record changes its own bin only, bit for bit,
+    which is what the subsample-and-aggregate sensitivity needs.
 
     Parameters
     ----------
     x : Tensor, shape (n, d); y : Tensor, shape (n,), class indices
     bins : Tensor, shape (n,), bin labels in ``0..num_bins-1``
     prototype_labels : Tensor, shape (W,)
+    bin_seeds : Tensor, shape (num_bins,), int64, optional
+        Per-bin shuffle seeds (drawn from ``generator`` when omitted).
 
     Returns
     -------
@@ -155,30 +198,69 @@ def fit_glvq_bins(
         raise ValueError("need epochs >= 0, batch_size >= 1 and lr > 0")
     prototype_labels = prototype_labels.to(x.device)
     index, mask = _padded_bins(bins.to(x.device), num_bins)
+    width = math.ceil(index.shape[1] / batch_size) * batch_size  # every slice exactly batch_size wide
+    index = torch.nn.functional.pad(index, (0, width - index.shape[1]))
+    mask = torch.nn.functional.pad(mask, (0, width - mask.shape[1]))
     prototypes = _bin_class_means(x, y, index, mask, prototype_labels, jitter, generator)
-    prototypes = prototypes.clone().requires_grad_(True)
-    optimizer = torch.optim.Adam([prototypes], lr=lr)
-    length = index.shape[1]
-    gen_device = generator.device if generator is not None else x.device
-    for _ in range(epochs):
-        # Shuffle within every bin: random keys, padding slots sorted last.
-        keys = torch.rand(index.shape, generator=generator, device=gen_device).to(x.device)
-        perm = torch.argsort(torch.where(mask, keys, torch.full_like(keys, 2.0)), dim=1)
+    if bin_seeds is None:
+        gen_device = generator.device if generator is not None else torch.device("cpu")
+        bin_seeds = torch.randint(-(2**63), 2**63 - 1, (num_bins,), generator=generator, dtype=torch.int64,
+                                  device=gen_device)
+    bin_seeds = bin_seeds.to(x.device)
+    if bin_seeds.shape != (num_bins,):
+        raise ValueError(f"bin_seeds must have shape ({num_bins},), got {tuple(bin_seeds.shape)}")
+    adam = _MaskedAdam(prototypes, lr)
+    for epoch in range(epochs):
+        keys = torch.where(mask, bin_shuffle_keys(bin_seeds, epoch, width),
+                           torch.full_like(index, torch.iinfo(torch.int64).max))
+        perm = torch.argsort(keys, dim=1, stable=True)  # padding slots last
         order, valid = index.gather(1, perm), mask.gather(1, perm)
-        for start in range(0, length, batch_size):
+        for start in range(0, width, batch_size):
             idx, ok = order[:, start:start + batch_size], valid[:, start:start + batch_size]
-            if not bool(ok.any()):
-                continue
-            xb, yb = x[idx], y[idx]  # (m, b, d), (m, b)
-            dist = (xb.pow(2).sum(-1, keepdim=True) - 2.0 * xb @ prototypes.transpose(1, 2)
-                    + prototypes.pow(2).sum(-1)[:, None, :]).clamp_min(0)  # (m, b, W)
-            cost = glvq_loss(dist.reshape(-1, dist.shape[-1]), yb.reshape(-1), prototype_labels,
-                             reduction="none").reshape(ok.shape)
-            per_bin = (cost * ok).sum(1) / ok.sum(1).clamp_min(1)
-            optimizer.zero_grad(set_to_none=True)
-            per_bin.sum().backward()
-            optimizer.step()
-    return prototypes.detach()
+            active = ok.any(1)  # (m,): bins with records left in this slice
+            if not bool(active.any()):
+                break
+            adam.step(_bin_slice_gradient(adam.params, x[idx], y[idx], ok, prototype_labels), active)
+    return adam.params.detach()
+
+
+def _bin_slice_gradient(prototypes: Tensor, xb: Tensor, yb: Tensor, ok: Tensor, prototype_labels: Tensor) -> Tensor:
+    """Gradient ``(m, W, d)`` of every bin's mean GLVQ cost over its real records of
+    one slice (``xb (m, b, d)``, ``yb (m, b)``, ``ok (m, b)``)."""
+    params = prototypes.detach().requires_grad_(True)
+    dist = (xb.pow(2).sum(-1, keepdim=True) - 2.0 * xb @ params.transpose(1, 2)
+            + params.pow(2).sum(-1)[:, None, :]).clamp_min(0)  # (m, b, W)
+    cost = glvq_loss(dist.reshape(-1, dist.shape[-1]), yb.reshape(-1), prototype_labels,
+                     reduction="none").reshape(ok.shape)
+    per_bin = (cost * ok).sum(1) / ok.sum(1).clamp_min(1)
+    (grad,) = torch.autograd.grad(per_bin.sum(), params)
+    return grad
+
+
+class _MaskedAdam:
+    """Adam (Kingma & Ba 2015, torch's defaults) on ``(m, ...)`` parameters, one
+    independent optimizer per leading index: a step updates the moments, the step count
+    and the parameters of the ``active`` rows only."""
+
+    def __init__(self, params: Tensor, lr: float, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8) -> None:
+        self.params = params.detach().clone()
+        self.lr, self.betas, self.eps = lr, betas, eps
+        self.m1 = torch.zeros_like(self.params)
+        self.m2 = torch.zeros_like(self.params)
+        self.t = torch.zeros(self.params.shape[0], dtype=torch.int64, device=self.params.device)
+
+    @torch.no_grad()
+    def step(self, grad: Tensor, active: Tensor) -> None:
+        b1, b2 = self.betas
+        rows = active.view(-1, *([1] * (self.params.dim() - 1)))
+        self.t += active.long()
+        self.m1 = torch.where(rows, b1 * self.m1 + (1 - b1) * grad, self.m1)
+        self.m2 = torch.where(rows, b2 * self.m2 + (1 - b2) * grad * grad, self.m2)
+        t = self.t.clamp_min(1).to(self.params.dtype).view_as(rows)
+        bias1, bias2 = 1 - b1**t, 1 - b2**t
+        update = self.lr * (self.m1 / bias1) / ((self.m2 / bias2).sqrt() + self.eps)
+        self.params = torch.where(rows, self.params - update, self.params)
 
 
 def match_to_reference(bin_prototypes: Tensor, prototype_labels: Tensor, reference: Tensor) -> Tensor:
@@ -293,7 +375,9 @@ def aggregate_bin_models(
 
 class SAAResult(NamedTuple):
     """Private prototypes ``(W, d)``, their labels ``(W,)``, the noise std on the mean of
-    the bins and the number of bins that held no record (curator diagnostics)."""
+    the bins (public: a function of epsilon, delta, ``W``, ``d``, the domain and ``m``)
+    and the number of bins that held no record (curator-only: it depends on the data
+    without noise; never publish it)."""
 
     prototypes: Tensor
     prototype_labels: Tensor

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from sklearn.utils import check_random_state
 
 from dp_proto.lvq.estimators import _DTYPES, GLVQ
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.privacy.aggregate import subsample_and_aggregate
 from dp_proto.privacy.calibration import check_delta, check_epsilon
 from dp_proto.privacy.coa import coa_glvq
+from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.estimators import _DPMixin
 from dp_proto.privacy.ledger import PrivacyLedger
+from dp_proto.privacy.randomness import noise_generator
 
 __all__ = ["SubsampleAggregateGLVQ"]
 
@@ -63,18 +64,28 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
         each bin's prototypes of a class are matched (several prototypes per class).
     epochs, lr, batch_size : GLVQ on every bin (Adam).
     secure_mode : bool, default False
-        Bin labels and noise from operating-system entropy.
+        Bin labels, shuffles and noise from ``os.urandom`` directly.
+    noise_seed : int or None, default None
+        None (the default): bin labels, shuffles and noise from a generator seeded with
+        fresh operating-system entropy. An int reproduces the whole private fit exactly:
+        for tests and benchmarks only (warns ``PrivacyLeakWarning``; the ledger's summary
+        says ``"noise": "reproducible"``).
+    random_state : ignored
+        Kept for scikit-learn compatibility: every random choice of this estimator
+        touches the release, so none of it may come from a public seed.
 
     Fitted attributes: ``prototypes_`` (feature units), ``prototype_labels_``,
     ``classes_``, ``epsilon_`` (what the ledger certifies at ``delta``), ``privacy_``,
-    ``ledger_``, ``noise_std_`` (per coordinate, in the mapped units), ``num_clipped_``
-    and ``empty_bins_`` (curator diagnostics outside the guarantee: delete them before
-    publishing a pickled estimator).
+    ``ledger_``, ``noise_std_`` (``aggregation="mean"`` only: the noise std per coordinate
+    of the mean, in the mapped units; public). ``curator_`` (a dict: how many records
+    were clipped into the domain, how many bins stayed empty) is curator-only, outside
+    the guarantee: ``del est.curator_`` before publishing a fitted estimator.
     """
 
     def __init__(self, prototypes_per_class=1, *, num_bins=50, aggregation="mean", epsilon=1.0,
                  delta=1e-5, bounds=None, classes=None, radius=None, reference=None, epochs=30, lr=0.01,
-                 batch_size=64, secure_mode=False, random_state=None, device="cpu", dtype="float64"):
+                 batch_size=64, secure_mode=False, noise_seed=None, random_state=None, device="cpu",
+                 dtype="float64"):
         self.prototypes_per_class = prototypes_per_class
         self.num_bins = num_bins
         self.aggregation = aggregation
@@ -88,6 +99,7 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
         self.lr = lr
         self.batch_size = batch_size
         self.secure_mode = secure_mode
+        self.noise_seed = noise_seed
         self.random_state = random_state
         self.device = device
         self.dtype = dtype
@@ -121,9 +133,9 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
             reference = torch.as_tensor(self._domain(np.asarray(self.reference, dtype=np.float64), fitting=False),
                                         dtype=torch.float64, device=self.device)
 
-        rng = check_random_state(self.random_state)
-        generator = None if self.secure_mode else torch.Generator(self.device).manual_seed(
-            int(rng.randint(0, 2**31 - 1)))
+        # Bin labels, shuffles and noise: all randomness of this fit touches the release.
+        generator = None if self.secure_mode else noise_generator(self.noise_seed, self.device,
+                                                                  owner=type(self).__name__)
         ledger = PrivacyLedger(budget=(self.epsilon, self.delta), default_delta=self.delta)
         common = dict(prototypes_per_class=counts, reference=reference, ledger=ledger, epochs=self.epochs,
                       batch_size=self.batch_size, lr=self.lr, radius=self.radius, generator=generator,
@@ -132,11 +144,15 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
             result = subsample_and_aggregate(x_t, y_t, len(self.classes_), self.num_bins, self.epsilon,
                                              self.delta, **common)
             prototypes, labels = result.prototypes, result.prototype_labels
-            self.noise_std_, self.empty_bins_ = result.noise_std, result.empty_bins
+            self.noise_std_ = result.noise_std  # public: epsilon, delta, W, d, domain and m only
+            curator_attach(self, empty_bins=result.empty_bins)
         else:
-            prototypes, labels, result = coa_glvq(x_t, y_t, len(self.classes_), self.num_bins, self.epsilon,
-                                                  self.delta, **common)
-            self.noise_std_, self.empty_bins_ = result.noise_std, None
+            prototypes, labels, _ = coa_glvq(x_t, y_t, len(self.classes_), self.num_bins, self.epsilon,
+                                             self.delta, **common)
+            # The centre of attention's noise std S(Z)/alpha depends on the bins' models
+            # without noise: it is neither stored nor returned.
+            if hasattr(self, "noise_std_"):
+                del self.noise_std_
 
         layer = self._make_layer(Z.shape[1], len(labels), generator, tdtype)
         with torch.no_grad():

@@ -20,6 +20,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 
 from dp_proto.exceptions import DataValidationError, DomainWarning, PrivacyLeakWarning
 from dp_proto.privacy.clipping import clip_box
+from dp_proto.privacy.curator import curator_log
 
 __all__ = ["PublicBoundsScaler", "public_classes", "warn_clipped"]
 
@@ -64,8 +65,16 @@ def public_classes(y: np.ndarray, classes, owner: str, *, warn: bool = True) -> 
     return out, np.searchsorted(out, y)
 
 
-def warn_clipped(num_clipped: int, total: int, what: str = "records") -> None:
-    """Emit a :class:`DomainWarning` saying how many of ``total`` records were clipped."""
+def warn_clipped(num_clipped: int, total: int, what: str = "records", *, private: bool = False) -> None:
+    """Emit a :class:`DomainWarning` saying how many of ``total`` records were clipped.
+
+    ``private=True`` (inside a private release): the count goes to the curator-only log
+    instead (:mod:`dp_proto.privacy.curator`); a warning whose presence depends on one
+    record would tell neighbouring data sets apart."""
+    if private:
+        if num_clipped:
+            curator_log("%d of %d %s lay outside the public domain and were clipped", num_clipped, total, what)
+        return
     if num_clipped:
         warnings.warn(
             f"{num_clipped} of {total} {what} lay outside the public domain [-1, 1]^d and were "
@@ -84,6 +93,9 @@ class PublicBoundsScaler(TransformerMixin, BaseEstimator):
         Public bounds, e.g. ``0`` and ``255`` for pixels.
     clip : bool
         Clip transformed values into ``[-1, 1]`` (default True).
+    warn : bool
+        Warn (:class:`DomainWarning`) when rows are clipped (default True). Private
+        estimators pass False and report the count on the curator-only channel.
 
     Attributes
     ----------
@@ -91,10 +103,11 @@ class PublicBoundsScaler(TransformerMixin, BaseEstimator):
         Rows clipped by the last :meth:`transform`.
     """
 
-    def __init__(self, lower=0.0, upper=1.0, clip: bool = True) -> None:
+    def __init__(self, lower=0.0, upper=1.0, clip: bool = True, warn: bool = True) -> None:
         self.lower = lower
         self.upper = upper
         self.clip = clip
+        self.warn = warn
 
     @classmethod
     def from_data(cls, X, margin: float = 0.0) -> PublicBoundsScaler:
@@ -132,7 +145,7 @@ class PublicBoundsScaler(TransformerMixin, BaseEstimator):
         if self.clip:
             clipped = clip_box(torch.from_numpy(np.ascontiguousarray(out)))
             out, self.num_clipped_ = clipped.values.numpy(), clipped.num_clipped
-            warn_clipped(self.num_clipped_, len(out))
+            warn_clipped(self.num_clipped_, len(out), private=not self.warn)
         return torch.as_tensor(out, dtype=X.dtype, device=X.device) if is_tensor else out
 
     def inverse_transform(self, Z):

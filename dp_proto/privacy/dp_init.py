@@ -33,8 +33,9 @@ __all__ = ["DPInitResult", "dp_class_mean_prototypes"]
 
 
 class DPInitResult(NamedTuple):
-    """Prototypes ``(W, d)``, their labels ``(W,)``, the noisy class counts ``(c,)`` and
-    the number of records that were clipped into the domain."""
+    """Prototypes ``(W, d)``, their labels ``(W,)``, the noisy class counts ``(c,)``
+    (released) and the number of records that were clipped into the domain
+    (curator-only: not covered by the guarantee)."""
 
     prototypes: Tensor
     prototype_labels: Tensor
@@ -62,7 +63,8 @@ def dp_class_mean_prototypes(
     ----------
     x : Tensor, shape (n, d)
         Records, expected in ``[-1, 1]^d`` (use :class:`PublicBoundsScaler`); records
-        outside are clipped (counted, with a :class:`~dp_proto.exceptions.DomainWarning`).
+        outside are clipped, and their count goes to the curator-only log and
+        ``num_clipped`` (no warning: its presence would depend on single records).
     y : Tensor, shape (n,)
         Class indices in ``0..num_classes-1`` (``num_classes`` is public).
     epsilon : float
@@ -96,7 +98,7 @@ def dp_class_mean_prototypes(
         ledger.check(counts_event, sums_event)  # refuse both parts before releasing either
 
     clipped = clip_box(x.to(torch.float64))
-    warn_clipped(clipped.num_clipped, x.shape[0])
+    warn_clipped(clipped.num_clipped, x.shape[0], private=True)  # a count of private records
     one_hot = torch.zeros(x.shape[0], num_classes, dtype=torch.float64, device=x.device)
     one_hot[torch.arange(x.shape[0], device=x.device), y.long()] = 1.0
     sums = one_hot.T @ clipped.values  # (c, d)

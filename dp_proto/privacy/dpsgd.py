@@ -41,12 +41,15 @@ from dp_proto.privacy import grad_samplers  # noqa: F401  (registers the closed-
 from dp_proto.privacy.calibration import check_delta, check_epsilon
 from dp_proto.privacy.fused_dpsgd import CLIPPING_MODES, check_fusable, fit_dp_sgd_fused
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
+from dp_proto.privacy.mechanisms import noise_rng
+from dp_proto.privacy.opacus_noise import check_expected_batch_size, make_noise_sound
 
 __all__ = [
     "sgd_steps",
     "paper_noise_multiplier",
     "calibrate_noise_multiplier",
     "check_dp_sgd_settings",
+    "warn_noisy_size",
     "noise_multiplier_for",
     "DPSGDResult",
     "fit_dp_sgd",
@@ -215,28 +218,33 @@ def noise_multiplier_for(
     raise ValueError(f"calibration must be 'ledger' or 'paper', got {calibration!r}")
 
 
-def check_dp_sgd_settings(n: int, epsilon: float, delta: float, sampling_rate: float) -> None:
-    """Clear errors (and warnings) for settings that cannot give a sensible private model.
+def check_dp_sgd_settings(epsilon: float, delta: float, sampling_rate: float) -> None:
+    """Clear errors for public settings that cannot give a private model: epsilon <= 0,
+    delta outside (0, 1), a sampling rate outside (0, 1] (``ValueError``).
 
-    * epsilon <= 0, delta outside (0, 1), a sampling rate outside (0, 1]: ``ValueError``;
-    * an expected batch ``q n < 1``: ``ValueError`` (most steps would see no data);
-    * ``delta >= 1/n``: a warning with the numbers (such a delta allows releasing a record).
-    """
+    The private ``n`` is not looked at: an error or warning whose presence depends on
+    one record would tell neighbouring data sets apart. See :func:`warn_noisy_size` for
+    the same checks on a released (noisy) record count."""
     check_epsilon(epsilon)
     check_delta(delta, allow_zero=False)
     if not 0 < sampling_rate <= 1:
         raise ValueError(f"sampling_rate must lie in (0, 1], got {sampling_rate!r}")
-    if sampling_rate * n < 1:
-        raise ValueError(
-            f"sampling_rate {sampling_rate:g} with n = {n} gives an expected batch of "
-            f"{sampling_rate * n:.3g} < 1 records; use a sampling rate of at least {1 / n:.3g}"
-        )
-    if delta >= 1.0 / n:
+
+
+def warn_noisy_size(noisy_n: float, sampling_rate: float, delta: float) -> None:
+    """Warnings about the data size computed from a *released* noisy count ``noisy_n``
+    (post-processing, so they reveal nothing beyond the release): an expected batch
+    ``q n~ < 1``, or ``delta >= 1 / n~``."""
+    if sampling_rate * noisy_n < 1:
         warnings.warn(
-            f"delta = {delta:g} is not below 1/n = {1 / n:.3g} (n = {n}): a mechanism may then "
-            f"publish a whole record with probability delta; use delta << 1/n",
-            UserWarning, stacklevel=2,
-        )
+            f"sampling_rate {sampling_rate:g} with a noisy record count of about {noisy_n:.0f} gives "
+            f"an expected batch below one record; most DP-SGD steps will see no data",
+            UserWarning, stacklevel=3)
+    if delta * noisy_n >= 1:
+        warnings.warn(
+            f"delta = {delta:g} is not below 1/n for the noisy record count n~ = {noisy_n:.0f}: a "
+            f"mechanism may then publish a whole record with probability delta; use delta << 1/n",
+            UserWarning, stacklevel=3)
 
 
 @dataclass
@@ -271,6 +279,7 @@ def fit_dp_sgd(
     sampling_rate: float,
     max_grad_norm: float,
     steps: int,
+    expected_batch_size: float,
     lr: float = 0.05,
     metric_lr_scale: float = 1.0,
     average_last: float = 0.0,
@@ -295,6 +304,14 @@ def fit_dp_sgd(
     Parameters
     ----------
     x : Tensor, shape (n, ...); y : Tensor, shape (n,)
+    expected_batch_size : float
+        The public normaliser of the noisy gradient sum (Opacus divides by
+        ``q * len(dataset)``, which depends on the private ``n``). The DP estimators pass
+        ``q n~`` with ``n~`` the sum of the DP initialisation's noisy class counts.
+    generator : torch.Generator or None
+        Noise and Poisson sampling coins. None (the default): a generator seeded with
+        fresh operating-system entropy; a caller's generator makes the run reproducible
+        (warns ``PrivacyLeakWarning``; the ledger records it).
     engine : {"auto", "fused", "opacus"}
         ``fused`` (:mod:`dp_proto.privacy.fused_dpsgd`): the same DP-SGD step run
         directly on tensors, for models whose trainable parameters all lie in the
@@ -342,6 +359,8 @@ def fit_dp_sgd(
         raise ValueError(f"average_last must lie in [0, 1), got {average_last!r}")
     if clipping not in CLIPPING_MODES:
         raise ValueError(f"clipping must be one of {CLIPPING_MODES}, got {clipping!r}")
+    expected_batch_size = check_expected_batch_size(expected_batch_size)
+    generator = noise_rng(ledger, generator, secure_mode, None, "dp_sgd")
     opt = _make_optimizer(model, optimizer, lr, metric_lr_scale, momentum)
     # the last floor(average_last * steps) iterates: steps start..steps (1-based)
     average = IterateAverage(model, start=steps - math.floor(average_last * steps) + 1) if average_last else None
@@ -357,7 +376,7 @@ def fit_dp_sgd(
     if engine == "fused":
         fit_dp_sgd_fused(model, x, y, ledger=ledger, noise_multiplier=noise_multiplier,
                          sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, steps=steps,
-                         optimizer=opt, sgd_event=_sgd_event, result=result, post_step=post_step,
+                         expected_batch_size=expected_batch_size, optimizer=opt, sgd_event=_sgd_event, result=result, post_step=post_step,
                          generator=generator, secure_mode=secure_mode, clipping=clipping,
                          transfer_fn=transfer_fn, beta=beta)
         if average is not None:
@@ -394,6 +413,8 @@ def fit_dp_sgd(
         private_model, dp_opt, criterion, dp_loader = made
     else:
         private_model, dp_opt, dp_loader = made
+    # float64 noise with tails, from our generator; the public normaliser, not q * n
+    make_noise_sound(dp_opt, expected_batch_size=expected_batch_size, generator=generator, secure=secure_mode)
     q = float(dp_loader.sample_rate)  # = sampling_rate
     private_model.train()
     while result.steps < steps:

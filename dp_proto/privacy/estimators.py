@@ -10,7 +10,7 @@ The fitted model carries its guarantee: ``privacy_`` (the ledger's summary) and
 Data must come with public bounds: ``bounds=(lower, upper)`` (scalars or per-feature
 arrays known without looking at the data, e.g. ``(0, 255)`` for pixels) map it onto
 ``[-1, 1]^d``; with ``bounds=None`` the data are taken to be in ``[-1, 1]^d`` already.
-Records outside are clipped and counted (``DomainWarning``).
+Records outside are clipped; their count is curator-only (``curator_``, not a warning).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from dp_proto.lvq.estimators import _DTYPES, GLVQ, GMLVQ, LGMLVQ
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.privacy.calibration import check_epsilon
+from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.domain import PublicBoundsScaler, public_classes
 from dp_proto.privacy.dp_init import dp_class_mean_prototypes
 from dp_proto.privacy.dpsgd import (
@@ -30,8 +31,10 @@ from dp_proto.privacy.dpsgd import (
     fit_dp_sgd,
     noise_multiplier_for,
     sgd_steps,
+    warn_noisy_size,
 )
 from dp_proto.privacy.ledger import PrivacyLedger
+from dp_proto.privacy.randomness import noise_generator
 
 __all__ = ["DPGLVQ", "DPGMLVQ", "DPLGMLVQ"]
 
@@ -69,9 +72,10 @@ class _DPMixin:
     def _domain(self, X: np.ndarray, *, fitting: bool) -> np.ndarray:
         if fitting:
             lower, upper = (-1.0, 1.0) if self.bounds is None else self.bounds
-            self.scaler_ = PublicBoundsScaler(lower, upper, clip=True).fit()
-            Z = self.scaler_.transform(X)
-            self.num_clipped_ = self.scaler_.num_clipped_
+            self.scaler_ = PublicBoundsScaler(lower, upper, clip=True, warn=False).fit()
+            clipper = PublicBoundsScaler(lower, upper, clip=True, warn=False).fit()
+            Z = clipper.transform(X)  # the stored scaler_ never sees the data (no count on it)
+            curator_attach(self, num_clipped=int(clipper.num_clipped_))
             return Z
         scaler = PublicBoundsScaler(self.scaler_.lower, self.scaler_.upper, clip=False).fit()
         return scaler.transform(X)  # predictions: same map, no privacy concern, no clipping
@@ -90,13 +94,16 @@ class _DPMixin:
         """Private training on ``X (n, d)``, ``y (n,)``; see the class docstring."""
         X, y_index = self._fit_input(X, y)
         n, d = X.shape
-        check_dp_sgd_settings(n, self.epsilon, self.delta, self.sampling_rate)
+        check_dp_sgd_settings(self.epsilon, self.delta, self.sampling_rate)  # public settings only
         counts = self._prototype_counts(self.classes_)
         if len(set(counts)) != 1:
             raise ValueError("the DP initialisation needs the same number of prototypes for every class")
 
+        # random_state: non-private choices only (a random Omega initialisation). Every
+        # noise draw and sampling coin comes from `generator`: fresh entropy by default.
         rng = check_random_state(self.random_state)
-        generator = torch.Generator().manual_seed(int(rng.randint(0, 2**31 - 1)))
+        init_generator = torch.Generator().manual_seed(int(rng.randint(0, 2**31 - 1)))
+        generator = noise_generator(self.noise_seed, owner=type(self).__name__)
         tdtype = _DTYPES[self.dtype]
         Z = self._domain(X, fitting=True)
         x_t = torch.as_tensor(Z, dtype=tdtype, device=self.device)
@@ -109,14 +116,19 @@ class _DPMixin:
             prototypes_per_class=counts[0], generator=None if self.secure_mode else generator,
             secure=self.secure_mode,
         )
-        layer = self._make_layer(d, len(init.prototype_labels), generator, tdtype)
+        layer = self._make_layer(d, len(init.prototype_labels), init_generator, tdtype)
         with torch.no_grad():
             layer.prototypes.copy_(init.prototypes.to(tdtype))
         self.model_ = PrototypeModel(layer, init.prototype_labels)
 
         # q and T are public settings: neither may depend on the private n (add/remove).
+        # The update is divided by q * n~, n~ the sum of the initialisation's noisy class
+        # counts (post-processing of a release), never by the private q * n.
         q = float(self.sampling_rate)
         steps = sgd_steps(self.epochs, q)
+        noisy_n = max(float(init.noisy_counts.sum()), 1.0)
+        expected_batch = q * noisy_n
+        warn_noisy_size(noisy_n, q, self.delta)
         sigma = noise_multiplier_for(self.calibration, self.epsilon, self.delta, q, steps,
                                      prior_events=ledger.events)
         result = fit_dp_sgd(
@@ -124,12 +136,15 @@ class _DPMixin:
             max_grad_norm=self.max_grad_norm, steps=steps, lr=self.lr, optimizer=self.solver,
             metric_lr_scale=getattr(self, "metric_lr_scale", 1.0), average_last=self.average_last,
             clipping=self.clipping,
-            engine=self.engine, grad_sample_mode=self.grad_sample_mode, generator=generator,
+            engine=self.engine, grad_sample_mode=self.grad_sample_mode,
+            generator=None if self.secure_mode else generator,
+            expected_batch_size=expected_batch,
             secure_mode=self.secure_mode,
             transfer_fn=self.transfer_fn, beta=self.beta, delta=self.delta,
         )
         self.noise_multiplier_ = sigma
         self.sample_rate_ = q
+        self.expected_batch_size_ = expected_batch
         self.n_iter_ = result.steps
         self.stopped_by_budget_ = result.stopped_by_budget
         # No training loss is stored: the estimator is the released object, and a loss
@@ -194,9 +209,17 @@ _DOC = """
     grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
         Opacus engine only.
     secure_mode : bool, default False
-        Noise from operating-system entropy (initialisation and DP-SGD; batch membership
-        from a generator seeded by it). The Opacus engine needs Opacus' ``torchcsprng``
-        package for this.
+        Noise read from ``os.urandom`` directly (initialisation and DP-SGD; batch
+        membership from a generator seeded by it). The Opacus engine needs Opacus'
+        ``torchcsprng`` package for this.
+    noise_seed : int or None, default None
+        None (the default): noise and Poisson sampling from a generator seeded with 64
+        bits of fresh operating-system entropy. An int reproduces the private fit
+        exactly, for tests and benchmarks: it warns ``PrivacyLeakWarning`` and the
+        ledger's summary says ``"noise": "reproducible"`` (whoever knows the seed can
+        remove the noise).
+    random_state : int, RandomState or None
+        Non-private randomness only (a random Omega initialisation); never the noise.
     solver : {"sgd", "adam"}, default "sgd"; lr : float, default 0.05
         The optimizer applied to the noisy clipped gradient (post-processing) and its
         step size. Adam (lr 0.01) was measured as DP-GLVQ's default and not adopted
@@ -227,12 +250,14 @@ _DOC = """
 
     Fitted attributes (besides those of the non-private model): ``epsilon_`` (what the
     ledger certifies at ``delta``), ``privacy_`` (ledger summary), ``ledger_``,
-    ``noise_multiplier_``, ``sample_rate_``, ``n_iter_`` (steps), ``num_clipped_``,
-    ``stopped_by_budget_``. ``prototypes_`` are in the original feature units. Unlike
-    the non-private models there is no ``loss_``/``loss_curve_``: a training loss would
-    be a release about the private data outside the ledger. ``num_clipped_`` (how many
-    records lay outside ``bounds``) is for the data curator and is not covered by the
-    guarantee either: delete it before publishing a pickled estimator.
+    ``noise_multiplier_``, ``sample_rate_``, ``expected_batch_size_`` (the public
+    normaliser ``q n~``, ``n~`` the sum of the initialisation's noisy class counts),
+    ``n_iter_`` (steps), ``stopped_by_budget_``. ``prototypes_`` are in the original
+    feature units. Unlike the non-private models there is no ``loss_``/``loss_curve_``:
+    a training loss would be a release about the private data outside the ledger.
+    ``curator_`` (a dict; ``num_clipped``: how many records lay outside ``bounds``) is
+    for the data curator and is not covered by the guarantee: ``del est.curator_``
+    before publishing a fitted estimator.
 """
 
 
@@ -247,13 +272,13 @@ class DPGLVQ(_DPMixin, GLVQ):
     def __init__(self, prototypes_per_class=1, *, epsilon=1.0, delta=1e-5, sampling_rate=0.01,
                  max_grad_norm=0.5, epochs=50, init_fraction=0.2, calibration="ledger", bounds=None,
                  classes=None, clipping="joint", engine="fused", grad_sample_mode="hooks", secure_mode=False,
-                 solver="sgd", lr=0.05,
+                 noise_seed=None, solver="sgd", lr=0.05,
                  average_last=0.0, transfer_fn="sigmoid", beta=16.0, random_state=None, device="cpu",
                  dtype="float32"):
         _set(self, prototypes_per_class=prototypes_per_class, epsilon=epsilon, delta=delta,
              sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, epochs=epochs,
              init_fraction=init_fraction, calibration=calibration, bounds=bounds,
-             classes=classes, clipping=clipping, engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, solver=solver, lr=lr,
+             classes=classes, clipping=clipping, engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, noise_seed=noise_seed, solver=solver, lr=lr,
              average_last=average_last, transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)
 
 
@@ -265,13 +290,13 @@ class DPGMLVQ(_DPMixin, GMLVQ):
     def __init__(self, prototypes_per_class=1, *, epsilon=1.0, delta=1e-5, sampling_rate=0.01,
                  max_grad_norm=0.5, epochs=50, init_fraction=0.2, calibration="ledger", bounds=None,
                  classes=None, clipping="joint", engine="fused", grad_sample_mode="hooks", secure_mode=False,
-                 rank=None, omega_init="identity", normalize_omega=False, solver="sgd", lr=0.05, metric_lr_scale=1.0, average_last=0.0,
+                 noise_seed=None, rank=None, omega_init="identity", normalize_omega=False, solver="sgd", lr=0.05, metric_lr_scale=1.0, average_last=0.0,
                  transfer_fn="sigmoid", beta=16.0,
                  random_state=None, device="cpu", dtype="float32"):
         _set(self, prototypes_per_class=prototypes_per_class, epsilon=epsilon, delta=delta,
              sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, epochs=epochs,
              init_fraction=init_fraction, calibration=calibration, bounds=bounds,
-             classes=classes, clipping=clipping, engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, rank=rank,
+             classes=classes, clipping=clipping, engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, noise_seed=noise_seed, rank=rank,
              omega_init=omega_init, normalize_omega=normalize_omega, solver=solver, lr=lr,
              metric_lr_scale=metric_lr_scale, average_last=average_last, transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)
 
@@ -282,13 +307,13 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
     def __init__(self, prototypes_per_class=1, *, epsilon=1.0, delta=1e-5, sampling_rate=0.01,
                  max_grad_norm=0.5, epochs=50, init_fraction=0.2, calibration="ledger", bounds=None,
                  classes=None, clipping="joint", engine="fused", grad_sample_mode="hooks", secure_mode=False,
-                 rank=None, omega_init="identity",
+                 noise_seed=None, rank=None, omega_init="identity",
                  normalize_omega=False, solver="sgd", lr=0.05, metric_lr_scale=1.0, average_last=0.0,
                  transfer_fn="identity", beta=1.0,
                  random_state=None, device="cpu", dtype="float32"):
         _set(self, prototypes_per_class=prototypes_per_class, epsilon=epsilon, delta=delta,
              sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, epochs=epochs,
              init_fraction=init_fraction, calibration=calibration, bounds=bounds,
-             classes=classes, clipping=clipping, engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, rank=rank,
+             classes=classes, clipping=clipping, engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, noise_seed=noise_seed, rank=rank,
              omega_init=omega_init, normalize_omega=normalize_omega, solver=solver, lr=lr,
              metric_lr_scale=metric_lr_scale, average_last=average_last, transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)

@@ -41,6 +41,7 @@ from dp_proto.lvq.losses import glvq_cost_and_gradient
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.privacy.grad_samplers import glvq_norm_sample, gmlvq_norm_sample, lgmlvq_norm_sample
 from dp_proto.privacy.noise import gaussian_noise
+from dp_proto.privacy.testing import intercept
 
 __all__ = ["clipped_gradient_sum", "dp_sgd_step", "poisson_batch_index", "fit_dp_sgd_fused",
            "check_fusable"]
@@ -211,6 +212,7 @@ def fit_dp_sgd_fused(
     sampling_rate: float,
     max_grad_norm: float,
     steps: int,
+    expected_batch_size: float,
     optimizer: torch.optim.Optimizer,
     sgd_event,
     result,
@@ -226,7 +228,7 @@ def fit_dp_sgd_fused(
     check_fusable(model)
     n = x.shape[0]
     _check_targets(y, model.prototype_labels)  # once here, not at every step
-    expected_batch = sampling_rate * n
+    expected_batch = expected_batch_size  # public; never q * n (n is private)
     steps_per_epoch = max(round(1.0 / sampling_rate), 1)
     std = noise_multiplier * max_grad_norm
     sampling_gen = generator
@@ -307,17 +309,17 @@ def dp_sgd_step(
     _, costs = clipped_gradient_sum(model, x, y, max_grad_norm, clipping=clipping,
                                     transfer_fn=transfer_fn, beta=beta, check_labels=check_labels)
     with torch.no_grad():
+        summed = torch.cat([p.grad.reshape(-1) for p in params])
+
+        def draw() -> Tensor:  # float64 Box-Muller noise (tails to ~8.6 sigma), then cast
+            if noise_std == 0:
+                return summed.clone()
+            return summed + gaussian_noise(summed.shape, noise_std, generator=generator, secure=secure_mode,
+                                           dtype=summed.dtype, device=summed.device)
+        noisy = intercept("dp_sgd", summed, None, None, draw)  # subsampled: checked per step elsewhere
+        offset = 0
         for p in params:
-            p.grad.add_(_gaussian_like(p, noise_std, generator, secure_mode)).div_(expected_batch)
+            p.grad.copy_(noisy[offset:offset + p.numel()].view_as(p)).div_(expected_batch)
+            offset += p.numel()
     optimizer.step()
     return costs
-
-
-def _gaussian_like(p: Tensor, std: float, generator: torch.Generator | None, secure: bool) -> Tensor:
-    if std == 0:
-        return torch.zeros_like(p)
-    if secure:
-        return gaussian_noise(p.shape, std, secure=True, dtype=p.dtype, device=p.device)
-    if generator is not None and generator.device != p.device:
-        return torch.randn(p.shape, generator=generator, dtype=p.dtype).to(p.device).mul_(std)
-    return torch.randn(p.shape, generator=generator, dtype=p.dtype, device=p.device).mul_(std)

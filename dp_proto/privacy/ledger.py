@@ -41,6 +41,7 @@ __all__ = ["PrivacyEvent", "PrivacyLedger", "EventKind"]
 EventKind = Literal["laplace", "gaussian", "pure", "approx", "subsampled_gaussian", "non_private"]
 _KINDS = ("laplace", "gaussian", "pure", "approx", "subsampled_gaussian", "non_private")
 _PLD_DISCRETISATION = 1e-4
+_NOISE_SOURCES = ("fresh", "secure", "reproducible")
 # dp-accounting builds the PLD of an (epsilon, delta) event from exp(epsilon), which
 # overflows a float above about 709. Such releases protect nothing; the ledger composes
 # them with the rest by basic composition (see PrivacyLedger._epsilon).
@@ -255,6 +256,8 @@ class PrivacyLedger:
         # Recorded events + the events of the last check() that passed: any run that is a
         # prefix of this plan is within the budget (composition only adds privacy loss).
         self._checked_plan: tuple[tuple[float, float] | None, list[PrivacyEvent]] | None = None
+        # Where the releases' randomness came from (see dp_proto.privacy.randomness).
+        self._noise_sources: set[str] = set()
 
     # -- recording --------------------------------------------------------------------
     @property
@@ -321,6 +324,25 @@ class PrivacyLedger:
             self._events = self._append(self._events, event)
         self._last_composed = None
         self._cache.clear()
+
+    def note_noise_source(self, source: str) -> None:
+        """Record where a release's randomness came from: ``"fresh"`` (a generator seeded
+        from operating-system entropy), ``"secure"`` (``os.urandom`` directly) or
+        ``"reproducible"`` (a seed or a caller's generator). The summary reports
+        ``"noise": "reproducible"`` if any release was, so a released model says whether
+        its noise can be replayed."""
+        if source not in _NOISE_SOURCES:
+            raise ValueError(f"noise source must be one of {_NOISE_SOURCES}, got {source!r}")
+        self._noise_sources.add(source)
+
+    @property
+    def noise(self) -> str | None:
+        """``"reproducible"`` if any release's noise was, else ``"fresh"`` or ``"secure"``
+        (``"fresh"`` when both occur); None before any release."""
+        for source in ("reproducible", "fresh", "secure"):
+            if source in self._noise_sources:
+                return source
+        return None
 
     # -- reporting --------------------------------------------------------------------
     def get_epsilon(self, delta: float | None = None) -> float:
@@ -437,6 +459,7 @@ class PrivacyLedger:
             "accountant": self.accountant,
             "neighbouring": "add/remove one record",
             "budget": list(self.budget) if self.budget else None,
+            "noise": self.noise,
             "events": [{k: v for k, v in asdict(e).items() if v not in (None, {})} for e in self._events],
         }
 
@@ -445,6 +468,8 @@ class PrivacyLedger:
                  f"({self.accountant}, add/remove one record)"]
         if self.budget:
             lines.append(f"  budget: epsilon {self.budget[0]:g} at delta {self.budget[1]:g}")
+        if self.noise == "reproducible":
+            lines.append("  noise: REPRODUCIBLE (seeded; not private against whoever knows the seed)")
         lines += [f"  - {e.describe()}" for e in self._events] or ["  (no releases)"]
         return "\n".join(lines)
 
@@ -457,6 +482,7 @@ class PrivacyLedger:
             "budget": list(self.budget) if self.budget else None,
             "accountant": self.accountant,
             "default_delta": self.default_delta,
+            "noise_sources": sorted(self._noise_sources),
             "events": [asdict(e) for e in self._events],
         }
 
@@ -480,6 +506,7 @@ class PrivacyLedger:
         self.budget = tuple(budget) if budget else None  # type: ignore[assignment]
         self.accountant = state["accountant"]
         self.default_delta = state["default_delta"]
+        self._noise_sources |= set(state.get("noise_sources", ()))
         self._events = []
         for event in [*(PrivacyEvent(**e) for e in state["events"]), *current]:
             self._events = self._append(self._events, event)

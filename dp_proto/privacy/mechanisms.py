@@ -7,8 +7,11 @@ Every mechanism here
    clipping helpers of :mod:`dp_proto.privacy.clipping` enforce;
 2. records a :class:`~dp_proto.privacy.ledger.PrivacyEvent` in ``ledger`` *before*
    drawing noise, so a release over budget is refused without touching the data;
-3. draws noise from ``generator`` (reproducible) or from operating-system entropy
-   (``secure=True``), on the value's device.
+3. draws noise from fresh operating-system entropy: a generator seeded from
+   ``os.urandom`` when ``generator=None`` (the default), or ``os.urandom`` directly with
+   ``secure=True``. A caller's ``generator`` makes the noise reproducible: that warns
+   with :class:`~dp_proto.exceptions.PrivacyLeakWarning` and the ledger's summary says
+   ``"noise": "reproducible"`` (:mod:`dp_proto.privacy.randomness`).
 
 Inputs with NaN or inf are rejected: their sensitivity is unbounded.
 """
@@ -30,8 +33,11 @@ from dp_proto.privacy.calibration import (
 )
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.noise import discrete_laplace_noise, gaussian_noise, laplace_noise
+from dp_proto.privacy.randomness import noise_source, resolve_generator
+from dp_proto.privacy.testing import intercept
 
 __all__ = [
+    "noise_rng",
     "laplace_mechanism",
     "gaussian_mechanism",
     "gaussian_sigma",
@@ -53,6 +59,23 @@ def _check_value(value: Tensor, name: str = "value") -> Tensor:
 def _record(ledger: PrivacyLedger | None, event: PrivacyEvent) -> None:
     if ledger is not None:
         ledger.spend(event)
+
+
+def noise_rng(ledger: PrivacyLedger | None, generator: torch.Generator | None, secure: bool,
+              device: torch.device | str | None, owner: str) -> torch.Generator | None:
+    """The generator a release draws from (None with ``secure``), its source noted in the
+    ledger: a fresh one for ``generator=None``; a caller's own warns (reproducible noise)."""
+    if secure:
+        if generator is not None:
+            raise ValueError("secure=True draws from os.urandom; do not pass a generator as well")
+        if ledger is not None:
+            ledger.note_noise_source("secure")
+        return None
+    source = noise_source(generator)
+    generator = resolve_generator(generator, device, owner=owner)
+    if ledger is not None:
+        ledger.note_noise_source(source)
+    return generator
 
 
 def laplace_mechanism(
@@ -119,12 +142,18 @@ def laplace_mechanism(
             _record(ledger, PrivacyEvent("laplace", noise_multiplier=1.0 / epsilon, name=name, sensitivity=sens))
         elif sens > 0:
             _record(ledger, PrivacyEvent("pure", epsilon=epsilon, name=name, sensitivity=sens))
+    generator = noise_rng(ledger, generator, secure, value.device, name)
     if grid is not None:
         snapped = torch.round(value.to(torch.float64) / grid)
-        noise = discrete_laplace_noise(value.shape, scale, generator=generator, secure=secure, device=value.device)
-        return ((snapped + noise) * grid).to(dtype)
-    noise = laplace_noise(value.shape, scale, generator=generator, secure=secure, device=value.device)
-    return (value.to(torch.float64) + noise).to(dtype)
+
+        def draw() -> Tensor:
+            noise = discrete_laplace_noise(value.shape, scale, generator=generator, secure=secure, device=value.device)
+            return ((snapped + noise) * grid).to(dtype)
+    else:
+        def draw() -> Tensor:
+            noise = laplace_noise(value.shape, scale, generator=generator, secure=secure, device=value.device)
+            return (value.to(torch.float64) + noise).to(dtype)
+    return intercept(name, value, sens, "l1", draw)
 
 
 def gaussian_sigma(
@@ -169,8 +198,12 @@ def gaussian_mechanism(
     if sens > 0:
         _record(ledger, PrivacyEvent("gaussian", noise_multiplier=sigma / sens, name=name, sensitivity=sens))
     dtype = value.dtype if value.is_floating_point() else torch.float64
-    noise = gaussian_noise(value.shape, sigma, generator=generator, secure=secure, device=value.device)
-    return (value.to(torch.float64) + noise).to(dtype)
+    generator = noise_rng(ledger, generator, secure, value.device, name)
+
+    def draw() -> Tensor:
+        noise = gaussian_noise(value.shape, sigma, generator=generator, secure=secure, device=value.device)
+        return (value.to(torch.float64) + noise).to(dtype)
+    return intercept(name, value, sens, "l2", draw)
 
 
 def noisy_histogram(
@@ -255,8 +288,12 @@ def report_noisy_max(
     if counts.dim() == 0 or counts.shape[-1] < 1:
         raise ValueError(f"expected counts of shape (..., k) with k >= 1, got {tuple(counts.shape)}")
     _record(ledger, PrivacyEvent("pure", epsilon=epsilon, name=name, sensitivity=1.0))
-    noise = laplace_noise(counts.shape, 1.0 / epsilon, generator=generator, secure=secure, device=counts.device)
-    return (counts.to(torch.float64) + noise).argmax(-1)
+    generator = noise_rng(ledger, generator, secure, counts.device, name)
+
+    def draw() -> Tensor:
+        noise = laplace_noise(counts.shape, 1.0 / epsilon, generator=generator, secure=secure, device=counts.device)
+        return (counts.to(torch.float64) + noise).argmax(-1)
+    return intercept(name, counts, 1.0, "l1", draw)
 
 
 def noisy_majority_vote(

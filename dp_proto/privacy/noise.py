@@ -1,8 +1,20 @@
 """Noise samplers: seeded (reproducible) or secure (operating-system entropy).
 
-Every sampler takes ``generator`` (a ``torch.Generator``, reproducible) or
-``secure=True`` (bits from ``os.urandom``; the generator is then ignored and must
-be None). Samples are drawn in float64 and cast to the requested dtype.
+Every sampler takes ``generator`` (a ``torch.Generator``) or ``secure=True`` (bits from
+``os.urandom``; the generator must then be None). ``generator=None`` draws from a
+fresh generator seeded with 64 bits of operating-system entropy
+(:func:`~dp_proto.privacy.randomness.fresh_generator`), never from torch's global
+generator, which seeding a run makes predictable. Samples are drawn in float64 and cast
+to the requested dtype.
+
+Tails
+-----
+Gaussian noise is drawn by Box-Muller from 53-bit uniforms in float64, so its largest
+attainable value is ``sqrt(2 ln 2^54) ~ 8.65`` standard deviations (tail mass beyond:
+below 1e-17). torch's float32 ``randn`` stops near 5.77 (24-bit uniforms): the outputs
+of a neighbouring data set can then fall outside the support, and the delta of a
+Gaussian release is understated (about 1e-6 at epsilon 1). Never draw privacy noise
+in float32.
 
 Floating-point caveat
 ---------------------
@@ -34,6 +46,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from dp_proto.privacy.randomness import fresh_generator
+
 __all__ = ["uniform_open", "laplace_noise", "gaussian_noise", "discrete_laplace_noise"]
 
 _TWO_POW_53 = float(2**53)
@@ -57,8 +71,9 @@ def uniform_open(
         words = np.frombuffer(os.urandom(8 * n), dtype=np.uint64) >> np.uint64(11)
         k = torch.from_numpy(words.astype(np.float64)).reshape(shape)
         return ((k + 0.5) / _TWO_POW_53).to(device)
-    gen_device = generator.device if generator is not None else torch.device("cpu")
-    k = torch.randint(0, 2**53, shape, generator=generator, dtype=torch.int64, device=gen_device)
+    if generator is None:
+        generator = fresh_generator(device)
+    k = torch.randint(0, 2**53, shape, generator=generator, dtype=torch.int64, device=generator.device)
     return ((k.to(torch.float64) + 0.5) / _TWO_POW_53).to(device)
 
 
@@ -78,16 +93,13 @@ def gaussian_noise(
     shape, std: float, *, generator: torch.Generator | None = None, secure: bool = False,
     dtype: torch.dtype = torch.float64, device: torch.device | str | None = None,
 ) -> Tensor:
-    """I.i.d. ``N(0, std^2)``; the secure path uses Box-Muller on ``os.urandom`` uniforms."""
+    """I.i.d. ``N(0, std^2)`` by Box-Muller on 53-bit uniforms (float64; see Tails above),
+    from ``generator`` (fresh entropy for None) or ``os.urandom`` (``secure``)."""
     if not std >= 0:
         raise ValueError(f"Gaussian std must be >= 0, got {std!r}")
     shape = _shape(shape)
-    if secure:
-        u = uniform_open((2, *shape), secure=True, generator=generator, device=device)
-        z = torch.sqrt(-2.0 * torch.log(u[0])) * torch.cos(2.0 * math.pi * u[1])
-    else:
-        gen_device = generator.device if generator is not None else torch.device("cpu")
-        z = torch.randn(shape, generator=generator, dtype=torch.float64, device=gen_device).to(device)
+    u = uniform_open((2, *shape), secure=secure, generator=generator, device=device)
+    z = torch.sqrt(-2.0 * torch.log(u[0])) * torch.cos(2.0 * math.pi * u[1])
     return (std * z).to(dtype)
 
 

@@ -63,28 +63,37 @@ def _two_class_data(n=120, d=3, seed=0):
 
 
 def test_batched_bin_training_equals_separate_fits():
-    """Each bin's trajectory is that of a plain single-bin Adam loop over the same batch
-    schedule (rebuilt here from the same random keys)."""
-    from dp_proto.privacy.aggregate import _bin_class_means, _padded_bins
+    """Each bin's trajectory is that of a plain single-bin torch Adam loop over its own
+    batch schedule (rebuilt here from the per-bin shuffle keys): ceil(L_b / B) steps per
+    epoch, no step once its records are used up."""
+    import math
+
+    from dp_proto.privacy.aggregate import _bin_class_means, _padded_bins, bin_shuffle_keys
 
     x, y = _two_class_data()
     labels = torch.tensor([0, 1])
     m, epochs, batch, lr = 4, 3, 8, 0.01
     bins = assign_bins(len(y), m, generator=torch.Generator().manual_seed(1))
-    together = fit_glvq_bins(x, y, bins, m, labels, epochs=epochs, batch_size=batch, lr=lr,
-                             generator=torch.Generator().manual_seed(2))
+    bins[:12] = 0  # one bin clearly larger than the others
+    seeds = torch.tensor([11, -5, 2**40, 7], dtype=torch.int64)
+    together = fit_glvq_bins(x, y, bins, m, labels, epochs=epochs, batch_size=batch, lr=lr, bin_seeds=seeds)
     index, mask = _padded_bins(bins, m)
+    width = math.ceil(index.shape[1] / batch) * batch
+    index = torch.nn.functional.pad(index, (0, width - index.shape[1]))
+    mask = torch.nn.functional.pad(mask, (0, width - mask.shape[1]))
     init = _bin_class_means(x, y, index, mask, labels, 0.0, None)
-    gen = torch.Generator().manual_seed(2)
-    keys = [torch.rand(index.shape, generator=gen) for _ in range(epochs)]
+    top = torch.iinfo(torch.int64).max
     for b in range(m):
         w = init[b].clone().requires_grad_(True)
         opt = torch.optim.Adam([w], lr=lr)
-        for k in keys:
-            perm = torch.argsort(torch.where(mask[b], k[b], torch.full_like(k[b], 2.0)))
+        for e in range(epochs):
+            keys = bin_shuffle_keys(seeds, e, width)[b]
+            perm = torch.argsort(torch.where(mask[b], keys, torch.full_like(keys, top)), stable=True)
             order, valid = index[b][perm], mask[b][perm]
-            for start in range(0, index.shape[1], batch):
+            for start in range(0, width, batch):
                 rows, ok = order[start:start + batch], valid[start:start + batch]
+                if not bool(ok.any()):
+                    break
                 cost = glvq_loss(torch.cdist(x[rows], w).pow(2), y[rows], labels, reduction="none")
                 loss = (cost * ok).sum() / ok.sum().clamp_min(1)
                 opt.zero_grad()

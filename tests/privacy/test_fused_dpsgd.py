@@ -53,7 +53,7 @@ def test_clipped_sum_matches_clipping_a_per_sample_loop(kind, batch, d, per_clas
 def _fit(model, x, y, *, sigma, steps, q=0.25, clip=1.0, lr=1.0, seed=0, engine="fused"):
     ledger = PrivacyLedger()
     result = fit_dp_sgd(model, x, y, ledger=ledger, noise_multiplier=sigma, sampling_rate=q,
-                        max_grad_norm=clip, steps=steps, lr=lr, engine=engine,
+                        max_grad_norm=clip, steps=steps, expected_batch_size=q * len(y), lr=lr, engine=engine,
                         generator=torch.Generator().manual_seed(seed))
     return result, ledger
 
@@ -172,7 +172,7 @@ def test_per_parameter_clipping_engines_agree_without_noise():
     models = [_model(GMLVQLayer, 4, 1, 3, seed=6) for _ in range(2)]
     for model, engine in zip(models, ("fused", "opacus"), strict=True):
         fit_dp_sgd(model, x, y, ledger=PrivacyLedger(), noise_multiplier=0.0, sampling_rate=1.0,
-                   max_grad_norm=0.3, steps=5, lr=0.1, engine=engine, clipping="per_parameter",
+                   max_grad_norm=0.3, steps=5, expected_batch_size=len(y), lr=0.1, engine=engine, clipping="per_parameter",
                    generator=torch.Generator().manual_seed(0))
     for a, b in zip(models[0].layer.parameters(), models[1].layer.parameters(), strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)

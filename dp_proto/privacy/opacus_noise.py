@@ -1,0 +1,86 @@
+"""Opacus' DP optimizers with sound noise and a public normaliser.
+
+Opacus draws its Gaussian noise with ``torch.normal`` in the parameters' dtype. In
+float32 on CPU that sampler never exceeds about 5.77 standard deviations (24-bit
+uniforms), so a neighbour's outputs can fall outside the noise's support and delta is
+understated; with ``generator=None`` it also draws from torch's global generator, which
+``seed_everything`` makes predictable. And ``make_private`` divides the noisy sum by
+``q * len(dataset)``, a private quantity under add/remove.
+
+:func:`make_noise_sound` fixes all three on a constructed ``DPOptimizer`` (any of
+Opacus' variants, per-layer and ghost clipping included):
+
+* noise from :func:`dp_proto.privacy.noise.gaussian_noise` (float64 Box-Muller on
+  53-bit uniforms, then cast), from a generator seeded with fresh operating-system
+  entropy unless the caller passes one (reproducible: see
+  :mod:`dp_proto.privacy.randomness`), or ``os.urandom`` with ``secure=True``;
+* ``expected_batch_size`` set to the caller's public value;
+* every step's noisy sum passes through :func:`dp_proto.privacy.testing.intercept`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from opacus.optimizers.optimizer import DPOptimizer, _check_processed_flag, _mark_as_processed
+
+from dp_proto.privacy.noise import gaussian_noise
+from dp_proto.privacy.randomness import fresh_generator, noise_source
+from dp_proto.privacy.testing import intercept
+
+__all__ = ["make_noise_sound", "check_expected_batch_size"]
+
+
+def check_expected_batch_size(expected_batch_size: float) -> float:
+    """A public expected batch size must be a finite number > 0."""
+    value = float(expected_batch_size)
+    if not value > 0 or value != value or value == float("inf"):
+        raise ValueError(f"expected_batch_size must be a public number > 0, got {expected_batch_size!r}")
+    return value
+
+
+def _sound_add_noise(self) -> None:
+    """Opacus' ``add_noise`` with float64 noise from :func:`gaussian_noise`."""
+    multiplier = getattr(self, "_adjusted_noise_multiplier", self.noise_multiplier)
+    std = multiplier * self.max_grad_norm
+    for p in self.params:
+        _check_processed_flag(p.summed_grad)
+        summed = p.summed_grad
+
+        def draw(summed=summed) -> torch.Tensor:
+            if std == 0:
+                return summed.clone()
+            noise = gaussian_noise(summed.shape, std, generator=self._sound_generator, secure=self._sound_secure,
+                                   dtype=summed.dtype, device=summed.device)
+            return summed + noise
+        p.grad = intercept(self._sound_name, summed, None, None, draw).view_as(p)
+        _mark_as_processed(p.summed_grad)
+
+
+@functools.cache
+def _sound_class(base: type) -> type:
+    return type(f"Sound{base.__name__}", (base,), {"add_noise": _sound_add_noise})
+
+
+def make_noise_sound(optimizer: DPOptimizer, *, expected_batch_size: float,
+                     generator: torch.Generator | None = None, secure: bool = False,
+                     name: str = "dp_sgd") -> DPOptimizer:
+    """Make ``optimizer`` (an Opacus ``DPOptimizer``) draw float64 noise from fresh
+    entropy (or ``generator``, or ``os.urandom`` with ``secure``) and divide by the
+    public ``expected_batch_size``. Returns the same object; idempotent."""
+    if not isinstance(optimizer, DPOptimizer):
+        raise TypeError(f"expected an Opacus DPOptimizer, got {type(optimizer).__name__}")
+    if secure and generator is not None:
+        raise ValueError("secure=True draws from os.urandom; do not pass a generator as well")
+    base = type(optimizer)
+    if not getattr(base, "_dp_proto_sound", False):
+        optimizer.__class__ = _sound_class(base)
+        optimizer.__class__._dp_proto_sound = True
+    optimizer.expected_batch_size = check_expected_batch_size(expected_batch_size)
+    optimizer._sound_secure = bool(secure)
+    optimizer._sound_generator = None if secure else (generator if generator is not None else fresh_generator())
+    optimizer._sound_name = name
+    optimizer._sound_source = noise_source(generator, secure)
+    optimizer.generator = None  # Opacus' own sampler is never used
+    return optimizer
