@@ -14,8 +14,13 @@ models.
   starts evaluated as one tensor computation per step), :func:`proportion_loss`.
 * :mod:`.model` -- :class:`LLPNodeModel`, :func:`train_node_models`, :func:`majority_vote`.
 * :mod:`.knn` -- :func:`knn_predict` (brute-force kNN, the centralised baseline).
-* :mod:`.network` -- :func:`simulate_network` (single process, one generator per
-  node from :func:`node_generator`), :func:`evaluate`.
+* :mod:`.network` -- :func:`simulate_network` (single process; every node's
+  Laplace noise from fresh operating-system entropy, or from
+  :func:`node_noise_generator` with the explicit opt-in ``noise_seed``; its
+  non-private randomness from :func:`node_generator` ``(seed, i)``), :func:`evaluate`.
+
+A private run takes the batch grid from the public ``time_range`` (required): the
+shape of a release never depends on the data.
 
 All tensor code runs on the device of its inputs (CPU or CUDA).
 """
@@ -42,6 +47,7 @@ from dp_proto.llp.network import (
     check_neighbours,
     evaluate,
     node_generator,
+    node_noise_generator,
     simulate_network,
 )
 from dp_proto.llp.proportions import (
@@ -72,6 +78,7 @@ __all__ = [
     "local_search",
     "majority_vote",
     "node_generator",
+    "node_noise_generator",
     "predict",
     "predicted_proportions",
     "private_label_proportions",

@@ -7,8 +7,10 @@ released label-proportion tables (plus public metadata) with the other nodes.
 
 * :func:`run_node` -- one node, inside an initialised process group: release,
   exchange, train. Same code path and generator order as the simulation, so with
-  the same ``seed`` it computes the same release and the same models, bit for bit
-  (same kind of device, same number of intra-op threads).
+  the same ``seed`` and the same ``noise_seed`` it computes the same release and the
+  same models, bit for bit (same kind of device, same number of intra-op threads).
+  By default (``noise_seed=None``) every node draws its Laplace noise from fresh
+  operating-system entropy, as in the simulation, and no run reproduces it.
 * :func:`launch_network` -- starts one process per node on localhost,
   runs :func:`run_node` in each and returns a :class:`NodeResult` per node;
   :func:`as_network_result` turns them into a :class:`~dp_proto.llp.NetworkResult`
@@ -53,11 +55,14 @@ Differences from the simulation
   :class:`~dp_proto.llp.LabelProportions` object to the neighbours, noisy counts
   included; training never reads them). Proportions, ``valid`` and ``epsilon``
   are identical, and so are the models.
-* ``time_range`` is required by :func:`run_node`: the simulation's default (one
-  past the largest time of *any* node) is a property of every node's data, which
-  no single node knows. :func:`launch_network` computes that default in the
-  launching process, as the simulation does; a real deployment passes the public
-  recording period.
+* ``time_range`` is required by :func:`run_node`: the simulation's default for
+  exact runs (one past the largest time of *any* node) is a property of every node's
+  data, which no single node knows. :func:`launch_network` computes that default in
+  the launching process for an exact run, as the simulation does; a private run
+  needs the public recording period (``time_range``) in both, since a grid derived
+  from the data would make the shape of every release depend on single records.
+  Training windows outside the time range are dropped (counted in the curator log
+  ``dp_proto.curator`` of the node's process only).
 * The simulation validates every node before any node releases; here a node that
   fails its own checks reports ``ok = 0`` in step 1, after the others have drawn
   their noise (nothing is sent). The error raised by :func:`launch_network` is that
@@ -104,14 +109,18 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from dp_proto.data.traffic import FLOW_BIN_EDGES, time_batches
+from dp_proto.data.traffic import FLOW_BIN_EDGES
 from dp_proto.llp.model import LLPNodeModel, NodeFit, fit_node_models
 from dp_proto.llp.network import (
     NetworkResult,
+    _check_seed,
     _node_name,
-    _node_tensors,
+    _node_training_data,
+    _resolve_time_range,
+    _warn_noise_seed,
     check_neighbours,
     node_generator,
+    node_noise_generator,
 )
 from dp_proto.llp.proportions import (
     DEFAULT_FLOOR,
@@ -290,6 +299,7 @@ def run_node(
     epsilon: float | None = None,
     train_mask: np.ndarray | None = None,
     seed: int = 0,
+    noise_seed: int | None = None,
     time_range: tuple[int, int],
     device: torch.device | str = "cpu",
     num_classes: int = len(FLOW_BIN_EDGES),
@@ -308,10 +318,12 @@ def run_node(
     Must be called by every rank of an initialised process group (``group``,
     default the default group) of ``world_size`` ranks, rank ``i`` being node
     ``i``. The node computes its release exactly as
-    :func:`~dp_proto.llp.simulate_network` computes node ``i``'s (same functions,
-    same draws from :func:`~dp_proto.llp.node_generator` ``(seed, rank, device)``:
-    Laplace noise, then k-means seeding, then the local searches for its own and its
-    neighbours' proportions), exchanges the release with the other ranks (see the
+    :func:`~dp_proto.llp.simulate_network` computes node ``i``'s (same functions; the
+    Laplace noise from :func:`~dp_proto.llp.node_noise_generator`
+    ``(noise_seed, rank, device)``, fresh operating-system entropy by default; the
+    k-means seeding, then the local searches for its own and its neighbours'
+    proportions, from :func:`~dp_proto.llp.node_generator` ``(seed, rank, device)``),
+    exchanges the release with the other ranks (see the
     module docstring for everything that is sent) and fits its ``c + 1`` models on
     its own training windows.
 
@@ -324,15 +336,18 @@ def run_node(
     neighbours_of_rank : sequence of int
         The nodes whose proportions this node receives, in order (row ``rank`` of
         the ``neighbours`` of :func:`~dp_proto.llp.simulate_network`).
-    batch_size, k, epsilon, seed, device, num_classes, n_starts, n_init, floor,
+    batch_size, k, epsilon, seed, noise_seed, device, num_classes, n_starts, n_init, floor,
     own_proportions, estimator, swaps, kmeans_max_iter, search_max_iter
         As in :func:`~dp_proto.llp.simulate_network`; ``batch_size``,
         ``num_classes``, ``time_range`` and ``epsilon`` must be the same at every node.
+        ``noise_seed`` (default None: fresh noise) makes this node's noise
+        reproducible and warns with :class:`~dp_proto.exceptions.PrivacyLeakWarning`
+        in a private run.
     train_mask : bool array of shape (m,), optional
         This node's training windows (default: all).
     time_range : (int, int)
         ``(origin, stop)``, the public recording period (required; see the module
-        docstring).
+        docstring). Training windows outside it are dropped.
     group : ProcessGroup, optional
 
     Returns
@@ -365,6 +380,9 @@ def run_node(
     meta_values = [0.0] * _META_FIELDS
     try:
         batch_size = _check_options(batch_size, estimator, own_proportions, epsilon)
+        _check_seed("seed", seed)
+        if noise_seed is not None:
+            noise_seed = _check_seed("noise_seed", noise_seed)
         origin, stop, num_batches = _check_time_range(time_range, batch_size)
         nbrs = [int(j) for j in neighbours_of_rank]
         bad = [j for j in nbrs if not 0 <= j < world_size]
@@ -374,26 +392,19 @@ def run_node(
             raise ValueError(f"node {rank} is listed as its own neighbour")
         if len(set(nbrs)) != len(nbrs):
             raise ValueError(f"node {rank}: a neighbour is listed twice in {nbrs}")
-        x, y, t = _node_tensors(rank, node, train_mask, num_classes, device)
-        name = _node_name(rank, node)
-        if x.shape[0] < batch_size:
-            raise ValueError(
-                f"{name} has {x.shape[0]} training windows, fewer than batch_size={batch_size}: "
-                f"its proportions would describe (almost) all its data at once; use a smaller b"
-            )
-        if x.shape[0] < k:
-            raise ValueError(f"{name} has {x.shape[0]} training windows, fewer than k={k} clusters")
-        if t.size and (t.min() < origin or t.max() >= stop):
-            raise ValueError(f"{name}: times outside time_range [{origin}, {stop})")
-        ids = torch.as_tensor(time_batches(t, batch_size, origin=origin), device=device)
+        x, y, ids = _node_training_data(
+            rank, node, train_mask, num_classes=num_classes, device=device, batch_size=batch_size,
+            k=k, origin=origin, stop=stop, private=epsilon is not None)
 
-        gen = node_generator(seed, rank, device)
         ledger = PrivacyLedger()
         counts = batch_label_counts(y, ids, num_batches, num_classes)
-        if epsilon is None:
+        noise = None
+        if epsilon is not None:
+            noise = node_noise_generator(noise_seed, rank, device)  # warns for a noise_seed
+        else:
             ledger.spend(PrivacyEvent("non_private", name=f"llp/node{rank}/label_proportions"))
         release = private_label_proportions(
-            counts, epsilon, batch_sizes=batch_size, floor=floor, ledger=ledger, generator=gen,
+            counts, epsilon, batch_sizes=batch_size, floor=floor, ledger=ledger, generator=noise,
             name=f"llp/node{rank}/label_counts", estimator=estimator,
         )
         exact_own = None
@@ -446,7 +457,8 @@ def run_node(
     sources = [own] + [received[j] for j in nbrs]
     try:
         fit = fit_node_models(
-            x, ids, sources, k=k, n_starts=n_starts, generator=gen, n_init=n_init,
+            x, ids, sources, k=k, n_starts=n_starts, generator=node_generator(seed, rank, device),
+            n_init=n_init,
             kmeans_max_iter=kmeans_max_iter, search_max_iter=search_max_iter, swaps=swaps,
         )
     except ValueError as err:
@@ -543,6 +555,7 @@ def launch_network(
     epsilon: float | None = None,
     train_masks: Sequence[np.ndarray] | None = None,
     seed: int = 0,
+    noise_seed: int | None = None,
     device: torch.device | str = "cpu",
     num_classes: int = len(FLOW_BIN_EDGES),
     time_range: tuple[int, int] | None = None,
@@ -573,11 +586,14 @@ def launch_network(
 
     Parameters
     ----------
-    nodes, neighbours, batch_size, k, epsilon, train_masks, seed, device, num_classes,
-    time_range, n_starts, n_init, floor, own_proportions, estimator, swaps,
+    nodes, neighbours, batch_size, k, epsilon, train_masks, seed, noise_seed, device,
+    num_classes, time_range, n_starts, n_init, floor, own_proportions, estimator, swaps,
     kmeans_max_iter, search_max_iter
-        As in :func:`~dp_proto.llp.simulate_network` (the default ``time_range`` is
-        computed here, from every node's times, as the simulation does).
+        As in :func:`~dp_proto.llp.simulate_network`: a private run needs
+        ``time_range``; for an exact run its default is computed here, from every
+        node's times, as the simulation does. ``noise_seed`` (default None: fresh
+        noise at every node) makes the noise reproducible and warns with
+        :class:`~dp_proto.exceptions.PrivacyLeakWarning` here (and in every worker).
     world_size : int, optional
         Must equal ``len(nodes)`` (one node per process) if given.
     backend : str, default "gloo"
@@ -604,7 +620,8 @@ def launch_network(
     Raises
     ------
     ValueError
-        Bad arguments (checked before any process starts).
+        Bad arguments (checked before any process starts), e.g. a private run
+        without ``time_range``.
     NodeProcessError
         A worker failed: the error of the first node that failed on its own (not
         because a peer did), with its traceback in the message; chained to the
@@ -624,10 +641,13 @@ def launch_network(
     batch_size = _check_options(batch_size, estimator, own_proportions, epsilon)
     if train_masks is not None and len(train_masks) != n_nodes:
         raise ValueError(f"train_masks has {len(train_masks)} entries for {n_nodes} nodes")
-    if time_range is None:
-        last = max((int(np.max(n.time)) for n in nodes if len(n.time)), default=0)
-        time_range = (0, last + 1)
-    _check_time_range(time_range, batch_size)
+    _check_seed("seed", seed)
+    if noise_seed is not None:
+        noise_seed = _check_seed("noise_seed", noise_seed)
+    origin, stop, _ = _resolve_time_range(time_range, nodes, batch_size, epsilon, "launch_network")
+    time_range = (origin, stop)
+    if epsilon is not None and noise_seed is not None:
+        _warn_noise_seed("launch_network", noise_seed)
     timeout = float(timeout)
     if not math.isfinite(timeout) or timeout <= 0:
         raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
@@ -637,7 +657,8 @@ def launch_network(
     port = _free_port(master_addr) if master_port is None else _check_int("master_port", master_port, 1)
     init_method = f"tcp://{master_addr}:{port}"
     kwargs = dict(
-        batch_size=batch_size, k=k, epsilon=epsilon, seed=seed, time_range=tuple(time_range),
+        batch_size=batch_size, k=k, epsilon=epsilon, seed=seed, noise_seed=noise_seed,
+        time_range=tuple(time_range),
         device=str(torch.device(device)), num_classes=num_classes, n_starts=n_starts,
         n_init=n_init, floor=floor, own_proportions=own_proportions, estimator=estimator,
         swaps=swaps, kmeans_max_iter=kmeans_max_iter, search_max_iter=search_max_iter,
@@ -765,12 +786,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--epsilon", type=float, default=0.1, help="<= 0: exact proportions")
     parser.add_argument("--folds", type=int, default=10)
     parser.add_argument("--fold", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="k-means seeding and local-search starts (never the noise)")
+    parser.add_argument("--noise-seed", type=int, default=None,
+                        help="reproducible Laplace noise (not private against whoever knows it; "
+                             "default: fresh operating-system entropy)")
     parser.add_argument("--n-starts", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
     parser.add_argument("--compare", action="store_true",
                         help="also run simulate_network here and compare the models")
     args = parser.parse_args(argv)
+    if args.compare and args.noise_seed is None and args.epsilon > 0:
+        parser.error("--compare needs --noise-seed: two runs with fresh noise release different tables")
 
     from dp_proto.data.traffic import (
         load_scats_counts,
@@ -795,7 +822,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     train, test = [f[0] for f in folds], [f[1] for f in folds]
     kwargs = dict(batch_size=args.batch_size, k=args.k,
                   epsilon=args.epsilon if args.epsilon > 0 else None, train_masks=train,
-                  seed=args.seed, time_range=time_range, n_starts=args.n_starts)
+                  seed=args.seed, noise_seed=args.noise_seed, time_range=time_range,
+                  n_starts=args.n_starts)
     t0 = _time.perf_counter()
     results = launch_network(nodes, nbrs, num_threads=args.threads, **kwargs)
     seconds = _time.perf_counter() - t0

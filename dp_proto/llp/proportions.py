@@ -18,13 +18,24 @@ Laplace noise of scale ``1/epsilon`` on every entry makes the whole table
 epsilon-DP (add/remove one record) -- the same argument as a histogram; the
 per-batch loop of the seed is parallel composition over disjoint batches.
 Clipping and normalising are post-processing, *provided the clip bounds are
-public* (see :func:`private_label_proportions`).
+public* (see :func:`private_label_proportions`). The shape of the table must be
+public too: the batch grid comes from a public time range, never from the times in
+the data (see :func:`~dp_proto.llp.simulate_network`).
+
+Randomness. The noise comes from fresh operating-system entropy unless the caller
+opts into reproducible noise (``noise_seed``, or a ``generator`` of its own), which
+warns with :class:`~dp_proto.exceptions.PrivacyLeakWarning` and is recorded in the
+ledger (``summary()["noise"] == "reproducible"``).
+
+Floating point. The noise is continuous ``Lap(1/epsilon)`` added to integer counts
+(:func:`~dp_proto.privacy.mechanisms.laplace_mechanism` without a grid): its
+full-precision output is open to Mironov's (2012) floating-point attack, see
+:mod:`dp_proto.privacy.noise`.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import torch
@@ -32,8 +43,10 @@ from torch import Tensor
 
 from dp_proto.exceptions import DataValidationError
 from dp_proto.privacy.calibration import check_epsilon
+from dp_proto.privacy.curator import curator_log
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import laplace_mechanism
+from dp_proto.privacy.randomness import seeded_generator
 
 __all__ = [
     "DEFAULT_FLOOR",
@@ -184,6 +197,7 @@ def private_label_proportions(
     floor: float = DEFAULT_FLOOR,
     ledger: PrivacyLedger | None = None,
     generator: torch.Generator | None = None,
+    noise_seed: int | None = None,
     name: str = "llp/label_counts",
     estimator: str = "seed",
 ) -> LabelProportions:
@@ -238,7 +252,16 @@ def private_label_proportions(
     ledger : PrivacyLedger, optional
         Records the release (and refuses it over budget before noise is drawn).
     generator : torch.Generator, optional
-        Source of the noise, on the device of ``counts``.
+        Source of the noise, on the device of ``counts``. Default: a fresh generator
+        seeded from operating-system entropy. A caller's generator makes the noise
+        reproducible (warns with :class:`~dp_proto.exceptions.PrivacyLeakWarning`
+        unless it came from :mod:`dp_proto.privacy.randomness`; the ledger records
+        ``"noise": "reproducible"``).
+    noise_seed : int or None, default None
+        Explicit opt-in to reproducible noise (tests, benchmarks): the noise comes
+        from a generator seeded with ``noise_seed``; warns with
+        :class:`~dp_proto.exceptions.PrivacyLeakWarning` and the ledger records
+        ``"noise": "reproducible"``. Not together with ``generator``.
     name : str
         Name of the event in the ledger.
     estimator : {"seed", "unbiased"}, default "seed"
@@ -258,16 +281,22 @@ def private_label_proportions(
     Raises
     ------
     ValueError
-        Bad shapes, ``epsilon``, ``floor`` or ``batch_sizes``.
+        Bad shapes, ``epsilon``, ``floor`` or ``batch_sizes``; both ``generator`` and
+        ``noise_seed``.
     DataValidationError
         NaN, inf or negative counts.
 
     Warns
     -----
-    UserWarning
-        If a batch's total exceeds its public bound ``batch_sizes`` (the bound is then
-        not an upper bound on the data; the release stays epsilon-DP, but the
-        clip biases the proportions).
+    PrivacyLeakWarning
+        ``noise_seed`` or a caller's ``generator`` (reproducible noise).
+
+    Notes
+    -----
+    A batch whose total exceeds its public bound ``batch_sizes`` (the bound is then
+    not an upper bound on the data; the release stays epsilon-DP, but the clip biases
+    the proportions) is reported to the curator log ``dp_proto.curator`` only: a
+    warning would depend on single records.
     """
     counts = _check_counts(counts)
     num_batches, num_classes = counts.shape
@@ -299,13 +328,14 @@ def private_label_proportions(
             raise ValueError(f"batch_sizes must be finite and >= floor={floor:g}")
         over = counts.sum(1) > upper
         if bool(over.any()):
-            warnings.warn(
-                f"{int(over.sum())} batch(es) hold more records than their public bound "
-                f"batch_sizes (the release stays epsilon-DP, but the bound is wrong: the seed's "
-                f"estimator clips their counts to it, the unbiased one divides by it)",
-                UserWarning,
-                stacklevel=2,
-            )
+            curator_log(
+                "%s: %d batch(es) hold more records than their public bound batch_sizes (the "
+                "release stays epsilon-DP, but the bound is wrong: the clipping estimator clips "
+                "their counts to it, the unbiased one divides by it)", name, int(over.sum()))
+    if noise_seed is not None:
+        if generator is not None:
+            raise ValueError("pass either generator or noise_seed, not both")
+        generator = seeded_generator(noise_seed, counts.device, owner=name)
     noisy = laplace_mechanism(
         counts, 1.0, epsilon, ledger=ledger, name=name, generator=generator,
         single_coordinate=True,

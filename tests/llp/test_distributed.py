@@ -29,10 +29,14 @@ from dp_proto.llp.distributed import (
     run_node,
 )
 
+# The comparisons with the simulation need the same noise: the explicit opt-in noise_seed
+# (it warns with PrivacyLeakWarning; test_privacy_soundness checks that warning).
+pytestmark = pytest.mark.filterwarnings("ignore::dp_proto.exceptions.PrivacyLeakWarning")
+
 # each node receives from all three others, in different orders
 NEIGHBOURS = [[1, 2, 3], [2, 3, 0], [3, 0, 1], [0, 2, 1]]
 TIME_RANGE = (0, 320)
-SETTINGS = dict(batch_size=16, k=4, n_starts=4, n_init=2, seed=11, time_range=TIME_RANGE)
+SETTINGS = dict(batch_size=16, k=4, n_starts=4, n_init=2, seed=11, noise_seed=23, time_range=TIME_RANGE)
 
 
 def _network(n_nodes: int = 4, slots: int = 320, seed: int = 0, late: int = 0):
@@ -129,6 +133,7 @@ def test_private_network_in_four_processes_equals_simulation(tmp_path):
     for r in results:
         (event,) = r.ledger.events
         assert event.kind == "laplace" and r.ledger.get_epsilon(0.0) == pytest.approx(eps)
+        assert r.ledger.summary()["noise"] == "reproducible"  # noise_seed, through the pickled ledger
     assert elapsed < 60, f"4 processes took {elapsed:.1f} s"
 
     # What went over the wire, as seen by the wrapped torch.distributed functions.
@@ -206,6 +211,11 @@ def test_launch_checks_arguments_before_starting_processes():
         launch_network(nodes, [[0], [0], [1], [2]], batch_size=16, k=4)
     with pytest.raises(ValueError, match="longer than the time range"):
         launch_network(nodes, NEIGHBOURS, batch_size=16, k=4, time_range=(0, 8))
+    with pytest.raises(ValueError, match=r"private run \(epsilon=0.5\) needs the public time_range"):
+        launch_network(nodes, NEIGHBOURS, batch_size=16, k=4, epsilon=0.5)
+    with pytest.raises(ValueError, match="noise_seed"):
+        launch_network(nodes, NEIGHBOURS, batch_size=16, k=4, epsilon=0.5, time_range=TIME_RANGE,
+                       noise_seed=-1)
     with pytest.raises(ValueError, match="estimator"):
         launch_network(nodes, NEIGHBOURS, batch_size=16, k=4, estimator="other")
     with pytest.raises(ValueError, match="epsilon"):
@@ -222,6 +232,8 @@ def test_run_node_in_this_process_as_a_group_of_one(tmp_path):
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         res = run_node(0, 1, nodes[0], [], epsilon=1.0, train_mask=train[0], **SETTINGS)
+        fresh = run_node(0, 1, nodes[0], [], epsilon=1.0, train_mask=train[0],
+                         **{**SETTINGS, "noise_seed": None})
         with pytest.raises(ValueError, match="node 0: neighbour index"):
             run_node(0, 1, nodes[0], [1], train_mask=train[0], **SETTINGS)
     finally:
@@ -230,6 +242,8 @@ def test_run_node_in_this_process_as_a_group_of_one(tmp_path):
     assert torch.equal(res.proportions.proportions, sim.proportions[0].proportions)
     assert torch.equal(res.models[0].cluster_labels, sim.models[0][0].cluster_labels)
     assert res.subscribers == [] and res.received == {} and res.bytes_sent == 0
+    assert res.ledger.summary()["noise"] == "reproducible" and fresh.ledger.summary()["noise"] == "fresh"
+    assert not torch.equal(fresh.proportions.noisy_counts, res.proportions.noisy_counts)
     assert isinstance(res.proportions, LabelProportions)
 
 

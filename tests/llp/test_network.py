@@ -16,9 +16,14 @@ from dp_proto.llp import (
     evaluate,
     fit_node_models,
     node_generator,
+    node_noise_generator,
     private_label_proportions,
     simulate_network,
 )
+
+# Tests that compare noisy results use the explicit opt-in noise_seed (reproducible noise),
+# which warns with PrivacyLeakWarning; test_privacy_soundness checks that warning.
+pytestmark = pytest.mark.filterwarnings("ignore::dp_proto.exceptions.PrivacyLeakWarning")
 
 
 def _network(n_nodes: int = 4, slots: int = 960, seed: int = 0, drop_first: int = 0):
@@ -59,15 +64,18 @@ def test_exact_network_learns_and_ledgers_say_non_private():
 
 
 def test_private_network_ledgers_and_per_node_reproducibility():
-    """A node's release and models are reproduced from node_generator alone (distributed run)."""
+    """With noise_seed, a node's release and models are reproduced from its two generators
+    alone (node_noise_generator for the noise, node_generator for the rest), as a distributed
+    run does."""
     nodes, nbrs = _network(seed=2)
     train, _ = _halves(nodes)
     eps, b, k = 0.5, 32, 6
     res = simulate_network(nodes, nbrs, batch_size=b, k=k, epsilon=eps, train_masks=train,
-                           seed=7, n_starts=8, time_range=(0, 960))
+                           seed=7, noise_seed=70, n_starts=8, time_range=(0, 960))
     for led in res.ledgers:
         (event,) = led.events
         assert event.kind == "laplace" and led.get_epsilon(0.0) == pytest.approx(eps)
+        assert led.summary()["noise"] == "reproducible"
     assert all(bool(p.valid.all()) for p in res.proportions)  # every public batch is released
 
     def node_data(i):
@@ -76,18 +84,16 @@ def test_private_network_ledgers_and_per_node_reproducibility():
         ids = torch.as_tensor(time_batches(nodes[i].time[train[i]], b))
         return x, y, ids
 
-    releases, gens = [], []
+    releases = []
     for i in range(4):  # what each node does on its own, in the documented order
-        gen = node_generator(7, i)
         _, y, ids = node_data(i)
-        releases.append(private_label_proportions(batch_label_counts(y, ids, 30, 6), eps,
-                                                  batch_sizes=b, generator=gen))
-        gens.append(gen)
+        releases.append(private_label_proportions(batch_label_counts(y, ids, 30, 6), eps, batch_sizes=b,
+                                                  generator=node_noise_generator(70, i)))
     for i in (2, 0):  # any order of nodes: each has its own stream
         assert torch.equal(releases[i].proportions, res.proportions[i].proportions)
         x, _, ids = node_data(i)
         fit = fit_node_models(x, ids, [releases[i]] + [releases[j] for j in nbrs[i]], k=k,
-                              n_starts=8, generator=gens[i])
+                              n_starts=8, generator=node_generator(7, i))
         for ours, theirs in zip(fit.models, res.models[i], strict=True):
             assert torch.equal(ours.centres, theirs.centres)
             assert torch.equal(ours.cluster_labels, theirs.cluster_labels)
@@ -100,6 +106,13 @@ def test_node_generator_is_deterministic_and_distinct():
     assert not torch.equal(a, torch.rand(4, generator=node_generator(4, 5)))
     with pytest.raises(ValueError, match="node_index"):
         node_generator(0, -1)
+    # the noise streams are separate from the non-private ones, for the same numbers too
+    noise = torch.rand(4, generator=node_noise_generator(3, 5))
+    assert torch.equal(noise, torch.rand(4, generator=node_noise_generator(3, 5)))
+    assert not torch.equal(noise, a)
+    assert not torch.equal(noise, torch.rand(4, generator=node_noise_generator(3, 6)))
+    with pytest.raises(ValueError, match="noise_seed"):
+        node_noise_generator(-1, 0)
 
 
 def test_batches_are_aligned_on_the_global_grid():
@@ -127,7 +140,7 @@ def test_node_without_neighbours_trains_its_own_model_only():
 
 def test_own_proportions_exact_option():
     nodes, nbrs = _network(seed=5)
-    kwargs = dict(batch_size=32, k=6, epsilon=0.05, seed=0, n_starts=4)
+    kwargs = dict(batch_size=32, k=6, epsilon=0.05, seed=0, noise_seed=0, n_starts=4, time_range=(0, 960))
     res = simulate_network(nodes, nbrs, own_proportions="exact", **kwargs)
     assert res.fits[0].searches[0].loss < res.fits[0].searches[1].loss  # exact vs noisy target
     unbiased = simulate_network(nodes, nbrs, estimator="unbiased", **kwargs)
@@ -169,7 +182,8 @@ def test_network_runs_on_cuda():
     nodes, nbrs = _network(seed=8)
     train, test = _halves(nodes)
     res = simulate_network(nodes, nbrs, batch_size=32, k=8, epsilon=1.0, train_masks=train,
-                           seed=0, n_starts=8, device="cuda")
+                           seed=0, n_starts=8, device="cuda", time_range=(0, 960))
+    assert all(led.summary()["noise"] == "fresh" for led in res.ledgers)
     assert res.models[0][0].centres.is_cuda and res.proportions[1].proportions.is_cuda
     assert evaluate(res, nodes, test).accuracy > 0.6
 
@@ -178,7 +192,7 @@ def test_default_own_model_uses_the_exact_proportions():
     """The own model never leaves the node: by default it is fitted to exact proportions,
     so its search target does not change with epsilon (only the neighbours' do)."""
     nodes, nbrs = _network(seed=6)
-    kwargs = dict(batch_size=32, k=6, seed=0, n_starts=4)
+    kwargs = dict(batch_size=32, k=6, seed=0, noise_seed=1, n_starts=4, time_range=(0, 960))
     default = simulate_network(nodes, nbrs, epsilon=0.05, **kwargs)
     exact = simulate_network(nodes, nbrs, epsilon=0.05, own_proportions="exact", **kwargs)
     released = simulate_network(nodes, nbrs, epsilon=0.05, own_proportions="released", **kwargs)

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import warnings
 
 import numpy as np
 import pytest
 import torch
 from scipy import stats
 
-from dp_proto.exceptions import DataValidationError
+from dp_proto.exceptions import DataValidationError, PrivacyLeakWarning
 from dp_proto.llp import (
     batch_label_counts,
     private_label_proportions,
     proportion_bounds,
 )
 from dp_proto.privacy import PrivacyLedger
+
+# Tests that check noise values fix it with noise_seed (or a seeded generator): the explicit
+# opt-in to reproducible noise, which warns with PrivacyLeakWarning (checked below and in
+# test_privacy_soundness).
+pytestmark = pytest.mark.filterwarnings("ignore::dp_proto.exceptions.PrivacyLeakWarning")
 
 
 def test_batch_label_counts_counts_every_pair():
@@ -96,6 +103,24 @@ def test_private_release_is_reproducible_from_the_generator():
     assert torch.equal(a.proportions, b.proportions)
 
 
+def test_noise_is_fresh_by_default_and_noise_seed_is_an_explicit_opt_in():
+    counts = torch.arange(12, dtype=torch.float64).reshape(4, 3)
+    fresh = [PrivacyLedger(), PrivacyLedger()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the default warns about nothing
+        a, b = (private_label_proportions(counts, 0.3, batch_sizes=32, ledger=led) for led in fresh)
+    assert not torch.equal(a.noisy_counts, b.noisy_counts)
+    assert all(led.summary()["noise"] == "fresh" for led in fresh)
+    seeded = PrivacyLedger()
+    with pytest.warns(PrivacyLeakWarning, match="noise_seed=7"):
+        c = private_label_proportions(counts, 0.3, batch_sizes=32, noise_seed=7, ledger=seeded)
+    with pytest.warns(PrivacyLeakWarning):
+        d = private_label_proportions(counts, 0.3, batch_sizes=32, noise_seed=7)
+    assert torch.equal(c.noisy_counts, d.noisy_counts) and seeded.summary()["noise"] == "reproducible"
+    with pytest.raises(ValueError, match="either generator or noise_seed"):
+        private_label_proportions(counts, 0.3, noise_seed=7, generator=torch.Generator())
+
+
 def test_private_proportions_reject_bad_input():
     good = torch.ones(3, 2)
     with pytest.raises(DataValidationError, match="NaN"):
@@ -112,9 +137,17 @@ def test_private_proportions_reject_bad_input():
         private_label_proportions(good, 0.1, batch_sizes=torch.ones(2))
     with pytest.raises(ValueError, match="shape"):
         private_label_proportions(torch.ones(3), 0.1)
-    with pytest.warns(UserWarning, match="public bound"):
-        private_label_proportions(torch.full((2, 2), 10.0), 1.0, batch_sizes=4,
-                                  generator=torch.Generator().manual_seed(0))
+
+
+
+def test_counts_over_the_public_bound_go_to_the_curator_log_only(caplog):
+    """Whether a batch exceeds its bound depends on single records: no warning, a curator log."""
+    with warnings.catch_warnings(), caplog.at_level(logging.DEBUG, logger="dp_proto.curator"):
+        warnings.simplefilter("error")
+        rel = private_label_proportions(torch.full((2, 2), 10.0), 1.0, batch_sizes=4, name="llp/over")
+    assert float(rel.noisy_counts.max()) <= 4
+    assert any("llp/over: 2 batch(es) hold more records than their public bound" in r.getMessage()
+               for r in caplog.records)
 
 
 def test_proportion_bounds_formula():
