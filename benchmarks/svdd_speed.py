@@ -162,7 +162,7 @@ def make_models(name: str, args, svm_weight_cls) -> dict[str, Any]:
         return lambda: PrivateSVDDClassifier(
             c_over_n=p.c_over_n, gamma=p.gamma, num_features=NUM_FEATURES, epsilon=EPSILON,
             lr=p.lr, iters=p.iters, r_max=p.r_max, starts=starts, classes=np.arange(row.classes),
-            random_state=args.seed, device=args.device)
+            random_state=args.seed, noise_seed=args.seed, device=args.device)  # reproducible accuracies
 
     models: dict[str, Any] = {
         "proposed_auto": proposed("auto"),
@@ -174,14 +174,15 @@ def make_models(name: str, args, svm_weight_cls) -> dict[str, Any]:
         models["svm_weight"] = lambda: svm_weight_cls(
             c_over_n=row.svm_weight.c_over_n, gamma=row.svm_weight.gamma,
             num_features=NUM_FEATURES, epsilon=EPSILON, classes=np.arange(row.classes), random_state=args.seed,
-            device=args.device)
+            noise_seed=args.seed, device=args.device)
     return models
 
 
 def _fit_predict(factory, X_tr, y_tr, X_te, device: str) -> tuple[float, float, np.ndarray]:
     model = factory()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PrivacyLeakWarning)  # starts="training"
+        # expected: noise_seed (reproducible noise for the accuracies) and starts="training" (not DP)
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
         _sync(device)
         t0 = time.perf_counter()
         model.fit(X_tr, y_tr)

@@ -23,6 +23,7 @@ from dp_proto.svdd.features import RandomFourierFeatures, rbf_kernel
 from dp_proto.svdd.grid import PublicGrid, grid_threshold, sparse_noisy_histogram
 from dp_proto.svdd.private import (
     centre_sensitivity,
+    full_box_centre,
     noisy_cell_counts,
     private_quantile,
     release_centre,
@@ -38,6 +39,7 @@ __all__ = [
     "PrivateSVDD",
     "PrivateSVDDClassifier",
     "centre_sensitivity",
+    "full_box_centre",
     "noisy_cell_counts",
     "private_quantile",
     "release_centre",

@@ -2,7 +2,7 @@
 
 Both train a linear SVM *without bias* on random Fourier features (eq. 4.5,
 :class:`~dp_proto.svdd.RandomFourierFeatures`, ``kappa = sup ||phi(x)|| = 1``),
-one-versus-all over the ``K`` classes (Section 7.3), with the seed's weight ``C/n`` on
+one-versus-all over the ``K`` classes (Section 7.3), with the weight ``C/n`` of Park (2022) on
 every hinge term (Table 7.1 lists ``C/n`` directly; here ``cap = c_over_n``):
 
     primal  min_w  J_D(w) = 0.5 ||w||^2 + cap * sum_{i in D} max(0, 1 - y_i w . phi_i)
@@ -11,15 +11,22 @@ every hinge term (Table 7.1 lists ``C/n`` directly; here ``cap = c_over_n``):
 with ``w = sum_i alpha_i y_i phi_i``. :func:`solve_svm_dual` solves the ``K`` duals at once
 in the feature space (never an ``n x n`` kernel).
 
-* :class:`PrivateSVMWeight` (Rubinstein et al. 2012, "SVM WEIGHT" of the seed): releases the
+* :class:`PrivateSVMWeight` (Rubinstein et al. 2012, "SVM WEIGHT" of Park 2022): releases the
   weight vectors plus Laplace noise; the released model is an ordinary (public) classifier.
 * :class:`PrivateSVMOutput` (output perturbation in the style of Jain & Thakurta 2011, "SVM
-  OUTPUT" of the seed): keeps the exact weights and adds Laplace noise to every answered
-  score; the budget grows with the number of queries, which is why the seed only uses it as
+  OUTPUT" of Park 2022): keeps the exact weights and adds Laplace noise to every answered
+  score; the budget grows with the number of queries, which is why Park (2022) only uses it as
   a reference ("a desired level of accuracy").
 
 Neighbouring relation: add/remove one record, with ``cap`` a public constant (it is *not*
 recomputed from the private ``n``) and the label set public.
+
+Randomness: ``random_state`` draws only the (public) random Fourier features; the noise
+comes from fresh operating-system entropy unless ``noise_seed`` opts in to reproducible
+noise (:class:`~dp_proto.exceptions.PrivacyLeakWarning`, ledger summary ``"noise":
+"reproducible"``). A private fit raises and warns only on public settings; diagnostics
+computed from the data (the solver's duality gap) go to the curator-only ``curator_``
+(:mod:`dp_proto.privacy.curator`).
 """
 
 from __future__ import annotations
@@ -35,9 +42,11 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from dp_proto.privacy.calibration import optional_epsilon
+from dp_proto.privacy.curator import curator_attach, curator_log
 from dp_proto.privacy.domain import public_classes
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.mechanisms import laplace_mechanism
+from dp_proto.privacy.randomness import fresh_generator, noise_generator, seeded_generator
 from dp_proto.svdd.features import RandomFourierFeatures
 from dp_proto.svdd.solver import check_features
 
@@ -183,7 +192,7 @@ def solve_svm_dual(
     y_pm : Tensor ``(n,)`` or ``(K, n)``
         Labels in ``{-1, +1}``; a vector is one problem (``K = 1``).
     cap : float
-        Box ``cap > 0`` (the seed's ``C/n``).
+        Box ``cap > 0`` (``C/n`` of Park 2022).
     tol : float, default 1e-6
         Gap tolerance (see ``relative``).
     max_iter : int, default 20000
@@ -285,6 +294,7 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
         *,
         classes=None,
         random_state=None,
+        noise_seed: int | None = None,
         device=None,
         dtype: torch.dtype = torch.float64,
         ledger: PrivacyLedger | None = None,
@@ -297,6 +307,7 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
         self.epsilon = epsilon
         self.classes = classes
         self.random_state = random_state
+        self.noise_seed = noise_seed
         self.device = device
         self.dtype = dtype
         self.ledger = ledger
@@ -330,6 +341,14 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
             raise ValueError(f"dtype must be a floating torch dtype, got {self.dtype!r}")
         if self.ledger is not None and not isinstance(self.ledger, PrivacyLedger):
             raise ValueError(f"ledger must be a PrivacyLedger or None, got {type(self.ledger).__name__}")
+        s = self.noise_seed
+        if s is not None and (isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0):
+            raise ValueError(f"noise_seed must be None or a non-negative int, got {s!r}")
+
+    def _noise_generator(self) -> torch.Generator:
+        """Generator of the noise (CPU): fresh entropy, or ``noise_seed`` (warns)."""
+        seed = None if self.noise_seed is None else int(self.noise_seed)
+        return noise_generator(seed, "cpu", owner=type(self).__name__)
 
     def _device(self) -> torch.device:
         return torch.device("cpu") if self.device is None else torch.device(self.device)
@@ -344,21 +363,24 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
                 raise ValueError(f"X must be a numeric array of shape (n, d): {err}") from None
             x = torch.as_tensor(arr, dtype=self.dtype, device=self._device())
         if x.dim() != 2:
-            raise ValueError(f"X must be 2-D of shape (n, d), got shape {tuple(x.shape)}")
+            # no sizes in the messages: the number of rows is private
+            raise ValueError(f"X must be 2-D of shape (n, d), got a {x.dim()}-D array")
         if x.shape[0] < 1 or x.shape[1] < 1:
-            raise ValueError(f"X must have at least one row and one column, got shape {tuple(x.shape)}")
+            raise ValueError("X must have at least one row and one column")
         bad = ~torch.isfinite(x).all(1)
         if bool(bad.any()):
-            rows = torch.nonzero(bad).squeeze(1)[:10].tolist()
-            raise ValueError(f"X contains NaN or inf in row(s) {rows}")
+            # the rows go to the curator: their indices would move with a removed record
+            curator_log("%s: X has NaN or inf in row(s) %s", type(self).__name__,
+                        torch.nonzero(bad).squeeze(1)[:10].tolist())
+            raise ValueError("X contains NaN or inf")
         if not fitting and x.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {x.shape[1]} features, but the model was fitted with {self.n_features_in_}")
         return x
 
     # -- training ---------------------------------------------------------------------
-    def _fit_weights(self, X, y) -> tuple[torch.Tensor, torch.Generator]:
-        """Validate, draw the feature map, train one-vs-all; returns exact weights ``(K, F)``
-        and the generator (advanced past the feature map) for the noise."""
+    def _fit_weights(self, X, y) -> torch.Tensor:
+        """Validate, draw the feature map (``random_state``), train one-vs-all; returns the
+        exact weights ``(K, F)``."""
         self._validate_params()
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y")
@@ -367,7 +389,7 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
         if y_arr.ndim != 1:
             raise ValueError(f"y must be 1-D of shape (n,), got shape {y_arr.shape}")
         if y_arr.shape[0] != x.shape[0]:
-            raise ValueError(f"X and y have different lengths: {x.shape[0]} and {y_arr.shape[0]}")
+            raise ValueError("X and y have different lengths")
         check_classification_targets(y_arr)
         # a non-private fit may read the labels from y
         classes, y_index = public_classes(y_arr, self.classes, type(self).__name__,
@@ -386,21 +408,31 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
         # float64 weights: noise is added before any rounding to ``dtype`` (post-processing)
         sol = solve_svm_dual(phi.to(torch.float64), Y, float(self.c_over_n), tol=self.tol,
                              max_iter=self.max_iter, relative=False)
-        if not sol.converged:
+        self.__dict__.pop("curator_", None)
+        if self._private_epsilon() is not None:
+            # Whether the solver converges depends on the data: a private fit does not raise
+            # or warn about it; the curator sees it (and must not publish an unconverged fit).
+            curator_attach(self, solver_converged=sol.converged, solver_gap=float(sol.gap.max()),
+                           solver_iterations=sol.iterations)
+            if not sol.converged:
+                curator_log("%s: the SVM dual solver stopped at gap %.3g > tol=%g after %d iterations; "
+                            "the sensitivity bound does not hold for this fit: do not publish it",
+                            type(self).__name__, float(sol.gap.max()), self.tol, sol.iterations)
+        elif not sol.converged:
             raise RuntimeError(
                 f"the SVM dual solver did not reach the duality gap tol={self.tol:g} within "
-                f"max_iter={self.max_iter} iterations (largest gap {float(sol.gap.max()):.3g}); the "
-                "sensitivity bound would not hold. Raise max_iter or tol."
+                f"max_iter={self.max_iter} iterations (largest gap {float(sol.gap.max()):.3g}). "
+                "Raise max_iter or tol."
             )
         self.classes_ = classes
         self.n_features_in_ = x.shape[1]
         self.features_ = features
-        # No iteration count or duality gap is stored: both depend on the private data and
-        # would be releases outside the ledger (only "converged" is public, see the Raises).
+        # No iteration count or duality gap is stored as a public attribute: both depend on
+        # the private data and would be releases outside the ledger (curator_ holds them).
         kappa = features.kappa
         self.l2_sensitivity_ = svm_sensitivity(float(self.c_over_n), float(self.tol), kappa)
         self.ledger_ = self.ledger if self.ledger is not None else PrivacyLedger()
-        return sol.weights, generator
+        return sol.weights
 
     def _scores(self, X, attribute: str) -> torch.Tensor:
         """Scores ``phi(X) W^T`` ``(m, K)`` with the weights stored under ``attribute``
@@ -421,12 +453,12 @@ _PARAMS_DOC = """
     Parameters
     ----------
     c_over_n : float, default 0.05
-        The weight ``cap`` in ``(0, 1]`` of every hinge term (the seed's ``C/n``, Table 7.1),
+        The weight ``cap`` in ``(0, 1]`` of every hinge term (``C/n`` of Park 2022, Table 7.1),
         a public constant under add/remove.
     gamma : float, default 1.0
         RBF width of ``exp(-gamma ||x - y||^2)``, ``> 0``.
     num_features : int, default 400
-        Random Fourier features ``F`` (even, ``>= 2``; the seed uses 400).
+        Random Fourier features ``F`` (even, ``>= 2``; Park 2022 uses 400).
     epsilon : float or None, default 1.0
         Privacy budget ``> 0``; ``None`` or ``math.inf`` train the non-private model (no
         noise, no ledger event).
@@ -435,7 +467,11 @@ _PARAMS_DOC = """
         without records). ``None`` reads it from ``y``, with a
         :class:`~dp_proto.exceptions.PrivacyLeakWarning` when the model is private.
     random_state : int, RandomState or None
-        Seeds a ``torch.Generator`` that draws the feature map and then the noise.
+        Seeds the ``torch.Generator`` of the (public) feature map; it never reaches the noise.
+    noise_seed : int or None, default None
+        ``None``: the noise comes from fresh operating-system entropy. An int makes it
+        reproducible (tests, benchmarks): :class:`~dp_proto.exceptions.PrivacyLeakWarning`,
+        and the ledger's summary says ``"noise": "reproducible"``.
     device : torch device or str, optional (CPU by default)
     dtype : torch.dtype, default float64
     ledger : PrivacyLedger, optional
@@ -443,8 +479,11 @@ _PARAMS_DOC = """
     tol : float, default 1e-6
         Absolute duality gap at which the solver stops; enters the sensitivity.
     max_iter : int, default 20000
-        Solver iterations; not converging raises ``RuntimeError`` (the bound would not hold;
-        the error itself depends on the data, so choose ``max_iter`` generously).
+        Solver iterations. The sensitivity bound assumes the solver reached ``tol``. Whether
+        it does depends on the data, so a private fit does not raise: it records
+        ``solver_converged`` (and the gap) in the curator-only ``curator_``, and a fit with
+        ``solver_converged=False`` must not be published; choose ``max_iter`` generously.
+        A non-private fit raises ``RuntimeError``.
 """
 
 
@@ -474,7 +513,7 @@ class PrivateSVMWeight(_RFFSVMBase):
 
     at ``epsilon`` -- one ledger event named ``"svm_weight"``. Rubinstein et al. (2012) state
     ``4 C kappa sqrt(F) / n`` for their replace-one relation (looser); we use the add/remove
-    bound derived above. ``K`` and the labels are taken as public (as in the seed).
+    bound derived above. ``K`` and the labels are taken as public (as in Park 2022).
     """ + _PARAMS_DOC + """
     Attributes
     ----------
@@ -491,13 +530,14 @@ class PrivateSVMWeight(_RFFSVMBase):
 
     def fit(self, X, y):
         """Train on ``X (n, d)``, ``y (n,)`` and release the noisy weights."""
-        weights, generator = self._fit_weights(X, y)
+        weights = self._fit_weights(X, y)
         K, F = weights.shape
         self.sensitivity_ = K * math.sqrt(F) * self.l2_sensitivity_
         eps = self._private_epsilon()
         if eps is not None:
             weights = laplace_mechanism(
-                weights, self.sensitivity_, eps, ledger=self.ledger_, name="svm_weight", generator=generator
+                weights, self.sensitivity_, eps, ledger=self.ledger_, name="svm_weight",
+                generator=self._noise_generator(),
             )
         self.weights_ = weights.to(self.dtype)
         return self
@@ -513,7 +553,7 @@ class PrivateSVMOutput(_RFFSVMBase):
     query gets Laplace noise on its ``K`` scores.
 
     The model (the weights) is never released: the publisher keeps it and answers queries,
-    so the budget grows with the number of query points -- the seed uses this method only
+    so the budget grows with the number of query points -- Park (2022) uses this method only
     as a reference for "a desired level of accuracy", not as a releasable model.
 
     Sensitivity (add/remove one record; ``cap`` fixed, ``kappa = 1``): per classifier
@@ -544,11 +584,15 @@ class PrivateSVMOutput(_RFFSVMBase):
 
     def fit(self, X, y):
         """Train the exact (non-private) weights on ``X (n, d)``, ``y (n,)``; nothing is released."""
-        weights, generator = self._fit_weights(X, y)
+        weights = self._fit_weights(X, y)
         K = weights.shape[0]
         self.sensitivity_ = K * self.l2_sensitivity_ * self.features_.kappa
         self._weights = weights  # float64, held by the publisher, never released
-        self._noise_state = generator.get_state()  # picklable, advances with every query
+        # With noise_seed: the seeded stream's state (picklable, advances with every query);
+        # without: None, and every answer draws fresh entropy.
+        private = self._private_epsilon() is not None
+        self._noise_state = (self._noise_generator().get_state()
+                             if private and self.noise_seed is not None else None)
         return self
 
     def decision_function(self, X) -> np.ndarray:
@@ -561,9 +605,21 @@ class PrivateSVMOutput(_RFFSVMBase):
         self.ledger_.spend(PrivacyEvent(
             "pure", epsilon=eps, count=m, name="svm_output_queries", sensitivity=self.sensitivity_,
         ))
-        generator = torch.Generator()
-        generator.set_state(self._noise_state)
-        # recorded above for all m rows at once; i.i.d. Lap(sensitivity / epsilon) per score
-        noisy = laplace_mechanism(scores, self.sensitivity_, eps, ledger=None, generator=generator)
-        self._noise_state = generator.get_state()
+        if self._noise_state is None:
+            generator = fresh_generator()  # fresh operating-system entropy
+            self.ledger_.note_noise_source("fresh")
+        else:
+            # the seeded stream of noise_seed (warned at fit), continued
+            generator = seeded_generator(int(self.noise_seed), warn=False)
+            generator.set_state(self._noise_state)
+            self.ledger_.note_noise_source("reproducible")
+        # recorded above for all m rows at once; i.i.d. Lap(sensitivity / epsilon) per score.
+        # One release per row: the sensitivity holds per query point (the harness hook
+        # checks each row against it), the rows compose as the ledger event says.
+        noisy = torch.stack([
+            laplace_mechanism(row, self.sensitivity_, eps, ledger=None, generator=generator,
+                              name="svm_output_queries")
+            for row in scores]) if m else scores.to(torch.float64)
+        if self._noise_state is not None:
+            self._noise_state = generator.get_state()
         return noisy.cpu().numpy()

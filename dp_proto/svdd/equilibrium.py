@@ -11,7 +11,7 @@ interleaved in ``phi``)
     grad f(x) = -2 sqrt(2/F) (a_sin * cos(P) - a_cos * sin(P)) W^T.
 
 Phase II runs the gradient dynamics ``dx/dt = -grad f(x)`` from many starting points at
-once (one ``(m, d)`` tensor), with the seed's schedule (a fixed learning rate, divided
+once (one ``(m, d)`` tensor), with the schedule of Park 2022 (a fixed learning rate, divided
 by 5 for the last 20 % of the iterations), merges end points closer than a tolerance
 into equilibrium points and maps every start to its equilibrium point (its basin).
 """
@@ -54,7 +54,7 @@ def descend(features: RandomFourierFeatures, centre: Tensor, starts: Tensor, *, 
             decay_at: float = 0.8, decay: float = 0.2) -> Tensor:
     """``iters`` gradient steps ``x <- x - eta grad f(x)`` from every row of ``starts
     (m, d)`` at once; ``eta = lr``, times ``decay`` from iteration ``decay_at * iters``
-    on (the seed's schedule: 1/5 after 80 %). Returns the end points ``(m, d)``."""
+    on (the schedule of Park 2022: 1/5 after 80 %). Returns the end points ``(m, d)``."""
     if not lr > 0 or iters < 0:
         raise ValueError(f"need lr > 0 and iters >= 0, got lr={lr}, iters={iters}")
     x = starts.clone()

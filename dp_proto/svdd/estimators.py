@@ -7,11 +7,28 @@ and each basin (or hypercube of basins) is labelled by a noisy vote.
 
 Everything runs as tensor code on ``device`` (CPU or CUDA); inputs may be NumPy arrays
 or tensors. Every noisy release is recorded in ``ledger_``.
+
+Randomness. ``random_state`` seeds only the public randomness: the random Fourier
+features and the start points of the dynamics, which do not depend on the data. The
+noise of every private release comes from fresh operating-system entropy
+(:mod:`dp_proto.privacy.randomness`); ``noise_seed`` is the explicit opt-in to
+reproducible noise (it warns with :class:`~dp_proto.exceptions.PrivacyLeakWarning` and the
+ledger's summary says ``"noise": "reproducible"``).
+
+What a private fit shows. Whatever a private fit exposes -- fitted attributes and their
+shapes, ledger events, warnings, exceptions -- is a function of the noisy releases and of
+public settings only, so it is the same on neighbouring data sets
+(:func:`~dp_proto.privacy.testing.neighbour_check`). Diagnostics computed from the
+private data without noise (the record count, a class with a single record, the
+solver's duality gap) go to the curator-only dict ``curator_`` and the
+``dp_proto.curator`` logger (:mod:`dp_proto.privacy.curator`); delete ``curator_`` before
+publishing a fitted estimator. Non-private fits (``epsilon=None``) still warn and raise.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from typing import Any
 
@@ -24,9 +41,11 @@ from sklearn.utils.validation import check_is_fitted
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.llp.knn import knn_predict
 from dp_proto.privacy.calibration import optional_epsilon
+from dp_proto.privacy.curator import curator_attach, curator_log
 from dp_proto.privacy.domain import public_classes
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.mechanisms import noisy_count
+from dp_proto.privacy.randomness import noise_generator
 from dp_proto.svdd.cells import group_hypercubes, nearest_index
 from dp_proto.svdd.equilibrium import descend, merge_points, support_function
 from dp_proto.svdd.features import RandomFourierFeatures
@@ -37,7 +56,12 @@ from dp_proto.svdd.grid import (
     grid_threshold,
     sparse_noisy_histogram,
 )
-from dp_proto.svdd.private import noisy_cell_counts, private_quantile, release_centre
+from dp_proto.svdd.private import (
+    full_box_centre,
+    noisy_cell_counts,
+    private_quantile,
+    release_centre,
+)
 from dp_proto.svdd.solver import solve_svdd_dual
 
 __all__ = ["PrivateSVDD", "PrivateSVDDClassifier"]
@@ -75,7 +99,9 @@ class _SVDDBase(BaseEstimator):
         X = torch.as_tensor(X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else np.asarray(X),
                             dtype=self._torch_dtype()).to(self._device())
         if X.dim() != 2 or X.shape[0] == 0:
-            raise ValueError(f"expected X of shape (n, d) with n >= 1, got {tuple(X.shape)}")
+            # no sizes in the message: the number of rows is private
+            raise ValueError(f"expected X of shape (n, d) with n >= 1, got a {X.dim()}-D array"
+                             + (" without rows" if X.dim() == 2 else ""))
         if not bool(torch.isfinite(X).all()):
             raise ValueError("X contains NaN or inf")
         if fitting:
@@ -85,6 +111,7 @@ class _SVDDBase(BaseEstimator):
         return X
 
     def _generator(self) -> torch.Generator:
+        """The public generator (``random_state``): feature map and start points, never noise."""
         gen = torch.Generator(device=self._device())
         if self.random_state is None:
             gen.seed()
@@ -92,16 +119,28 @@ class _SVDDBase(BaseEstimator):
             gen.manual_seed(int(self.random_state))
         return gen
 
+    def _noise_generator(self) -> torch.Generator:
+        """The generator of the private releases (CPU): fresh operating-system entropy, or
+        ``noise_seed`` (which warns with PrivacyLeakWarning). Independent of ``random_state``."""
+        seed = None if self.noise_seed is None else int(self.noise_seed)
+        return noise_generator(seed, "cpu", owner=type(self).__name__)
+
     def _check_common(self) -> None:
         if not 0 < self.c_over_n <= 1:
             raise ValueError(f"c_over_n (the dual box C/n) must lie in (0, 1], got {self.c_over_n!r}")
         if not self.tol > 0:
             raise ValueError(f"tol must be > 0, got {self.tol!r}")
+        seed = self.noise_seed
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
+            raise ValueError(f"noise_seed must be None or a non-negative int, got {seed!r}")
 
-    def _fit_centre(self, X: torch.Tensor, epsilon: float | None, gen: torch.Generator) -> torch.Tensor:
-        """Feature map, dual solve and centre (private when ``epsilon`` is a number)."""
+    def _fit_centre(self, X: torch.Tensor, epsilon: float | None, gen: torch.Generator,
+                    noise: torch.Generator | None) -> torch.Tensor:
+        """Feature map, dual solve and centre (private when ``epsilon`` is a number, with
+        noise from ``noise``)."""
         n = X.shape[0]
-        if self.c_over_n * n < 1.0 - 1e-9:
+        cap = float(self.c_over_n)
+        if epsilon is None and cap * n < 1.0 - 1e-9:
             raise ValueError(
                 f"c_over_n={self.c_over_n} is below 1/n = {1.0 / n:.3g}: the dual's constraints "
                 f"0 <= beta_i <= C/n, sum beta = 1 cannot be met with n={n} records")
@@ -111,16 +150,27 @@ class _SVDDBase(BaseEstimator):
                                          dtype=torch.float64, device=X.device)
         phi = features(X)
         self.features_ = features.to(X.dtype)
-        solution = solve_svdd_dual(phi, min(self.c_over_n * n, float(n)), tol=self.tol)
-        if epsilon is not None and not solution.converged:
-            raise RuntimeError(
-                f"the SVDD solver stopped at gap {solution.gap:.3g} > tol={self.tol}; the sensitivity "
-                "bound needs the tolerance to be met, so nothing was released")
+        if epsilon is not None and cap * n < 1.0:
+            # Fewer than 1/cap records: every beta_i at the box (dp_proto.svdd.private); a
+            # private fit must not fail on a condition one record decides.
+            exact = full_box_centre(phi, cap)
+            curator_attach(self, n_records=n, box_full=True, solver_converged=True, solver_gap=0.0)
+        else:
+            solution = solve_svdd_dual(phi, min(cap * n, float(n)), tol=self.tol)
+            exact = solution.centre
+            if epsilon is not None:
+                curator_attach(self, n_records=n, box_full=False, solver_converged=solution.converged,
+                               solver_gap=solution.gap)
+                if not solution.converged:
+                    # Not raised: whether the solver converges depends on the data. The
+                    # sensitivity bound assumes gap <= tol; the curator must not publish.
+                    curator_log("%s: the SVDD solver stopped at gap %.3g > tol=%g; the centre's "
+                                "sensitivity bound does not hold for this fit: do not publish it",
+                                type(self).__name__, solution.gap, self.tol)
         # The exact solution is not kept on the estimator: pickling it would publish it.
         if epsilon is None:
-            return solution.centre.to(X.dtype)
-        centre = release_centre(solution.centre, self.c_over_n, epsilon, tol=self.tol,
-                                ledger=self.ledger_, generator=gen)
+            return exact.to(X.dtype)
+        centre = release_centre(exact, cap, epsilon, tol=self.tol, ledger=self.ledger_, generator=noise)
         return centre.to(X.dtype)
 
     def _new_ledger(self) -> PrivacyLedger:
@@ -145,8 +195,12 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
     Parameters
     ----------
     c_over_n : float, default 0.05
-        Box of the dual, ``0 <= beta_i <= C/n`` (the seed's ``C/n``); needs ``>= 1/n``.
-        The centre's sensitivity is ``2 sqrt(F) C/n`` (l1), so small values are cheaper.
+        Box of the dual, ``0 <= beta_i <= C/n`` (``C/n`` of Park 2022, Table 7.1), a public
+        constant. The centre's sensitivity is ``2 sqrt(F) C/n`` (l1), so small values are
+        cheaper. Non-private fits need ``C/n >= 1/n`` (else ``ValueError``); a private fit
+        with fewer than ``n / C`` records puts every ``beta_i`` at the box instead
+        (centre ``C/n sum_i phi_i``, see :mod:`dp_proto.svdd.private`), because failing
+        would depend on one record.
     gamma : float, default 1.0
         RBF kernel width of ``exp(-gamma ||x - y||^2)``.
     num_features : int, default 400
@@ -161,7 +215,13 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
         Duality-gap tolerance of the dual solver; enters the sensitivity as
         ``2 sqrt(F) sqrt(tol)``.
     random_state : int or None
-        Seed of the feature map and of the noise.
+        Seed of the public randomness: the random Fourier features (and, in
+        :class:`PrivateSVDDClassifier`, the start points). It never reaches the noise.
+    noise_seed : int or None, default None
+        ``None``: the noise of the private releases comes from fresh operating-system
+        entropy. An int makes it reproducible (tests, benchmarks): a
+        :class:`~dp_proto.exceptions.PrivacyLeakWarning` is issued and the ledger's summary
+        says ``"noise": "reproducible"`` -- whoever knows the seed can remove the noise.
     device : str or None
         Where to compute (``"cpu"``, ``"cuda"``); default CPU.
     dtype : "float32" (default) or "float64"
@@ -174,12 +234,16 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
     ----------
     centre_ : Tensor ``(F,)``; features_ : RandomFourierFeatures; radius2_ : float;
     ledger_ : PrivacyLedger (a ``non_private`` event when ``epsilon`` is None).
+    curator_ : dict, private fits only -- **curator-only** diagnostics computed from the
+        data without noise: ``box_full`` (fewer than ``n / C`` records), ``solver_converged``
+        and ``solver_gap`` (the privacy guarantee assumes ``solver_gap <= tol``; a fit with
+        ``solver_converged=False`` must not be published). Delete it before publishing.
     """
 
     def __init__(self, c_over_n: float = 0.05, gamma: float = 1.0, num_features: int = 400,
                  epsilon: float | None = 1.0, *, centre_fraction: float = 0.5, contamination: float = 0.1,
-                 tol: float = 1e-8, random_state: int | None = None, device: str | None = None,
-                 dtype: str = "float32", ledger: PrivacyLedger | None = None) -> None:
+                 tol: float = 1e-8, random_state: int | None = None, noise_seed: int | None = None,
+                 device: str | None = None, dtype: str = "float32", ledger: PrivacyLedger | None = None) -> None:
         self.c_over_n = c_over_n
         self.gamma = gamma
         self.num_features = num_features
@@ -188,6 +252,7 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
         self.contamination = contamination
         self.tol = tol
         self.random_state = random_state
+        self.noise_seed = noise_seed
         self.device = device
         self.dtype = dtype
         self.ledger = ledger
@@ -202,15 +267,17 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
             raise ValueError(f"contamination must lie in (0, 1), got {self.contamination!r}")
         X = self._as_tensor(X, fitting=True)
         gen = self._generator()
+        noise = self._noise_generator() if private else None
         self.ledger_ = self._new_ledger()
+        self.__dict__.pop("curator_", None)
         eps_centre = self.centre_fraction * self.epsilon if private else None
-        self.centre_ = self._fit_centre(X, eps_centre, gen)
+        self.centre_ = self._fit_centre(X, eps_centre, gen, noise)
         scores = support_function(self.features_, self.centre_, X)
         level = 1.0 - self.contamination
         if private:
             grid = torch.linspace(0.0, 4.0, 401, dtype=torch.float64, device=X.device)
             self.radius2_ = private_quantile(scores, level, self.epsilon - eps_centre, grid,
-                                             ledger=self.ledger_, generator=gen, name="svdd/radius")
+                                             ledger=self.ledger_, generator=noise, name="svdd/radius")
         else:
             self.radius2_ = float(torch.quantile(scores.to(torch.float64), level))
             self.ledger_.spend(PrivacyEvent("non_private", name="svdd/non_private"))
@@ -231,7 +298,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
 
     Phase I releases a private centre ``a^`` (see :class:`PrivateSVDD`). Phase II runs the
     gradient dynamics of ``f^(x) = ||phi(x) - a^||^2`` (``lr`` for the first 80 % of
-    ``iters`` steps, ``lr / 5`` after, the seed's schedule) from start points, merges end
+    ``iters`` steps, ``lr / 5`` after, the schedule of Park 2022) from start points, merges end
     points closer than ``merge_tol`` into equilibrium points (EPs) and, with ``r_max``,
     groups EPs into hypercubes of that half-width (greedy leaders, eq. 5.6). Phase III runs
     the dynamics from every training point, sends it to the cell (EP or hypercube) of the
@@ -263,12 +330,14 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
       cube centre nearest to the end of its dynamics.
     * ``"uniform"``: like ``"normal"`` with points drawn uniformly from the public box ``bounds``.
     * an array ``(m, d)`` of public points: the same, with these starts.
-    * ``"training"``: the seed's variant, for reproduction -- the dynamics start from the
-      training points (L441) and hypercube leaders are visited by the number of training
-      points per EP; the budget is spent as published, ``epsilon`` on the centre and
-      ``epsilon`` on the votes. **This variant is not differentially private**: the
+    * ``"training"``: the variant of Park (2022), for reproduction -- the dynamics start
+      from the training points (L441) and hypercube leaders are visited by the number of
+      training points per EP; the noise is spent as published, ``epsilon`` on the centre
+      and ``epsilon`` on the votes. **This variant is not differentially private**: the
       released EPs are (after few dynamics steps, nearly) training records. The ledger
-      records the two Laplace releases, but ``is_private_`` is False and a
+      records a ``non_private`` event (``"svdd/training_starts"``, so its epsilon is inf;
+      a ledger with a budget refuses the fit before the data are touched) next to the two
+      Laplace releases, ``is_private_`` is False and a
       :class:`~dp_proto.exceptions.PrivacyLeakWarning` is issued.
 
     Release modes (``release``): ``"support_function"`` publishes ``a^``, the feature map
@@ -304,7 +373,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     max_starts : int, default 2000
         Upper limit of ``n_starts="auto"``.
     lr, iters : float, int, default 0.001, 20
-        Learning rate and number of steps of the dynamics (Table 7.1 of the seed).
+        Learning rate and number of steps of the dynamics (Park 2022, Table 7.1).
     merge_tol : float or None
         End points in the same grid cell of this width merge into one EP; default
         ``1e-3 / sqrt(2 gamma)`` (a thousandth of the kernel length).
@@ -331,7 +400,10 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     grid_ratio : float, default 200
         ``starts="auto"`` takes the grid when its threshold is at most ``n^ / grid_ratio``
         (chosen on development splits of the Table 7.1 sets).
-    random_state, device, dtype, ledger : see :class:`PrivateSVDD`.
+    random_state, noise_seed, device, dtype, ledger : see :class:`PrivateSVDD`.
+        ``random_state`` draws the feature map and the ``"normal"`` / ``"uniform"`` start
+        points; the noise (centre, record count, votes, the grid's empty cubes) comes from
+        fresh entropy unless ``noise_seed`` is given.
 
     Attributes
     ----------
@@ -342,6 +414,10 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     starts_ (the start mode used: ``"auto"`` resolved); grid_ (:class:`~dp_proto.svdd.grid.PublicGrid`
     or None) and, with the grid, cubes_ ``(cells, d)`` the released cubes' integer
     coordinates (their centres are ``equilibria_``); ledger_; is_private_ (bool).
+    curator_ : dict, private fits only -- **curator-only** diagnostics computed from the
+    data without noise (see :class:`PrivateSVDD`, plus ``single_record_classes``: the
+    classes with exactly one record, which a non-private fit warns about). Delete it
+    before publishing.
     """
 
     def __init__(self, c_over_n: float = 0.05, gamma: float = 1.0, num_features: int = 400,
@@ -351,8 +427,8 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
                  merge_tol: float | None = None, r_max: float | None = None, min_count: float | None = None,
                  release: str = "support_function", n_neighbors: int = 1, grid_step: float | None = None,
                  false_cells: float = 1.0, grid_ratio: float = 200.0, tol: float = 1e-8,
-                 random_state: int | None = None, device: str | None = None, dtype: str = "float32",
-                 ledger: PrivacyLedger | None = None) -> None:
+                 random_state: int | None = None, noise_seed: int | None = None, device: str | None = None,
+                 dtype: str = "float32", ledger: PrivacyLedger | None = None) -> None:
         self.c_over_n = c_over_n
         self.gamma = gamma
         self.num_features = num_features
@@ -376,6 +452,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         self.grid_ratio = grid_ratio
         self.tol = tol
         self.random_state = random_state
+        self.noise_seed = noise_seed
         self.device = device
         self.dtype = dtype
         self.ledger = ledger
@@ -476,7 +553,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         return PublicGrid.from_box(float(step), lower, upper, d)
 
     def _grid_votes(self, X: torch.Tensor, labels: torch.Tensor, c: int, eps_votes: float | None,
-                    gen: torch.Generator) -> torch.Tensor:
+                    noise: torch.Generator | None) -> torch.Tensor:
         """Phase III on the public grid: cube of every descended record, (sparse) noisy counts.
         Sets the cell attributes and returns the released cube centres ``(k, d)``."""
         grid = self.grid_
@@ -484,7 +561,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         if eps_votes is not None:
             idx, counts = sparse_noisy_histogram(cubes, labels, grid, c, eps_votes,
                                                  self._grid_release_threshold(grid, c, eps_votes),
-                                                 ledger=self.ledger_, generator=gen)
+                                                 ledger=self.ledger_, generator=noise)
         else:
             _, idx, counts = cube_counts(cubes, labels, grid, c)
             keep = counts.max(1).values >= (self.min_count if self.min_count is not None else 0.5)
@@ -513,24 +590,31 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         check_classification_targets(y)
         X = self._as_tensor(X, fitting=True)
         if y.shape != (X.shape[0],):
-            raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
-        # non-private fits and the seed's (non-private) variant may read the labels from y
+            raise ValueError("y must have shape (n,): one label per row of X")
+        # non-private fits and the (non-private) variant of Park 2022 may read the labels from y
         self.classes_, y_index = public_classes(y, self.classes, type(self).__name__,
                                                 warn=private and mode != "training")
-        single = self.classes_[np.bincount(y_index, minlength=len(self.classes_)) == 1]
-        if len(single):
-            # Not an error: one record must not decide whether the fit succeeds.
-            warnings.warn(f"class(es) {list(single)} have only one training sample; such a class "
-                          "rarely wins a noisy vote", UserWarning, stacklevel=2)
         labels = torch.as_tensor(y_index, device=X.device)
         c = len(self.classes_)
         gen = self._generator()
         self.ledger_ = self._new_ledger()
+        self.__dict__.pop("curator_", None)
         self.is_private_ = private and mode != "training"
+        single = self.classes_[np.bincount(y_index, minlength=c) == 1]
+        if self.is_private_:
+            # Whether a class has one record is decided by that record: curator only.
+            curator_attach(self, single_record_classes=list(single))
+        elif len(single):
+            # Not an error: one record must not decide whether the fit succeeds.
+            warnings.warn(f"class(es) {list(single)} have only one training sample; such a class "
+                          "rarely wins a noisy vote", UserWarning, stacklevel=2)
         if private and mode == "training":
-            warnings.warn("starts='training' (the seed's variant) releases equilibrium points reached from "
-                          "training records: the model is not differentially private", PrivacyLeakWarning,
+            warnings.warn("starts='training' (the variant of Park 2022) releases equilibrium points reached "
+                          "from training records: the model is not differentially private", PrivacyLeakWarning,
                           stacklevel=2)
+            # recorded first: a ledger with a budget refuses the fit before the data are touched
+            self.ledger_.spend(PrivacyEvent("non_private", name="svdd/training_starts"))
+        noise = self._noise_generator() if private else None
         # a noisy record count for starts="auto" and for n_starts="auto" with random starts
         needs_count = mode == "auto" or (self.n_starts == "auto" and mode in ("normal", "uniform"))
         if private:
@@ -539,11 +623,12 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
             eps_votes = self.epsilon if mode == "training" else self.epsilon - eps_centre - (eps_count or 0.0)
         else:
             eps_centre = eps_count = eps_votes = None
-        self.centre_ = self._fit_centre(X, eps_centre, gen)
+        self.centre_ = self._fit_centre(X, eps_centre, gen, noise)
         n_hat = None
         if needs_count:
             n_hat = float(X.shape[0]) if eps_count is None else max(
-                noisy_count(X.shape[0], eps_count, ledger=self.ledger_, name="svdd/record_count", generator=gen), 1.0)
+                noisy_count(X.shape[0], eps_count, ledger=self.ledger_, name="svdd/record_count", generator=noise),
+                1.0)
         if mode == "auto":
             mode = self._auto_mode(X.shape[1], c, n_hat, eps_votes)
         self.starts_ = mode
@@ -551,7 +636,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         self.cubes_ = None
         if self.grid_ is not None:
             # Phases II and III on the fixed cubes: records flow, then vote in their cube.
-            points = self._grid_votes(X, labels, c, eps_votes, gen)
+            points = self._grid_votes(X, labels, c, eps_votes, noise)
             self.equilibria_ = self.labelled_points_ = points
             self.labelled_classes_ = self.cell_labels_
             return self
@@ -566,7 +651,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         self.equilibria_ = points
         if self.r_max is not None:
             basin_size = torch.bincount(basin, minlength=points.shape[0])
-            # visit EPs by decreasing basin size (of public starts, or the seed's training points)
+            # visit EPs by decreasing basin size (of public starts, or the training points of Park 2022's variant)
             order = torch.sort(-basin_size, stable=True).indices
             self.ep_cell_ = group_hypercubes(points, float(self.r_max), order)
         else:
@@ -578,7 +663,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         train_cell = self.ep_cell_[train_ep]
         if private:
             counts = noisy_cell_counts(train_cell, labels, num_cells, c, eps_votes, ledger=self.ledger_,
-                                       generator=gen)
+                                       generator=noise)
             min_count = self.min_count if self.min_count is not None else _empty_cell_threshold(c, eps_votes)
         else:
             flat = torch.bincount(train_cell * c + labels, minlength=num_cells * c)

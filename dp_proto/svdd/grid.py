@@ -1,6 +1,6 @@
 """A public grid of cubes and its sparse noisy histogram (the ``starts="grid"`` cells).
 
-The seed groups equilibrium points into hypercubes of half-width ``r_max`` around
+Park (2022) groups equilibrium points into hypercubes of half-width ``r_max`` around
 leaders taken from the training data (eq. 5.6), which makes the cells data-dependent.
 Here the cubes are fixed in advance: a lattice of step ``h = 2 r_max`` anchored at 0,
 cut to a public box. A record's cell is the lattice point nearest to the end of its
@@ -17,6 +17,14 @@ cubes that pass is binomial, their positions are uniform among the empty cubes, 
 their noisy counts follow the Laplace law conditioned on passing. The output has the
 distribution of the dense mechanism, so it is epsilon-DP (pure) by the same argument:
 one record changes one count by one.
+
+Noise comes from fresh operating-system entropy unless the caller passes a generator
+(reproducible; it warns, see :mod:`dp_proto.privacy.randomness`). The whole release goes
+through the hook :func:`~dp_proto.privacy.testing.intercept` as one release. Its
+pre-noise quantity, the dense ``(M, c)`` table, is never formed (the occupied cubes'
+counts have no fixed shape), so it declares no sensitivity to the neighbour check; the
+votes' sensitivity (one record changes one count of the dense table by one) is tested on
+:func:`cube_counts` directly (``tests/svdd/test_privacy_soundness.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +37,9 @@ from torch import Tensor
 
 from dp_proto.privacy.calibration import check_epsilon
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
+from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.noise import laplace_noise, uniform_open
+from dp_proto.privacy.testing import intercept
 
 __all__ = ["PublicGrid", "cube_counts", "grid_threshold", "sparse_noisy_histogram"]
 
@@ -278,18 +288,23 @@ def sparse_noisy_histogram(cells: Tensor, labels: Tensor, grid: PublicGrid, num_
                          f"(more than {MAX_FALSE_CELLS}): raise it (see grid_threshold) or use fewer cubes")
     if ledger is not None:
         ledger.spend(PrivacyEvent("pure", epsilon=epsilon, name=name, sensitivity=1.0))
+    generator = noise_rng(ledger, generator, False, "cpu", name)
     keys, occupied, counts = cube_counts(cells, labels, grid, num_classes)
-    noisy = counts + laplace_noise(counts.shape, scale, generator=generator, device="cpu")
-    keep = noisy.max(1).values >= threshold
-    n_false = _binomial(grid.num_cells - keys.numel(), p_pass, generator)
-    false_idx = _empty_indices(grid, n_false, keys, generator)
-    false_counts = _passing_empty_counts(n_false, num_classes, scale, threshold, generator)
-    idx = torch.cat([occupied[keep], false_idx])
-    out = torch.cat([noisy[keep], false_counts])
-    if idx.shape[0] == 0:
-        row, cls, value = _noisy_max_cube(grid, noisy, scale, threshold, generator)
-        idx = _empty_indices(grid, 1, keys, generator) if row is None else occupied[row].reshape(1, -1)
-        out = torch.full((1, num_classes), -math.inf, dtype=torch.float64)
-        out[0, cls] = value
-    order = torch.argsort(grid.flat(idx))
-    return idx[order], out[order]
+
+    def draw() -> tuple[Tensor, Tensor]:
+        noisy = counts + laplace_noise(counts.shape, scale, generator=generator, device="cpu")
+        keep = noisy.max(1).values >= threshold
+        n_false = _binomial(grid.num_cells - keys.numel(), p_pass, generator)
+        false_idx = _empty_indices(grid, n_false, keys, generator)
+        false_counts = _passing_empty_counts(n_false, num_classes, scale, threshold, generator)
+        idx = torch.cat([occupied[keep], false_idx])
+        out = torch.cat([noisy[keep], false_counts])
+        if idx.shape[0] == 0:
+            row, cls, value = _noisy_max_cube(grid, noisy, scale, threshold, generator)
+            idx = _empty_indices(grid, 1, keys, generator) if row is None else occupied[row].reshape(1, -1)
+            out = torch.full((1, num_classes), -math.inf, dtype=torch.float64)
+            out[0, cls] = value
+        order = torch.argsort(grid.flat(idx))
+        return idx[order], out[order]
+    # no fixed-shape pre-noise tensor (see the module docstring): no declared sensitivity
+    return intercept(name, None, None, None, draw)

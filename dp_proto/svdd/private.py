@@ -1,6 +1,9 @@
 """Private releases of an SVDD on random Fourier features (Park 2022, Sec. 4.2 and 5.3).
 
-Three mechanisms, each recorded in a :class:`~dp_proto.privacy.PrivacyLedger`:
+Three mechanisms, each recorded in a :class:`~dp_proto.privacy.PrivacyLedger` and each
+passing its pre-noise quantity through the release hook
+:func:`~dp_proto.privacy.testing.intercept` (so :func:`~dp_proto.privacy.testing.neighbour_check`
+can test it):
 
 * :func:`release_centre` -- the centre ``a* = Phi^T beta*`` plus Laplace noise
   (Corollary 4.2 / Theorem 4.3), then projected onto the ball ``||a|| <= kappa``
@@ -9,6 +12,11 @@ Three mechanisms, each recorded in a :class:`~dp_proto.privacy.PrivacyLedger`:
   plus ``Lap(1/epsilon)`` (the votes of Phase III, eq. 5.5-5.6).
 * :func:`private_quantile` -- the exponential mechanism for a quantile of scores on a
   public grid (the radius of the one-class :class:`~dp_proto.svdd.PrivateSVDD`).
+
+Noise comes from fresh operating-system entropy when ``generator`` is None; a caller's
+``generator`` makes it reproducible, which warns with
+:class:`~dp_proto.exceptions.PrivacyLeakWarning` and is noted in the ledger
+(:mod:`dp_proto.privacy.randomness`).
 
 Sensitivity of the centre (neighbouring relation: add or remove one record; the box
 ``cap = C/n`` is a fixed public number). Write ``c_i(a) = ||phi_i||^2 - 2 phi_i . a``;
@@ -24,6 +32,19 @@ convexity then gives ``||a*_D - a*_D'||_2 <= 4 kappa cap / 2 = 2 kappa cap``, an
 stops at a duality gap ``<= tol``, which keeps its centre within ``sqrt(tol)`` of ``a*``
 (:class:`~dp_proto.svdd.SVDDSolution`), so the released quantity moves by at most
 ``2 kappa cap + 2 sqrt(tol)`` in l2 (:func:`centre_sensitivity`).
+
+Fewer than ``1 / cap`` records. The capped simplex ``{0 <= beta_i <= cap, sum beta = 1}``
+is empty when ``n cap < 1``, and whether it is depends on the private ``n``: a private fit
+must not fail there (one record would decide whether it succeeds). The private estimators
+use the box's total weight ``min(1, n cap)`` instead of 1: ``h_D(a)`` is the
+``cap``-weighted sum of the largest ``c_i(a)`` up to total weight ``min(1, n cap)``, which
+is the usual SVDD for ``n cap >= 1`` and puts weight ``cap`` on every record below, where
+``a* = cap sum_i phi_i`` (:func:`full_box_centre`; the mean of the records when
+``n cap = 1``). Inserting ``c_x`` into the sorted list still moves at most ``cap`` of weight
+onto ``x`` and at most ``cap`` off the other records (the pattern ``(cap, ..., cap, rest)``
+only grows by ``x``'s entry, and at most its last entry shrinks), so the bound
+``2 kappa cap`` above holds across ``n cap = 1`` as well, and there is no solver error to
+report (the centre is exact).
 """
 
 from __future__ import annotations
@@ -35,16 +56,17 @@ from torch import Tensor
 
 from dp_proto.privacy.calibration import check_epsilon
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
-from dp_proto.privacy.mechanisms import laplace_mechanism
+from dp_proto.privacy.mechanisms import laplace_mechanism, noise_rng
 from dp_proto.privacy.noise import uniform_open
+from dp_proto.privacy.testing import intercept
 
-__all__ = ["centre_sensitivity", "release_centre", "noisy_cell_counts", "private_quantile"]
+__all__ = ["centre_sensitivity", "full_box_centre", "release_centre", "noisy_cell_counts", "private_quantile"]
 
 
 def centre_sensitivity(c_over_n: float, num_features: int, *, tol: float = 0.0, kappa: float = 1.0) -> float:
     """l1 sensitivity ``sqrt(F) (2 kappa C/n + 2 sqrt(tol))`` of the computed SVDD centre.
 
-    ``c_over_n`` is the box of the dual (the seed's ``C/n``), ``tol`` the duality-gap
+    ``c_over_n`` is the box of the dual (``C/n`` of Park 2022), ``tol`` the duality-gap
     tolerance the solver was run to (0 for the exact optimum of Corollary 4.2).
     """
     if not 0 < c_over_n <= 1:
@@ -52,6 +74,17 @@ def centre_sensitivity(c_over_n: float, num_features: int, *, tol: float = 0.0, 
     if num_features < 1 or not tol >= 0 or not kappa > 0:
         raise ValueError(f"need num_features >= 1, tol >= 0, kappa > 0; got {num_features}, {tol}, {kappa}")
     return math.sqrt(num_features) * (2.0 * kappa * c_over_n + 2.0 * math.sqrt(tol))
+
+
+def full_box_centre(phi: Tensor, cap: float) -> Tensor:
+    """The SVDD centre ``cap sum_i phi_i`` ``(F,)`` (float64) when ``n cap <= 1``: every
+    ``beta_i`` at the box ``cap`` (see the module docstring; the private estimators use it
+    for fewer than ``1 / cap`` records, where the capped simplex is empty)."""
+    if phi.dim() != 2:
+        raise ValueError(f"phi must have shape (n, F), got {tuple(phi.shape)}")
+    if not 0 < cap <= 1:
+        raise ValueError(f"cap must lie in (0, 1], got {cap!r}")
+    return cap * phi.to(torch.float64).sum(0)
 
 
 def release_centre(centre: Tensor, c_over_n: float, epsilon: float, *, tol: float, kappa: float = 1.0,
@@ -83,7 +116,7 @@ def noisy_cell_counts(cells: Tensor, labels: Tensor, num_cells: int, num_classes
     (here: the basins of equilibrium points reached from public starts under the
     private centre). Adding or removing a record changes exactly one of the
     ``num_cells * num_classes`` counts by one (a histogram), so the whole table is one
-    Laplace release of sensitivity 1 -- the parallel composition of the seed's per-basin
+    Laplace release of sensitivity 1 -- the parallel composition of the per-basin
     votes (eq. 5.5), with the empty cells noised too, so the released table has the same
     shape for every data set.
 
@@ -126,10 +159,16 @@ def private_quantile(scores: Tensor, level: float, epsilon: float, grid: Tensor,
         raise ValueError("grid must be a non-empty 1-D tensor")
     if ledger is not None:
         ledger.spend(PrivacyEvent("pure", epsilon=epsilon, name=name, sensitivity=1.0))
+    generator = noise_rng(ledger, generator, False, grid.device, name)
     s = scores.detach().to(torch.float64).reshape(-1)
     g = grid.to(s)
     below = torch.searchsorted(torch.sort(s).values, g, right=True).to(torch.float64)
-    logits = -0.5 * epsilon * (below - level * s.numel()).abs()
-    # Gumbel-max sampling from softmax(logits) with the library's noise source.
-    u = uniform_open((g.numel(),), generator=generator, device=g.device)
-    return float(g[torch.argmax(logits - torch.log(-torch.log(u)))])
+    utility = -(below - level * s.numel()).abs()
+    logits = 0.5 * epsilon * utility
+
+    def draw() -> float:
+        # Gumbel-max sampling from softmax(logits) with the library's noise source.
+        u = uniform_open((g.numel(),), generator=generator, device=g.device)
+        return float(g[torch.argmax(logits - torch.log(-torch.log(u)))])
+    # the utilities move by at most 1 per grid value (linf) under add/remove
+    return intercept(name, utility, 1.0, "linf", draw)

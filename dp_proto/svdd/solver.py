@@ -6,7 +6,7 @@ With a finite feature map ``phi`` (rows of ``Phi (n, F)``) the Wolfe dual of SVD
     s.t.      0 <= beta_i <= C/n,  sum_i beta_i = 1,
 
 is a convex quadratic over the *capped simplex* ``S = {0 <= beta_i <= C/n, sum beta = 1}``.
-The seed writes the box as ``C/n`` (eq. 4.1 weighs the slacks by ``C/n``; its Table 7.1
+Park (2022) writes the box as ``C/n`` (eq. 4.1 weighs the slacks by ``C/n``; its Table 7.1
 lists the value of ``C/n`` directly, e.g. ``C/n = 0.01`` for shuttle means
 ``C = 0.01 n``), and the sensitivity of Corollary 4.2, ``||a_D - a_D'||_1 <= 2 C kappa
 sqrt(F) / n``, uses that same ``C``; :func:`solve_svdd_dual` takes this ``C``. Feasibility
@@ -477,7 +477,7 @@ def solve_svdd_dual(
         Feature rows ``phi(x_i)`` (e.g. from :class:`~dp_proto.svdd.RandomFourierFeatures`).
         Any floating dtype and device; cast to float64 and solved on ``phi``'s device.
     C : float
-        The seed's ``C`` (box ``C/n``, Section 4.1); requires ``1 <= C <= n``, i.e.
+        ``C`` of Park 2022 (box ``C/n``, Section 4.1); requires ``1 <= C <= n``, i.e.
         ``C/n in [1/n, 1]`` (a relative slack of 1e-9 absorbs the rounding of
         ``C = c * n``). ``C = n`` (``C/n = 1``) is the hard minimum enclosing ball; ``C = 1``
         forces the uniform ``beta = 1/n``.

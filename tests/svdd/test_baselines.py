@@ -318,13 +318,27 @@ def test_output_noise_scale_and_ledger_grows_with_queries(iris_split):
 
 
 def test_reproducible_clone_and_pickle(iris_split):
+    """random_state fixes the feature map only; the noise is fresh unless noise_seed opts in."""
     Xtr, Xte, ytr, _ = iris_split
-    a = PrivateSVMWeight(0.05, 1.0, 200, 1.0, random_state=5).fit(Xtr, ytr)
-    b = clone(a).fit(Xtr, ytr)
+    fresh = PrivateSVMWeight(0.05, 1.0, 200, 1.0, classes=[0, 1, 2], random_state=5).fit(Xtr, ytr)
+    again = clone(fresh).fit(Xtr, ytr)
+    torch.testing.assert_close(fresh.features_.frequencies, again.features_.frequencies)
+    assert not torch.allclose(fresh.weights_, again.weights_)
+    assert fresh.ledger_.summary()["noise"] == "fresh"
+    with pytest.warns(PrivacyLeakWarning, match="noise_seed"):
+        a = PrivateSVMWeight(0.05, 1.0, 200, 1.0, classes=[0, 1, 2], random_state=5, noise_seed=9).fit(Xtr, ytr)
+        b = clone(a).fit(Xtr, ytr)
     torch.testing.assert_close(a.weights_, b.weights_)
-    out = PrivateSVMOutput(0.05, 1.0, 200, 1.0, random_state=5).fit(Xtr, ytr)
+    assert a.ledger_.summary()["noise"] == "reproducible"
+    with pytest.warns(PrivacyLeakWarning, match="noise_seed"):
+        out = PrivateSVMOutput(0.05, 1.0, 200, 1.0, classes=[0, 1, 2], random_state=5, noise_seed=9).fit(Xtr, ytr)
     copy = pickle.loads(pickle.dumps(out))
     np.testing.assert_allclose(copy.decision_function(Xte), out.decision_function(Xte))
+    assert out.ledger_.summary()["noise"] == "reproducible"
+    fresh_out = PrivateSVMOutput(0.05, 1.0, 200, 1.0, classes=[0, 1, 2], random_state=5).fit(Xtr, ytr)
+    copy = pickle.loads(pickle.dumps(fresh_out))
+    assert not np.allclose(copy.decision_function(Xte), fresh_out.decision_function(Xte))
+    assert fresh_out.ledger_.summary()["noise"] == "fresh"
     # torch inputs and float32 work too
     c = PrivateSVMWeight(0.05, 1.0, 200, None, random_state=5, dtype=torch.float32)
     c.fit(torch.as_tensor(Xtr), torch.as_tensor(ytr))
@@ -334,8 +348,10 @@ def test_reproducible_clone_and_pickle(iris_split):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_matches_cpu(iris_split):
     Xtr, Xte, ytr, _ = iris_split
-    cpu = PrivateSVMWeight(0.05, 1.0, 400, 1.0, random_state=2).fit(Xtr, ytr)
-    gpu = PrivateSVMWeight(0.05, 1.0, 400, 1.0, random_state=2, device="cuda").fit(Xtr, ytr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)  # noise_seed: the same noise on both
+        cpu = PrivateSVMWeight(0.05, 1.0, 400, 1.0, random_state=2, noise_seed=2).fit(Xtr, ytr)
+        gpu = PrivateSVMWeight(0.05, 1.0, 400, 1.0, random_state=2, noise_seed=2, device="cuda").fit(Xtr, ytr)
     assert gpu.weights_.device.type == "cuda"
     torch.testing.assert_close(gpu.weights_.cpu(), cpu.weights_, atol=1e-6, rtol=0)
     np.testing.assert_array_equal(gpu.predict(Xte), cpu.predict(Xte))
@@ -387,4 +403,10 @@ def test_bad_data(cls):
     with pytest.raises(ValueError, match="features"):
         model.predict(rng.normal(size=(3, 5)))
     with pytest.raises(RuntimeError, match="did not reach"):
-        cls(c_over_n=1.0, gamma=0.1, tol=1e-14, max_iter=1).fit(X, y)
+        cls(c_over_n=1.0, gamma=0.1, tol=1e-14, max_iter=1, epsilon=None).fit(X, y)
+    # a private fit does not raise on it (whether the solver converges depends on the data):
+    # the curator-only channel records it
+    private = cls(c_over_n=1.0, gamma=0.1, tol=1e-14, max_iter=1, classes=[0, 1]).fit(X, y)
+    assert private.curator_["solver_converged"] is False
+    with pytest.raises(ValueError, match="noise_seed"):
+        cls(noise_seed=-1).fit(X, y)

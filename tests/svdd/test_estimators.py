@@ -78,12 +78,22 @@ def test_budgeted_ledger_refuses_an_over_budget_fit(iris):
         _fit(iris, epsilon=2.0, ledger=ledger)
 
 
-def test_seed_variant_warns_and_spends_epsilon_twice(iris):
+def test_thesis_variant_warns_and_records_a_non_private_release(iris):
+    """starts="training" (Park 2022) is not DP: the ledger says epsilon = inf next to the two
+    Laplace releases of epsilon each, and a budget refuses it before any noise is drawn."""
     with pytest.warns(PrivacyLeakWarning, match="not differentially private"):
         model, acc = _fit(iris, epsilon=1.0, starts="training")
     assert not model.is_private_
-    assert model.ledger_.get_epsilon() == pytest.approx(2.0, rel=1e-3)
+    assert [(e.kind, e.name) for e in model.ledger_.events] == [
+        ("non_private", "svdd/training_starts"), ("pure", "svdd/centre"), ("laplace", "svdd/votes")]
+    assert math.isinf(model.ledger_.get_epsilon())
     assert acc > 0.3
+    from dp_proto.exceptions import PrivacyBudgetExceededError
+
+    ledger = PrivacyLedger(budget=(100.0, 1e-5))
+    with pytest.warns(PrivacyLeakWarning), pytest.raises(PrivacyBudgetExceededError):
+        _fit(iris, epsilon=1.0, starts="training", ledger=ledger)
+    assert ledger.events == ()
 
 
 def test_partition_does_not_depend_on_the_data(iris):
@@ -152,7 +162,9 @@ def test_one_class_svdd_detects_outliers():
     (dict(num_features=401), "even"),
     (dict(c_over_n=0.0), "C/n"),
     (dict(c_over_n=1.5), "C/n"),
-    (dict(c_over_n=0.001), "below 1/n"),
+    (dict(c_over_n=0.001, epsilon=None), "below 1/n"),  # a private fit takes the full box instead
+    (dict(noise_seed=-1), "noise_seed"),
+    (dict(noise_seed=1.5), "noise_seed"),
     (dict(epsilon=0.0), "epsilon"),
     (dict(epsilon=-1.0), "epsilon"),
     (dict(starts="lattice"), "starts"),
@@ -190,14 +202,19 @@ def test_bad_data(iris):
         model.predict(Xtr[:, :2])
 
 
-def test_a_class_with_one_sample_is_handled_with_a_warning(iris):
+def test_a_class_with_one_sample_is_handled(iris):
     """Failing on a single-record class would let one record change whether the fit
-    succeeds; the fit goes on (that class rarely wins a noisy vote) and says so."""
+    succeeds; the fit goes on (that class rarely wins a noisy vote). A non-private fit says
+    so; a private fit tells only the curator (the warning would be decided by one record)."""
     Xtr, Xte, ytr, _ = iris
     y = ytr.copy()
     y[0] = 7
     with pytest.warns(UserWarning, match="one training sample"):
-        model = PrivateSVDDClassifier(random_state=0).fit(Xtr, y)
+        PrivateSVDDClassifier(epsilon=None, random_state=0).fit(Xtr, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = PrivateSVDDClassifier(classes=[0, 1, 2, 7], random_state=0).fit(Xtr, y)
+    assert model.curator_["single_record_classes"] == [7]
     assert list(model.classes_) == [0, 1, 2, 7]
     assert set(model.predict(Xte)) <= {0, 1, 2, 7}
 
@@ -218,15 +235,22 @@ def test_public_classes_fix_the_vote_whatever_labels_occur(iris):
         PrivateSVDDClassifier(classes=[0, 1], random_state=0).fit(Xtr, ytr)
 
 
-def test_unconverged_solver_releases_nothing(iris, monkeypatch):
+def test_unconverged_solver_is_reported_to_the_curator_only(iris, monkeypatch):
+    """Whether the solver converges depends on the data: a private fit neither raises nor
+    warns about it, and the curator-only ``curator_`` records it (such a fit must not be
+    published: the centre's sensitivity bound assumes the gap tolerance)."""
     import dp_proto.svdd.estimators as est
     from dp_proto.svdd import solve_svdd_dual
 
+    converged, _ = _fit(iris, epsilon=1.0, c_over_n=0.3, classes=[0, 1, 2])
+    assert converged.curator_["solver_converged"] is True
+    assert converged.curator_["solver_gap"] <= converged.tol
     monkeypatch.setattr(est, "solve_svdd_dual", lambda phi, C, tol: solve_svdd_dual(phi, C, tol=tol, max_iter=1))
-    ledger = PrivacyLedger()
-    with pytest.raises(RuntimeError, match="nothing was released"):
-        _fit(iris, epsilon=1.0, c_over_n=0.3, ledger=ledger)
-    assert ledger.events == ()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model, _ = _fit(iris, epsilon=1.0, c_over_n=0.3, classes=[0, 1, 2])
+    assert model.curator_["solver_converged"] is False and model.curator_["solver_gap"] > model.tol
+    assert [e.name for e in model.ledger_.events] == [e.name for e in converged.ledger_.events]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -19,6 +19,10 @@ from dp_proto.svdd.grid import (
     sparse_noisy_histogram,
 )
 
+# These tests seed the noise on purpose (exact distributions, empirical audits): the
+# PrivacyLeakWarning that a caller's generator raises is expected here.
+pytestmark = pytest.mark.filterwarnings("ignore:.*caller's torch.Generator:dp_proto.exceptions.PrivacyLeakWarning")
+
 SMALL = PublicGrid.from_box(1.0, -2.0, 2.0, 2)  # 5 x 5 cubes
 
 
