@@ -14,12 +14,25 @@ and reports a lower bound on the true epsilon that holds with 95 % confidence
 * ``broken_laplace_claims1``: a deliberately under-noised Laplace mechanism (scale
   halved: claims epsilon 1, is 2-DP) that the audit must flag.
 
+Whole trainers (issue 20), each with a deliberately broken variant the audit must flag:
+
+* ``saa``: ``SubsampleAggregateGLVQ`` end to end (i.i.d. bins, per-bin GLVQ,
+  projection, Gaussian noise; 16 bins, epsilon 2) with a class-0 canary at the domain's
+  corner; ``broken_saa_fixed_seed``: the same release with one noise seed for every run
+  (the library's old public default), which an attacker who knows it exploits;
+* ``llp_release``: one node's label-proportion release (Laplace, epsilon 1) with one
+  extra window; ``broken_llp_fixed_seed``: the same with a fixed noise seed;
+* ``dp_sgd``: a small DP-GLVQ training through ``fit_dp_sgd`` (noise multiplier 2,
+  claim from the ledger) with a canary; ``broken_dp_sgd``: the noise scaled by 1/50
+  under the same claim.
+
 An honest mechanism must give a lower bound below its claim (up to the 5 % chance the
 confidence allows); a bound above the claim is a detected violation.
 
 Usage::
 
-    python benchmarks/privacy_audit.py                      # defaults, about 1-2 minutes
+    python benchmarks/privacy_audit.py                      # defaults, a few minutes
+    python benchmarks/privacy_audit.py --quick              # fewer trials, same rows, about a minute
     python benchmarks/privacy_audit.py --trials 200000 --init-trials 5000 --seed 1
 
 Ends with one JSON line::
@@ -44,8 +57,11 @@ except ImportError:  # imported as benchmarks.privacy_audit
 from dp_proto.privacy.audit import (
     AuditSetup,
     dp_init_audit_setup,
+    dp_sgd_audit_setup,
     gaussian_audit_setup,
     laplace_audit_setup,
+    llp_release_audit_setup,
+    saa_audit_setup,
 )
 
 BENCHMARK = "privacy_audit"
@@ -53,16 +69,29 @@ EPSILONS = (0.5, 1.0, 2.0)
 GAUSSIAN_DELTA = 1e-5
 
 
-def build_setups() -> list[tuple[AuditSetup, str, bool]]:
-    """(setup, description, is_the_init_mechanism) for every audited release."""
-    setups: list[tuple[AuditSetup, str, bool]] = []
+def build_setups() -> list[tuple[AuditSetup, str, str]]:
+    """(setup, description, trial kind) for every audited release; the trial kind picks
+    ``--trials`` (vectorised), ``--init-trials`` or ``--trainer-trials`` (one run each)."""
+    setups: list[tuple[AuditSetup, str, str]] = []
     for eps in EPSILONS:
-        setups.append((laplace_audit_setup(eps), "laplace_mechanism, count", False))
+        setups.append((laplace_audit_setup(eps), "laplace_mechanism, count", "vector"))
     for eps in EPSILONS:
-        setups.append((gaussian_audit_setup(eps, GAUSSIAN_DELTA), "gaussian_mechanism, count", False))
+        setups.append((gaussian_audit_setup(eps, GAUSSIAN_DELTA), "gaussian_mechanism, count", "vector"))
     for eps in EPSILONS:
-        setups.append((dp_init_audit_setup(eps, dim=1), "dp_class_mean_prototypes, canary", True))
-    setups.append((laplace_audit_setup(1.0, noise_factor=0.5), "BROKEN: Laplace scale halved", False))
+        setups.append((dp_init_audit_setup(eps, dim=1), "dp_class_mean_prototypes, canary", "init"))
+    setups.append((laplace_audit_setup(1.0, noise_factor=0.5), "BROKEN: Laplace scale halved", "vector"))
+    trainers = [
+        ("saa", saa_audit_setup(2.0), "SubsampleAggregateGLVQ, canary", "trainer"),
+        ("broken_saa_fixed_seed", saa_audit_setup(2.0, fixed_noise_seed=0), "BROKEN: SAA, one noise seed", "trainer"),
+        ("llp_release", llp_release_audit_setup(1.0), "LLP label proportions, +1 window", "trainer"),
+        ("broken_llp_fixed_seed", llp_release_audit_setup(1.0, fixed_noise_seed=0), "BROKEN: LLP, one noise seed",
+         "trainer"),
+        ("dp_sgd", dp_sgd_audit_setup(2.0), "fit_dp_sgd (fused), canary", "trainer"),
+        ("broken_dp_sgd", dp_sgd_audit_setup(2.0, noise_factor=0.02), "BROKEN: DP-SGD noise / 50", "trainer"),
+    ]
+    for name, setup, what, kind in trainers:
+        setups.append((AuditSetup(name, setup.claimed_epsilon, setup.delta, setup.mechanism, setup.dataset_0,
+                                  setup.dataset_1, setup.statistic, setup.batch), what, kind))
     return setups
 
 
@@ -73,6 +102,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="trials per data set for the vectorised Laplace/Gaussian audits (default 1e6)")
     p.add_argument("--init-trials", type=int, default=20_000,
                    help="trials per data set for the DP initialisation (one call each; default 20000)")
+    p.add_argument("--trainer-trials", type=int, default=2_000,
+                   help="trials per data set for the whole trainers (one fit each; default 2000)")
+    p.add_argument("--quick", action="store_true",
+                   help="fewer trials (20000 / 1000 / 300), the same rows and keys")
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--seed", type=int, default=0, help="seed of every audit (reproducible)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
@@ -82,20 +115,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.quick:
+        args.trials, args.init_trials, args.trainer_trials = 20_000, 1_000, 300
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     setups = build_setups()
     rows, results = [], {}
     with tqdm(setups, desc=BENCHMARK, unit="audit", file=sys.stderr, dynamic_ncols=True) as bar:
-        for setup, what, is_init in bar:
+        for setup, what, kind in bar:
             bar.set_postfix_str(setup.name)
-            n = args.init_trials if is_init else args.trials
+            n = {"vector": args.trials, "init": args.init_trials, "trainer": args.trainer_trials}[kind]
             t0 = time.perf_counter()
             r = setup.audit(n, confidence=args.confidence, generator_seed=args.seed)
             seconds = time.perf_counter() - t0
             violated = r.epsilon_lower_bound > setup.claimed_epsilon
             results[setup.name] = {
-                "claimed": setup.claimed_epsilon,
+                "claimed": round(setup.claimed_epsilon, 4),
                 "audited_lower_bound": round(r.epsilon_lower_bound, 4),
                 "delta": setup.delta,
                 "epsilon_estimate": round(r.epsilon_estimate, 4),
@@ -106,14 +141,14 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((setup.name, what, setup.claimed_epsilon, setup.delta, n, r, violated))
     elapsed = time.perf_counter() - start
 
-    header = (f"{'name':<24} {'mechanism':<34} {'claimed':>7} {'delta':>6} {'trials':>9} "
+    header = (f"{'name':<30} {'mechanism':<34} {'claimed':>7} {'delta':>6} {'trials':>9} "
               f"{'lower bound':>11} {'LB/claim':>8} {'estimate':>8}  verdict")
     print(f"\nPrivacy audit: {args.confidence:.0%} lower bounds on epsilon (trials per data set)")
     print(header)
     print("-" * len(header))
     for name, what, eps, delta, n, r, violated in rows:
         verdict = "VIOLATION (lower bound > claim)" if violated else "ok (below claim)"
-        print(f"{name:<24} {what:<34} {eps:>7g} {delta:>6g} {n:>9d} {r.epsilon_lower_bound:>11.3f} "
+        print(f"{name:<30} {what:<34} {eps:>7g} {delta:>6g} {n:>9d} {r.epsilon_lower_bound:>11.3f} "
               f"{r.epsilon_lower_bound / eps:>8.2f} {r.epsilon_estimate:>8.3f}  {verdict}")
     print(f"\n{elapsed:.1f} s on {machine_description()}\n")
 
@@ -124,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed,
         "trials": args.trials,
         "init_trials": args.init_trials,
+        "trainer_trials": args.trainer_trials,
+        "quick": args.quick,
         "elapsed_s": round(elapsed, 1),
         "machine": machine_description(),
     }, args.out)

@@ -89,6 +89,8 @@ def _event_pld(kind: str, noise_multiplier: float | None, epsilon: float | None,
 # folds) with equal events compose once.
 _COMPOSED_CACHE: OrderedDict[tuple, pld.PrivacyLossDistribution] = OrderedDict()
 _COMPOSED_CACHE_SIZE = 16
+# Epsilons of whole event sequences (immutable events; the accountant is deterministic).
+_EPSILON_CACHE: OrderedDict[tuple, float] = OrderedDict()
 
 
 @dataclass(frozen=True)
@@ -382,10 +384,22 @@ class PrivacyLedger:
         return total
 
     def _epsilon(self, new: Sequence[PrivacyEvent], delta: float) -> float:
-        """Epsilon at ``delta`` of the recorded events followed by ``new``."""
+        """Epsilon at ``delta`` of the recorded events followed by ``new`` (cached across
+        ledgers: repeated fits with the same settings compose once)."""
         events = [*self._events, *new]
         if not events:
             return 0.0
+        key = (tuple(events), float(delta), self.accountant)
+        if key in _EPSILON_CACHE:
+            _EPSILON_CACHE.move_to_end(key)
+            return _EPSILON_CACHE[key]
+        eps = self._epsilon_uncached(events, new, delta)
+        _EPSILON_CACHE[key] = eps
+        while len(_EPSILON_CACHE) > 512:
+            _EPSILON_CACHE.popitem(last=False)
+        return eps
+
+    def _epsilon_uncached(self, events: list[PrivacyEvent], new: Sequence[PrivacyEvent], delta: float) -> float:
         if any(e.kind == "non_private" for e in events):
             return math.inf
         huge = [e.kind in ("pure", "approx") and e.epsilon > MAX_EVENT_EPSILON for e in events]

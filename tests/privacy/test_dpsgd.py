@@ -162,7 +162,7 @@ def _tiny_dp_glvq(noise):
         x, y = data
         model = PrototypeModel(GLVQLayer(1, 2, prototypes=torch.tensor([[-0.5], [0.5]])), [0, 1])
         fit_dp_sgd(model, x, y, ledger=PrivacyLedger(), noise_multiplier=noise, sampling_rate=0.5,
-                   max_grad_norm=1.0, steps=4, expected_batch_size=0.5 * len(y), lr=1.0, generator=generator)
+                   max_grad_norm=1.0, steps=4, expected_batch_size=8.0, lr=1.0, generator=generator)
         return model.layer.prototypes.detach()[0, 0:1]
     return mechanism
 
