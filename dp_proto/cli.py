@@ -53,7 +53,10 @@ def _quiet_lightning() -> None:
 
 
 def _summary(result: dict) -> dict:
-    return {k: result[k] for k in ("test_acc", "val_acc", "train_acc", "fit_seconds", "log_dir", "epsilon")}
+    summary = {k: result[k] for k in ("test_acc", "val_acc", "train_acc", "fit_seconds", "log_dir", "epsilon")}
+    if result.get("privacy_scope"):
+        summary["privacy_scope"] = result["privacy_scope"]
+    return summary
 
 
 def _report(result: dict, *, as_json: bool) -> None:
@@ -71,6 +74,7 @@ def _report(result: dict, *, as_json: bool) -> None:
         delta = cfg["privacy"]["delta"]
         print(f"privacy    ({summary['epsilon']:.4g}, {delta:g})-DP, certified by the ledger:")
         print("\n".join("  " + line for line in str(result["ledger"]).splitlines()[1:]))
+        print(f"scope      {result['privacy_scope']}")
     print(f"TensorBoard logs in {summary['log_dir']}")
     print(f"  view them with: tensorboard --logdir {cfg['logging']['log_dir']}")
 

@@ -2,8 +2,10 @@
 
 :class:`ArrayDataModule`  in-memory arrays, stratified splits, scaling fitted on train only
 :class:`LVQModule`        non-private GLVQ/GMLVQ/LGMLVQ training with TensorBoard pictures
-:class:`DPLVQModule`      DP-SGD (Opacus) training, steps reserved in a PrivacyLedger
+:class:`DPLVQModule`      DP-SGD (Opacus, sound float64 noise from fresh entropy), every step
+                          recorded once in a PrivacyLedger, the budget checked per epoch
 :class:`PrivacySpendCallback` epsilon per epoch in TensorBoard, the ledger in checkpoints
+                          (resuming never resets the spend nor counts a step twice)
 :func:`run_experiment`    builds data, model and trainer from a config dict (YAML files in ``training/``)
 """
 

@@ -116,7 +116,9 @@ class AnonymizerModule(L.LightningModule):
         self.optimizer_name, self.momentum, self.weight_decay = optimizer, momentum, weight_decay
         self.automatic_optimization = False
         self.adversarial_step = 0
-        self.save_hyperparameters(ignore=["anonymizer", "prior"])
+        # Never hyperparameters: the networks, and a DP subclass's ledger and noise generator
+        # (whose state would replay the noise from hparams.yaml or a checkpoint).
+        self.save_hyperparameters(ignore=["anonymizer", "prior", "ledger", "noise_generator"])
 
     # -- set-up ------------------------------------------------------------------------
     def _optimizer(self, params, lr: float) -> torch.optim.Optimizer:

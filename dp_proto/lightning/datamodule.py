@@ -2,10 +2,16 @@
 
 Scaling (and optional PCA) is fitted on the training split only, so validation
 and test data never inform preprocessing.
+
+For DP-SGD (``sampling_rate``) the training loader draws its Poisson sampling coins
+from fresh operating-system entropy; ``seed`` governs the split and the non-private
+shuffling only (:mod:`dp_proto.privacy.randomness`).
 """
 
 from __future__ import annotations
 
+import logging
+import warnings
 from typing import Literal
 
 import lightning as L
@@ -17,12 +23,42 @@ from sklearn.preprocessing import MinMaxScaler, StandardScaler
 from torch.utils.data import DataLoader, TensorDataset
 
 from dp_proto._validation import check_finite_rows
-from dp_proto.exceptions import DataValidationError
+from dp_proto.exceptions import DataValidationError, PrivacyLeakWarning
+from dp_proto.privacy.curator import curator_log
 from dp_proto.privacy.domain import public_classes
+from dp_proto.privacy.randomness import fresh_generator, seeded_generator
 
-__all__ = ["ArrayDataModule", "Scaling"]
+__all__ = ["ArrayDataModule", "Scaling", "poisson_seed", "route_opacus_notices"]
 
 Scaling = Literal["standard", "minmax", "none"]
+
+
+class _CuratorOnly(logging.Filter):
+    """Opacus' notice that a Poisson batch before the first non-empty one was empty
+    depends on the private data (and the coins): it goes to the curator log instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("First batch is empty"):
+            curator_log("opacus: %s", message)
+            return False
+        return True
+
+
+def route_opacus_notices() -> None:
+    """Send Opacus' data-dependent loader notices to the curator log
+    (:mod:`dp_proto.privacy.curator`); idempotent."""
+    logger = logging.getLogger("opacus.data_loader")
+    if not any(isinstance(f, _CuratorOnly) for f in logger.filters):
+        logger.addFilter(_CuratorOnly())
+
+
+def poisson_seed(noise_seed: int) -> int:
+    """The seed of the Poisson sampling coins of a run whose noise is reproducible with
+    ``noise_seed``: a stream of its own (not the noise's), derived by ``SeedSequence``."""
+    if isinstance(noise_seed, bool) or not isinstance(noise_seed, int) or noise_seed < 0:
+        raise ValueError(f"noise_seed must be a non-negative int, got {noise_seed!r}")
+    return int(np.random.SeedSequence([noise_seed, 0x706F6973736F6E]).generate_state(1, np.uint64)[0])
 
 
 class ArrayDataModule(L.LightningDataModule):
@@ -45,9 +81,16 @@ class ArrayDataModule(L.LightningDataModule):
     sampling_rate : float, optional
         For DP-SGD: the training loader is Opacus' Poisson-sampling ``DPDataLoader``
         (every record in every batch independently with this probability);
-        ``batch_size`` is then ignored for training.
+        ``batch_size`` is then ignored for training. Its sampling coins come from a
+        generator seeded with fresh operating-system entropy (a new one for every
+        training loader), never from ``seed``.
     seed : int
-        Seeds the split and the shuffling.
+        Seeds the split and the (non-private) shuffling.
+    sampling_seed : int, optional
+        Makes the Poisson batches of ``sampling_rate`` reproducible (tests and
+        benchmarks only): warns :class:`~dp_proto.exceptions.PrivacyLeakWarning`, since
+        whoever knows it knows which records entered each step, which removes the
+        amplification by subsampling the guarantee relies on.
     classes : array-like, optional
         The public label set (sorted into ``classes_``; a label of ``y`` outside it is
         an error, a class without records is kept). Default: the labels of ``y``.
@@ -67,6 +110,7 @@ class ArrayDataModule(L.LightningDataModule):
         seed: int = 0,
         dtype: torch.dtype = torch.float32,
         classes=None,
+        sampling_seed: int | None = None,
     ) -> None:
         super().__init__()
         X = np.asarray(X)
@@ -86,6 +130,12 @@ class ArrayDataModule(L.LightningDataModule):
         if sampling_rate is not None and not 0 < sampling_rate <= 1:
             raise ValueError(f"sampling_rate must lie in (0, 1], got {sampling_rate!r}")
         self.sampling_rate = sampling_rate
+        if sampling_seed is not None and sampling_rate is not None:
+            seeded_generator(sampling_seed, warn=False)  # checks the seed
+            warnings.warn("ArrayDataModule: sampling_seed makes the Poisson batches reproducible; whoever knows it "
+                          "knows which records entered each DP-SGD step, which removes the amplification by "
+                          "subsampling. Use it for tests and benchmarks only", PrivacyLeakWarning, stacklevel=2)
+        self._sampling_seed = sampling_seed  # private: not a hyperparameter, never logged
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be positive or None, got {batch_size}")
         # build_data warns for private runs without a public label set
@@ -175,8 +225,10 @@ class ArrayDataModule(L.LightningDataModule):
             from opacus.data_loader import DPDataLoader
 
             self.setup()
-            return DPDataLoader(self.splits["train"], sample_rate=self.sampling_rate,
-                                generator=torch.Generator().manual_seed(self.seed))
+            route_opacus_notices()
+            coins = fresh_generator() if self._sampling_seed is None else \
+                seeded_generator(self._sampling_seed, warn=False)  # warned at construction
+            return DPDataLoader(self.splits["train"], sample_rate=self.sampling_rate, generator=coins)
         return self._loader("train", shuffle=self.batch_size is not None)
 
     def val_dataloader(self) -> DataLoader:

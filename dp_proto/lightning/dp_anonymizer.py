@@ -20,7 +20,18 @@ every phase is one Poisson-subsampled Gaussian step recorded in the ledger:
 
 Only toggle training is supported: each step updates one parameter set with one loss.
 Nothing computed from a training batch is logged (that would be a release outside the
-ledger); validation metrics on held-out records are.
+ledger); validation metrics on held-out records are (they are not private).
+
+Randomness: every noise draw and every Poisson sampling coin comes from fresh
+operating-system entropy (``secure_mode``: the noise from ``os.urandom`` directly);
+``seed`` governs the network's initialisation only. ``noise_seed=`` makes the run
+reproducible (warns :class:`~dp_proto.exceptions.PrivacyLeakWarning`; the ledger
+records ``"noise": "reproducible"``). The Gaussian noise is float64 Box-Muller noise
+(:func:`~dp_proto.privacy.opacus_noise.make_noise_sound`), not Opacus' float32 draw.
+
+Normaliser: the noisy gradient sum is divided by a public expected batch size, never
+by ``q * n`` (``n`` is private under add/remove): see ``expected_batch_size`` of
+:func:`fit_dp_anonymizer`.
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lightning.anonymizer import PHASES, AnonymizerModule
 from dp_proto.lightning.dp_module import EpochBudgetMixin
 from dp_proto.privacy.ledger import PrivacyLedger
+from dp_proto.privacy.opacus_noise import check_expected_batch_size
 
 __all__ = ["DPAnonymizerModule", "per_record_objective"]
 
@@ -59,13 +71,20 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
     Parameters (besides those of :class:`AnonymizerModule`)
     ----------
     ledger : PrivacyLedger
-        Receives one subsampled-Gaussian event per epoch's steps (reserved before the
-        epoch runs; a budget that would be exceeded stops training cleanly).
+        Every step is recorded before its noise is drawn; each epoch's steps are checked
+        against the budget before it runs (a budget that would be exceeded stops
+        training cleanly; see :class:`~dp_proto.lightning.dp_module.EpochBudgetMixin`).
+        The ledger is kept in checkpoints and restored without counting a step twice.
     noise_multiplier : float; max_grad_norm : float
     sample_rate : float
         The Poisson rate ``q`` of the training loader.
     expected_batch_size : float
-        ``q n``: the noisy sum is divided by it.
+        The public normaliser of the noisy sum (never ``q n`` of the private ``n``).
+    noise_generator : torch.Generator, optional
+        None: fresh operating-system entropy. A seeded one makes the noise reproducible
+        (the ledger records it). Never saved as a hyperparameter.
+    secure_mode : bool
+        Noise from ``os.urandom``.
     """
 
     def __init__(self, anonymizer, prior, num_regular, *, ledger: PrivacyLedger, noise_multiplier: float,
@@ -76,14 +95,16 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
         if noise_multiplier < 0 or not max_grad_norm > 0 or not 0 < sample_rate <= 1:
             raise ValueError(f"need noise_multiplier >= 0, max_grad_norm > 0 and 0 < sample_rate <= 1, got "
                              f"{noise_multiplier}, {max_grad_norm}, {sample_rate}")
-        super().__init__(anonymizer, prior, num_regular, **kwargs)
+        if secure_mode and noise_generator is not None:
+            raise ValueError("secure_mode draws the noise from os.urandom; do not pass a noise_generator as well")
+        super().__init__(anonymizer, prior, num_regular, **kwargs)  # hparams: no ledger, no generator
         self.ledger = ledger
-        self.noise_multiplier = noise_multiplier
-        self.max_grad_norm = max_grad_norm
-        self.sample_rate = sample_rate
-        self.expected_batch_size = expected_batch_size
-        self.noise_generator = noise_generator
-        self.secure_mode = secure_mode
+        self.noise_multiplier = float(noise_multiplier)
+        self.max_grad_norm = float(max_grad_norm)
+        self.sample_rate = float(sample_rate)
+        self.expected_batch_size = check_expected_batch_size(expected_batch_size)
+        self._noise_generator = noise_generator  # private: never saved, logged or checkpointed
+        self.secure_mode = bool(secure_mode)
         # One GradSampleModule per part: its hooks can be switched off while the part is
         # frozen (Opacus' backward hook would otherwise look for activations it never stored).
         self._per_sample = [GradSampleModule(part) for part in
@@ -94,9 +115,9 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
         groups = [{"params": list(a.encoder.parameters())}, {"params": list(a.regular_head.parameters())},
                   {"params": list(a.private_head.parameters())}]
         base = self._optimizer(groups, self.lr)
-        return DPOptimizer(base, noise_multiplier=self.noise_multiplier, max_grad_norm=self.max_grad_norm,
-                           expected_batch_size=max(int(round(self.expected_batch_size)), 1),
-                           generator=self.noise_generator, secure_mode=self.secure_mode)
+        optimizer = DPOptimizer(base, noise_multiplier=self.noise_multiplier, max_grad_norm=self.max_grad_norm,
+                                expected_batch_size=self.expected_batch_size)  # type: ignore[arg-type]
+        return self._sound_optimizer(optimizer, self._noise_generator, "dp_sgd")
 
     def on_train_epoch_start(self) -> None:
         self.optimizers().param_groups[0]["lr"] = self.encoder_lr_now()  # group 0: the encoder
@@ -157,6 +178,7 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
                       pretrain_regular_epochs: int = 10, pretrain_private_epochs: int = 10,
                       noise_multiplier: float | None = None, val_data=None, seed: int = 0, logger=False,
                       enable_progress_bar: bool = False, accelerator: str = "cpu", secure_mode: bool = False,
+                      expected_batch_size: float | None = None, noise_seed: int | None = None,
                       **module_kwargs):
     """Train an anonymizer whose whole transcript is ``(epsilon, delta)``-DP.
 
@@ -167,14 +189,29 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
     ``T = epochs * int(1 / sample_rate)`` steps compose to ``(epsilon, delta)``; pass
     ``noise_multiplier`` to fix it instead (0: a noise-free check run, epsilon infinite).
     Returns ``(AnonymizerFit, ledger)``.
+
+    ``expected_batch_size`` is the public normaliser of the noisy gradient sums. Left
+    None, it is ``sample_rate * max(n~, 1)`` with ``n~`` the total of the released
+    Laplace histogram of the private labels (post-processing of a release already
+    charged for the prior: free); with a public ``prior`` there is no such release, so
+    ``expected_batch_size`` must then be given (``ValueError`` otherwise). It is never
+    ``sample_rate * len(x)``: ``len(x)`` is private under add/remove.
+
+    ``seed`` governs the non-private randomness (the network's initialisation). The
+    noise and the Poisson sampling coins come from fresh operating-system entropy;
+    ``noise_seed`` (an int) makes them reproducible, for tests and benchmarks only: it
+    warns :class:`~dp_proto.exceptions.PrivacyLeakWarning` and the ledger's summary
+    records ``"noise": "reproducible"``.
     """
     import lightning as L
     from opacus.data_loader import DPDataLoader
     from torch.utils.data import TensorDataset
 
     from dp_proto.lightning.anonymizer import default_anonymizer, train_module, training_labels
-    from dp_proto.privacy.dpsgd import calibrate_noise_multiplier
+    from dp_proto.lightning.datamodule import poisson_seed, route_opacus_notices
+    from dp_proto.privacy.dpsgd import calibrate_noise_multiplier, warn_noisy_size
     from dp_proto.privacy.mechanisms import noisy_histogram
+    from dp_proto.privacy.randomness import fresh_generator, noise_generator, seeded_generator
 
     regular, private = training_labels(x, regular, private)
     if num_regular is None or num_private is None:
@@ -187,15 +224,28 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
     check_labels(private, num_private, "private")
     if num_private < 2 or num_regular < 2:
         raise ValueError("both labels need at least 2 classes")
+    if not 0 < sample_rate <= 1:
+        raise ValueError(f"sample_rate must lie in (0, 1], got {sample_rate!r}")
+    if expected_batch_size is not None:
+        expected_batch_size = check_expected_batch_size(expected_batch_size)
+    elif prior is not None:
+        raise ValueError("with a public prior, pass the public expected_batch_size (the normaliser of the noisy "
+                         "gradient sums): sample_rate * len(x) would divide by the private record count")
+    if secure_mode and noise_seed is not None:
+        raise ValueError("secure_mode draws the noise from os.urandom; noise_seed cannot reproduce it")
     # A noise-free check run (noise_multiplier=0) is recorded but has no budget to stop it.
     ledger = PrivacyLedger(budget=None if noise_multiplier == 0 else (epsilon, delta), default_delta=delta)
-    generator = None if secure_mode else torch.Generator().manual_seed(seed)
+    generator = None if secure_mode else noise_generator(noise_seed, owner="fit_dp_anonymizer (noise_seed)")
     if prior is None:
         if not 0 < prior_fraction < 1:
             raise ValueError(f"prior_fraction must lie in (0, 1), got {prior_fraction}")
         counts = noisy_histogram(private, num_private, prior_fraction * epsilon, ledger=ledger, name="private_prior",
                                  generator=generator, secure=secure_mode)
         prior = counts.clamp_min(1.0) / counts.clamp_min(1.0).sum()
+        noisy_n = max(float(counts.sum()), 1.0)  # released: post-processing from here
+        warn_noisy_size(noisy_n, sample_rate, delta)
+        if expected_batch_size is None:
+            expected_batch_size = sample_rate * noisy_n
     prior = torch.as_tensor(prior, dtype=torch.float32)
     epochs = pretrain_regular_epochs + pretrain_private_epochs + adversarial_epochs
     steps_per_epoch = int(1 / sample_rate)
@@ -206,11 +256,15 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
     anonymizer = anonymizer if anonymizer is not None else default_anonymizer(x, num_regular, num_private)
     module = DPAnonymizerModule(
         anonymizer, prior, num_regular, ledger=ledger, noise_multiplier=noise_multiplier,
-        max_grad_norm=max_grad_norm, sample_rate=sample_rate, expected_batch_size=sample_rate * len(x),
+        max_grad_norm=max_grad_norm, sample_rate=sample_rate, expected_batch_size=expected_batch_size,
         noise_generator=generator, secure_mode=secure_mode, lam=lam, mode="toggle",
         pretrain_regular_epochs=pretrain_regular_epochs, pretrain_private_epochs=pretrain_private_epochs,
         **module_kwargs)
-    loader = DPDataLoader(TensorDataset(x, regular, private), sample_rate=sample_rate, generator=generator)
+    # Poisson coins: fresh entropy (also in secure mode, never torch's global generator),
+    # or a stream of their own derived from noise_seed.
+    route_opacus_notices()
+    coins = fresh_generator() if noise_seed is None else seeded_generator(poisson_seed(noise_seed), warn=False)
+    loader = DPDataLoader(TensorDataset(x, regular, private), sample_rate=sample_rate, generator=coins)
     fit = train_module(module, loader, val_data, max_epochs=epochs, accelerator=accelerator, logger=logger,
                        enable_progress_bar=enable_progress_bar, use_distributed_sampler=False)
     return fit, ledger

@@ -2,77 +2,164 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 
 from dp_proto.exceptions import PrivacyBudgetExceededError
+from dp_proto.lightning.callbacks import restore_ledger, save_ledger
 from dp_proto.lightning.module import LVQModule
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.privacy import grad_samplers  # noqa: F401  (registers the closed-form samplers)
-from dp_proto.privacy.dpsgd import _sgd_event
-from dp_proto.privacy.ledger import PrivacyLedger
+from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
+from dp_proto.privacy.mechanisms import noise_rng
+from dp_proto.privacy.opacus_noise import check_expected_batch_size, make_noise_sound
 
-__all__ = ["DPLVQModule", "EpochBudgetMixin"]
+__all__ = ["DPLVQModule", "EpochBudgetMixin", "dp_sgd_event"]
+
+
+def dp_sgd_event(noise_multiplier: float, sample_rate: float, steps: int) -> PrivacyEvent:
+    """``steps`` Poisson-subsampled Gaussian steps (a noise-free run: ``non_private``)."""
+    if noise_multiplier == 0:  # a noise-free debugging run: recorded, and epsilon is inf
+        return PrivacyEvent("non_private", count=steps, name="sgd_without_noise")
+    return PrivacyEvent("subsampled_gaussian", noise_multiplier=noise_multiplier, sampling_rate=sample_rate,
+                        count=steps, name="dp_sgd")
 
 
 class EpochBudgetMixin:
-    """For DP-SGD LightningModules with ``ledger``, ``noise_multiplier`` and
-    ``sample_rate``: :meth:`reserve_epoch_steps` spends an epoch's steps in the ledger
-    before any of them runs; a budget that would be exceeded stops training cleanly
-    (``stopped_by_budget``), and the epoch's batches are skipped."""
+    """Privacy accounting for DP-SGD LightningModules with ``ledger``,
+    ``noise_multiplier`` and ``sample_rate``: every step is recorded exactly once, before
+    its noise is drawn, and the budget is checked epoch by epoch.
+
+    * :meth:`reserve_epoch_steps` (call it from ``on_train_epoch_start``) checks that
+      the epoch's ``num_training_batches`` steps fit the budget, recording nothing. If
+      they do not, no step of the epoch runs: training stops cleanly
+      (``stopped_by_budget = True``, ``trainer.should_stop``; no exception).
+    * ``on_train_batch_start`` records the step in the ledger before the optimizer
+      draws its noise (a step the budget refuses stops training the same way). The
+      ledger therefore holds exactly the steps that ran, also in a checkpoint saved
+      in the middle of an epoch.
+    * the ledger goes into every checkpoint and is restored from it
+      (:func:`~dp_proto.lightning.callbacks.restore_ledger`): resuming with the same
+      ledger (in the same process) adds nothing, resuming with a new ledger takes over
+      the checkpoint's history, so each step counts once; a resumed epoch that would
+      pass the budget is refused before any of its noise is drawn.
+    """
 
     stopped_by_budget = False
+    steps_recorded = 0  # steps this module recorded in the ledger (in this process)
+
+    def _step_event(self, steps: int) -> PrivacyEvent:
+        return dp_sgd_event(self.noise_multiplier, self.sample_rate, steps)
+
+    def on_fit_start(self) -> None:
+        super().on_fit_start()
+        self.stopped_by_budget = False
+
+    def _stop_for_budget(self) -> None:
+        self.stopped_by_budget = True
+        self.trainer.should_stop = True
 
     def reserve_epoch_steps(self) -> None:
-        steps = int(self.trainer.num_training_batches)
+        """Check the epoch's steps against the budget (nothing is recorded here)."""
+        if self.stopped_by_budget:
+            return
+        steps = self.trainer.num_training_batches
+        if not math.isfinite(steps) or steps < 1:
+            return  # every step is still checked when it is recorded
         try:
-            self.ledger.spend(_sgd_event(self.noise_multiplier, self.sample_rate, steps))
+            # Also without a budget: the checked plan lets the per-step records skip
+            # recomposing the privacy loss distribution.
+            self.ledger.check(self._step_event(int(steps)))
         except PrivacyBudgetExceededError:  # stop cleanly: no step of this epoch runs
-            self.stopped_by_budget = True
-            self.trainer.should_stop = True
+            self._stop_for_budget()
 
     def on_train_batch_start(self, batch, batch_idx: int):
-        return -1 if self.stopped_by_budget else None  # Lightning: -1 skips the rest of the epoch
+        if self.stopped_by_budget:
+            return -1  # Lightning: -1 skips the rest of the epoch
+        try:
+            self.ledger.spend(self._step_event(1))  # before the optimizer draws this step's noise
+        except PrivacyBudgetExceededError:
+            self._stop_for_budget()
+            return -1
+        self.steps_recorded += 1
+        return None
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        super().on_save_checkpoint(checkpoint)
+        save_ledger(checkpoint, self.ledger)
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
+        restore_ledger(checkpoint, self.ledger)  # idempotent: PrivacySpendCallback may restore as well
+
+    def _sound_optimizer(self, optimizer: DPOptimizer, generator: torch.Generator | None, name: str) -> DPOptimizer:
+        """Float64 noise from fresh entropy (or the caller's generator, or ``os.urandom``
+        with ``secure_mode``) and the public normaliser, its source noted in the ledger."""
+        generator = noise_rng(self.ledger, None if self.secure_mode else generator, self.secure_mode, None, name)
+        return make_noise_sound(optimizer, expected_batch_size=self.expected_batch_size, generator=generator,
+                                secure=self.secure_mode, name=name)
 
 
 class DPLVQModule(EpochBudgetMixin, LVQModule):
-    """DP-SGD on the GLVQ cost: Opacus' per-sample clipping and noise, Lightning's loop.
+    """DP-SGD on the GLVQ cost: Opacus' per-sample clipping, sound noise, Lightning's loop.
 
     The training data must come from a Poisson-sampling loader
     (``ArrayDataModule(..., sampling_rate=q)`` provides one), so that every record
-    enters each step independently with probability ``q``. Before every training epoch
-    the module reserves the epoch's steps in ``ledger`` (a budget that would be exceeded
-    stops training before any of them run). Pair it with
-    :class:`~dp_proto.lightning.PrivacySpendCallback` to log epsilon and keep the
-    ledger in checkpoints.
+    enters each step independently with probability ``q``. Every step is recorded in
+    ``ledger`` before its noise is drawn, and before every epoch the epoch's steps are
+    checked against the budget (see :class:`EpochBudgetMixin`: a budget that would be
+    exceeded stops training cleanly, also when resuming). Pair it with
+    :class:`~dp_proto.lightning.PrivacySpendCallback` to log epsilon; the module keeps
+    the ledger in its checkpoints itself.
+
+    The noise is float64 Box-Muller noise (:func:`~dp_proto.privacy.opacus_noise.make_noise_sound`;
+    Opacus' float32 ``torch.normal`` has no tails beyond about 5.8 sigma) from a
+    generator seeded with fresh operating-system entropy, never from torch's global
+    generator (which ``seed_everything`` makes predictable).
+
+    Neither the generator nor the ledger is a hyperparameter: nothing that could replay
+    the noise lands in ``hparams.yaml`` or in a checkpoint. To load a checkpoint, pass
+    the model (and the ledger to restore into):
+    ``DPLVQModule.load_from_checkpoint(path, model=model, ledger=ledger)``.
 
     Parameters
     ----------
     model : PrototypeModel
-    ledger : PrivacyLedger
+    ledger : PrivacyLedger, optional
+        The run's ledger (default: a new one without budget).
     noise_multiplier : float
         ``sigma``: the noise std is ``sigma * max_grad_norm``.
     max_grad_norm : float
         Per-sample clipping norm ``C`` over all trainable parameters jointly.
     sample_rate : float
         The Poisson rate of the training loader (recorded in the ledger).
-    expected_batch_size : int
-        ``q n``: Opacus divides the noisy sum by it.
+    expected_batch_size : float
+        The **public** normaliser of the noisy gradient sum (Opacus divides by
+        ``q * len(dataset)``, which depends on the private ``n``). Pass a public value,
+        or ``q`` times a released noisy record count (the private experiment passes
+        ``q * max(sum of the DP initialisation's noisy class counts, 1)``).
     optimizer, lr : see :class:`LVQModule` (``lbfgs`` is not available for DP-SGD).
     noise_generator : torch.Generator, optional
+        None (the default): fresh operating-system entropy. A generator of
+        :func:`~dp_proto.privacy.randomness.noise_generator` with a ``noise_seed`` (or
+        a caller's own, which warns ``PrivacyLeakWarning``) makes the noise
+        reproducible; the ledger then records ``"noise": "reproducible"``.
     secure_mode : bool
+        Noise read from ``os.urandom`` directly.
     """
 
     def __init__(
         self,
         model: PrototypeModel,
         *,
-        ledger: PrivacyLedger,
+        ledger: PrivacyLedger | None = None,
         noise_multiplier: float,
         max_grad_norm: float,
         sample_rate: float,
-        expected_batch_size: int,
+        expected_batch_size: float,
         optimizer: str = "sgd",
         lr: float = 0.05,
         noise_generator: torch.Generator | None = None,
@@ -81,14 +168,19 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
     ) -> None:
         if optimizer == "lbfgs":
             raise ValueError("DP-SGD needs a first-order optimizer ('sgd' or 'adam'), not 'lbfgs'")
-        super().__init__(model, optimizer=optimizer, lr=lr, **kwargs)
-        self.ledger = ledger
-        self.noise_multiplier = noise_multiplier
-        self.max_grad_norm = max_grad_norm
-        self.sample_rate = sample_rate
-        self.expected_batch_size = expected_batch_size
-        self.noise_generator = noise_generator
-        self.secure_mode = secure_mode
+        if not noise_multiplier >= 0 or not max_grad_norm > 0 or not 0 < sample_rate <= 1:
+            raise ValueError(f"need noise_multiplier >= 0, max_grad_norm > 0 and 0 < sample_rate <= 1, got "
+                             f"{noise_multiplier}, {max_grad_norm}, {sample_rate}")
+        if secure_mode and noise_generator is not None:
+            raise ValueError("secure_mode draws the noise from os.urandom; do not pass a noise_generator as well")
+        super().__init__(model, optimizer=optimizer, lr=lr, **kwargs)  # hparams: no ledger, no generator
+        self.ledger = ledger if ledger is not None else PrivacyLedger()
+        self.noise_multiplier = float(noise_multiplier)
+        self.max_grad_norm = float(max_grad_norm)
+        self.sample_rate = float(sample_rate)
+        self.expected_batch_size = check_expected_batch_size(expected_batch_size)
+        self._noise_generator = noise_generator  # private: never saved, logged or checkpointed
+        self.secure_mode = bool(secure_mode)
         self.stopped_by_budget = False
         self.private_model = GradSampleModule(model)
 
@@ -106,8 +198,6 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
 
     def configure_optimizers(self):
         base = super().configure_optimizers()
-        return DPOptimizer(
-            base, noise_multiplier=self.noise_multiplier, max_grad_norm=self.max_grad_norm,
-            expected_batch_size=self.expected_batch_size, generator=self.noise_generator,
-            secure_mode=self.secure_mode,
-        )
+        optimizer = DPOptimizer(base, noise_multiplier=self.noise_multiplier, max_grad_norm=self.max_grad_norm,
+                                expected_batch_size=self.expected_batch_size)  # type: ignore[arg-type]
+        return self._sound_optimizer(optimizer, self._noise_generator, "dp_sgd")

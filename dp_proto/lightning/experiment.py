@@ -13,7 +13,8 @@ unknown keys are rejected so that typos do not pass silently::
                transfer_fn: identity, beta: 1.0, accelerator: auto, progress_bar: true}
     logging:  {log_dir: runs, name: null, image_shape: null, image_every_n_epochs: 5}
     privacy:  {epsilon: null, delta: 1.0e-5, sampling_rate: 0.01, max_grad_norm: 0.5,
-               init_fraction: 0.2, calibration: ledger, bounds: null, classes: null}
+               init_fraction: 0.2, calibration: ledger, bounds: null, classes: null,
+               expected_batch_size: null, noise_seed: null}
 
 With ``privacy.epsilon`` set, the run is differentially private: features are mapped
 from the public ``privacy.bounds`` ``[lower, upper]`` onto ``[-1, 1]`` (``data.scaling``
@@ -24,6 +25,36 @@ that the whole run is ``(epsilon, delta)``-DP. ``privacy/epsilon`` is logged eve
 ``privacy.classes`` is the public label set (one prototype group per class, even for a
 class without records); left null, a private run reads it from the data and warns
 (:class:`~dp_proto.exceptions.PrivacyLeakWarning`).
+
+Scope of the guarantee
+    The ``(epsilon, delta)`` guarantee covers the **training split only** (add/remove
+    one of its records). The train/validation/test split is drawn on all records and
+    their labels (stratified), and the validation and test metrics (``val_acc``,
+    ``test_acc``) are computed without noise on the held-out records: they are not
+    private, and whoever publishes them publishes facts about those records. Nothing
+    computed on the training split without noise is logged (no training loss or
+    accuracy; the prototype and relevance pictures show the noisy model). A private run
+    prints this scope (``result["privacy_scope"]``) and writes it with the ledger to
+    TensorBoard.
+
+Randomness
+    ``seed`` governs the non-private randomness only: the split, the (non-private)
+    model initialisation and the jitter of several prototypes per class. Every noise
+    draw (the DP initialisation and every DP-SGD step) and every Poisson sampling coin
+    comes from fresh operating-system entropy, so two runs with the same ``seed`` give
+    different private models. ``privacy.noise_seed`` (an int) makes the noise and the
+    batches reproducible, for tests and benchmarks: it warns
+    :class:`~dp_proto.exceptions.PrivacyLeakWarning` and the ledger's summary records
+    ``"noise": "reproducible"``. No generator, its state or the noise seed is saved as a
+    hyperparameter or logged.
+
+Normaliser
+    DP-SGD divides the noisy gradient sum by a **public** expected batch size, never by
+    ``q * n`` (``n``, the number of training records, is private under add/remove):
+    ``privacy.expected_batch_size`` if given (a public number), else
+    ``q * max(n~, 1)`` with ``n~`` the sum of the noisy class counts the DP
+    initialisation releases (post-processing, free of charge). A run without the DP
+    initialisation (``model.backbone``) needs ``privacy.expected_batch_size``.
 
 ``data.source`` is ``bundled`` (scikit-learn sets), ``uci`` or ``mnist`` (files in
 ``data.data_dir`` or ``$DP_PROTO_DATA_DIR``) or ``synthetic`` (a generator of
@@ -48,18 +79,24 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from dp_proto import data as datasets
 from dp_proto.backbones import small_cnn
 from dp_proto.exceptions import PrivacyLeakWarning
-from dp_proto.lightning.callbacks import PrivacySpendCallback
-from dp_proto.lightning.datamodule import ArrayDataModule
+from dp_proto.lightning.callbacks import PRIVACY_SCOPE, PrivacySpendCallback
+from dp_proto.lightning.datamodule import ArrayDataModule, poisson_seed
 from dp_proto.lightning.dp_module import DPLVQModule
 from dp_proto.lightning.module import LVQModule
 from dp_proto.lvq.init import make_prototype_labels
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
+from dp_proto.privacy.clipping import clip_box
+from dp_proto.privacy.curator import curator_log
 from dp_proto.privacy.dp_init import dp_class_mean_prototypes
-from dp_proto.privacy.dpsgd import check_dp_sgd_settings, noise_multiplier_for
+from dp_proto.privacy.dpsgd import check_dp_sgd_settings, noise_multiplier_for, warn_noisy_size
 from dp_proto.privacy.ledger import PrivacyLedger
+from dp_proto.privacy.noise import gaussian_noise
+from dp_proto.privacy.opacus_noise import check_expected_batch_size
+from dp_proto.privacy.randomness import noise_generator
 
-__all__ = ["DEFAULT_CONFIG", "load_config", "merge_config", "build_data", "run_experiment"]
+__all__ = ["DEFAULT_CONFIG", "PRIVACY_SCOPE", "load_config", "merge_config", "build_data", "build_private_module",
+           "run_experiment"]
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "seed": 0,
@@ -78,9 +115,12 @@ DEFAULT_CONFIG: dict[str, Any] = {
     },
     "logging": {"log_dir": "runs", "name": None, "image_shape": None, "image_every_n_epochs": 5},
     # DP-SGD (the DP-LVQ "SGD" scheme) when epsilon is set; see DPLVQModule.
+    # expected_batch_size: the public normaliser (null: q times the DP init's noisy count);
+    # noise_seed: null = fresh noise (an int makes the noise reproducible and warns).
     "privacy": {
         "epsilon": None, "delta": 1e-5, "sampling_rate": 0.01, "max_grad_norm": 0.5,
         "init_fraction": 0.2, "calibration": "ledger", "bounds": None, "classes": None,
+        "expected_batch_size": None, "noise_seed": None,
     },
 }
 
@@ -169,11 +209,15 @@ def build_data(config: Mapping[str, Any]) -> ArrayDataModule:
         keep, _ = train_test_split(np.arange(len(y)), train_size=int(cfg["subsample"]),
                                    random_state=seed, stratify=y)
         x, y = x[keep], y[keep]
+    private = privacy["epsilon"] is not None
+    noise_seed = privacy["noise_seed"]
     return ArrayDataModule(
         x, y, val_size=cfg["val_size"], test_size=cfg["test_size"], scaling=cfg["scaling"],
         pca=cfg["pca"], batch_size=cfg["batch_size"], seed=seed,
-        sampling_rate=privacy["sampling_rate"] if privacy["epsilon"] is not None else None,
-        classes=privacy["classes"] if privacy["epsilon"] is not None else None,
+        sampling_rate=privacy["sampling_rate"] if private else None,
+        classes=privacy["classes"] if private else None,
+        # Poisson coins: fresh entropy, or a stream of their own derived from noise_seed
+        sampling_seed=poisson_seed(noise_seed) if private and noise_seed is not None else None,
     )
 
 
@@ -205,10 +249,14 @@ def build_model(config: Mapping[str, Any], dm: ArrayDataModule) -> PrototypeMode
 def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
     """Train and test the model a config describes; returns accuracies, timing and the log dir.
 
+    A private run's guarantee covers the training split only (see the module docstring,
+    "Scope of the guarantee"); ``val_acc`` and ``test_acc`` are not private.
+
     Returns
     -------
-    dict with ``test_acc``, ``val_acc``, ``train_acc``, ``fit_seconds``, ``log_dir``,
-    ``config`` and the trained ``module`` and ``datamodule``.
+    dict with ``test_acc``, ``val_acc``, ``train_acc`` (NaN for a private run: not
+    logged), ``fit_seconds``, ``log_dir``, ``config``, the trained ``module`` and
+    ``datamodule``, and for a private run ``epsilon``, ``ledger`` and ``privacy_scope``.
     """
     config = merge_config(DEFAULT_CONFIG, config)
     seed = int(config["seed"])
@@ -224,13 +272,14 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
         image_shape=image_shape, image_every_n_epochs=log["image_every_n_epochs"],
         display_transform=dm.inverse_transform if image_shape and dm.pca is None else None,
     )
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)  # non-private randomness only
     private = config["privacy"]["epsilon"] is not None
     callbacks: list[L.Callback] = []
     ledger = None
     if private:
-        module, ledger = _private_module(config, dm, model, module_kwargs, generator)
-        callbacks.append(PrivacySpendCallback(ledger))
+        x_train, y_train = dm.train_tensors()
+        module, ledger = build_private_module(config, x_train, y_train, dm.num_classes, model, module_kwargs)
+        callbacks.append(PrivacySpendCallback(ledger, scope=PRIVACY_SCOPE))
     else:
         module = LVQModule(model, max_lbfgs_iter=train["max_lbfgs_iter"], **module_kwargs)
         if config["model"]["backbone"] is None:
@@ -267,31 +316,52 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
         "datamodule": dm,
         "epsilon": ledger.get_epsilon(config["privacy"]["delta"]) if ledger is not None else None,
         "ledger": ledger,
+        "privacy_scope": PRIVACY_SCOPE if ledger is not None else None,
     }
 
 
-def _private_module(config, dm: ArrayDataModule, model: PrototypeModel, module_kwargs: dict,
-                    generator: torch.Generator) -> tuple[DPLVQModule, PrivacyLedger]:
-    """DP class-mean initialisation and a calibrated :class:`DPLVQModule`."""
+def build_private_module(config: Mapping[str, Any], x_train: torch.Tensor, y_train: torch.Tensor, num_classes: int,
+                         model: PrototypeModel, module_kwargs: Mapping[str, Any]) -> tuple[DPLVQModule, PrivacyLedger]:
+    """The DP class-mean initialisation of ``model`` and a calibrated :class:`DPLVQModule`
+    for the training split ``(x_train, y_train)`` (features already in ``[-1, 1]``).
+
+    Noise from fresh entropy (or ``privacy.noise_seed``); the DP-SGD normaliser is
+    ``privacy.expected_batch_size`` or ``q`` times the initialisation's noisy count
+    (public; see the module docstring). Only public settings raise; the training split's
+    size goes to the curator log (``dp_proto.curator``)."""
     privacy, train = config["privacy"], config["training"]
     eps, delta, q = float(privacy["epsilon"]), float(privacy["delta"]), float(privacy["sampling_rate"])
-    x_train, y_train = dm.train_tensors()
-    check_dp_sgd_settings(len(y_train), eps, delta, q)
+    check_dp_sgd_settings(eps, delta, q)  # public settings only
+    with_init = config["model"]["backbone"] is None
+    public_size = privacy["expected_batch_size"]
+    if public_size is not None:
+        public_size = check_expected_batch_size(public_size)
+    elif not with_init:
+        raise ValueError("a private run without the DP initialisation (model.backbone) needs the public "
+                         "privacy.expected_batch_size: q * n would divide by the private record count")
+    curator_log("private experiment: %d training records", len(y_train))
+    generator = noise_generator(privacy["noise_seed"], owner="the private experiment (privacy.noise_seed)")
     budget = (eps, delta) if privacy["calibration"] == "ledger" else None
     ledger = PrivacyLedger(budget=budget, default_delta=delta)
-    eps_init = 0.0
-    if config["model"]["backbone"] is None:
-        eps_init = float(privacy["init_fraction"]) * eps
-        init = dp_class_mean_prototypes(x_train.flatten(1), y_train, dm.num_classes, eps_init, ledger=ledger,
-                                        prototypes_per_class=int(config["model"]["prototypes_per_class"]),
-                                        generator=generator)
+    expected_batch_size = public_size
+    if with_init:
+        init = dp_class_mean_prototypes(x_train.flatten(1), y_train, num_classes, float(privacy["init_fraction"]) * eps,
+                                        ledger=ledger, prototypes_per_class=1, generator=generator)
+        ppc = int(config["model"]["prototypes_per_class"])
+        prototypes = init.prototypes.to(torch.float64)[make_prototype_labels(num_classes, ppc)]
+        if ppc > 1:  # data-independent jitter of the copies: non-private, from the config seed
+            jitter = torch.Generator().manual_seed(int(config["seed"]))
+            prototypes = clip_box(prototypes + gaussian_noise(prototypes.shape, 0.05, generator=jitter)).values
         with torch.no_grad():
-            model.layer.prototypes.copy_(init.prototypes.to(model.layer.prototypes.dtype))
+            model.layer.prototypes.copy_(prototypes.to(model.layer.prototypes.dtype))
+        noisy_n = max(float(init.noisy_counts.sum()), 1.0)  # released: post-processing from here
+        warn_noisy_size(noisy_n, q, delta)
+        if expected_batch_size is None:
+            expected_batch_size = q * noisy_n
     steps = int(train["max_epochs"]) * int(1 / q)
     sigma = noise_multiplier_for(privacy["calibration"], eps, delta, q, steps, prior_events=ledger.events)
     module = DPLVQModule(
         model, ledger=ledger, noise_multiplier=sigma, max_grad_norm=float(privacy["max_grad_norm"]),
-        sample_rate=q, expected_batch_size=max(round(q * len(y_train)), 1), noise_generator=generator,
-        **module_kwargs,
+        sample_rate=q, expected_batch_size=expected_batch_size, noise_generator=generator, **module_kwargs,
     )
     return module, ledger

@@ -17,6 +17,9 @@ from dp_proto.plotting import prototype_grid, relevance_image
 
 __all__ = ["LVQModule"]
 
+# Arguments of LVQModule and its DP subclasses that are never saved as hyperparameters.
+_NOT_HPARAMS = ("model", "display_transform", "ledger", "noise_generator")
+
 
 class LVQModule(L.LightningModule):
     """Trains a :class:`~dp_proto.lvq.PrototypeModel` on the GLVQ cost.
@@ -76,7 +79,9 @@ class LVQModule(L.LightningModule):
         self.image_shape = tuple(image_shape) if image_shape is not None else None
         self.display_transform = display_transform
         self.image_every_n_epochs = image_every_n_epochs
-        self.save_hyperparameters(ignore=["model", "display_transform", "ledger"])
+        # Never hyperparameters (they land in hparams.yaml and in checkpoints): the model,
+        # the ledger, and the noise generator of a DP subclass (its state replays the noise).
+        self.save_hyperparameters(ignore=list(_NOT_HPARAMS))
 
     # -- initialisation ------------------------------------------------------------------
     @torch.no_grad()

@@ -43,6 +43,7 @@ from dp_proto.privacy.fused_dpsgd import CLIPPING_MODES, check_fusable, fit_dp_s
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.opacus_noise import check_expected_batch_size, make_noise_sound
+from dp_proto.privacy.randomness import fresh_generator
 
 __all__ = [
     "sgd_steps",
@@ -392,8 +393,10 @@ def fit_dp_sgd(
                              "not installed; engine='fused' draws its noise from os.urandom instead")
     # Poisson sampling at exactly q (Opacus' make_private(poisson_sampling=True) would
     # use 1 / len(loader), which depends on the private n).
+    # Sampling coins: the run's generator, or in secure mode a generator seeded from
+    # os.urandom (never torch's global generator, which seeding a run makes predictable).
     loader = DPDataLoader(TensorDataset(x, y), sample_rate=sampling_rate,
-                          generator=None if secure_mode else generator)
+                          generator=fresh_generator() if secure_mode else generator)
     privacy_engine = PrivacyEngine(accountant="rdp", secure_mode=secure_mode)
     criterion = _glvq_criterion(model, transfer_fn, beta)
     kwargs: dict = {"criterion": criterion} if grad_sample_mode == "ghost" else {}

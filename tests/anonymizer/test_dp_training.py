@@ -46,7 +46,7 @@ def test_ledger_counts_the_prior_and_every_step_and_certifies_the_target():
 
 def test_a_public_prior_spends_nothing_and_simultaneous_mode_is_refused():
     x, y, s = _task(300)
-    settings = dict(epsilon=5.0, delta=1e-5, sample_rate=0.2, prior=torch.full((8,), 1 / 8),
+    settings = dict(epsilon=5.0, delta=1e-5, sample_rate=0.2, prior=torch.full((8,), 1 / 8), expected_batch_size=60.0,
                     pretrain_regular_epochs=1, pretrain_private_epochs=0, adversarial_epochs=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyLeakWarning)  # public class counts: nothing read from the labels
@@ -67,7 +67,7 @@ def test_noise_goes_only_to_the_parameters_a_phase_trains():
     model = _small_model()
     before = copy.deepcopy(model.state_dict())
     fit_dp_anonymizer(x, y, s, epsilon=1.0, delta=1e-5, sample_rate=0.2, noise_multiplier=50.0,
-                      prior=torch.full((8,), 1 / 8), anonymizer=model, pretrain_regular_epochs=0,
+                      prior=torch.full((8,), 1 / 8), expected_batch_size=60.0, anonymizer=model, pretrain_regular_epochs=0,
                       pretrain_private_epochs=1, adversarial_epochs=0)
     after = model.state_dict()
     for key in before:
@@ -92,7 +92,7 @@ def test_noise_free_run_with_lambda_zero_trains_a_plain_classifier():
 def test_the_budget_stops_training_before_an_epoch_that_would_exceed_it():
     x, y, s = _task(300)
     fit, ledger = fit_dp_anonymizer(x, y, s, epsilon=1.0, delta=1e-5, sample_rate=0.2, noise_multiplier=0.8,
-                                    prior=torch.full((8,), 1 / 8), anonymizer=_small_model(),
+                                    prior=torch.full((8,), 1 / 8), expected_batch_size=60.0, anonymizer=_small_model(),
                                     pretrain_regular_epochs=5, pretrain_private_epochs=5, adversarial_epochs=10)
     assert fit.module.stopped_by_budget
     assert ledger.get_epsilon(1e-5) <= 1.0
@@ -111,7 +111,7 @@ def test_per_record_objective_is_the_mean_of_per_record_terms():
 def test_empty_poisson_batches_still_take_their_step():
     x, y, s = _task(20)
     fit, ledger = fit_dp_anonymizer(x, y, s, epsilon=5.0, delta=1e-3, sample_rate=0.02, prior=torch.full((8,), 1 / 8),
-                                    anonymizer=_small_model(), pretrain_regular_epochs=1, pretrain_private_epochs=0,
+                                    expected_batch_size=0.4, anonymizer=_small_model(), pretrain_regular_epochs=1, pretrain_private_epochs=0,
                                     adversarial_epochs=0)
     assert sum(e.count for e in ledger.events) == int(1 / 0.02)  # most of the 50 batches are empty
     assert all(torch.isfinite(p).all() for p in fit.module.anonymizer.parameters())

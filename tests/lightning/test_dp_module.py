@@ -2,7 +2,6 @@
 
 import lightning as L
 import pytest
-import torch
 from sklearn.datasets import load_iris
 
 from dp_proto.lightning import ArrayDataModule, DPLVQModule, PrivacySpendCallback
@@ -18,8 +17,7 @@ def _setup(ledger, noise=1.0, epochs=3):
     x_train, y_train = dm.train_tensors()
     model = PrototypeModel(GMLVQLayer(4, 3), [0, 1, 2])
     module = DPLVQModule(model, ledger=ledger, noise_multiplier=noise, max_grad_norm=1.0, sample_rate=0.1,
-                         expected_batch_size=round(0.1 * len(x_train)), lr=0.05,
-                         noise_generator=torch.Generator().manual_seed(0))
+                         expected_batch_size=10.0, lr=0.05)  # public: q times a public size of 100
     module.init_prototypes(x_train, y_train)  # non-private init: this test is about the SGD part
     trainer = L.Trainer(max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         accelerator="cpu", callbacks=[PrivacySpendCallback(ledger)], num_sanity_val_steps=0,

@@ -119,7 +119,9 @@ def test_demo_entry_point_quick(tmp_path):
     private, public = out["private"], out["nonprivate"]
     assert 0.9 < private["epsilon"] <= 1.0  # the ledger certifies the target
     assert public["epsilon"] is None and not private["train_acc"] == private["train_acc"]  # NaN: not logged
-    assert private["test_acc"] > 0.2  # chance is 0.1; 3 noisy epochs only
+    # chance is 0.1. The noise is fresh on every run (no seed reaches it): 3 noisy epochs
+    # measured 0.21-0.57 over 36 runs (mean 0.35, sd 0.08), so this bound fails ~0.2% of runs.
+    assert private["test_acc"] > 0.12
     assert public["test_acc"] > 0.5  # 3 epochs only; the full demo reaches about 0.90
     assert Path(private["log_dir"]).is_dir() and Path(public["log_dir"]).is_dir()
 

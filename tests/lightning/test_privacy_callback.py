@@ -82,3 +82,54 @@ def test_checkpoint_without_ledger_is_refused(tmp_path):
                          enable_model_summary=False)
     with pytest.raises(RuntimeError, match="reset the privacy spend"):
         trainer2.fit(SpendingModule(ledger, lr=0.05), datamodule=dm, ckpt_path=path)
+
+
+def _saved(ledger):
+    """A checkpoint dict with ``ledger``, through torch.save / torch.load(weights_only=True)."""
+    import io
+
+    from dp_proto.lightning.callbacks import save_ledger
+
+    checkpoint = {}
+    save_ledger(checkpoint, ledger)
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)  # plain data only
+
+
+def _count(ledger):
+    return sum(e.count for e in ledger.events)
+
+
+def test_restoring_counts_every_release_once_along_a_chain_of_resumes():
+    from dp_proto.lightning.callbacks import restore_ledger
+
+    a = PrivacyLedger()
+    for _ in range(3):
+        a.spend(STEP)
+    ckpt_a = _saved(a)
+    assert restore_ledger(ckpt_a, a) == 0 and _count(a) == 3  # its own checkpoint: recorded already
+    b = PrivacyLedger()  # another process resumes A's checkpoint, twice (module and callback)
+    assert restore_ledger(ckpt_a, b) == 3 and restore_ledger(ckpt_a, b) == 0
+    b.spend(STEP, STEP)
+    ckpt_b = _saved(b)  # 5 steps: 3 of A's, 2 of B's
+    a.spend(STEP)
+    ckpt_a2 = _saved(a)  # A went on after its first checkpoint: 4 steps
+    c = PrivacyLedger(budget=(50.0, 1e-5))
+    assert restore_ledger(ckpt_b, c) == 5
+    assert restore_ledger(ckpt_a, c) == 0  # A's first 3 steps came with B's checkpoint
+    assert restore_ledger(ckpt_a2, c) == 1  # only A's later step is new
+    assert _count(c) == 6 and c.budget == (50.0, 1e-5)  # this ledger's own budget stays
+    assert restore_ledger(ckpt_a2, b) == 1 and _count(b) == 6
+
+
+def test_a_checkpoint_of_an_older_version_is_restored_once():
+    from dp_proto.lightning.callbacks import restore_ledger
+
+    old = PrivacyLedger()
+    old.spend(STEP, STEP)
+    checkpoint = {"privacy_ledger": old.state_dict()}  # no "privacy_ledger_origins"
+    fresh = PrivacyLedger()
+    assert restore_ledger(checkpoint, fresh) == 2 and restore_ledger(checkpoint, fresh) == 0
+    assert _count(fresh) == 2

@@ -1,0 +1,99 @@
+"""Privacy review (issue 20) of the DP anonymizer: fresh noise and Poisson coins unless
+``noise_seed`` (F3), no generator or ledger in the hyperparameters (F3), a public
+normaliser (F6) and float64 noise with tails (F7)."""
+
+import warnings
+
+import pytest
+import torch
+
+from dp_proto.anonymizer import Anonymizer
+from dp_proto.data import make_entangled_task
+from dp_proto.exceptions import PrivacyLeakWarning
+from dp_proto.lightning.dp_anonymizer import fit_dp_anonymizer
+from dp_proto.privacy.testing import capture_releases, neighbour_check
+
+PUBLIC = dict(num_regular=4, num_private=8)
+PRIOR = torch.full((8,), 1 / 8)
+
+
+def _task(n=60, seed=0):
+    t = make_entangled_task(n, seed=seed)
+    return torch.tensor(t.x), torch.tensor(t.regular), torch.tensor(t.private)
+
+
+def _small_model(seed=0):
+    torch.manual_seed(seed)
+    return Anonymizer.mlp(20, 4, 8, representation_dim=8, encoder_hidden=(16,), head_hidden=(8,))
+
+
+def _fit(x, y, s, **kwargs):
+    """One pre-training epoch of 5 Poisson steps at a fixed noise multiplier (no calibration)."""
+    settings = dict(epsilon=5.0, delta=1e-5, sample_rate=0.2, noise_multiplier=1.0, anonymizer=_small_model(),
+                    pretrain_regular_epochs=1, pretrain_private_epochs=0, adversarial_epochs=0, seed=0, **PUBLIC)
+    settings.update(kwargs)
+    return fit_dp_anonymizer(x, y, s, **settings)
+
+
+def _weights(fit):
+    return torch.cat([p.detach().flatten() for p in fit.module.anonymizer.parameters()])
+
+
+def test_same_seed_fresh_noise_and_noise_seed_reproduces_with_a_warning():
+    x, y, s = _task()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        (a, ledger), (b, _) = _fit(x, y, s), _fit(x, y, s)
+    assert not torch.equal(_weights(a), _weights(b))  # the same seed, fresh noise and coins
+    assert ledger.summary()["noise"] == "fresh"
+    fits = []
+    for _ in range(2):
+        with pytest.warns(PrivacyLeakWarning, match="noise_seed"):
+            fits.append(_fit(x, y, s, noise_seed=11))
+    assert torch.equal(_weights(fits[0][0]), _weights(fits[1][0]))
+    assert fits[0][1].summary()["noise"] == "reproducible"
+    hparams = dict(fits[0][0].module.hparams)
+    assert "noise_generator" not in hparams and "ledger" not in hparams
+    assert not any(isinstance(v, torch.Generator) for v in hparams.values())
+
+
+def test_the_normaliser_is_public_or_the_released_prior_total():
+    x, y, s = _task()
+
+    def normaliser(x, y, s):  # the neighbour sees D's noisy prior: the normaliser must not move
+        fit, _ = _fit(x, y, s)
+        return fit.module.expected_batch_size, fit.trainer.optimizers[0].expected_batch_size
+
+    neighbour_check(normaliser, (x, y, s), removals=[0, len(x) - 1]).assert_ok()  # old: 0.2 * len(x)
+
+    with capture_releases() as recorder:
+        fit, _ = _fit(x, y, s)
+    (counts,) = [r.output for r in recorder.releases if r.name == "private_prior"]
+    assert fit.trainer.optimizers[0].expected_batch_size == pytest.approx(0.2 * max(float(counts.sum()), 1.0))
+
+    fit, _ = _fit(x, y, s, prior=PRIOR, expected_batch_size=7.5)
+    assert fit.module.expected_batch_size == fit.trainer.optimizers[0].expected_batch_size == 7.5
+    with pytest.raises(ValueError, match="expected_batch_size"):
+        _fit(x, y, s, prior=PRIOR)
+
+
+def test_dp_sgd_noise_reaches_beyond_six_sigma(monkeypatch):
+    """Deterministic: pinned uniforms make Box-Muller return 9.1 sigma, beyond the
+    about 5.8 sigma that Opacus' float32 torch.normal can reach."""
+    import dp_proto.privacy.noise as noise
+
+    def extreme(shape, **kwargs):
+        u = torch.empty(tuple(shape), dtype=torch.float64)
+        u[0], u[1] = 2.0**-60, 0.5 / 2.0**53
+        return u
+
+    monkeypatch.setattr(noise, "uniform_open", extreme)
+    x, y, s = _task()
+    with capture_releases() as recorder:
+        fit, _ = _fit(x, y, s, prior=PRIOR, expected_batch_size=12.0, max_grad_norm=0.5)
+    assert type(fit.trainer.optimizers[0]).__name__.startswith("Sound")
+    draws = [r for r in recorder.releases if r.name == "dp_sgd"]
+    assert draws
+    for r in draws:  # std = noise_multiplier * max_grad_norm = 0.5
+        z = (r.output.double() - r.pre_noise) / 0.5
+        assert bool((z > 8.5).all()), z.min()
