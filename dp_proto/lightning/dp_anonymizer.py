@@ -92,19 +92,10 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
                  noise_generator: torch.Generator | None = None, secure_mode: bool = False, **kwargs) -> None:
         if kwargs.get("mode", "toggle") != "toggle":
             raise ValueError("DP training supports mode='toggle' only (one parameter set and one loss per step)")
-        if noise_multiplier < 0 or not max_grad_norm > 0 or not 0 < sample_rate <= 1:
-            raise ValueError(f"need noise_multiplier >= 0, max_grad_norm > 0 and 0 < sample_rate <= 1, got "
-                             f"{noise_multiplier}, {max_grad_norm}, {sample_rate}")
-        if secure_mode and noise_generator is not None:
-            raise ValueError("secure_mode draws the noise from os.urandom; do not pass a noise_generator as well")
+        self.check_dp_settings(noise_multiplier, max_grad_norm, sample_rate, noise_generator, secure_mode)
         super().__init__(anonymizer, prior, num_regular, **kwargs)  # hparams: no ledger, no generator
-        self.ledger = ledger
-        self.noise_multiplier = float(noise_multiplier)
-        self.max_grad_norm = float(max_grad_norm)
-        self.sample_rate = float(sample_rate)
-        self.expected_batch_size = check_expected_batch_size(expected_batch_size)
-        self._noise_generator = noise_generator  # private: never saved, logged or checkpointed
-        self.secure_mode = bool(secure_mode)
+        self.set_dp_settings(ledger, noise_multiplier, max_grad_norm, sample_rate, expected_batch_size,
+                             noise_generator, secure_mode)
         # One GradSampleModule per part: its hooks can be switched off while the part is
         # frozen (Opacus' backward hook would otherwise look for activations it never stored).
         self._per_sample = [GradSampleModule(part) for part in

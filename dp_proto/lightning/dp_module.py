@@ -51,6 +51,29 @@ class EpochBudgetMixin:
     stopped_by_budget = False
     steps_recorded = 0  # steps this module recorded in the ledger (in this process)
 
+    @staticmethod
+    def check_dp_settings(noise_multiplier: float, max_grad_norm: float, sample_rate: float,
+                          noise_generator: torch.Generator | None, secure_mode: bool) -> None:
+        """Clear errors for bad public DP-SGD settings (call before ``__init__`` of the module)."""
+        if not noise_multiplier >= 0 or not max_grad_norm > 0 or not 0 < sample_rate <= 1:
+            raise ValueError(f"need noise_multiplier >= 0, max_grad_norm > 0 and 0 < sample_rate <= 1, got "
+                             f"{noise_multiplier}, {max_grad_norm}, {sample_rate}")
+        if secure_mode and noise_generator is not None:
+            raise ValueError("secure_mode draws the noise from os.urandom; do not pass a noise_generator as well")
+
+    def set_dp_settings(self, ledger: PrivacyLedger | None, noise_multiplier: float, max_grad_norm: float,
+                        sample_rate: float, expected_batch_size: float, noise_generator: torch.Generator | None,
+                        secure_mode: bool) -> None:
+        """Store the DP-SGD settings (after ``__init__``); the generator stays private,
+        never a hyperparameter, log entry or checkpoint item."""
+        self.ledger = ledger if ledger is not None else PrivacyLedger()
+        self.noise_multiplier = float(noise_multiplier)
+        self.max_grad_norm = float(max_grad_norm)
+        self.sample_rate = float(sample_rate)
+        self.expected_batch_size = check_expected_batch_size(expected_batch_size)
+        self._noise_generator = noise_generator
+        self.secure_mode = bool(secure_mode)
+
     def _step_event(self, steps: int) -> PrivacyEvent:
         return dp_sgd_event(self.noise_multiplier, self.sample_rate, steps)
 
@@ -168,19 +191,10 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
     ) -> None:
         if optimizer == "lbfgs":
             raise ValueError("DP-SGD needs a first-order optimizer ('sgd' or 'adam'), not 'lbfgs'")
-        if not noise_multiplier >= 0 or not max_grad_norm > 0 or not 0 < sample_rate <= 1:
-            raise ValueError(f"need noise_multiplier >= 0, max_grad_norm > 0 and 0 < sample_rate <= 1, got "
-                             f"{noise_multiplier}, {max_grad_norm}, {sample_rate}")
-        if secure_mode and noise_generator is not None:
-            raise ValueError("secure_mode draws the noise from os.urandom; do not pass a noise_generator as well")
+        self.check_dp_settings(noise_multiplier, max_grad_norm, sample_rate, noise_generator, secure_mode)
         super().__init__(model, optimizer=optimizer, lr=lr, **kwargs)  # hparams: no ledger, no generator
-        self.ledger = ledger if ledger is not None else PrivacyLedger()
-        self.noise_multiplier = float(noise_multiplier)
-        self.max_grad_norm = float(max_grad_norm)
-        self.sample_rate = float(sample_rate)
-        self.expected_batch_size = check_expected_batch_size(expected_batch_size)
-        self._noise_generator = noise_generator  # private: never saved, logged or checkpointed
-        self.secure_mode = bool(secure_mode)
+        self.set_dp_settings(ledger, noise_multiplier, max_grad_norm, sample_rate, expected_batch_size,
+                             noise_generator, secure_mode)
         self.stopped_by_budget = False
         self.private_model = GradSampleModule(model)
 

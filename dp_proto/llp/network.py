@@ -59,10 +59,10 @@ a ``non_private`` event (epsilon = inf). Each call is one release: evaluating
 ``F`` cross-validation folds releases ``F`` overlapping tables (composition:
 ``F epsilon``).
 
-Floating point. The release adds continuous ``Lap(1/epsilon)`` noise to integer
-counts (:func:`~dp_proto.privacy.mechanisms.laplace_mechanism`); the full-precision
-output of a continuous floating-point Laplace sampler is open to Mironov's (2012)
-attack, see :mod:`dp_proto.privacy.noise`.
+Floating point. The release adds discrete Laplace noise (integers, scale
+``1/epsilon``) to the integer counts (:func:`~dp_proto.privacy.mechanisms.laplace_mechanism`
+with ``grid=1``): every noisy count is an integer, so there are no input-dependent gaps
+between representable outputs (Mironov 2012); see :mod:`dp_proto.privacy.noise`.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def node_noise_generator(
 
 def _warn_noise_seed(owner: str, noise_seed: int, what: str = "every node's release") -> None:
     warnings.warn(
-        f"{owner}: noise_seed={noise_seed} makes the Laplace noise of {what} reproducible; "
+        f"{owner}: noise_seed makes the Laplace noise of {what} reproducible; "
         "whoever knows the seed can remove it and read the exact label counts, so the release is "
         "not private against them. Use it for tests and benchmarks only; the ledger records "
         "'noise': 'reproducible'",

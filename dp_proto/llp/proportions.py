@@ -27,10 +27,11 @@ opts into reproducible noise (``noise_seed``, or a ``generator`` of its own), wh
 warns with :class:`~dp_proto.exceptions.PrivacyLeakWarning` and is recorded in the
 ledger (``summary()["noise"] == "reproducible"``).
 
-Floating point. The noise is continuous ``Lap(1/epsilon)`` added to integer counts
-(:func:`~dp_proto.privacy.mechanisms.laplace_mechanism` without a grid): its
-full-precision output is open to Mironov's (2012) floating-point attack, see
-:mod:`dp_proto.privacy.noise`.
+Floating point. The noise is discrete Laplace (integers, ``P(k) ~ exp(-epsilon |k|)``)
+added to the integer counts (:func:`~dp_proto.privacy.mechanisms.laplace_mechanism` with
+``grid=1``), so the noisy counts are integers and Mironov's (2012) floating-point attack
+on continuous Laplace has nothing to read; clipping and normalising are
+post-processing. See :mod:`dp_proto.privacy.noise`.
 """
 
 from __future__ import annotations
@@ -186,6 +187,9 @@ def _check_counts(counts: Tensor) -> Tensor:
         raise DataValidationError(f"counts contain NaN or inf (batch row(s) {rows})")
     if bool((counts < 0).any()):
         raise DataValidationError("counts must be >= 0")
+    if not torch.equal(counts, torch.round(counts)):
+        raise DataValidationError("counts must be whole numbers (records per batch and label); the "
+                                  "release adds integer noise to them")
     return counts
 
 
@@ -338,7 +342,7 @@ def private_label_proportions(
         generator = seeded_generator(noise_seed, counts.device, owner=name)
     noisy = laplace_mechanism(
         counts, 1.0, epsilon, ledger=ledger, name=name, generator=generator,
-        single_coordinate=True,
+        single_coordinate=True, grid=1.0, value_on_grid=True,  # integer counts, integer noise
     )
     valid = torch.ones(num_batches, dtype=torch.bool, device=counts.device)
     if estimator == "unbiased":

@@ -59,8 +59,10 @@ def public_classes(y: np.ndarray, classes, owner: str, *, warn: bool = True) -> 
         raise ValueError(f"{owner} needs at least 2 public classes, got {len(out)}")
     unknown = np.setdiff1d(np.unique(y), out) if y.size else np.array([])
     if unknown.size:
+        # No count or value in the message: it would describe private records. The
+        # refusal itself breaks the declared domain and comes before any release.
         raise DataValidationError(
-            f"y contains {unknown.size} label(s) outside the public classes {out.tolist()}; "
+            f"y contains labels outside the public classes {out.tolist()}; "
             "remove those records or add the labels to classes")
     return out, np.searchsorted(out, y)
 

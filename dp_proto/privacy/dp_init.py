@@ -4,9 +4,10 @@ Dissertation Sec. 3.4 (A), step 1, with the corrections of the digest (note 3):
 
 * data in the public domain ``[-1, 1]^d``: records outside are clipped and counted;
 * class counts ``N_k``: a histogram, l1 sensitivity 1 under add/remove one record,
-  ``Lap(1 / epsilon_counts)``;
+  integer (discrete Laplace) noise of scale ``1 / epsilon_counts``;
 * class sums ``S_k``: one record changes one class sum by ``||x||_1 <= d``, so the l1
-  sensitivity of all sums together is ``d``, ``Lap(d / epsilon_sums)`` per coordinate;
+  sensitivity of all sums together is ``d``; Laplace noise of scale ``d / epsilon_sums``
+  per coordinate, discrete on a public grid (float-safe, see ``laplace_mechanism``);
 * ``w_k = S~_k / max(N~_k, 1)``, clipped into the domain (post-processing, free).
 
 By basic composition the release is ``(epsilon_counts + epsilon_sums)``-DP; the ledger
@@ -91,8 +92,8 @@ def dp_class_mean_prototypes(
         raise ValueError(f"y must hold class indices in 0..{num_classes - 1}")
     d = x.shape[1]
     eps_counts, eps_sums = epsilon * count_fraction, epsilon * (1 - count_fraction)
-    counts_event = PrivacyEvent("laplace", noise_multiplier=1.0 / eps_counts, name=f"{name}/class_counts",
-                                sensitivity=1.0)
+    counts_event = PrivacyEvent("discrete_laplace", epsilon=eps_counts, grid_steps=1, name=f"{name}/class_counts",
+                                sensitivity=1.0)  # what noisy_histogram records (integer noise)
     sums_event = PrivacyEvent("pure", epsilon=eps_sums, name=f"{name}/class_sums", sensitivity=float(d))
     if ledger is not None:
         ledger.check(counts_event, sums_event)  # refuse both parts before releasing either

@@ -38,8 +38,9 @@ from dp_proto.privacy.calibration import check_delta, check_epsilon
 
 __all__ = ["PrivacyEvent", "PrivacyLedger", "EventKind"]
 
-EventKind = Literal["laplace", "gaussian", "pure", "approx", "subsampled_gaussian", "non_private"]
-_KINDS = ("laplace", "gaussian", "pure", "approx", "subsampled_gaussian", "non_private")
+EventKind = Literal["laplace", "discrete_laplace", "gaussian", "pure", "approx", "subsampled_gaussian",
+                    "non_private"]
+_KINDS = ("laplace", "discrete_laplace", "gaussian", "pure", "approx", "subsampled_gaussian", "non_private")
 _PLD_DISCRETISATION = 1e-4
 _NOISE_SOURCES = ("fresh", "secure", "reproducible")
 # dp-accounting builds the PLD of an (epsilon, delta) event from exp(epsilon), which
@@ -65,10 +66,13 @@ def _quiet_absl():
 def _event_pld(kind: str, noise_multiplier: float | None, epsilon: float | None,
                sampling_rate: float | None, count: int,
                discretization: float = _PLD_DISCRETISATION,
-               delta: float | None = None) -> pld.PrivacyLossDistribution:
+               delta: float | None = None, grid_steps: int | None = None) -> pld.PrivacyLossDistribution:
     """PLD of ``count`` identical releases (pessimistic: a coarser ``discretization`` only
     over-estimates epsilon); cached, PLDs are immutable."""
-    if kind == "laplace":
+    if kind == "discrete_laplace":  # P(k) ~ exp(-|k| epsilon / s), sensitivity s grid steps
+        one = pld.from_discrete_laplace_mechanism(epsilon / grid_steps, sensitivity=grid_steps,
+                                                  value_discretization_interval=discretization)
+    elif kind == "laplace":
         one = pld.from_laplace_mechanism(noise_multiplier, value_discretization_interval=discretization)
     elif kind == "gaussian":
         one = pld.from_gaussian_mechanism(noise_multiplier, value_discretization_interval=discretization)
@@ -99,10 +103,13 @@ class PrivacyEvent:
 
     Attributes
     ----------
-    kind : {"laplace", "gaussian", "pure", "subsampled_gaussian"}
+    kind : {"laplace", "discrete_laplace", "gaussian", "pure", "approx", "subsampled_gaussian", "non_private"}
         ``laplace``: additive ``Lap(b)`` on a query whose change under add/remove
         of one record moves a *single* coordinate by at most the sensitivity
         (a scalar or a histogram); ``noise_multiplier = b / sensitivity``.
+        ``discrete_laplace``: integer noise ``P(k) ~ exp(-|k| epsilon / s)`` on a query
+        on a public grid that one record moves by at most ``s = grid_steps`` steps in a
+        single coordinate (counts: ``s = 1``); ``epsilon`` is its pure epsilon.
         ``gaussian``: additive ``N(0, sigma^2 I)``, ``noise_multiplier = sigma / Delta_2``
         (exact for any dimension).
         ``pure``: any epsilon-DP release (``epsilon``), for example Laplace noise on a
@@ -138,6 +145,7 @@ class PrivacyEvent:
     name: str = ""
     sensitivity: float | None = None
     delta: float | None = None
+    grid_steps: int | None = None
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -145,7 +153,11 @@ class PrivacyEvent:
             raise ValueError(f"unknown event kind {self.kind!r}; expected one of {_KINDS}")
         if not isinstance(self.count, int) or self.count < 1:
             raise ValueError(f"count must be a positive int, got {self.count!r}")
-        if self.kind in ("pure", "approx"):
+        if self.kind == "discrete_laplace":
+            check_epsilon(self.epsilon if self.epsilon is not None else -1.0, "event epsilon")
+            if isinstance(self.grid_steps, bool) or not isinstance(self.grid_steps, int) or self.grid_steps < 1:
+                raise ValueError(f"discrete_laplace event needs grid_steps >= 1, got {self.grid_steps!r}")
+        elif self.kind in ("pure", "approx"):
             check_epsilon(self.epsilon if self.epsilon is not None else -1.0, "event epsilon")
             if self.kind == "approx" and not (self.delta is not None and 0 < self.delta < 1):
                 raise ValueError(f"approx event needs delta in (0, 1), got {self.delta!r}")
@@ -161,7 +173,7 @@ class PrivacyEvent:
     @property
     def pure_epsilon(self) -> float | None:
         """Epsilon of one release if the event is pure DP, else None."""
-        if self.kind == "pure":
+        if self.kind in ("pure", "discrete_laplace"):
             return self.epsilon
         if self.kind == "laplace":
             return 1.0 / float(self.noise_multiplier)  # type: ignore[arg-type]
@@ -171,15 +183,15 @@ class PrivacyEvent:
 
     def same_mechanism(self, other: PrivacyEvent) -> bool:
         return (self.kind, self.noise_multiplier, self.epsilon, self.sampling_rate, self.name,
-                self.sensitivity, self.delta) == (other.kind, other.noise_multiplier, other.epsilon,
-                                                  other.sampling_rate, other.name, other.sensitivity,
-                                                  other.delta)
+                self.sensitivity, self.delta, self.grid_steps) == (other.kind, other.noise_multiplier, other.epsilon,
+                                                                   other.sampling_rate, other.name, other.sensitivity,
+                                                                   other.delta, other.grid_steps)
 
     # -- accounting -------------------------------------------------------------------
     def to_pld(self, discretization: float = _PLD_DISCRETISATION) -> pld.PrivacyLossDistribution:
         """Privacy loss distribution of all ``count`` releases (pessimistic)."""
         return _event_pld(self.kind, self.noise_multiplier, self.epsilon, self.sampling_rate, self.count,
-                          discretization, self.delta)
+                          discretization, self.delta, self.grid_steps)
 
     def to_dp_event(self) -> dpe.DpEvent:
         """The dp-accounting event (for the RDP accountant)."""
@@ -202,6 +214,8 @@ class PrivacyEvent:
             parts.append(f"noise multiplier {self.noise_multiplier:.4g}")
         if self.pure_epsilon is not None:
             parts.append(f"epsilon {self.pure_epsilon:.4g} each")
+        if self.grid_steps is not None:
+            parts.append(f"{self.grid_steps} grid step(s)")
         if self.kind == "approx":
             parts.append(f"epsilon {self.epsilon:.4g}, delta {self.delta:.3g} each")
         if self.sampling_rate is not None:

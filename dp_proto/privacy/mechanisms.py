@@ -87,11 +87,11 @@ def laplace_mechanism(
     name: str = "laplace",
     generator: torch.Generator | None = None,
     secure: bool = False,
-    grid: float | None = None,
+    grid: float | str | None = "auto",
     value_on_grid: bool = False,
     single_coordinate: bool = False,
 ) -> Tensor:
-    """``value + Lap(Delta_1 / epsilon)`` i.i.d. per coordinate: epsilon-DP.
+    """``value + Lap(Delta_1 / epsilon)`` i.i.d. per coordinate, on a public grid: epsilon-DP.
 
     Neighbouring relation: add/remove one record. ``l1_sensitivity`` is the largest
     l1 change of ``value`` that one record can cause (Dwork & Roth, Thm 3.6).
@@ -106,13 +106,17 @@ def laplace_mechanism(
         True if one record changes at most one coordinate (a count, a histogram);
         the ledger then uses the exact Laplace privacy-loss distribution, otherwise
         the worst case of any epsilon-DP release.
-    grid : float, optional
-        Snap to a public grid: the value is rounded to multiples of ``grid`` and the
-        noise is ``grid`` times discrete Laplace, so outputs lie on the grid (no
-        floating-point leakage, see :mod:`dp_proto.privacy.noise`). Rounding can move
-        each coordinate by ``grid / 2``, so the sensitivity in grid steps becomes
-        ``ceil(Delta_1 / grid) + k`` with ``k`` the number of coordinates one record
-        can change (1 with ``single_coordinate``, else all of them).
+    grid : float, "auto" (default) or None
+        Float-safe noise on a public grid: the value is rounded to multiples of ``grid``
+        and the noise is ``grid`` times discrete Laplace, so outputs lie on the grid (no
+        floating-point leakage, Mironov 2012; see :mod:`dp_proto.privacy.noise`).
+        Rounding can move each coordinate by ``grid / 2``, so the sensitivity in grid
+        steps becomes ``ceil(Delta_1 / grid) + k`` with ``k`` the number of coordinates
+        one record can change (1 with ``single_coordinate``, else all of them).
+        ``"auto"``: ``grid = Delta_1 / (1024 k)``, which costs 0.1 % more noise than
+        continuous Laplace; the grid depends on public quantities only (the
+        sensitivity and the shape). ``None``: continuous floating-point Laplace (the
+        textbook mechanism, open to Mironov's attack; for comparisons only).
     value_on_grid : bool
         The query's values always lie on the grid (e.g. counts with ``grid=1``): no
         rounding, so no slack is added to the sensitivity. Checked on ``value``.
@@ -125,6 +129,12 @@ def laplace_mechanism(
     epsilon = check_epsilon(epsilon)
     sens = check_sensitivity(l1_sensitivity, "l1_sensitivity")
     dtype = value.dtype if value.is_floating_point() else torch.float64
+    if isinstance(grid, str):
+        if grid != "auto":
+            raise ValueError(f"grid must be a number > 0, 'auto' or None, got {grid!r}")
+        if value_on_grid:
+            raise ValueError("value_on_grid needs an explicit grid (e.g. grid=1.0 for counts)")
+        grid = sens / (1024 * (1 if single_coordinate else max(value.numel(), 1))) if sens > 0 else None
     if grid is not None:
         if not grid > 0:
             raise ValueError(f"grid must be > 0, got {grid!r}")
@@ -134,8 +144,11 @@ def laplace_mechanism(
             raise ValueError("value_on_grid=True but value has entries off the grid")
         steps = math.ceil(sens / grid - 1e-12) + slack
         scale = steps / epsilon
-        # Discrete Laplace: accounted as a generic epsilon-DP release (sound worst case).
-        _record(ledger, PrivacyEvent("pure", epsilon=epsilon, name=name, sensitivity=sens))
+        if sens > 0 and single_coordinate:  # exact discrete-Laplace privacy loss distribution
+            _record(ledger, PrivacyEvent("discrete_laplace", epsilon=epsilon, grid_steps=steps, name=name,
+                                         sensitivity=sens))
+        elif sens > 0:  # several coordinates: accounted as a generic epsilon-DP release
+            _record(ledger, PrivacyEvent("pure", epsilon=epsilon, name=name, sensitivity=sens))
     else:
         scale = laplace_scale(epsilon, sens)
         if sens > 0 and single_coordinate:
@@ -215,13 +228,16 @@ def noisy_histogram(
     name: str = "histogram",
     generator: torch.Generator | None = None,
     secure: bool = False,
-    discrete: bool = False,
+    discrete: bool = True,
 ) -> Tensor:
-    """Counts of ``labels (n,)`` in ``0..num_bins-1`` plus ``Lap(1/epsilon)``: epsilon-DP.
+    """Counts of ``labels (n,)`` in ``0..num_bins-1`` plus Laplace noise of scale
+    ``1/epsilon`` (integer by default): epsilon-DP.
 
     Neighbouring relation: add/remove one record changes exactly one count by one, so
-    the l1 sensitivity is 1 and the ledger uses the exact Laplace loss distribution.
-    ``discrete=True`` adds discrete Laplace noise (integer outputs, float-safe).
+    the l1 sensitivity is 1 and the ledger uses the exact (discrete) Laplace loss
+    distribution.
+    ``discrete=True`` (the default) adds discrete Laplace noise: integer outputs, no
+    floating-point leakage (Mironov 2012); ``discrete=False``: continuous Laplace.
     Labels outside ``0..num_bins-1`` raise ``ValueError``.
 
     Returns
@@ -250,9 +266,10 @@ def noisy_count(
     name: str = "count",
     generator: torch.Generator | None = None,
     secure: bool = False,
-    discrete: bool = False,
+    discrete: bool = True,
 ) -> float:
-    """``n + Lap(1/epsilon)``: epsilon-DP for a counting query (sensitivity 1 under add/remove)."""
+    """``n + Lap(1/epsilon)``: epsilon-DP for a counting query (sensitivity 1 under
+    add/remove); discrete (integer) noise by default, see :func:`noisy_histogram`."""
     value = torch.as_tensor(float(n), dtype=torch.float64).reshape(1)
     out = laplace_mechanism(value, 1.0, epsilon, ledger=ledger, name=name, generator=generator,
                             secure=secure, grid=1.0 if discrete else None, value_on_grid=discrete,

@@ -64,13 +64,14 @@ def seeded_generator(seed: int, device: torch.device | str | None = None, *,
 
     Warns with :class:`PrivacyLeakWarning` (``warn=False`` when the caller warned
     already): whoever knows ``seed`` can subtract the noise and read the pre-noise
-    release, and a known sampling seed removes the amplification by subsampling.
+    release, and a known sampling seed removes the amplification by subsampling. The
+    warning does not print the seed (warnings end up in logs).
     """
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"noise_seed must be a non-negative int, got {seed!r}")
     if warn:
         warnings.warn(
-            f"{owner}: noise_seed={seed} makes the noise reproducible; whoever knows the seed can "
+            f"{owner}: noise_seed makes the noise reproducible; whoever knows the seed can "
             "remove it, so the release is not private against them. Use it for tests and "
             "benchmarks only; the ledger records 'noise': 'reproducible'",
             PrivacyLeakWarning, stacklevel=3)

@@ -135,7 +135,7 @@ def noisy_cell_counts(cells: Tensor, labels: Tensor, num_cells: int, num_classes
         raise ValueError("cells and labels must lie in 0..num_cells-1 and 0..num_classes-1")
     counts = torch.bincount(flat, minlength=num_cells * num_classes).to(torch.float64)
     noisy = laplace_mechanism(counts, 1.0, epsilon, ledger=ledger, name=name, generator=generator,
-                              single_coordinate=True)
+                              single_coordinate=True, grid=1.0, value_on_grid=True)  # integer noise
     return noisy.reshape(num_cells, num_classes)
 
 

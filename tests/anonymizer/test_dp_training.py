@@ -36,7 +36,9 @@ def test_ledger_counts_the_prior_and_every_step_and_certifies_the_target():
                                     pretrain_private_epochs=1, adversarial_epochs=2, toggle_steps=5, lr=0.05,
                                     encoder_lr=0.01)
     kinds = [e.kind for e in ledger.events]
-    assert kinds[0] == "laplace" and ledger.events[0].name == "private_prior"
+    prior = ledger.events[0]  # the noisy class histogram: discrete Laplace, 5 % of the budget
+    assert kinds[0] == "discrete_laplace" and prior.name == "private_prior"
+    assert prior.epsilon == pytest.approx(0.05 * 2.0) and prior.grid_steps == 1 and prior.sensitivity == 1.0
     steps = sum(e.count for e in ledger.events if e.kind == "subsampled_gaussian")
     assert steps == 4 * int(1 / 0.1)  # 4 epochs of 10 Poisson steps, every phase counted
     assert ledger.get_epsilon(1e-5) == pytest.approx(2.0, rel=0.02)

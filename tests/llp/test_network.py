@@ -74,7 +74,8 @@ def test_private_network_ledgers_and_per_node_reproducibility():
                            seed=7, noise_seed=70, n_starts=8, time_range=(0, 960))
     for led in res.ledgers:
         (event,) = led.events
-        assert event.kind == "laplace" and led.get_epsilon(0.0) == pytest.approx(eps)
+        assert event.kind == "discrete_laplace" and event.epsilon == eps and event.grid_steps == 1
+        assert event.noise_multiplier is None and led.get_epsilon(0.0) == pytest.approx(eps)
         assert led.summary()["noise"] == "reproducible"
     assert all(bool(p.valid.all()) for p in res.proportions)  # every public batch is released
 

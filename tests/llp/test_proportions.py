@@ -9,7 +9,6 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 
 from dp_proto.exceptions import DataValidationError, PrivacyLeakWarning
 from dp_proto.llp import (
@@ -18,6 +17,7 @@ from dp_proto.llp import (
     proportion_bounds,
 )
 from dp_proto.privacy import PrivacyLedger
+from tests._stats import discrete_laplace_pvalue
 
 # Tests that check noise values fix it with noise_seed (or a seeded generator): the explicit
 # opt-in to reproducible noise, which warns with PrivacyLeakWarning (checked below and in
@@ -76,13 +76,16 @@ def test_private_proportions_are_normalised_and_bounded(epsilon):
 
 
 def test_noise_scale_is_one_over_epsilon():
-    """KS test: noisy - true counts ~ Lap(1/epsilon) when the clip bounds are never hit."""
+    """Noisy - true counts are integers with P(k) ~ exp(-epsilon |k|) (discrete Laplace of scale
+    1/epsilon) when the clip bounds are never hit: chi-square test on 2000 draws, false failure
+    probability 1e-3; a scale 1.5/epsilon is rejected."""
     epsilon = 0.5
     counts = torch.full((400, 5), 500.0, dtype=torch.float64)
     rel = private_label_proportions(counts, epsilon, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(rel.noisy_counts, rel.noisy_counts.round())  # integer counts + integer noise
     noise = (rel.noisy_counts - counts).flatten().numpy()
-    assert stats.kstest(noise, stats.laplace(scale=1 / epsilon).cdf).pvalue > 1e-3
-    assert stats.kstest(noise, stats.laplace(scale=1.5 / epsilon).cdf).pvalue < 1e-6
+    assert discrete_laplace_pvalue(noise, epsilon, kmax=8) > 1e-3
+    assert discrete_laplace_pvalue(noise, epsilon / 1.5, kmax=8) < 1e-6
 
 
 def test_ledger_records_one_laplace_release_with_epsilon():
@@ -91,8 +94,9 @@ def test_ledger_records_one_laplace_release_with_epsilon():
     private_label_proportions(counts, 0.1, batch_sizes=8, ledger=ledger, name="llp/test",
                               generator=torch.Generator().manual_seed(0))
     (event,) = ledger.events
-    assert event.kind == "laplace" and event.name == "llp/test"
-    assert event.noise_multiplier == pytest.approx(10.0) and event.sensitivity == 1.0
+    assert event.kind == "discrete_laplace" and event.name == "llp/test"
+    assert event.epsilon == pytest.approx(0.1) and event.grid_steps == 1 and event.sensitivity == 1.0
+    assert event.noise_multiplier is None
     assert ledger.get_epsilon(0.0) == pytest.approx(0.1)  # pure epsilon for the whole table
 
 
@@ -112,8 +116,9 @@ def test_noise_is_fresh_by_default_and_noise_seed_is_an_explicit_opt_in():
     assert not torch.equal(a.noisy_counts, b.noisy_counts)
     assert all(led.summary()["noise"] == "fresh" for led in fresh)
     seeded = PrivacyLedger()
-    with pytest.warns(PrivacyLeakWarning, match="noise_seed=7"):
+    with pytest.warns(PrivacyLeakWarning, match="noise_seed makes the noise reproducible") as caught:
         c = private_label_proportions(counts, 0.3, batch_sizes=32, noise_seed=7, ledger=seeded)
+    assert not any("7" in str(w.message) for w in caught)  # the seed is not printed (warnings reach logs)
     with pytest.warns(PrivacyLeakWarning):
         d = private_label_proportions(counts, 0.3, batch_sizes=32, noise_seed=7)
     assert torch.equal(c.noisy_counts, d.noisy_counts) and seeded.summary()["noise"] == "reproducible"
@@ -168,7 +173,9 @@ def test_unbiased_estimator_is_unbiased_and_costs_the_same():
     clipped = private_label_proportions(counts, 0.1, batch_sizes=32,
                                         generator=torch.Generator().manual_seed(0))
     assert float(clipped.proportions.reshape(2000, 2, 3).mean(0)[0, 0]) > 0.1  # pulled to uniform
-    assert ledger.events[0].noise_multiplier == pytest.approx(10.0)
+    (event,) = ledger.events  # the same release as the clipping estimator's: discrete Laplace, epsilon 0.1
+    assert event.kind == "discrete_laplace" and event.epsilon == pytest.approx(0.1) and event.grid_steps == 1
+    assert ledger.get_epsilon(0.0) == pytest.approx(0.1)
     with pytest.raises(ValueError, match="batch_sizes"):
         private_label_proportions(counts, 0.1, estimator="unbiased")
     with pytest.raises(ValueError, match="estimator"):

@@ -1,6 +1,7 @@
 """DP class-mean initialisation and the public-bounds scaler."""
 
 import logging
+import math
 import warnings
 
 import numpy as np
@@ -22,17 +23,21 @@ def _data(n=3000, d=4, seed=0):
 def test_sensitivities_and_budget_split_are_recorded():
     x, y, _ = _data(d=6)
     ledger = PrivacyLedger()
-    dp_class_mean_prototypes(x, y, 3, 1.0, ledger=ledger, count_fraction=0.4,
-                             generator=torch.Generator().manual_seed(0))
+    result = dp_class_mean_prototypes(x, y, 3, 1.0, ledger=ledger, count_fraction=0.4,
+                                      generator=torch.Generator().manual_seed(0))
+    assert torch.equal(result.noisy_counts, result.noisy_counts.round())  # integer counts + integer noise
     counts, sums = ledger.events
-    assert counts.kind == "laplace" and counts.sensitivity == 1.0 and counts.noise_multiplier == pytest.approx(2.5)
+    # the counts: discrete Laplace on the integer counts (float-safe), epsilon 0.4, one grid step
+    assert counts.kind == "discrete_laplace" and counts.sensitivity == 1.0 and counts.grid_steps == 1
+    assert counts.epsilon == pytest.approx(0.4) and counts.noise_multiplier is None
     assert sums.kind == "pure" and sums.sensitivity == 6.0 and sums.epsilon == pytest.approx(0.6)
     assert ledger.get_epsilon(0.0) == pytest.approx(1.0)
 
 
 def test_noise_scales_match_the_sensitivities():
-    """Over many runs, the noisy counts have variance 2 (1/eps_c)^2 and the class sums
-    Laplace noise of scale d / eps_s, so the prototype error shrinks like 1/n."""
+    """Over many runs, the noisy counts have the discrete Laplace variance 2 q / (1 - q)^2,
+    q = exp(-eps_c), and the class sums Laplace noise of scale d / eps_s, so the prototype
+    error shrinks like 1/n."""
     x, y, _ = _data(n=400, d=2)
     eps = 2.0
     counts = np.stack([
@@ -41,7 +46,9 @@ def test_noise_scales_match_the_sensitivities():
     ])
     true = np.bincount(y.numpy(), minlength=3)
     np.testing.assert_allclose(counts.mean(0), true, atol=0.2)
-    np.testing.assert_allclose(counts.var(0), 2 * (1 / (eps / 2)) ** 2, rtol=0.15)
+    assert np.array_equal(counts, np.round(counts))
+    q = math.exp(-eps / 2)  # count_fraction 0.5
+    np.testing.assert_allclose(counts.var(0), 2 * q / (1 - q) ** 2, rtol=0.15)
 
 
 def test_prototypes_converge_to_class_means_and_stay_in_domain():

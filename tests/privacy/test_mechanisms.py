@@ -19,6 +19,7 @@ from dp_proto.privacy import (
     noisy_majority_vote,
     report_noisy_max,
 )
+from tests._stats import discrete_laplace_pvalue
 
 ALPHA = 1e-4
 
@@ -35,19 +36,81 @@ def test_laplace_mechanism_noise_scale_and_event():
 
 
 def test_histogram_is_single_coordinate_laplace():
+    """The default histogram is float-safe: integer counts plus discrete Laplace noise
+    ``P(k) ~ exp(-epsilon |k|)``, accounted with its exact loss distribution (one grid step)."""
     ledger = PrivacyLedger()
     labels = torch.tensor([0, 1, 1, 2, 2, 2])
     out = noisy_histogram(labels, 4, 2.0, ledger=ledger, generator=torch.Generator().manual_seed(0))
-    assert out.shape == (4,)
+    assert out.shape == (4,) and out.dtype == torch.float64 and torch.equal(out, out.round())
     (event,) = ledger.events
-    assert event.kind == "laplace" and event.noise_multiplier == pytest.approx(0.5)
+    assert event.kind == "discrete_laplace" and event.epsilon == 2.0 and event.grid_steps == 1
+    assert event.sensitivity == 1.0 and event.noise_multiplier is None
     assert ledger.get_epsilon(0.0) == pytest.approx(2.0)
     # many repetitions: mean of the noisy histogram is the true histogram
     reps = torch.stack([noisy_histogram(labels, 4, 2.0, generator=torch.Generator().manual_seed(s))
                         for s in range(2000)])
     np.testing.assert_allclose(reps.mean(0).numpy(), [1, 2, 3, 0], atol=0.06)
+    # and the 8000 noise values follow P(k) ~ exp(-2 |k|): chi-square, false failure probability
+    # ALPHA; epsilon 2 / 1.5 is rejected
+    noise = (reps - torch.tensor([1.0, 2.0, 3.0, 0.0])).reshape(-1).numpy()
+    assert discrete_laplace_pvalue(noise, 2.0, kmax=2) > ALPHA
+    assert discrete_laplace_pvalue(noise, 2.0 / 1.5, kmax=2) < 1e-6
     with pytest.raises(ValueError, match=r"labels must lie in 0..3"):
         noisy_histogram(torch.tensor([0, 4]), 4, 1.0)
+
+
+@pytest.mark.parametrize("single_coordinate", [True, False])
+def test_laplace_mechanism_default_grid_is_float_safe(single_coordinate):
+    """grid="auto": the value is rounded to the public grid Delta / (1024 k) (k = 1 for a
+    single coordinate, else value.numel()) and grid-multiples of discrete Laplace noise are
+    added, so every output lies on the grid; the noise has the Laplace std sqrt(2) Delta / eps
+    (0.1 % more). With n = 2^16 draws the sample std has a relative sd of sqrt(5 / n) / 2 =
+    0.44 % (Laplace kurtosis 6), so the 5 % tolerance is > 11 sd: false failure probability
+    below 1e-25 (normal approximation)."""
+    n, delta, eps = 2 ** 16, 2.0, 0.8
+    k = 1 if single_coordinate else n
+    grid = delta / (1024 * k)  # 2^-9 or 2^-25: a power of two, so the arithmetic below is exact
+    gen = torch.Generator().manual_seed(5)
+    m = torch.randint(-round(2 / grid), round(2 / grid), (n,), generator=gen, dtype=torch.float64)
+    up = torch.randint(0, 2, (n,), generator=gen, dtype=torch.float64)
+    value = (m + 0.25 + 0.5 * up) * grid  # 1/4 step above m or below m + 1: rounds to the nearest
+    m = m + up  # the rounded value in grid steps
+    ledger = PrivacyLedger()
+    out = laplace_mechanism(value, delta, eps, ledger=ledger, generator=gen, name="auto",
+                            single_coordinate=single_coordinate)
+    assert out.dtype == torch.float64 and out.shape == value.shape
+    steps = out / grid - m  # the noise in grid steps
+    assert torch.equal(steps, steps.round())  # on the grid
+    (event,) = ledger.events
+    if single_coordinate:
+        assert event.kind == "discrete_laplace" and event.epsilon == eps and event.noise_multiplier is None
+        assert event.grid_steps == 1024 + 1  # ceil(Delta / grid) + one step of rounding slack
+    else:
+        assert event.kind == "pure" and event.epsilon == eps and event.grid_steps is None
+    assert event.sensitivity == delta and ledger.get_epsilon(0.0) == pytest.approx(eps, rel=1e-3)
+    noise = (steps * grid).numpy()
+    assert np.std(noise) == pytest.approx(math.sqrt(2) * delta / eps, rel=0.05)
+    # the shape is Laplace's: the grid is 1/1025 of the scale, far below the KS resolution
+    assert stats.kstest(noise, stats.laplace(scale=delta / eps).cdf).pvalue > ALPHA
+    # rounding to the nearest grid point: with epsilon = 1e4 k the noise is 0 with probability
+    # 1 - 2 e^-9.76 / (1 + e^-9.76) > 0.9998 (about 8 of 2^16 nonzero; floor or ceil would
+    # miss half of the points; more than 80 nonzero has probability < 1e-40, Poisson)
+    sharp = laplace_mechanism(value, delta, 1e4 * k, generator=gen, single_coordinate=single_coordinate)
+    assert int((sharp / grid != m).sum()) <= 80
+    # grid=None: the textbook continuous Laplace, off any grid, value not rounded
+    ledger = PrivacyLedger()
+    cont = laplace_mechanism(value, delta, eps, ledger=ledger, generator=gen, grid=None,
+                             single_coordinate=single_coordinate)
+    (event,) = ledger.events
+    if single_coordinate:
+        assert event.kind == "laplace" and event.noise_multiplier == pytest.approx(1 / eps)
+    else:
+        assert event.kind == "pure" and event.epsilon == eps
+    noise = (cont - value).numpy()
+    assert stats.kstest(noise, stats.laplace(scale=delta / eps).cdf).pvalue > ALPHA
+    # the offset from the auto grid is uniform in [0, 1) steps, not 0 as on the grid
+    frac = (cont / grid) - torch.floor(cont / grid)
+    assert stats.kstest(frac.numpy(), stats.uniform.cdf).pvalue > ALPHA
 
 
 def test_discrete_counts_are_not_over_noised():
@@ -77,12 +140,26 @@ def test_discrete_histogram_outputs_integers():
 
 
 def test_noisy_count():
-    ledger = PrivacyLedger()
-    values = [noisy_count(100, 1.0, generator=torch.Generator().manual_seed(s)) for s in range(3000)]
+    """Default: integer count + discrete Laplace, Var = 2 q / (1 - q)^2 with q = e^-epsilon
+    (1.841 for epsilon 1); discrete=False: continuous Lap(1/epsilon), Var 2. 3000 draws: the
+    sample variance has a relative sd of about 4 %, the 10 % tolerance is about 2.4 sd."""
+    values = np.array([noisy_count(100, 1.0, generator=torch.Generator().manual_seed(s)) for s in range(3000)])
+    assert np.array_equal(values, np.round(values))
     assert abs(np.mean(values) - 100) < 0.1
-    assert np.var(values) == pytest.approx(2.0, rel=0.1)  # Var Lap(1) = 2
+    q = math.exp(-1.0)
+    assert np.var(values) == pytest.approx(2 * q / (1 - q) ** 2, rel=0.1)
+    cont = np.array([noisy_count(100, 1.0, discrete=False, generator=torch.Generator().manual_seed(s))
+                     for s in range(3000)])
+    assert not np.any(cont == np.round(cont))  # continuous: never an integer
+    assert abs(np.mean(cont) - 100) < 0.1
+    assert np.var(cont) == pytest.approx(2.0, rel=0.1)  # Var Lap(1) = 2
+    ledger = PrivacyLedger()
     noisy_count(5, 0.5, ledger=ledger)
-    assert ledger.get_epsilon(0.0) == pytest.approx(0.5)
+    noisy_count(5, 0.5, ledger=ledger, discrete=False)
+    discrete, continuous = ledger.events
+    assert discrete.kind == "discrete_laplace" and discrete.epsilon == 0.5 and discrete.grid_steps == 1
+    assert continuous.kind == "laplace" and continuous.noise_multiplier == pytest.approx(2.0)
+    assert ledger.get_epsilon(0.0) == pytest.approx(1.0)
 
 
 def test_gaussian_mechanism_sigma_and_event():

@@ -177,11 +177,30 @@ def test_finding3_a_callers_generator_warns_and_marks_the_ledger():
 
 # -- finding 6: the DP-SGD normaliser is public --------------------------------------------
 def test_finding6_normaliser_is_the_noisy_count_not_q_times_n():
+    """Given the same released noisy counts, removing a record leaves the normaliser as it
+    is (the old q * n moved by q); it is q times the released total."""
     X, y = _iris()
-    est = DPGLVQ(epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], sampling_rate=0.2, epochs=1).fit(X, y)
-    noisy_n = float(est.ledger_ and est.expected_batch_size_ / 0.2)
-    assert est.expected_batch_size_ == pytest.approx(0.2 * noisy_n)
-    assert est.expected_batch_size_ != pytest.approx(0.2 * len(y), abs=1e-9)
+
+    def release(X, y):
+        est = DPGLVQ(epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], sampling_rate=0.2, epochs=1).fit(X, y)
+        return est.expected_batch_size_
+
+    neighbour_check(release, (X, y), [0, len(y) - 1]).assert_ok()
+    from dp_proto.privacy import dp_init
+
+    released = []
+    original = dp_init.noisy_histogram
+
+    def spy(*args, **kwargs):
+        released.append(original(*args, **kwargs))
+        return released[-1]
+
+    dp_init.noisy_histogram = spy
+    try:
+        est = DPGLVQ(epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], sampling_rate=0.2, epochs=1).fit(X, y)
+    finally:
+        dp_init.noisy_histogram = original
+    assert est.expected_batch_size_ == pytest.approx(0.2 * max(float(released[0].sum()), 1.0))
 
 
 def test_finding6_fit_dp_sgd_needs_a_public_expected_batch_size():

@@ -52,7 +52,13 @@ def test_ledger_records_centre_and_votes_and_shares_the_budget(iris):
     names = [e.name for e in model.ledger_.events]
     assert names == ["svdd/centre", "svdd/record_count", "svdd/votes"]
     assert model.ledger_.events[0].epsilon == pytest.approx(0.5)
-    assert model.ledger_.events[1].noise_multiplier == pytest.approx(10.0)  # Lap(1 / (0.05 * 2))
+    # the record count and the votes: discrete Laplace on integer counts (one grid step each)
+    count, votes = model.ledger_.events[1:]
+    assert count.kind == "discrete_laplace" and count.epsilon == pytest.approx(0.1)  # 0.05 * 2
+    assert count.grid_steps == 1 and count.sensitivity == 1.0 and count.noise_multiplier is None
+    assert votes.kind == "discrete_laplace" and votes.epsilon == pytest.approx(2.0 - 0.5 - 0.1)
+    assert votes.grid_steps == 1 and votes.sensitivity == 1.0
+    assert torch.equal(model.cell_counts_, model.cell_counts_.round())  # integer noisy counts
     assert model.ledger_.get_epsilon() == pytest.approx(2.0, rel=1e-3)
     assert model.is_private_
     fixed, _ = _fit(iris, epsilon=2.0, n_starts=300, starts="normal")
@@ -85,7 +91,7 @@ def test_thesis_variant_warns_and_records_a_non_private_release(iris):
         model, acc = _fit(iris, epsilon=1.0, starts="training")
     assert not model.is_private_
     assert [(e.kind, e.name) for e in model.ledger_.events] == [
-        ("non_private", "svdd/training_starts"), ("pure", "svdd/centre"), ("laplace", "svdd/votes")]
+        ("non_private", "svdd/training_starts"), ("pure", "svdd/centre"), ("discrete_laplace", "svdd/votes")]
     assert math.isinf(model.ledger_.get_epsilon())
     assert acc > 0.3
     from dp_proto.exceptions import PrivacyBudgetExceededError

@@ -19,6 +19,7 @@ from dp_proto.svdd import (
     release_centre,
     solve_svdd_dual,
 )
+from tests._stats import discrete_laplace_pvalue
 
 # These tests seed the noise on purpose (exact distributions, empirical audits): the
 # PrivacyLeakWarning that a caller's generator raises is expected here.
@@ -82,7 +83,14 @@ def test_noisy_cell_counts_scale_shape_and_ledger():
     assert ledger.get_epsilon() == pytest.approx(0.5, rel=1e-3)
     exact = torch.tensor([[1, 1], [0, 1], [2, 1], [0, 0]], dtype=torch.float64)
     noise = torch.cat([noisy_cell_counts(cells, labels, 4, 2, 0.5, generator=gen) - exact for _ in range(500)])
-    assert stats.kstest(noise.reshape(-1).numpy(), stats.laplace(scale=2.0).cdf).pvalue > 1e-3
+    assert torch.equal(out, out.round())  # integer counts, integer noise (float-safe)
+    (event,) = ledger.events
+    assert event.kind == "discrete_laplace" and event.epsilon == 0.5 and event.grid_steps == 1
+    # 4000 draws of P(k) ~ exp(-0.5 |k|): chi-square test, false failure probability 1e-3;
+    # the continuous Lap(2) is rejected (non-integer) and so is a discrete Laplace of scale 3
+    noise = noise.reshape(-1).numpy()
+    assert discrete_laplace_pvalue(noise, 0.5, kmax=8) > 1e-3
+    assert discrete_laplace_pvalue(noise, 0.5 / 1.5, kmax=8) < 1e-6
     with pytest.raises(ValueError, match="lie in"):
         noisy_cell_counts(cells, labels, 2, 2, 1.0)
     with pytest.raises(ValueError, match="shape"):
