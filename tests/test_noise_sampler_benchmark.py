@@ -1,0 +1,29 @@
+"""benchmarks/noise_samplers.py: the discrete Laplace sampler comparison runs and its
+goodness-of-fit test separates the right scale from a wrong one."""
+
+import json
+
+import numpy as np
+
+from dp_proto.privacy.noise import discrete_laplace_noise
+from tests._benchmarks import import_benchmark
+
+
+def test_noise_sampler_benchmark_prints_its_keys(tmp_path, capsys):
+    bench = import_benchmark("noise_samplers")
+    out = tmp_path / "noise.json"
+    assert bench.main(["--n", "20000", "--out", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    assert payload["benchmark"] == "noise_samplers" and "speed_ratio_opendp_over_dp_proto" in payload
+    row = payload["results"]["dp_proto"]
+    assert set(row) == {"n", "seconds", "ns_per_draw", "pvalue"}
+    assert all(p > 1e-4 for p in row["pvalue"].values())
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["benchmark"] == "noise_samplers"
+
+
+def test_pmf_test_rejects_a_wrong_scale():
+    bench = import_benchmark("noise_samplers")
+    noise = discrete_laplace_noise(50_000, 10.0).numpy()
+    assert bench.pmf_pvalue(noise, 10.0) > 1e-4
+    assert bench.pmf_pvalue(noise, 12.0) < 1e-6
+    assert bench.pmf_pvalue(np.round(noise * 0.8), 10.0) < 1e-6
