@@ -70,8 +70,12 @@ def uniform_open(
     shape, *, generator: torch.Generator | None = None, secure: bool = False,
     device: torch.device | str | None = None,
 ) -> Tensor:
-    """Uniform variates on the open interval ``(0, 1)``, float64: ``(k + 0.5) / 2^53``
-    with ``k`` a uniform 53-bit integer from the generator or from ``os.urandom``."""
+    """Uniform variates on the open interval ``(0, 1)``, float64 on a 53-bit lattice.
+
+    ``os.urandom`` (``secure``): ``(k + 0.5) / 2^53``, ``k`` a uniform 53-bit integer. A
+    generator: torch's float64 ``rand`` (``k / 2^53``, the same 53 random bits) with
+    ``k = 0`` moved to ``2^-54``. Either way the smallest value is ``2^-54``, which bounds
+    the Gaussian sampler's largest output at ``sqrt(2 ln 2^54) ~ 8.65`` sigma."""
     shape = _shape(shape)
     n = math.prod(shape)
     if secure:
@@ -82,8 +86,8 @@ def uniform_open(
         return ((k + 0.5) / _TWO_POW_53).to(device)
     if generator is None:
         generator = fresh_generator(device)
-    k = torch.randint(0, 2**53, shape, generator=generator, dtype=torch.int64, device=generator.device)
-    return ((k.to(torch.float64) + 0.5) / _TWO_POW_53).to(device)
+    u = torch.rand(shape, generator=generator, dtype=torch.float64, device=generator.device)
+    return torch.where(u == 0, 0.5 / _TWO_POW_53, u).to(device)
 
 
 def laplace_noise(
@@ -103,12 +107,16 @@ def gaussian_noise(
     dtype: torch.dtype = torch.float64, device: torch.device | str | None = None,
 ) -> Tensor:
     """I.i.d. ``N(0, std^2)`` by Box-Muller on 53-bit uniforms (float64; see Tails above),
-    from ``generator`` (fresh entropy for None) or ``os.urandom`` (``secure``)."""
+    from ``generator`` (fresh entropy for None) or ``os.urandom`` (``secure``). Each pair
+    of uniforms gives two independent normals (``r cos t``, ``r sin t``)."""
     if not std >= 0:
         raise ValueError(f"Gaussian std must be >= 0, got {std!r}")
     shape = _shape(shape)
-    u = uniform_open((2, *shape), secure=secure, generator=generator, device=device)
-    z = torch.sqrt(-2.0 * torch.log(u[0])) * torch.cos(2.0 * math.pi * u[1])
+    n = math.prod(shape)
+    u = uniform_open((2, (n + 1) // 2), secure=secure, generator=generator, device=device)
+    radius = torch.sqrt(-2.0 * torch.log(u[0]))
+    angle = (2.0 * math.pi) * u[1]
+    z = torch.cat([radius * torch.cos(angle), radius * torch.sin(angle)])[:n].reshape(shape)
     return (std * z).to(dtype)
 
 

@@ -96,4 +96,5 @@ def test_dp_sgd_noise_reaches_beyond_six_sigma(monkeypatch):
     assert draws
     for r in draws:  # std = noise_multiplier * max_grad_norm = 0.5
         z = (r.output.double() - r.pre_noise) / 0.5
-        assert bool((z > 8.5).all()), z.min()
+        cos_half = z.reshape(-1)[: (z.numel() + 1) // 2]  # r cos(0); the sin half is r sin(0) = 0
+        assert bool((cos_half > 8.5).all()), cos_half.min()
