@@ -9,8 +9,8 @@ training epoch is timed in five modes:
   forward, GLVQ cost (mean), backward, ``SGD(lr=0.01)`` step;
 * ``dp_fused``: the fused engine of :mod:`dp_proto.privacy.fused_dpsgd` (the default
   of the DP estimators): Poisson index sampling, our norm samplers, one backward pass
-  of the clip-weighted output gradients, Gaussian noise, the same ``SGD`` step; no
-  Opacus wrappers;
+  of the clip-weighted output gradients, Gaussian noise (float64 Box-Muller, as every
+  private release draws it), the same ``SGD`` step; no Opacus wrappers;
 * ``dp_hooks``: ``PrivacyEngine().make_private(..., grad_sample_mode="hooks")`` with
   the grad samplers of :mod:`dp_proto.privacy.grad_samplers` (per-sample gradients
   materialised, then clipped by the DP optimizer);
@@ -20,6 +20,12 @@ training epoch is timed in five modes:
   ``reduction`` attribute, which Opacus wraps;
 * ``dp_functorch``: ``grad_sample_mode="functorch"`` (Opacus ignores our samplers and
   computes per-sample gradients with ``torch.func.vmap(grad(...))``).
+
+The three Opacus modes get the noise of the library's Opacus engine
+(:func:`dp_proto.privacy.opacus_noise.make_noise_sound`: float64 Box-Muller noise instead
+of Opacus' float32 ``torch.normal``, the public expected batch as normaliser), so every
+DP mode draws the same noise. The noise comes from seeded generators (a timing run
+releases nothing).
 
 All DP modes use Poisson sampling with rate ``batch_size / n`` (``n`` is a multiple
 of the batch size, so the expected batch equals the non-private batch and every mode
@@ -89,6 +95,7 @@ from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.losses import glvq_loss
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.privacy.fused_dpsgd import dp_sgd_step, poisson_batch_index
+from dp_proto.privacy.opacus_noise import make_noise_sound
 
 BENCHMARK = "dpsgd_speed"
 MODELS = ("glvq_d784", "gmlvq_d784", "lgmlvq_d30")
@@ -239,6 +246,9 @@ class Setup:
             else:
                 self.model, self.optimizer, self.loader = engine.make_private(**kwargs)
                 self.criterion = criterion
+        # the library's Opacus engine: float64 noise, the public expected batch as normaliser
+        make_noise_sound(self.optimizer, expected_batch_size=batch_size,
+                         generator=torch.Generator().manual_seed(seed + 1))
         self.engine = engine
 
     def step(self, xb: Tensor, yb: Tensor) -> None:
@@ -593,6 +603,9 @@ def main(argv: list[str] | None = None) -> int:
         f"seconds per epoch: wall clock (time.perf_counter), median of up to {args.repeats} timed "
         f"epoch(s) after {args.warmup_steps} warm-up step(s); cpu_s_per_epoch: time.process_time; "
         "batches fetched with one tensor index (no per-sample collation)",
+        "noise: float64 Box-Muller in every DP mode (fused: dp_sgd_step; Opacus modes: "
+        "dp_proto.privacy.opacus_noise.make_noise_sound, as the library's Opacus engine), from seeded "
+        "generators; the normaliser is the expected batch",
         "dp_ghost: the GLVQ cost works as an Opacus ghost-clipping criterion (an nn.Module with a "
         "'reduction' attribute; Opacus sets it to 'none' to get per-sample costs, then runs two backward passes)",
         "dp_functorch: grad_sample_mode='functorch' (force_functorch=True, our samplers unused)",

@@ -47,8 +47,10 @@ Schemes (the registry ``SCHEMES``: name -> ``train(X, y, setup, seed) -> Fit``, 
   ``lr = 0.05``. DPGLVQ needs equal prototype counts per class, so the 2 + 1 XOR model
   runs the same pipeline from the library's pieces (``dp_class_mean_prototypes`` with
   one prototype per class, the class-0 mean duplicated with data-independent jitter
-  0.05, then ``fit_dp_sgd`` with the ledger-calibrated noise); with equal counts this
-  path reproduces DPGLVQ bit for bit (``tests/test_leakage_benchmark.py``).
+  0.05, then ``fit_dp_sgd`` with the ledger-calibrated noise and DPGLVQ's public
+  normaliser ``q n~``, ``n~`` the sum of the DP initialisation's noisy class counts);
+  with equal counts this path reproduces ``DPGLVQ(noise_seed=seed)`` bit for bit
+  (``tests/test_leakage_benchmark.py``).
 * ``saa``: ``dp_proto.privacy.aggregate.subsample_and_aggregate`` on the data mapped
   from the public box ``(-15, 15)^2`` onto ``[-1, 1]^2`` (prototypes mapped back);
   ``m = 10`` bins for the outlier data (about 10 records per bin), ``m = 30`` for XOR
@@ -56,6 +58,12 @@ Schemes (the registry ``SCHEMES``: name -> ``train(X, y, setup, seed) -> Fit``, 
   public reference ``(-10, 10), (10, -10)``; sensitivity ``saa_sensitivity(3, 2)``.
 * ``coa``: ``dp_proto.privacy.coa.coa_glvq``, the centre of attention over the same
   disjoint bins (domain diameter ``2 sqrt(W d)`` for the concatenated bin models).
+
+Reproducible noise: every private run draws its noise (and its bins, Poisson batches)
+from a generator seeded with the run's training seed (``DPGLVQ(noise_seed=seed)``, a
+seeded ``torch.Generator`` for the SAA / COA functions), the library's explicit opt-in
+to reproducible noise; its ``PrivacyLeakWarning`` is silenced here. A release would draw
+fresh noise.
 
 The private schemes run at ``--epsilon`` (1) and ``--delta`` (1e-5, below ``1/n`` for
 every data set here: ``1/101`` and ``1/1210``; a larger ``--delta`` must stay below them).
@@ -109,7 +117,7 @@ try:  # run as a script: benchmarks/ is on sys.path
 except ImportError:  # imported as benchmarks.leakage
     from benchmarks._common import emit_json, machine_description
 
-from dp_proto.exceptions import DomainWarning
+from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lvq import GLVQ, GLVQLayer, PrototypeModel, make_prototype_labels
 from dp_proto.privacy import DPGLVQ, PrivacyLedger, PublicBoundsScaler, dp_class_mean_prototypes
 from dp_proto.privacy.aggregate import subsample_and_aggregate
@@ -191,16 +199,23 @@ def train_vanilla(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
 
 
 def _scaler(setup: Setup) -> PublicBoundsScaler:
-    return PublicBoundsScaler(*setup.bounds, clip=True).fit()
+    """The public map onto [-1, 1]^d; the clipped count goes to the curator-only log (as in
+    the private estimators), not a warning."""
+    return PublicBoundsScaler(*setup.bounds, clip=True, warn=False).fit()
 
 
 def dp_sgd_from_pieces(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
     """DPGLVQ's pipeline for any prototype counts per class: DP class means (one per
     class, ``init_fraction * epsilon``), copies of a class's mean with data-independent
-    jitter (post-processing), then DP-SGD with the ledger-calibrated noise multiplier.
-    With equal counts of 1 it reproduces ``DPGLVQ(random_state=seed)`` exactly."""
-    rng = np.random.RandomState(seed)  # DPGLVQ: check_random_state(seed).randint(...)
-    generator = torch.Generator().manual_seed(int(rng.randint(0, 2**31 - 1)))
+    jitter (post-processing), then DP-SGD with the ledger-calibrated noise multiplier,
+    the update divided by DPGLVQ's public ``q n~`` (``n~`` the sum of the initialisation's
+    noisy class counts, never the private ``n``).
+
+    ``seed`` seeds every noise draw and sampling coin (one generator for the whole run,
+    as ``DPGLVQ(noise_seed=seed)`` does); with equal counts of 1 it reproduces
+    ``DPGLVQ(noise_seed=seed)`` exactly. Passing a seeded generator warns
+    ``PrivacyLeakWarning`` (reproducible noise): callers opt in and silence it."""
+    generator = torch.Generator().manual_seed(seed)  # DPGLVQ: seeded_generator(noise_seed)
     scaler = _scaler(setup)
     x_t = torch.as_tensor(scaler.transform(X), dtype=torch.float32)
     y_t = torch.as_tensor(y, dtype=torch.long)
@@ -221,25 +236,30 @@ def dp_sgd_from_pieces(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) ->
     model = PrototypeModel(layer, labels)
     q = setup.dp_sampling_rate  # public: it must not depend on n
     steps = sgd_steps(setup.dp_epochs, q)
+    # the public normaliser of the noisy sum, DPGLVQ's rule: q times the released noisy count
+    expected_batch = q * max(float(init.noisy_counts.sum()), 1.0)
     sigma = noise_multiplier_for("ledger", setup.epsilon, setup.delta, q, steps, prior_events=ledger.events)
     fit_dp_sgd(model, x_t, y_t, ledger=ledger, noise_multiplier=sigma, sampling_rate=q,
-               max_grad_norm=setup.dp_clip, steps=steps, lr=setup.dp_lr, optimizer="sgd",
-               clipping="joint", engine="fused", generator=generator, delta=setup.delta)
+               max_grad_norm=setup.dp_clip, steps=steps, expected_batch_size=expected_batch, lr=setup.dp_lr,
+               optimizer="sgd", clipping="joint", engine="fused", generator=generator, delta=setup.delta)
     out = scaler.inverse_transform(layer.prototypes.detach().numpy())
     return Fit(out, setup.labels, {"noise_multiplier": sigma, "sample_rate": q, "steps": steps,
                                    "certified_epsilon": ledger.get_epsilon(setup.delta)})
 
 
 def train_dp_sgd(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
-    """``DPGLVQ`` (DP class-mean initialisation + DP-SGD); the 2 + 1 XOR model, which
-    DPGLVQ refuses, goes through :func:`dp_sgd_from_pieces`."""
-    if not setup.equal_counts:
-        return dp_sgd_from_pieces(X, y, setup, seed)
-    model = DPGLVQ(setup.prototypes_per_class[0], epsilon=setup.epsilon, delta=setup.delta,
-                   sampling_rate=setup.dp_sampling_rate, max_grad_norm=setup.dp_clip,
-                   epochs=setup.dp_epochs, init_fraction=setup.dp_init_fraction, bounds=setup.bounds,
-                   solver="sgd", lr=setup.dp_lr, transfer_fn="identity", classes=np.unique(setup.labels),
-                   random_state=seed).fit(X, y)
+    """``DPGLVQ(noise_seed=seed)`` (DP class-mean initialisation + DP-SGD); the 2 + 1 XOR
+    model, which DPGLVQ refuses, goes through :func:`dp_sgd_from_pieces`."""
+    with warnings.catch_warnings():
+        # the benchmark opts in to reproducible noise (noise_seed / a seeded generator)
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        if not setup.equal_counts:
+            return dp_sgd_from_pieces(X, y, setup, seed)
+        model = DPGLVQ(setup.prototypes_per_class[0], epsilon=setup.epsilon, delta=setup.delta,
+                       sampling_rate=setup.dp_sampling_rate, max_grad_norm=setup.dp_clip,
+                       epochs=setup.dp_epochs, init_fraction=setup.dp_init_fraction, bounds=setup.bounds,
+                       solver="sgd", lr=setup.dp_lr, transfer_fn="identity", classes=np.unique(setup.labels),
+                       noise_seed=seed).fit(X, y)
     return Fit(model.prototypes_, np.asarray(model.prototype_labels_),
                {"noise_multiplier": model.noise_multiplier_, "sample_rate": model.sample_rate_,
                 "steps": model.n_iter_, "certified_epsilon": model.epsilon_})
@@ -257,15 +277,17 @@ def train_coa(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
     disjoint bins on ``[-1, 1]^d``; any prototype counts per class."""
     scaler = _scaler(setup)
     x = torch.as_tensor(scaler.transform(X), dtype=torch.float64)
-    prototypes, labels, result = coa_glvq(x, torch.as_tensor(y, dtype=torch.long), len(setup.prototypes_per_class),
-                                          setup.saa_bins, setup.epsilon, setup.delta,
-                                          prototypes_per_class=list(setup.prototypes_per_class),
-                                          reference=_reference(setup, scaler), epochs=setup.saa_epochs,
-                                          generator=torch.Generator().manual_seed(seed))
+    with warnings.catch_warnings():
+        # the benchmark opts in to reproducible noise (a seeded generator)
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        prototypes, labels, result = coa_glvq(x, torch.as_tensor(y, dtype=torch.long),
+                                              len(setup.prototypes_per_class), setup.saa_bins, setup.epsilon,
+                                              setup.delta, prototypes_per_class=list(setup.prototypes_per_class),
+                                              reference=_reference(setup, scaler), epochs=setup.saa_epochs,
+                                              generator=torch.Generator().manual_seed(seed))
     out = scaler.inverse_transform(prototypes.numpy())
-    half_width = (setup.bounds[1] - setup.bounds[0]) / 2
-    return Fit(out, labels.numpy(), {"bins": setup.saa_bins, "t0": result.t0,
-                                     "noise_std_data_units": result.noise_std * half_width})
+    # no noise std: COA's S(Z)/alpha depends on the bins' models without noise and is not released
+    return Fit(out, labels.numpy(), {"bins": setup.saa_bins, "t0": result.t0})
 
 
 def train_saa(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
@@ -273,13 +295,17 @@ def train_saa(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
     per class (the XOR model's two class-0 prototypes are matched to the public reference)."""
     scaler = _scaler(setup)
     x = torch.as_tensor(scaler.transform(X), dtype=torch.float64)
-    res = subsample_and_aggregate(x, torch.as_tensor(y, dtype=torch.long), len(setup.prototypes_per_class),
-                                  setup.saa_bins, setup.epsilon, setup.delta,
-                                  prototypes_per_class=list(setup.prototypes_per_class),
-                                  reference=_reference(setup, scaler), epochs=setup.saa_epochs,
-                                  generator=torch.Generator().manual_seed(seed))
+    with warnings.catch_warnings():
+        # the benchmark opts in to reproducible noise (a seeded generator)
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        res = subsample_and_aggregate(x, torch.as_tensor(y, dtype=torch.long), len(setup.prototypes_per_class),
+                                      setup.saa_bins, setup.epsilon, setup.delta,
+                                      prototypes_per_class=list(setup.prototypes_per_class),
+                                      reference=_reference(setup, scaler), epochs=setup.saa_epochs,
+                                      generator=torch.Generator().manual_seed(seed))
     out = scaler.inverse_transform(res.prototypes.numpy())
     half_width = (setup.bounds[1] - setup.bounds[0]) / 2
+    # noise_std: public (epsilon, delta, W, d, domain, m); empty_bins: curator-only (the benchmark is the curator)
     return Fit(out, res.prototype_labels.numpy(), {"bins": setup.saa_bins, "empty_bins": res.empty_bins,
                                                    "noise_std_data_units": res.noise_std * half_width})
 
@@ -349,18 +375,16 @@ def run_outlier(name: str, setup: Setup, args: argparse.Namespace) -> dict[str, 
     y_b = {s: np.empty(args.pairs) for s in OUTLIERS}
     acc = np.empty(args.pairs)
     info: dict[str, Any] = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DomainWarning)
-        for i in tqdm(range(args.pairs), desc=f"outlier {name}", unit="pair", file=sys.stderr,
-                      dynamic_ncols=True, leave=False):
-            rng = np.random.default_rng([args.seed, TAG_OUTLIER, i])
-            X, y = outlier_base(rng)
-            fit_a = train(X, y, setup, _seed(args.seed, TAG_OUTLIER, tag, i, 0))
-            y_a[i], acc[i] = _class1_y(fit_a), _accuracy(fit_a, X, y)
-            info = info or fit_a.info
-            for j, (setting, mean) in enumerate(OUTLIERS.items(), start=1):
-                xb, yb = add_record(X, y, rng.normal(mean, 1.0), 1)
-                y_b[setting][i] = _class1_y(train(xb, yb, setup, _seed(args.seed, TAG_OUTLIER, tag, i, j)))
+    for i in tqdm(range(args.pairs), desc=f"outlier {name}", unit="pair", file=sys.stderr,
+                  dynamic_ncols=True, leave=False):
+        rng = np.random.default_rng([args.seed, TAG_OUTLIER, i])
+        X, y = outlier_base(rng)
+        fit_a = train(X, y, setup, _seed(args.seed, TAG_OUTLIER, tag, i, 0))
+        y_a[i], acc[i] = _class1_y(fit_a), _accuracy(fit_a, X, y)
+        info = info or fit_a.info
+        for j, (setting, mean) in enumerate(OUTLIERS.items(), start=1):
+            xb, yb = add_record(X, y, rng.normal(mean, 1.0), 1)
+            y_b[setting][i] = _class1_y(train(xb, yb, setup, _seed(args.seed, TAG_OUTLIER, tag, i, j)))
     out: dict[str, Any] = {}
     for setting, mean in OUTLIERS.items():
         b = y_b[setting]
@@ -387,23 +411,21 @@ def run_xor(name: str, setup: Setup, args: argparse.Namespace) -> dict[str, Any]
     bottom_left = {}
     acc, offset = {}, {}
     info: dict[str, Any] = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DomainWarning)
-        for c, extra in enumerate((0, XOR_EXTRA)):
-            hits = np.empty(args.runs, dtype=bool)
-            accs, offs = np.empty(args.runs), np.empty(args.runs)
-            for r in tqdm(range(args.runs), desc=f"xor {name} {'unbalanced' if extra else 'balanced'}",
-                          unit="run", file=sys.stderr, dynamic_ncols=True, leave=False):
-                X, y = xor_data(np.random.default_rng([args.seed, TAG_XOR, c, r]), extra)
-                fit = train(X, y, setup, _seed(args.seed, TAG_XOR, tag, c, r))
-                centroid = fit.prototypes[fit.labels == 1].mean(0)
-                hits[r] = centroid[0] + centroid[1] < 0  # nearer (-10, -10) than (10, 10)
-                offs[r] = abs(centroid[0] + centroid[1]) / math.sqrt(2)
-                accs[r] = _accuracy(fit, X, y)
-                info = info or fit.info
-            bottom_left["unbalanced" if extra else "balanced"] = hits
-            acc["unbalanced" if extra else "balanced"] = float(accs.mean())
-            offset["unbalanced" if extra else "balanced"] = float(offs.mean())
+    for c, extra in enumerate((0, XOR_EXTRA)):
+        hits = np.empty(args.runs, dtype=bool)
+        accs, offs = np.empty(args.runs), np.empty(args.runs)
+        for r in tqdm(range(args.runs), desc=f"xor {name} {'unbalanced' if extra else 'balanced'}",
+                      unit="run", file=sys.stderr, dynamic_ncols=True, leave=False):
+            X, y = xor_data(np.random.default_rng([args.seed, TAG_XOR, c, r]), extra)
+            fit = train(X, y, setup, _seed(args.seed, TAG_XOR, tag, c, r))
+            centroid = fit.prototypes[fit.labels == 1].mean(0)
+            hits[r] = centroid[0] + centroid[1] < 0  # nearer (-10, -10) than (10, 10)
+            offs[r] = abs(centroid[0] + centroid[1]) / math.sqrt(2)
+            accs[r] = _accuracy(fit, X, y)
+            info = info or fit.info
+        bottom_left["unbalanced" if extra else "balanced"] = hits
+        acc["unbalanced" if extra else "balanced"] = float(accs.mean())
+        offset["unbalanced" if extra else "balanced"] = float(offs.mean())
     bal, unbal = bottom_left["balanced"], bottom_left["unbalanced"]
     table = [[int(bal.sum()), int((~bal).sum())], [int(unbal.sum()), int((~unbal).sum())]]
     return {
@@ -433,9 +455,7 @@ def run_audit(name: str, setup: Setup, args: argparse.Namespace) -> dict[str, An
         if not private and id(dataset) in cache:  # vanilla GLVQ is deterministic
             return cache[id(dataset)]
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DomainWarning)
-            value = _class1_y(train(dataset[0], dataset[1], setup, seed))
+        value = _class1_y(train(dataset[0], dataset[1], setup, seed))
         cache[id(dataset)] = value
         return value
 
@@ -630,7 +650,12 @@ def main(argv: list[str] | None = None) -> int:
         "epsilon for the DP initialisation, ledger calibration. saa: m = 10 bins (outlier), "
         "m = 30 (XOR), 30 Adam epochs per bin.",
         "dp_sgd: the Poisson rate q and the step count T are public settings, the same for A "
-        "and B (they do not depend on n).",
+        "and B (they do not depend on n); the noisy gradient sum is divided by the public q n~, "
+        "n~ the sum of the DP initialisation's noisy class counts.",
+        "Reproducible noise: every private run is seeded from its training seed (DPGLVQ(noise_seed=...), "
+        "seeded generators for SAA and COA), the library's explicit opt-in (its PrivacyLeakWarning is "
+        "silenced). Since issue 20 Gaussian noise is float64 Box-Muller and SAA's bins train "
+        "independently, so the numbers differ from runs before it.",
         "Significance across 400 different data sets measures an average effect of the record: "
         "epsilon-DP neither implies that it is insignificant nor is a significant shift a "
         "violation; the audit is the DP check.",

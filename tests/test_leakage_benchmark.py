@@ -5,11 +5,13 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from dp_proto.exceptions import PrivacyLeakWarning
 from tests._benchmarks import import_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,12 +69,27 @@ def _outlier_data(seed: int = 0):
 
 def test_pieces_reproduce_the_library_scheme(leakage):
     """With equal counts the DP-SGD pipeline used for the 2 + 1 XOR model must equal
-    DPGLVQ exactly (same seed, same draws)."""
+    DPGLVQ(noise_seed=seed) exactly (same seed, same draws, same public normaliser q n~)."""
     X, y = _outlier_data()
     setup = leakage.Setup((1, 1))
     a, b = leakage.dp_sgd_from_pieces(X, y, setup, 7), leakage.train_dp_sgd(X, y, setup, 7)
     np.testing.assert_array_equal(a.labels, b.labels)
     np.testing.assert_allclose(a.prototypes, b.prototypes, rtol=0, atol=1e-9)
+    assert a.info == b.info
+
+
+def test_private_schemes_opt_in_to_reproducible_noise_quietly(leakage):
+    """Every private scheme is seeded (the same seed gives the same release, another seed
+    another one) and silences its own PrivacyLeakWarning about the seed."""
+    X, y = _outlier_data()
+    setup = leakage.Setup((1, 1))
+    for name in leakage.PRIVATE_SCHEMES:
+        train = leakage.SCHEMES[name]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PrivacyLeakWarning)
+            first, again, other = train(X, y, setup, 5), train(X, y, setup, 5), train(X, y, setup, 6)
+        np.testing.assert_array_equal(first.prototypes, again.prototypes, err_msg=name)
+        assert not np.array_equal(first.prototypes, other.prototypes), name
 
 
 def test_registry_schemes_train_the_xor_model(leakage):
