@@ -397,7 +397,11 @@ def fit_dp_sgd(
     # os.urandom (never torch's global generator, which seeding a run makes predictable).
     loader = DPDataLoader(TensorDataset(x, y), sample_rate=sampling_rate,
                           generator=fresh_generator() if secure_mode else generator)
-    privacy_engine = PrivacyEngine(accountant="rdp", secure_mode=secure_mode)
+    with warnings.catch_warnings():
+        # Opacus warns that its own noise is not from a secure RNG; make_noise_sound below
+        # replaces that noise with ours (fresh entropy, or os.urandom in secure mode).
+        warnings.filterwarnings("ignore", message="Secure RNG turned off")
+        privacy_engine = PrivacyEngine(accountant="rdp", secure_mode=secure_mode)
     criterion = _glvq_criterion(model, transfer_fn, beta)
     kwargs: dict = {"criterion": criterion} if grad_sample_mode == "ghost" else {}
     clip_bound: float | list[float] = max_grad_norm
