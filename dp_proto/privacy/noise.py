@@ -87,7 +87,7 @@ def uniform_open(
     if generator is None:
         generator = fresh_generator(device)
     u = torch.rand(shape, generator=generator, dtype=torch.float64, device=generator.device)
-    return torch.where(u == 0, 0.5 / _TWO_POW_53, u).to(device)
+    return u.clamp_min_(0.5 / _TWO_POW_53).to(device)  # k = 0 -> 2^-54; every other k / 2^53 as drawn
 
 
 def laplace_noise(
@@ -106,18 +106,21 @@ def gaussian_noise(
     shape, std: float, *, generator: torch.Generator | None = None, secure: bool = False,
     dtype: torch.dtype = torch.float64, device: torch.device | str | None = None,
 ) -> Tensor:
-    """I.i.d. ``N(0, std^2)`` by Box-Muller on 53-bit uniforms (float64; see Tails above),
-    from ``generator`` (fresh entropy for None) or ``os.urandom`` (``secure``). Each pair
-    of uniforms gives two independent normals (``r cos t``, ``r sin t``)."""
+    """I.i.d. ``N(0, std^2)`` by Box-Muller on 53-bit uniforms (see Tails above), from
+    ``generator`` (fresh entropy for None) or ``os.urandom`` (``secure``). Each pair of
+    uniforms gives two independent normals (``r cos t``, ``r sin t``). The radius, which
+    carries the tails, is computed in float64; the angle's cosine and sine in the output
+    dtype when that is narrower (the angle only rotates, it cannot cut a tail)."""
     if not std >= 0:
         raise ValueError(f"Gaussian std must be >= 0, got {std!r}")
     shape = _shape(shape)
     n = math.prod(shape)
+    work = torch.float64 if dtype == torch.float64 else torch.float32
     u = uniform_open((2, (n + 1) // 2), secure=secure, generator=generator, device=device)
-    radius = torch.sqrt(-2.0 * torch.log(u[0]))
-    angle = (2.0 * math.pi) * u[1]
+    radius = torch.sqrt(-2.0 * torch.log(u[0])).mul_(std).to(work)
+    angle = ((2.0 * math.pi) * u[1]).to(work)
     z = torch.cat([radius * torch.cos(angle), radius * torch.sin(angle)])[:n].reshape(shape)
-    return (std * z).to(dtype)
+    return z.to(dtype)
 
 
 def discrete_laplace_noise(
