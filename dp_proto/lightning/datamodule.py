@@ -26,7 +26,7 @@ from dp_proto._validation import check_finite_rows
 from dp_proto.exceptions import DataValidationError, PrivacyLeakWarning
 from dp_proto.privacy.curator import curator_log
 from dp_proto.privacy.domain import public_classes
-from dp_proto.privacy.randomness import fresh_generator, seeded_generator
+from dp_proto.privacy.randomness import check_noise_seed, fresh_generator, seeded_generator
 
 __all__ = ["ArrayDataModule", "Scaling", "poisson_seed", "route_opacus_notices"]
 
@@ -56,8 +56,9 @@ def route_opacus_notices() -> None:
 def poisson_seed(noise_seed: int) -> int:
     """The seed of the Poisson sampling coins of a run whose noise is reproducible with
     ``noise_seed``: a stream of its own (not the noise's), derived by ``SeedSequence``."""
-    if isinstance(noise_seed, bool) or not isinstance(noise_seed, int) or noise_seed < 0:
-        raise ValueError(f"noise_seed must be a non-negative int, got {noise_seed!r}")
+    if noise_seed is None:
+        raise ValueError("poisson_seed needs a noise_seed")
+    noise_seed = check_noise_seed(noise_seed)
     return int(np.random.SeedSequence([noise_seed, 0x706F6973736F6E]).generate_state(1, np.uint64)[0])
 
 

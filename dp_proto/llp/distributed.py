@@ -130,6 +130,7 @@ from dp_proto.llp.proportions import (
 )
 from dp_proto.privacy.calibration import check_epsilon
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
+from dp_proto.privacy.randomness import check_noise_seed
 
 __all__ = [
     "NodeProcessError",
@@ -381,8 +382,7 @@ def run_node(
     try:
         batch_size = _check_options(batch_size, estimator, own_proportions, epsilon)
         _check_seed("seed", seed)
-        if noise_seed is not None:
-            noise_seed = _check_seed("noise_seed", noise_seed)
+        noise_seed = check_noise_seed(noise_seed)
         origin, stop, num_batches = _check_time_range(time_range, batch_size)
         nbrs = [int(j) for j in neighbours_of_rank]
         bad = [j for j in nbrs if not 0 <= j < world_size]
@@ -642,8 +642,7 @@ def launch_network(
     if train_masks is not None and len(train_masks) != n_nodes:
         raise ValueError(f"train_masks has {len(train_masks)} entries for {n_nodes} nodes")
     _check_seed("seed", seed)
-    if noise_seed is not None:
-        noise_seed = _check_seed("noise_seed", noise_seed)
+    noise_seed = check_noise_seed(noise_seed)
     origin, stop, _ = _resolve_time_range(time_range, nodes, batch_size, epsilon, "launch_network")
     time_range = (origin, stop)
     if epsilon is not None and noise_seed is not None:

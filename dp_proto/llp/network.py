@@ -89,7 +89,7 @@ from dp_proto.llp.proportions import (
 from dp_proto.privacy.calibration import check_epsilon
 from dp_proto.privacy.curator import curator_log
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
-from dp_proto.privacy.randomness import fresh_generator, seeded_generator
+from dp_proto.privacy.randomness import check_noise_seed, fresh_generator, seeded_generator
 
 __all__ = [
     "NetworkEvaluation",
@@ -171,7 +171,7 @@ def node_noise_generator(
     node_index = _check_seed("node_index", node_index)
     if noise_seed is None:
         return fresh_generator(torch.device(device))
-    noise_seed = _check_seed("noise_seed", noise_seed)
+    noise_seed = check_noise_seed(noise_seed)
     if warn:
         _warn_noise_seed(f"LLP node {node_index}", noise_seed, "its release")
     return seeded_generator(_derived_seed(noise_seed, node_index, _NOISE_STREAM), torch.device(device),
@@ -500,8 +500,7 @@ def simulate_network(
     if epsilon is not None:
         check_epsilon(epsilon)
     _check_seed("seed", seed)
-    if noise_seed is not None:
-        noise_seed = _check_seed("noise_seed", noise_seed)
+    noise_seed = check_noise_seed(noise_seed)
     device = torch.device(device)
     origin, stop, num_batches = _resolve_time_range(time_range, nodes, batch_size, epsilon, "simulate_network")
     private = epsilon is not None

@@ -29,7 +29,6 @@ trainable backbone needs Opacus' samplers (``engine="opacus"``).
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 from torch import Tensor
@@ -41,6 +40,7 @@ from dp_proto.lvq.losses import glvq_cost_and_gradient
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.privacy.grad_samplers import glvq_norm_sample, gmlvq_norm_sample, lgmlvq_norm_sample
 from dp_proto.privacy.noise import gaussian_noise
+from dp_proto.privacy.randomness import fresh_generator
 from dp_proto.privacy.testing import intercept
 
 __all__ = ["clipped_gradient_sum", "dp_sgd_step", "poisson_batch_index", "fit_dp_sgd_fused",
@@ -231,10 +231,8 @@ def fit_dp_sgd_fused(
     expected_batch = expected_batch_size  # public; never q * n (n is private)
     steps_per_epoch = max(round(1.0 / sampling_rate), 1)
     std = noise_multiplier * max_grad_norm
-    sampling_gen = generator
-    if secure_mode:  # batch membership from operating-system entropy, as Opacus' secure mode
-        seed = int.from_bytes(os.urandom(8), "little") >> 1
-        sampling_gen = torch.Generator(device=x.device).manual_seed(seed)
+    # secure mode: batch membership from a generator seeded with operating-system entropy
+    sampling_gen = fresh_generator(x.device) if secure_mode else generator
     model.train()
     while result.steps < steps:
         epoch_steps = min(steps_per_epoch, steps - result.steps)

@@ -26,7 +26,7 @@ import torch
 from opacus.optimizers.optimizer import DPOptimizer, _check_processed_flag, _mark_as_processed
 
 from dp_proto.privacy.noise import gaussian_noise
-from dp_proto.privacy.randomness import fresh_generator, noise_source
+from dp_proto.privacy.randomness import fresh_generator
 from dp_proto.privacy.testing import intercept
 
 __all__ = ["make_noise_sound", "check_expected_batch_size"]
@@ -60,7 +60,7 @@ def _sound_add_noise(self) -> None:
 
 @functools.cache
 def _sound_class(base: type) -> type:
-    return type(f"Sound{base.__name__}", (base,), {"add_noise": _sound_add_noise})
+    return type(f"Sound{base.__name__}", (base,), {"add_noise": _sound_add_noise, "_dp_proto_sound": True})
 
 
 def make_noise_sound(optimizer: DPOptimizer, *, expected_batch_size: float,
@@ -76,11 +76,9 @@ def make_noise_sound(optimizer: DPOptimizer, *, expected_batch_size: float,
     base = type(optimizer)
     if not getattr(base, "_dp_proto_sound", False):
         optimizer.__class__ = _sound_class(base)
-        optimizer.__class__._dp_proto_sound = True
     optimizer.expected_batch_size = check_expected_batch_size(expected_batch_size)
     optimizer._sound_secure = bool(secure)
     optimizer._sound_generator = None if secure else (generator if generator is not None else fresh_generator())
     optimizer._sound_name = name
-    optimizer._sound_source = noise_source(generator, secure)
     optimizer.generator = None  # Opacus' own sampler is never used
     return optimizer

@@ -23,6 +23,7 @@ The ledger records the source of every release's randomness
 
 from __future__ import annotations
 
+import numbers
 import os
 import warnings
 import weakref
@@ -33,7 +34,7 @@ import torch
 from dp_proto.exceptions import PrivacyLeakWarning
 
 __all__ = ["fresh_generator", "seeded_generator", "noise_generator", "noise_source",
-           "resolve_generator", "entropy_seed", "NoiseSource"]
+           "resolve_generator", "entropy_seed", "check_noise_seed", "NoiseSource"]
 
 NoiseSource = Literal["fresh", "secure", "reproducible"]
 
@@ -47,6 +48,16 @@ def entropy_seed() -> int:
     """64 bits from ``os.urandom`` as a non-negative int (``torch.Generator`` accepts
     seeds up to ``2^64 - 1``)."""
     return int.from_bytes(os.urandom(8), "little")
+
+
+def check_noise_seed(noise_seed) -> int | None:
+    """``noise_seed`` as an int (None stays None); anything but a non-negative integer
+    (Python or NumPy; not a bool) raises ``ValueError``."""
+    if noise_seed is None:
+        return None
+    if isinstance(noise_seed, bool) or not isinstance(noise_seed, numbers.Integral) or noise_seed < 0:
+        raise ValueError(f"noise_seed must be None or a non-negative int, got {noise_seed!r}")
+    return int(noise_seed)
 
 
 def fresh_generator(device: torch.device | str | None = None) -> torch.Generator:
@@ -67,8 +78,9 @@ def seeded_generator(seed: int, device: torch.device | str | None = None, *,
     release, and a known sampling seed removes the amplification by subsampling. The
     warning does not print the seed (warnings end up in logs).
     """
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"noise_seed must be a non-negative int, got {seed!r}")
+    if seed is None:
+        raise ValueError("seeded_generator needs a seed; use fresh_generator() for fresh entropy")
+    seed = check_noise_seed(seed)
     if warn:
         warnings.warn(
             f"{owner}: noise_seed makes the noise reproducible; whoever knows the seed can "
@@ -76,7 +88,7 @@ def seeded_generator(seed: int, device: torch.device | str | None = None, *,
             "benchmarks only; the ledger records 'noise': 'reproducible'",
             PrivacyLeakWarning, stacklevel=3)
     gen = torch.Generator(device=device if device is not None else "cpu")
-    gen.manual_seed(int(seed) % 2**64)
+    gen.manual_seed(seed % 2**64)
     _ACKNOWLEDGED.add(gen)
     return gen
 

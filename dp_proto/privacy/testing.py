@@ -46,6 +46,8 @@ from typing import Any
 import numpy as np
 import torch
 
+Tensor = torch.Tensor
+
 __all__ = ["intercept", "per_record_coins", "Release", "NeighbourReport", "neighbour_check", "public_view",
            "remove_record", "adversarial_removals", "capture_releases"]
 
@@ -61,14 +63,14 @@ class Release:
     output: Any = None
 
 
-Tensor = torch.Tensor
-
 
 class _Recorder:
-    def __init__(self, replay: list[Release] | None = None, removed: int | None = None) -> None:
+    def __init__(self, replay: list[Release] | None = None, removed: int | None = None,
+                 replay_coins: list[tuple[str, Tensor]] | None = None) -> None:
         self.releases: list[Release] = []
         self.replay = replay
         self.removed = removed
+        self.replay_coins = replay_coins or []
         self.coins: list[tuple[str, Tensor]] = []
 
     def coins_for(self, name: str, draw: Callable[[], Tensor]) -> Tensor:
@@ -101,7 +103,7 @@ class _Recorder:
         ref = self.replay[k]
         if ref.name != name:
             raise _Divergence(f"release #{k} is {name!r} on the neighbour but {ref.name!r} on D")
-        return _restore(ref.output)
+        return _snapshot(ref.output)  # a copy: the neighbour's run may modify it in place
 
 
 class _Divergence(AssertionError):
@@ -149,16 +151,13 @@ def _snapshot(value: Any) -> Any:
     return value
 
 
-_restore = _snapshot
-
 
 @contextlib.contextmanager
 def capture_releases(replay: list[Release] | None = None, *, removed: int | None = None,
                      replay_coins: list[tuple[str, Tensor]] | None = None):
     """Record every :func:`intercept` in the block (and replay ``replay``'s outputs, and
     ``replay_coins`` without row ``removed``)."""
-    recorder = _Recorder(replay, removed)
-    recorder.replay_coins = replay_coins or []
+    recorder = _Recorder(replay, removed, replay_coins)
     token = _ACTIVE.set(recorder)
     try:
         yield recorder

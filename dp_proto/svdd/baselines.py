@@ -46,7 +46,12 @@ from dp_proto.privacy.curator import curator_attach, curator_log
 from dp_proto.privacy.domain import public_classes
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.mechanisms import laplace_mechanism
-from dp_proto.privacy.randomness import fresh_generator, noise_generator, seeded_generator
+from dp_proto.privacy.randomness import (
+    check_noise_seed,
+    fresh_generator,
+    noise_generator,
+    seeded_generator,
+)
 from dp_proto.svdd.features import RandomFourierFeatures
 from dp_proto.svdd.solver import check_features
 
@@ -341,9 +346,7 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
             raise ValueError(f"dtype must be a floating torch dtype, got {self.dtype!r}")
         if self.ledger is not None and not isinstance(self.ledger, PrivacyLedger):
             raise ValueError(f"ledger must be a PrivacyLedger or None, got {type(self.ledger).__name__}")
-        s = self.noise_seed
-        if s is not None and (isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0):
-            raise ValueError(f"noise_seed must be None or a non-negative int, got {s!r}")
+        check_noise_seed(self.noise_seed)
 
     def _noise_generator(self) -> torch.Generator:
         """Generator of the noise (CPU): fresh entropy, or ``noise_seed`` (warns)."""

@@ -28,7 +28,6 @@ publishing a fitted estimator. Non-private fits (``epsilon=None``) still warn an
 from __future__ import annotations
 
 import math
-import numbers
 import warnings
 from typing import Any
 
@@ -45,7 +44,7 @@ from dp_proto.privacy.curator import curator_attach, curator_log
 from dp_proto.privacy.domain import public_classes
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.mechanisms import noisy_count
-from dp_proto.privacy.randomness import noise_generator
+from dp_proto.privacy.randomness import check_noise_seed, noise_generator
 from dp_proto.svdd.cells import group_hypercubes, nearest_index
 from dp_proto.svdd.equilibrium import descend, merge_points, support_function
 from dp_proto.svdd.features import RandomFourierFeatures
@@ -130,9 +129,7 @@ class _SVDDBase(BaseEstimator):
             raise ValueError(f"c_over_n (the dual box C/n) must lie in (0, 1], got {self.c_over_n!r}")
         if not self.tol > 0:
             raise ValueError(f"tol must be > 0, got {self.tol!r}")
-        seed = self.noise_seed
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
-            raise ValueError(f"noise_seed must be None or a non-negative int, got {seed!r}")
+        check_noise_seed(self.noise_seed)
 
     def _fit_centre(self, X: torch.Tensor, epsilon: float | None, gen: torch.Generator,
                     noise: torch.Generator | None) -> torch.Tensor:

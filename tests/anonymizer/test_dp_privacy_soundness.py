@@ -8,18 +8,13 @@ import pytest
 import torch
 
 from dp_proto.anonymizer import Anonymizer
-from dp_proto.data import make_entangled_task
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lightning.dp_anonymizer import fit_dp_anonymizer
 from dp_proto.privacy.testing import capture_releases, neighbour_check
+from tests.anonymizer.test_dp_training import _task
 
 PUBLIC = dict(num_regular=4, num_private=8)
 PRIOR = torch.full((8,), 1 / 8)
-
-
-def _task(n=60, seed=0):
-    t = make_entangled_task(n, seed=seed)
-    return torch.tensor(t.x), torch.tensor(t.regular), torch.tensor(t.private)
 
 
 def _small_model(seed=0):
@@ -40,7 +35,7 @@ def _weights(fit):
 
 
 def test_same_seed_fresh_noise_and_noise_seed_reproduces_with_a_warning():
-    x, y, s = _task()
+    x, y, s = _task(60)
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyLeakWarning)
         (a, ledger), (b, _) = _fit(x, y, s), _fit(x, y, s)
@@ -58,7 +53,7 @@ def test_same_seed_fresh_noise_and_noise_seed_reproduces_with_a_warning():
 
 
 def test_the_normaliser_is_public_or_the_released_prior_total():
-    x, y, s = _task()
+    x, y, s = _task(60)
 
     def normaliser(x, y, s):  # the neighbour sees D's noisy prior: the normaliser must not move
         fit, _ = _fit(x, y, s)
@@ -88,7 +83,7 @@ def test_dp_sgd_noise_reaches_beyond_six_sigma(monkeypatch):
         return u
 
     monkeypatch.setattr(noise, "uniform_open", extreme)
-    x, y, s = _task()
+    x, y, s = _task(60)
     with capture_releases() as recorder:
         fit, _ = _fit(x, y, s, prior=PRIOR, expected_batch_size=12.0, max_grad_norm=0.5)
     assert type(fit.trainer.optimizers[0]).__name__.startswith("Sound")
