@@ -28,24 +28,33 @@ from dp_proto.privacy.dpsgd import (
 from dp_proto.privacy.estimators import DPGLVQ, DPGMLVQ, DPLGMLVQ
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.mechanisms import (
+    GaussianPlan,
     gaussian_mechanism,
     gaussian_sigma,
     laplace_mechanism,
     noisy_count,
     noisy_histogram,
     noisy_majority_vote,
+    plan_gaussian,
+    renyi_noise_multiplier,
     report_noisy_max,
 )
-from dp_proto.privacy.noise import discrete_laplace_noise, gaussian_noise, laplace_noise
+from dp_proto.privacy.noise import (
+    discrete_gaussian_noise,
+    discrete_laplace_noise,
+    gaussian_noise,
+    laplace_noise,
+)
 
 __all__ = [
     "PrivacyEvent", "PrivacyLedger",
-    "laplace_mechanism", "gaussian_mechanism", "gaussian_sigma", "noisy_count", "noisy_histogram",
+    "laplace_mechanism", "gaussian_mechanism", "gaussian_sigma", "GaussianPlan", "plan_gaussian",
+    "renyi_noise_multiplier", "noisy_count", "noisy_histogram",
     "report_noisy_max", "noisy_majority_vote",
     "analytic_gaussian_sigma", "analytic_gaussian_delta", "classic_gaussian_sigma", "laplace_scale",
     "ClipResult", "clip_l2", "clip_box", "PublicBoundsScaler",
     "DPInitResult", "dp_class_mean_prototypes",
-    "laplace_noise", "gaussian_noise", "discrete_laplace_noise",
+    "laplace_noise", "gaussian_noise", "discrete_laplace_noise", "discrete_gaussian_noise",
     "AuditResult", "audit_epsilon",
     "DPGLVQ", "DPGMLVQ", "DPLGMLVQ",
     "SubsampleAggregateGLVQ", "subsample_and_aggregate", "saa_sensitivity", "coa_glvq",

@@ -36,17 +36,31 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdp
 from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.privacy.calibration import check_delta, check_epsilon
 
-__all__ = ["PrivacyEvent", "PrivacyLedger", "EventKind"]
+__all__ = ["PrivacyEvent", "PrivacyLedger", "EventKind", "renyi_epsilon"]
 
-EventKind = Literal["laplace", "discrete_laplace", "gaussian", "pure", "approx", "subsampled_gaussian",
-                    "non_private"]
-_KINDS = ("laplace", "discrete_laplace", "gaussian", "pure", "approx", "subsampled_gaussian", "non_private")
+EventKind = Literal["laplace", "discrete_laplace", "gaussian", "discrete_gaussian", "pure", "approx",
+                    "subsampled_gaussian", "non_private"]
+_KINDS = ("laplace", "discrete_laplace", "gaussian", "discrete_gaussian", "pure", "approx", "subsampled_gaussian",
+          "non_private")
+# Fractions of delta given to the discrete Gaussian releases when the PLD accountant
+# composes them with the rest by basic composition (any split is valid; the best is kept).
+_DELTA_SPLITS = tuple(1.0 / (1.0 + math.exp(-z / 4.0)) for z in range(-40, 41))
 _PLD_DISCRETISATION = 1e-4
 _NOISE_SOURCES = ("fresh", "secure", "reproducible")
 # dp-accounting builds the PLD of an (epsilon, delta) event from exp(epsilon), which
 # overflows a float above about 709. Such releases protect nothing; the ledger composes
 # them with the rest by basic composition (see PrivacyLedger._epsilon).
 MAX_EVENT_EPSILON = 700.0
+
+
+def renyi_epsilon(events: Sequence[PrivacyEvent], delta: float) -> float:
+    """Epsilon at ``delta`` of ``events`` composed by their Renyi-DP curves (dp-accounting's
+    ``RdpAccountant``); ``approx`` events have none and raise ``ValueError``."""
+    acc = rdp.RdpAccountant()
+    with _quiet_absl():  # orders that do not converge are skipped, which is valid
+        for e in events:
+            acc.compose(e.to_dp_event())
+        return float(acc.get_epsilon(delta))
 
 
 @contextlib.contextmanager
@@ -69,6 +83,9 @@ def _event_pld(kind: str, noise_multiplier: float | None, epsilon: float | None,
                delta: float | None = None, grid_steps: int | None = None) -> pld.PrivacyLossDistribution:
     """PLD of ``count`` identical releases (pessimistic: a coarser ``discretization`` only
     over-estimates epsilon); cached, PLDs are immutable."""
+    if kind == "discrete_gaussian":
+        raise ValueError("a discrete Gaussian release has no exact privacy loss distribution here; "
+                         "the ledger accounts it by its Renyi-DP curve")
     if kind == "discrete_laplace":  # P(k) ~ exp(-|k| epsilon / s), sensitivity s grid steps
         one = pld.from_discrete_laplace_mechanism(epsilon / grid_steps, sensitivity=grid_steps,
                                                   value_discretization_interval=discretization)
@@ -86,6 +103,10 @@ def _event_pld(kind: str, noise_multiplier: float | None, epsilon: float | None,
         one = pld.from_privacy_parameters(pld_common.DifferentialPrivacyParameters(epsilon, delta or 0.0),
                                           value_discretization_interval=discretization)
     return one.self_compose(count) if count > 1 else one
+
+
+def _has_pld(event: PrivacyEvent) -> bool:
+    return event.kind != "discrete_gaussian"
 
 
 # Compositions shared across ledgers (PLDs are immutable): a run's final get_epsilon
@@ -112,6 +133,14 @@ class PrivacyEvent:
         single coordinate (counts: ``s = 1``); ``epsilon`` is its pure epsilon.
         ``gaussian``: additive ``N(0, sigma^2 I)``, ``noise_multiplier = sigma / Delta_2``
         (exact for any dimension).
+        ``discrete_gaussian``: additive i.i.d. discrete Gaussian noise on a query on a
+        public grid, ``noise_multiplier = sigma / Delta_2`` with both in grid steps
+        (the rounding slack included). Accounted by its Renyi-DP curve, which is at most
+        the continuous Gaussian's, ``alpha / (2 noise_multiplier^2)`` (Canonne, Kamath &
+        Steinke 2020: ``(Delta^2 / 2 sigma^2)``-zCDP for integer shifts, and Renyi
+        divergences of independent coordinates add). Its privacy loss distribution is
+        not the Gaussian's, so the PLD accountant composes these releases with the others
+        by basic composition over a split of delta (see :meth:`PrivacyLedger.get_epsilon`).
         ``pure``: any epsilon-DP release (``epsilon``), for example Laplace noise on a
         vector whose l1 change may spread over coordinates, or report-noisy-max; accounted
         by its worst-case privacy loss distribution.
@@ -197,7 +226,7 @@ class PrivacyEvent:
         """The dp-accounting event (for the RDP accountant)."""
         if self.kind == "laplace":
             one: dpe.DpEvent = dpe.LaplaceDpEvent(self.noise_multiplier)
-        elif self.kind == "gaussian":
+        elif self.kind in ("gaussian", "discrete_gaussian"):  # discrete: an upper bound (see kind)
             one = dpe.GaussianDpEvent(self.noise_multiplier)
         elif self.kind == "subsampled_gaussian":
             one = dpe.PoissonSampledDpEvent(self.sampling_rate, dpe.GaussianDpEvent(self.noise_multiplier))
@@ -370,7 +399,8 @@ class PrivacyLedger:
 
     def _composed_pld(self, new: Sequence[PrivacyEvent]) -> pld.PrivacyLossDistribution | None:
         """PLD of the recorded events followed by ``new`` (composition is commutative,
-        so merging a repeat into the last event gives the same distribution)."""
+        so merging a repeat into the last event gives the same distribution); discrete
+        Gaussian releases left out (None if nothing is left)."""
         if any(e.kind == "non_private" for e in (*self._events, *new)):
             return None
         key = tuple(new)
@@ -384,12 +414,11 @@ class PrivacyLedger:
             _COMPOSED_CACHE.move_to_end(shared_key)
             self._last_composed = (key, _COMPOSED_CACHE[shared_key])
             return _COMPOSED_CACHE[shared_key]
-        if self._total_pld is None and self._events:
-            self._total_pld = self._events[0].to_pld()
-            for e in self._events[1:]:
-                self._total_pld = self._total_pld.compose(e.to_pld())
+        if self._total_pld is None:
+            for e in filter(_has_pld, self._events):
+                self._total_pld = e.to_pld() if self._total_pld is None else self._total_pld.compose(e.to_pld())
         total = self._total_pld
-        for e in new:
+        for e in filter(_has_pld, new):
             total = e.to_pld() if total is None else total.compose(e.to_pld())
         self._last_composed = (key, total)
         _COMPOSED_CACHE[shared_key] = total
@@ -425,14 +454,34 @@ class PrivacyLedger:
         if delta == 0:
             return basic  # only pure releases compose to a finite epsilon at delta 0
         if self.accountant == "rdp":
-            acc = rdp.RdpAccountant()
-            with _quiet_absl():  # orders that do not converge are skipped, which is valid
-                for e in events:
-                    acc.compose(e.to_dp_event())
-                eps = acc.get_epsilon(delta)
+            eps = renyi_epsilon(events, delta)
+        elif any(e.kind == "discrete_gaussian" for e in events):
+            eps = self._epsilon_with_discrete_gaussians(events, new, delta)
         else:
             eps = self._composed_pld(new).get_epsilon_for_delta(delta)
         return float(min(eps, basic))  # basic composition is always valid too
+
+    def _epsilon_with_discrete_gaussians(self, events: list[PrivacyEvent], new: Sequence[PrivacyEvent],
+                                         delta: float) -> float:
+        """PLD accountant with discrete Gaussian releases: those compose by their Renyi-DP
+        curve to ``(eps_g, delta_g)``, the rest by its PLD to ``(eps_r, delta - delta_g)``,
+        and the run is ``(eps_g + eps_r, delta)``-DP (basic composition) for every split;
+        the smallest over a fixed grid of splits is reported. Without ``approx`` events the
+        Renyi-DP composition of the whole run is valid too, and the smaller one is kept."""
+        gaussians = [e for e in events if e.kind == "discrete_gaussian"]
+        rest = self._composed_pld(new)
+        if rest is None:
+            return renyi_epsilon(gaussians, delta)
+        eps = min(renyi_epsilon(gaussians, delta * f) + rest.get_epsilon_for_delta(delta * (1.0 - f))
+                  for f in _DELTA_SPLITS)
+        others = [e for e in events if e.kind != "discrete_gaussian"]
+        pure = [e.pure_epsilon for e in others]
+        if all(p is not None for p in pure):  # the rest at delta 0: all of delta to the Gaussians
+            eps = min(eps, renyi_epsilon(gaussians, delta) + sum(p * e.count for p, e in zip(pure, others,
+                                                                                          strict=True)))
+        if not any(e.kind == "approx" for e in events):
+            eps = min(eps, renyi_epsilon(events, delta))
+        return eps
 
     def _epsilon_with_huge_events(self, events: list[PrivacyEvent], huge: list[bool], delta: float) -> float:
         """Basic composition of the releases beyond the PLD's range with the rest.
@@ -458,7 +507,8 @@ class PrivacyLedger:
         ``discretization`` (PLD only) trades speed for tightness; the result stays an
         upper bound for any value (pessimistic discretisation).
         """
-        if accountant == "pld" and discretization != _PLD_DISCRETISATION:
+        if accountant == "pld" and discretization != _PLD_DISCRETISATION \
+                and not any(e.kind == "discrete_gaussian" for e in events):
             if not events or any(e.kind == "non_private" for e in events):
                 return 0.0 if not events else math.inf
             total = events[0].to_pld(discretization)

@@ -162,25 +162,31 @@ def test_noisy_count():
     assert ledger.get_epsilon(0.0) == pytest.approx(1.0)
 
 
-def test_gaussian_mechanism_sigma_and_event():
+def test_continuous_gaussian_mechanism_sigma_and_event():
+    """grid=None: the analytic Gaussian mechanism, accounted by its exact PLD."""
     ledger = PrivacyLedger()
-    out = gaussian_mechanism(torch.zeros(40_000), 2.0, 1.0, 1e-5, ledger=ledger,
+    out = gaussian_mechanism(torch.zeros(40_000), 2.0, 1.0, 1e-5, ledger=ledger, grid=None,
                              generator=torch.Generator().manual_seed(1))
     sigma = 3.7306316 * 2.0
     assert stats.kstest(out.double().numpy(), stats.norm(scale=sigma).cdf).pvalue > ALPHA
     (event,) = ledger.events
     assert event.kind == "gaussian" and event.noise_multiplier == pytest.approx(3.7306316, rel=1e-5)
     assert ledger.get_epsilon(1e-5) == pytest.approx(1.0, rel=2e-3)  # the PLD agrees with the calibration
-    classic = gaussian_mechanism(torch.zeros(3), 1.0, 0.5, 1e-5, calibration="classic", ledger=PrivacyLedger())
+    classic = gaussian_mechanism(torch.zeros(3), 1.0, 0.5, 1e-5, calibration="classic", grid=None,
+                                 ledger=PrivacyLedger())
     assert classic.shape == (3,)
     with pytest.raises(ValueError, match="epsilon < 1"):
-        gaussian_mechanism(torch.zeros(3), 1.0, 2.0, 1e-5, calibration="classic")
+        gaussian_mechanism(torch.zeros(3), 1.0, 2.0, 1e-5, calibration="classic", grid=None)
+    with pytest.raises(ValueError, match="continuous noise"):  # the default grid has its own calibration
+        gaussian_mechanism(torch.zeros(3), 1.0, 0.5, 1e-5, calibration="classic")
 
 
 def test_report_noisy_max_and_majority_vote():
     counts = torch.tensor([[10.0, 50.0, 5.0], [30.0, 0.0, 1.0]])
     picks = report_noisy_max(counts, 2.0, generator=torch.Generator().manual_seed(0))
     assert picks.tolist() == [1, 0]
+    with pytest.raises(ValueError, match="integer counts"):
+        report_noisy_max(torch.tensor([1.5, 2.0]), 1.0)
     votes = torch.tensor([2] * 40 + [0] * 5)
     ledger = PrivacyLedger()
     assert noisy_majority_vote(votes, 3, 1.0, ledger=ledger, generator=torch.Generator().manual_seed(0)) == 2
@@ -189,6 +195,10 @@ def test_report_noisy_max_and_majority_vote():
     wins = [report_noisy_max(torch.tensor([3.0, 3.0]), 1.0, generator=torch.Generator().manual_seed(s)).item()
             for s in range(2000)]
     assert 0.45 < np.mean(wins) < 0.55
+    # integer noise ties often; ties go to a uniformly random index, not the first one
+    tied = [report_noisy_max(torch.zeros(3), 50.0, generator=torch.Generator().manual_seed(s)).item()
+            for s in range(1500)]
+    assert np.allclose(np.bincount(tied, minlength=3) / 1500, 1 / 3, atol=0.05)
 
 
 @pytest.mark.parametrize(
