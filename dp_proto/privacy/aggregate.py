@@ -11,8 +11,10 @@ The DP-LVQ "SAA" scheme (dissertation Sec. 3.4 B, digest note 2 for the correcti
    several prototypes per class, put into a per-bin order by a minimum-cost assignment
    to a *public* reference (:func:`match_to_reference`; a reference computed from the
    bins would couple them and void the bound below);
-4. the per-prototype sum over bins gets Gaussian noise from the analytic Gaussian
-   mechanism, then is divided by ``m``.
+4. the per-prototype sum over bins gets Gaussian noise, then is divided by ``m``: by
+   default on a public grid with discrete Gaussian noise (float-safe, see
+   :func:`~dp_proto.privacy.mechanisms.gaussian_mechanism`; about 8 % more noise than
+   the continuous analytic Gaussian mechanism at epsilon 1).
 
 Sensitivity (add/remove one record): one bin's ``W`` prototypes change, each
 coordinate anywhere in ``[low, high]``, so the sum over bins moves by at most
@@ -40,8 +42,8 @@ from dp_proto.lvq.init import make_prototype_labels
 from dp_proto.lvq.losses import glvq_loss
 from dp_proto.privacy.calibration import check_delta, check_epsilon
 from dp_proto.privacy.clipping import clip_box
-from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
-from dp_proto.privacy.mechanisms import gaussian_mechanism, gaussian_sigma
+from dp_proto.privacy.ledger import PrivacyLedger
+from dp_proto.privacy.mechanisms import gaussian_mechanism, plan_gaussian
 from dp_proto.privacy.noise import gaussian_noise, uniform_open
 from dp_proto.privacy.testing import per_record_coins
 
@@ -347,8 +349,9 @@ def aggregate_bin_models(
     secure: bool = False,
 ) -> tuple[Tensor, float]:
     """The private half of subsample-and-aggregate: project every bin's model into the
-    domain, sum over bins, add analytic-Gaussian noise for the sensitivity of
-    :func:`saa_sensitivity`, divide by ``m``; with ``project_release`` (free
+    domain, sum over bins, add Gaussian noise for the sensitivity of
+    :func:`saa_sensitivity` (:func:`~dp_proto.privacy.mechanisms.gaussian_mechanism`:
+    discrete on a public grid by default), divide by ``m``; with ``project_release`` (free
     post-processing) project the noisy mean into the domain too, which only brings it
     closer to every point of the domain, the noise-free mean included.
 
@@ -370,7 +373,7 @@ def aggregate_bin_models(
     total = gaussian_mechanism(projected.sum(0), sensitivity, epsilon, delta, ledger=ledger, name=name,
                                generator=generator, secure=secure)
     mean = project_to_domain(total / m, low, high, radius) if project_release else total / m
-    return mean, gaussian_sigma(epsilon, delta, sensitivity) / m
+    return mean, plan_gaussian(epsilon, delta, sensitivity, projected[0].numel()).sigma / m
 
 
 class SAAResult(NamedTuple):
@@ -430,18 +433,18 @@ def subsample_and_aggregate(
         Project the noisy prototypes into the domain (post-processing).
 
     The noise std on the released mean is ``sigma(epsilon, delta, Delta) / m`` with
-    ``Delta`` from :func:`saa_sensitivity` and ``sigma`` from the analytic Gaussian
-    mechanism. The ledger records one Gaussian release.
+    ``Delta`` from :func:`saa_sensitivity` and ``sigma`` from
+    :func:`~dp_proto.privacy.mechanisms.plan_gaussian` (discrete Gaussian on a public
+    grid). The ledger records one ``discrete_gaussian`` release.
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta, allow_zero=False)
     labels = bin_prototype_labels(x, y, num_classes, num_bins, prototypes_per_class, reference)
     d = x.shape[1]
     sensitivity = saa_sensitivity(len(labels), d, low, high, radius)
-    sigma = gaussian_sigma(epsilon, delta, sensitivity)
-    if ledger is not None:  # refuse before any training or noise
-        ledger.check(PrivacyEvent("gaussian", noise_multiplier=sigma / sensitivity, name=name,
-                                  sensitivity=sensitivity))
+    plan = plan_gaussian(epsilon, delta, sensitivity, len(labels) * d, name=name)
+    if ledger is not None and plan.event is not None:  # refuse before any training or noise
+        ledger.check(plan.event)
     models, bins = train_bin_models(x, y, labels, num_bins, reference=reference, epochs=epochs,
                                     batch_size=batch_size, lr=lr, low=low, high=high, radius=radius,
                                     generator=generator, secure=secure)

@@ -34,7 +34,7 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
     projected into the public domain and aggregated:
 
     * ``aggregation="mean"`` (subsample-and-aggregate): the per-prototype mean over bins
-      plus analytic-Gaussian noise for the sensitivity ``min(2 sqrt(W d), 2 radius sqrt(W))``
+      plus discrete Gaussian noise on a public grid for the sensitivity ``min(2 sqrt(W d), 2 radius sqrt(W))``
       of the sum (W prototypes, d features, domain ``[-1, 1]^d`` after ``bounds``);
     * ``aggregation="centre_of_attention"``: the smooth-sensitivity release of the bin
       model with the smallest ``t0``-radius (Nissim, Raskhodnikova and Smith). Its noise

@@ -21,6 +21,12 @@ than ``sqrt(m)`` of them, are infeasible at the sizes used; digest Sec. 2.7): di
 bins from i.i.d. bin labels, so ``s = 1``. The noise std ``S(Z) / alpha`` is *not*
 returned: it is a noise-free function of the bins' models (two neighbouring data sets
 can give different values with certainty), so releasing it would void the guarantee.
+Float safety: the smooth-sensitivity argument needs the continuous Gaussian (its noise
+is scaled by the data-dependent ``S(Z) / alpha``), so the noise cannot be discrete. The
+noisy centre is instead rounded to a public grid of step ``Lambda / (2^20 sqrt(D))``
+(post-processing, so the guarantee is unchanged): the output carries none of the
+low-order bits by which Mironov (2012) reads the input from a floating-point sample.
+
 Because ``beta`` shrinks with the dimension ``D``, ``e^{-beta k}`` barely decays over
 the ``m / 2`` steps to ``rho = Lambda``, and the noise is of the order of the domain
 diameter unless ``epsilon`` is large: the seeds' finding that COA gives no useful
@@ -48,7 +54,7 @@ from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.testing import intercept
 
-__all__ = ["gaussian_admissibility", "t_radii", "centre_of_attention", "smooth_sensitivity",
+__all__ = ["gaussian_admissibility", "coa_grid", "t_radii", "centre_of_attention", "smooth_sensitivity",
            "COAResult", "centre_of_attention_mechanism", "coa_bin_models", "coa_glvq"]
 
 
@@ -93,6 +99,13 @@ def smooth_sensitivity(points: Tensor, t0: int, beta: float, diameter: float, mu
         k += 1
 
 
+def coa_grid(diameter: float, dim: int) -> float:
+    """The public grid ``diameter / (2^20 sqrt(dim))`` a centre-of-attention release is
+    rounded to: far finer than its noise (of the order of the diameter), far coarser than
+    float64 resolution."""
+    return diameter / (2.0**20 * math.sqrt(max(dim, 1)))
+
+
 class COAResult(NamedTuple):
     """The release ``(D,)`` and ``t0`` (public: a function of ``m`` and ``s``). The noise
     std ``S(Z) / alpha`` is data-dependent and deliberately absent."""
@@ -118,7 +131,8 @@ def centre_of_attention_mechanism(
 
     The guarantee comes from smooth sensitivity, not from a Gaussian of fixed
     sensitivity, so the ledger records an ``approx`` event: an ``(epsilon, delta)``
-    release composed by its worst-case privacy loss distribution.
+    release composed by its worst-case privacy loss distribution. The release is rounded
+    to multiples of :func:`coa_grid` (public; see the module docstring).
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta, allow_zero=False)
@@ -138,8 +152,11 @@ def centre_of_attention_mechanism(
     centre = pts[centre_of_attention(pts, t0, radii=radii)]
     std = smooth_sensitivity(pts, t0, beta, diameter, multiplicity, radii=radii) / alpha
 
+    step = coa_grid(diameter, dim)
+
     def draw() -> Tensor:  # smooth sensitivity: no fixed sensitivity for the harness to check
-        return centre + gaussian_noise(centre.shape, std, generator=generator, secure=secure, device=pts.device)
+        noisy = centre + gaussian_noise(centre.shape, std, generator=generator, secure=secure, device=pts.device)
+        return torch.round(noisy / step) * step
     return COAResult(intercept(name, centre, None, None, draw), t0)
 
 

@@ -14,8 +14,14 @@ from dp_proto.privacy.aggregate import (
     saa_sensitivity,
     subsample_and_aggregate,
 )
-from dp_proto.privacy.calibration import analytic_gaussian_sigma
 from dp_proto.privacy.ledger import PrivacyLedger
+from dp_proto.privacy.mechanisms import renyi_noise_multiplier
+
+
+def _discrete_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    """The SAA sum's noise std: the Renyi-DP noise multiplier times the sensitivity in
+    steps of the automatic grid (``1024 sqrt(k) + sqrt(k)`` steps of ``Delta / (1024 sqrt(k))``)."""
+    return renyi_noise_multiplier(epsilon, delta) * sensitivity * 1025 / 1024
 
 
 def test_sensitivity_is_the_box_diameter_of_a_whole_bin_model():
@@ -136,7 +142,7 @@ def test_identical_bins_return_their_common_prototypes_plus_noise_of_the_stated_
         draws.append(result.prototypes - centres)
         assert ledger.get_epsilon(delta) == pytest.approx(eps, rel=1e-6)
     noise = torch.stack(draws).flatten()
-    expected = analytic_gaussian_sigma(eps, delta, saa_sensitivity(2, d)) / m
+    expected = _discrete_sigma(eps, delta, saa_sensitivity(2, d)) / m
     assert result.noise_std == pytest.approx(expected)
     assert noise.std().item() == pytest.approx(expected, rel=0.2)  # 120 draws
     assert abs(noise.mean().item()) < 4 * expected / math.sqrt(noise.numel()) + 0.01
@@ -149,7 +155,7 @@ def test_unequal_prototype_counts_per_class():
     result = subsample_and_aggregate(x, y, 2, 5, 2.0, 1e-5, prototypes_per_class=[2, 1], reference=reference,
                                      radius=1.0, ledger=ledger, epochs=2, generator=torch.Generator().manual_seed(0))
     assert result.prototype_labels.tolist() == [0, 0, 1] and result.prototypes.shape == (3, 2)
-    expected = analytic_gaussian_sigma(2.0, 1e-5, saa_sensitivity(3, 2, radius=1.0)) / 5
+    expected = _discrete_sigma(2.0, 1e-5, saa_sensitivity(3, 2, radius=1.0)) / 5
     assert result.noise_std == pytest.approx(expected)
     assert ledger.get_epsilon(1e-5) == pytest.approx(2.0, rel=1e-6)
     with pytest.raises(ValueError, match="reference"):

@@ -5,7 +5,13 @@ import pytest
 
 from dp_proto.privacy import SubsampleAggregateGLVQ
 from dp_proto.privacy.aggregate import saa_sensitivity
-from dp_proto.privacy.calibration import analytic_gaussian_sigma
+from dp_proto.privacy.mechanisms import renyi_noise_multiplier
+
+
+def _discrete_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    """The SAA sum's noise std: the Renyi-DP noise multiplier times the sensitivity in
+    steps of the automatic grid (``1024 sqrt(k) + sqrt(k)`` steps of ``Delta / (1024 sqrt(k))``)."""
+    return renyi_noise_multiplier(epsilon, delta) * sensitivity * 1025 / 1024
 
 
 def _three_gaussians(n_per_class: int, seed: int, dim: int = 2):
@@ -23,7 +29,7 @@ def test_mean_aggregation_learns_the_three_gaussians_and_carries_its_ledger():
     assert est.prototypes_.shape == (3, 2) and est.prototype_labels_.tolist() == ["a", "b", "c"]
     assert est.epsilon_ == pytest.approx(2.0, rel=1e-6)
     assert est.privacy_["events"][0]["sensitivity"] == pytest.approx(saa_sensitivity(3, 2, radius=0.6))
-    assert est.noise_std_ == pytest.approx(analytic_gaussian_sigma(2.0, 1e-5, saa_sensitivity(3, 2, radius=0.6)) / 20)
+    assert est.noise_std_ == pytest.approx(_discrete_sigma(2.0, 1e-5, saa_sensitivity(3, 2, radius=0.6)) / 20)
     assert np.linalg.norm(est.prototypes_ / 10, axis=1).max() <= 0.6 + 1e-9  # projected release
     assert est.model_.privacy_ == est.privacy_
 

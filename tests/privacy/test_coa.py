@@ -9,6 +9,7 @@ from dp_proto.privacy.coa import (
     centre_of_attention,
     centre_of_attention_mechanism,
     coa_glvq,
+    coa_grid,
     gaussian_admissibility,
     smooth_sensitivity,
     t_radii,
@@ -59,6 +60,9 @@ def test_release_noise_scale_and_ledger_event():
     assert draws.std().item() == pytest.approx(expected, rel=0.1)  # 400 draws
     (event,) = ledger.events
     assert (event.kind, event.epsilon, event.delta, event.count) == ("approx", 1.0, 1e-5, 200)
+    step = coa_grid(4.0, 2)  # float-safe: every release on the public grid, nothing below it
+    assert step == pytest.approx(4.0 / (2**20 * math.sqrt(2)))
+    assert torch.equal(torch.round(draws / step) * step, draws)
 
 
 def test_approx_events_compose_in_the_ledger():
