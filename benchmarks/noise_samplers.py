@@ -1,4 +1,4 @@
-"""Discrete Laplace samplers: dp-proto's vectorised sampler against OpenDP's exact one.
+"""Discrete Laplace and Gaussian samplers: dp-proto's vectorised samplers against OpenDP's exact ones.
 
 Float-safe releases (issue 20) add integer noise ``P(k) ~ exp(-|k| / b)`` to values on a
 public grid. Two samplers can draw it:
@@ -12,8 +12,13 @@ public grid. Two samplers can draw it:
   the operating system's CSPRNG; CPU only, cannot be seeded), if the ``opendp`` package
   is installed (``pip install opendp``; not a dependency of dp-proto).
 
-For each scale ``b`` the script draws ``n`` values with each sampler, times it, and tests
-the goodness of fit to the exact pmf (chi-square over ``|k| <= 3b`` plus the two tails).
+The discrete Gaussian ``P(k) ~ exp(-k^2 / 2 sigma^2)`` (float-safe Gaussian releases)
+likewise: ``dp_proto_gaussian`` is :func:`dp_proto.privacy.noise.discrete_gaussian_noise`
+(rejection from the discrete Laplace, Canonne, Kamath & Steinke 2020, Alg. 3, vectorised,
+float64 acceptance test), ``opendp_gaussian`` OpenDP's ``make_gaussian`` on integers.
+
+For each scale the script draws ``n`` values with each sampler, times it, and tests the
+goodness of fit to the exact pmf (chi-square over ``|k| <= 3 scale`` plus the two tails).
 
 Usage::
 
@@ -21,7 +26,8 @@ Usage::
     python benchmarks/noise_samplers.py --quick    # n = 100,000
 
 Ends with one JSON line ``{"benchmark": "noise_samplers", "results": {SAMPLER: {...}},
-"speed_ratio_opendp_over_dp_proto": R}``.
+"speed_ratio_opendp_over_dp_proto": R, "speed_ratio_opendp_over_dp_proto_gaussian": R}``
+(SAMPLER: ``dp_proto``, ``opendp`` for the Laplace, ``..._gaussian`` for the Gaussian).
 """
 
 from __future__ import annotations
@@ -41,10 +47,12 @@ try:  # run as a script: benchmarks/ is on sys.path
 except ImportError:  # imported as benchmarks.noise_samplers
     from benchmarks._common import emit_json, machine_description
 
-from dp_proto.privacy.noise import discrete_laplace_noise
+from dp_proto.privacy.noise import discrete_gaussian_noise, discrete_laplace_noise
 
 BENCHMARK = "noise_samplers"
 SCALES = (1.0, 10.0, 1025.0)  # a count at epsilon 1 and 0.1; an "auto" grid release at epsilon 1
+# a count at epsilon 1 (delta 1e-5); an "auto" grid release of one coordinate at epsilon 1
+SIGMAS = (4.045, 4146.5)
 
 
 def pmf_pvalue(noise: np.ndarray, scale: float) -> float:
@@ -56,26 +64,52 @@ def pmf_pvalue(noise: np.ndarray, scale: float) -> float:
     ks = np.arange(-kmax, kmax + 1)
     tail = p ** (kmax + 1) / (1 + p)
     probs = np.concatenate([[tail], (1 - p) / (1 + p) * p ** np.abs(ks), [tail]])
+    return _chi_square(noise, probs, kmax)
+
+
+def _chi_square(noise: np.ndarray, probs: np.ndarray, kmax: int) -> float:
+    """Chi-square p-value of integer ``noise`` against cell probabilities ``probs``: the
+    lower tail, ``k = -kmax..kmax``, the upper tail."""
     counts = np.bincount(np.clip(noise, -kmax - 1, kmax + 1).astype(np.int64) + kmax + 1, minlength=2 * kmax + 3)
     return float(stats.chisquare(counts, probs * noise.size).pvalue)
+
+
+def gaussian_pmf_pvalue(noise: np.ndarray, sigma: float) -> float:
+    """Chi-square p-value of integer ``noise`` against ``P(k) ~ exp(-k^2 / 2 sigma^2)``,
+    cells as in :func:`pmf_pvalue` with ``K = ceil(3 sigma)`` (at most 1000)."""
+    kmax = min(math.ceil(3 * sigma), 1000)
+    support = np.arange(-math.ceil(40 * sigma) - 40, math.ceil(40 * sigma) + 41)
+    weights = np.exp(-support.astype(np.float64) ** 2 / (2 * sigma**2))
+    pmf = weights / weights.sum()
+    inner = np.abs(support) <= kmax
+    probs = np.concatenate([[pmf[support < -kmax].sum()], pmf[inner], [pmf[support > kmax].sum()]])
+    return _chi_square(noise, probs, kmax)
 
 
 def draw_dp_proto(n: int, scale: float) -> np.ndarray:
     return discrete_laplace_noise(n, scale).numpy()
 
 
-def opendp_sampler():
-    """OpenDP's integer Laplace as ``draw(n, scale)``, or None if it is not installed."""
+def draw_dp_proto_gaussian(n: int, sigma: float) -> np.ndarray:
+    return discrete_gaussian_noise(n, sigma).numpy()
+
+
+def opendp_samplers():
+    """OpenDP's integer Laplace and Gaussian as ``draw(n, scale)``, or None if it is not installed."""
     try:
         import opendp.prelude as dp
     except ImportError:
         return None
     dp.enable_features("contrib")
 
-    def draw(n: int, scale: float) -> np.ndarray:
+    def laplace(n: int, scale: float) -> np.ndarray:
         meas = dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T=int)), dp.l1_distance(T=int), scale=scale)
         return np.asarray(meas([0] * n), dtype=np.int64)
-    return draw
+
+    def gaussian(n: int, sigma: float) -> np.ndarray:
+        meas = dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T=int)), dp.l2_distance(T=int), scale=sigma)
+        return np.asarray(meas([0] * n), dtype=np.int64)
+    return laplace, gaussian
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -91,14 +125,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     n = 100_000 if args.quick else args.n
     torch.set_num_threads(args.threads)
-    samplers = {"dp_proto": draw_dp_proto}
-    opendp = opendp_sampler()
+    # name: (draw, scales, goodness of fit)
+    samplers = {"dp_proto": (draw_dp_proto, SCALES, pmf_pvalue),
+                "dp_proto_gaussian": (draw_dp_proto_gaussian, SIGMAS, gaussian_pmf_pvalue)}
+    opendp = opendp_samplers()
     if opendp is not None:
-        samplers["opendp"] = opendp
+        samplers["opendp"] = (opendp[0], SCALES, pmf_pvalue)
+        samplers["opendp_gaussian"] = (opendp[1], SIGMAS, gaussian_pmf_pvalue)
     results: dict[str, dict] = {}
-    jobs = [(name, scale) for name in samplers for scale in SCALES]
+    jobs = [(name, scale) for name, (_, scales, _) in samplers.items() for scale in scales]
     for name, scale in tqdm(jobs, desc=BENCHMARK, file=sys.stderr, dynamic_ncols=True):
-        draw = samplers[name]
+        draw, _, fit = samplers[name]
         draw(1000, scale)  # warm-up
         t0 = time.perf_counter()
         noise = draw(n, scale)
@@ -106,23 +143,24 @@ def main(argv: list[str] | None = None) -> int:
         row = results.setdefault(name, {"n": n, "seconds": {}, "ns_per_draw": {}, "pvalue": {}})
         row["seconds"][f"{scale:g}"] = round(seconds, 4)
         row["ns_per_draw"][f"{scale:g}"] = round(1e9 * seconds / n, 1)
-        row["pvalue"][f"{scale:g}"] = round(pmf_pvalue(noise, scale), 4)
+        row["pvalue"][f"{scale:g}"] = round(fit(noise, scale), 4)
 
-    print(f"\nDiscrete Laplace samplers, {n:,} draws per scale")
-    print(f"{'sampler':<10} {'scale':>7} {'ns/draw':>9} {'chi2 p':>8}")
+    print(f"\nDiscrete Laplace and Gaussian samplers, {n:,} draws per scale")
+    print(f"{'sampler':<18} {'scale':>7} {'ns/draw':>9} {'chi2 p':>8}")
     for name, row in results.items():
-        for scale in SCALES:
-            key = f"{scale:g}"
-            print(f"{name:<10} {key:>7} {row['ns_per_draw'][key]:>9.1f} {row['pvalue'][key]:>8.3f}")
-    ratio = None
-    if "opendp" in results:
+        for key in row["seconds"]:
+            print(f"{name:<18} {key:>7} {row['ns_per_draw'][key]:>9.1f} {row['pvalue'][key]:>8.3f}")
+    ratios: dict[str, float | None] = {"": None, "_gaussian": None}
+    if opendp is not None:
         total = {k: sum(v["seconds"].values()) for k, v in results.items()}
-        ratio = round(total["opendp"] / total["dp_proto"], 2)
-        print(f"\nOpenDP takes {ratio}x the time of dp-proto's sampler")
+        for law in ratios:
+            ratios[law] = round(total[f"opendp{law}"] / total[f"dp_proto{law}"], 2)
+            print(f"\nOpenDP{law.replace('_', ' ')} takes {ratios[law]}x the time of dp-proto's sampler")
     else:
-        print("\nOpenDP is not installed (pip install opendp): only dp-proto's sampler was measured")
+        print("\nOpenDP is not installed (pip install opendp): only dp-proto's samplers were measured")
     print(f"{machine_description()}\n")
-    emit_json({"benchmark": BENCHMARK, "results": results, "speed_ratio_opendp_over_dp_proto": ratio,
+    emit_json({"benchmark": BENCHMARK, "results": results, "speed_ratio_opendp_over_dp_proto": ratios[""],
+               "speed_ratio_opendp_over_dp_proto_gaussian": ratios["_gaussian"],
                "quick": args.quick, "machine": machine_description()}, args.out)
     return 0
 

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 
-from dp_proto.privacy.noise import discrete_laplace_noise
+from dp_proto.privacy.noise import discrete_gaussian_noise, discrete_laplace_noise
 from tests._benchmarks import import_benchmark
 
 
@@ -15,9 +15,11 @@ def test_noise_sampler_benchmark_prints_its_keys(tmp_path, capsys):
     assert bench.main(["--n", "20000", "--out", str(out)]) == 0
     payload = json.loads(out.read_text())
     assert payload["benchmark"] == "noise_samplers" and "speed_ratio_opendp_over_dp_proto" in payload
-    row = payload["results"]["dp_proto"]
-    assert set(row) == {"n", "seconds", "ns_per_draw", "pvalue"}
-    assert all(p > 1e-4 for p in row["pvalue"].values())
+    assert "speed_ratio_opendp_over_dp_proto_gaussian" in payload
+    for name in ("dp_proto", "dp_proto_gaussian"):
+        row = payload["results"][name]
+        assert set(row) == {"n", "seconds", "ns_per_draw", "pvalue"}
+        assert all(p > 1e-4 for p in row["pvalue"].values())
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["benchmark"] == "noise_samplers"
 
 
@@ -27,3 +29,11 @@ def test_pmf_test_rejects_a_wrong_scale():
     assert bench.pmf_pvalue(noise, 10.0) > 1e-4
     assert bench.pmf_pvalue(noise, 12.0) < 1e-6
     assert bench.pmf_pvalue(np.round(noise * 0.8), 10.0) < 1e-6
+
+
+def test_gaussian_pmf_test_rejects_a_wrong_sigma():
+    bench = import_benchmark("noise_samplers")
+    noise = discrete_gaussian_noise(50_000, 4.0).numpy()
+    assert bench.gaussian_pmf_pvalue(noise, 4.0) > 1e-4
+    assert bench.gaussian_pmf_pvalue(noise, 4.4) < 1e-6
+    assert bench.gaussian_pmf_pvalue(discrete_laplace_noise(50_000, 2.83).numpy(), 4.0) < 1e-6  # same variance
