@@ -321,8 +321,8 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
       (default ``(-4, 4)``). Every training point runs the dynamics and votes in the cube
       of its end point (clamped into the box); the cubes whose largest noisy class count
       reaches a threshold are released (:func:`~dp_proto.svdd.grid.sparse_noisy_histogram`,
-      which draws the noise of the empty cubes implicitly; about ``false_cells`` empty cubes
-      pass). Budget: ``centre_fraction * epsilon`` for the centre, the rest for the votes
+      which draws the noise of the empty cubes implicitly; at most ``false_cells`` empty
+      cubes pass on average). Budget: ``centre_fraction * epsilon`` for the centre, the rest for the votes
       (less ``count_fraction * epsilon`` under ``"auto"``). A point is classified by the
       cube centre nearest to the end of its dynamics.
     * ``"uniform"``: like ``"normal"`` with points drawn uniformly from the public box ``bounds``.
@@ -382,10 +382,12 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         ``max(0.5, sqrt(2 c) / epsilon_votes)`` (``c`` classes): one standard deviation of
         an empty cell's noisy total, and at least half a record; 0.5 without privacy. If no
         cell reaches it, the cell with the largest noisy total labels everything. With the
-        grid: the largest noisy class count a cube needs to be released, default
-        :func:`~dp_proto.svdd.grid.grid_threshold` (``ln(c M / (2 false_cells)) /
-        epsilon_votes`` for ``M`` cubes); if no cube reaches it, the cube with the largest
-        noisy count labels everything.
+        grid: the largest noisy class count a cube needs to be released (the grid's noise is
+        discrete Laplace, so the counts are integers and a real ``min_count`` acts as its
+        ceiling), default :func:`~dp_proto.svdd.grid.grid_threshold`: the smallest integer
+        ``t >= 1`` with at most ``false_cells`` expected empty cubes passing, at most
+        ``ceil(ln(c M / ((1 + exp(-epsilon_votes)) false_cells)) / epsilon_votes)`` for ``M``
+        cubes; if no cube reaches it, the cube with the largest noisy count labels everything.
     release : "support_function" or "equilibrium_points"
     n_neighbors : int, default 1
         ``k`` of the k-nearest-EP vote in the ``"equilibrium_points"`` mode.
@@ -513,10 +515,11 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         return "grid" if self._grid_release_threshold(grid, c, eps_votes) <= n_hat / self.grid_ratio else "normal"
 
     def _grid_release_threshold(self, grid: PublicGrid, c: int, eps_votes: float) -> float:
-        """Largest noisy class count a cube needs to be released: ``min_count`` or
+        """Largest noisy class count a cube needs to be released: ``min_count`` (the grid's
+        noisy counts are integers, so it acts as ``ceil(min_count)``) or the integer
         :func:`~dp_proto.svdd.grid.grid_threshold`."""
         if self.min_count is not None:
-            return self.min_count
+            return math.ceil(self.min_count)
         return grid_threshold(grid.num_cells, c, eps_votes, self.false_cells)
 
     def _public_starts(self, mode: str, d: int, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:

@@ -9,14 +9,24 @@ and the private centre, and the class counts per cube are one histogram.
 
 The box has ``M = prod_j (hi_j - lo_j + 1)`` cubes, far too many to noise one by one in
 nine or more dimensions. :func:`sparse_noisy_histogram` releases exactly what this
-would release -- every cube's class counts plus ``Lap(1/epsilon)``, keeping the cubes
-whose largest noisy count reaches ``threshold`` -- while drawing noise only for the
-occupied cubes and simulating the empty ones (Cormode, Procopiuc, Srivastava and Tran,
-"Differentially private summaries for sparse data", ICDT 2012): the number of empty
-cubes that pass is binomial, their positions are uniform among the empty cubes, and
-their noisy counts follow the Laplace law conditioned on passing. The output has the
-distribution of the dense mechanism, so it is epsilon-DP (pure) by the same argument:
-one record changes one count by one.
+would release -- every cube's class counts plus discrete Laplace noise of scale
+``1/epsilon`` (``P(k)`` proportional to ``exp(-epsilon |k|)``, Canonne, Kamath and
+Steinke 2020), keeping the cubes whose largest noisy count reaches an integer
+threshold ``t >= 1`` -- while drawing noise only for the occupied cubes and simulating
+the empty ones (Cormode, Procopiuc, Srivastava and Tran, "Differentially private
+summaries for sparse data", ICDT 2012): the number of empty cubes that pass is
+binomial, their positions are uniform among the empty cubes, and their noisy counts
+follow the discrete Laplace law conditioned on passing. The output has the distribution
+of the dense mechanism, so it is epsilon-DP (pure) by the same argument: one record
+changes one count by one.
+
+The noise is integer-valued on purpose: continuous floating-point Laplace noise leaves
+input-dependent gaps in the set of reachable doubles (Mironov, "On significance of the
+least significant bits for differential privacy", CCS 2012), and the released counts
+are exactly the kind of full-precision output that attack reads. Counts plus integer
+noise are integers (stored as float64), with no such gaps. With ``p = exp(-epsilon)``
+the tail is ``P(DL >= t) = p^t / (1 + p)`` for ``t >= 1``, and a passing coordinate is
+``t`` plus a geometric variable (the tail is memoryless).
 
 Noise comes from fresh operating-system entropy unless the caller passes a generator
 (reproducible; it warns, see :mod:`dp_proto.privacy.randomness`). The whole release goes
@@ -38,7 +48,7 @@ from torch import Tensor
 from dp_proto.privacy.calibration import check_epsilon
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.mechanisms import noise_rng
-from dp_proto.privacy.noise import laplace_noise, uniform_open
+from dp_proto.privacy.noise import discrete_laplace_noise, uniform_open
 from dp_proto.privacy.testing import intercept
 
 __all__ = ["PublicGrid", "cube_counts", "grid_threshold", "sparse_noisy_histogram"]
@@ -133,23 +143,46 @@ def cube_counts(cells: Tensor, labels: Tensor, grid: PublicGrid, num_classes: in
     return keys, occupied, counts.reshape(-1, num_classes).to(torch.float64)
 
 
-def _laplace_tail(threshold: float, scale: float) -> float:
-    """``P(Lap(scale) >= threshold)`` for ``threshold >= 0``."""
-    return 0.5 * math.exp(-threshold / scale)
+def _log_tail(threshold: int, scale: float) -> float:
+    """``log P(DL >= threshold)`` for discrete Laplace of ``scale`` and an integer
+    ``threshold >= 1``: ``P = p^t / (1 + p)`` with ``p = exp(-1/scale)`` (no underflow)."""
+    log_p = -1.0 / scale
+    return threshold * log_p - math.log1p(math.exp(log_p))
 
 
-def grid_threshold(num_cells: int, num_classes: int, epsilon: float, false_cells: float = 1.0) -> float:
-    """Noisy count a cube needs, so that about ``false_cells`` empty cubes pass.
+def _discrete_tail(threshold: int, scale: float) -> float:
+    """``P(DL >= threshold) = p^t / (1 + p)`` for an integer ``threshold >= 1``, ``p = exp(-1/scale)``."""
+    return math.exp(_log_tail(threshold, scale))
 
-    An empty cube passes when one of its ``c`` noisy counts ``Lap(1/epsilon)`` reaches
-    ``t``, with probability ``1 - (1 - exp(-epsilon t) / 2)^c``, about
-    ``c exp(-epsilon t) / 2``; over ``M`` cubes ``t = ln(c M / (2 false_cells)) / epsilon``
-    gives ``false_cells`` expected false cubes. At least half a record.
+
+def _expected_false_cells(num_cells: int, num_classes: int, threshold: int, scale: float) -> float:
+    """Expected number of empty cubes whose largest of ``c`` noisy counts reaches ``threshold``:
+    ``M (1 - (1 - q)^c)`` with ``q = P(DL >= threshold)``."""
+    q = _discrete_tail(threshold, scale)
+    return num_cells * -math.expm1(num_classes * math.log1p(-q))
+
+
+def grid_threshold(num_cells: int, num_classes: int, epsilon: float, false_cells: float = 1.0) -> int:
+    """Integer noisy count a cube needs, so that at most ``false_cells`` empty cubes pass on average.
+
+    The counts get discrete Laplace noise of scale ``1/epsilon``; with ``p = exp(-epsilon)``
+    one noisy count of an empty cube reaches an integer ``t >= 1`` with probability
+    ``q = p^t / (1 + p)`` (exact), so the cube passes with probability ``1 - (1 - q)^c``.
+    Returns the smallest integer ``t >= 1`` with ``M (1 - (1 - q)^c) <= false_cells`` over
+    ``M`` cubes: at most ``ceil(ln(c M / ((1 + p) false_cells)) / epsilon)`` (where
+    ``c q M <= false_cells``) and at least 1 (one record).
     """
     epsilon = check_epsilon(epsilon)
     if not false_cells > 0:
         raise ValueError(f"false_cells must be > 0, got {false_cells!r}")
-    return max(0.5, math.log(max(num_classes * num_cells / (2.0 * false_cells), 1.0)) / epsilon)
+    scale = 1.0 / epsilon
+    p = math.exp(-epsilon)
+    t = max(1, math.ceil(math.log(max(num_classes * num_cells / ((1.0 + p) * false_cells), 1.0)) / epsilon))
+    while _expected_false_cells(num_cells, num_classes, t, scale) > false_cells:
+        t += 1  # guards against rounding in the bound above
+    while t > 1 and _expected_false_cells(num_cells, num_classes, t - 1, scale) <= false_cells:
+        t -= 1
+    return t
 
 
 def _binomial(trials: int, prob: float, generator: torch.Generator | None) -> int:
@@ -171,37 +204,45 @@ def _binomial(trials: int, prob: float, generator: torch.Generator | None) -> in
     return k
 
 
-def _laplace_below(shape, scale: float, threshold: float, generator: torch.Generator | None) -> Tensor:
-    """I.i.d. ``Lap(scale)`` conditioned on being ``< threshold`` (rejection; ``threshold > 0``)."""
-    out = laplace_noise(shape, scale, generator=generator, device="cpu")
+def _discrete_below(shape, scale: float, threshold: int, generator: torch.Generator | None) -> Tensor:
+    """I.i.d. discrete Laplace of ``scale`` conditioned on being ``< threshold``, int64
+    (rejection; ``threshold >= 1``, so at most ``p / (1 + p) < 1/2`` of the draws are redrawn)."""
+    out = discrete_laplace_noise(shape, scale, generator=generator, device="cpu")
     bad = out >= threshold
     while bool(bad.any()):
-        out[bad] = laplace_noise(int(bad.sum()), scale, generator=generator, device="cpu")
+        out[bad] = discrete_laplace_noise(int(bad.sum()), scale, generator=generator, device="cpu")
         bad = out >= threshold
     return out
 
 
-def _passing_empty_counts(k: int, num_classes: int, scale: float, threshold: float,
+def _passing_empty_counts(k: int, num_classes: int, scale: float, threshold: int,
                           generator: torch.Generator | None) -> Tensor:
-    """Noisy counts ``(k, c)`` of empty cubes conditioned on their largest reaching ``threshold``.
+    """Noisy counts ``(k, c)`` (integers, float64) of empty cubes conditioned on their
+    largest reaching the integer ``threshold >= 1``.
 
-    With ``q = P(Lap >= threshold)`` the number ``J`` of passing coordinates is
+    With ``q = P(DL >= threshold)`` the number ``J`` of passing coordinates is
     ``Binomial(c, q)`` conditioned on ``J >= 1``; which ones is uniform; a passing
-    coordinate is ``threshold + Exp(scale)`` (the Laplace tail beyond a positive point),
-    the others are Laplace conditioned below ``threshold``.
+    coordinate is ``threshold + G`` with ``P(G = j) = (1 - p) p^j`` (the discrete Laplace
+    tail beyond ``t >= 1`` is geometric: ``P(t + j | >= t) = (1 - p) p^j``), the others
+    are discrete Laplace conditioned below ``threshold``.
     """
     c = num_classes
-    q = _laplace_tail(threshold, scale)
-    weights = torch.tensor([math.comb(c, j) * q**j * (1 - q) ** (c - j) for j in range(1, c + 1)],
-                           dtype=torch.float64)
-    out = _laplace_below((k, c), scale, threshold, generator)
+    if k <= 0:
+        return torch.zeros(0, c, dtype=torch.float64)
+    log_p = -1.0 / scale  # p = exp(-1/scale), as in discrete_laplace_noise
+    log_q = _log_tail(threshold, scale)
+    log_1mq = math.log1p(-math.exp(log_q))
+    log_w = torch.tensor([math.log(math.comb(c, j)) + j * log_q + (c - j) * log_1mq for j in range(1, c + 1)],
+                         dtype=torch.float64)
+    weights = torch.exp(log_w - log_w.max())
+    out = _discrete_below((k, c), scale, threshold, generator).to(torch.float64)
     cdf = torch.cumsum(weights, 0) / weights.sum()
     passing = torch.searchsorted(cdf, uniform_open(k, generator=generator, device="cpu")).clamp(max=c - 1) + 1
     # a uniform subset of `passing` coordinates per row: the ones of lowest random rank
     rank = torch.argsort(torch.argsort(uniform_open((k, c), generator=generator, device="cpu"), dim=1), dim=1)
     chosen = rank < passing.unsqueeze(1)
-    tail = -scale * torch.log(uniform_open((k, c), generator=generator, device="cpu"))
-    return torch.where(chosen, threshold + tail, out)
+    beyond = torch.floor(torch.log(uniform_open((k, c), generator=generator, device="cpu")) / log_p)
+    return torch.where(chosen, threshold + beyond, out)
 
 
 def _empty_indices(grid: PublicGrid, k: int, occupied: Tensor, generator: torch.Generator | None) -> Tensor:
@@ -217,34 +258,64 @@ def _empty_indices(grid: PublicGrid, k: int, occupied: Tensor, generator: torch.
     return torch.stack(rows) if rows else torch.zeros(0, grid.dim, dtype=torch.int64)
 
 
-def _noisy_max_cube(grid: PublicGrid, noisy: Tensor, scale: float, threshold: float,
+def _empty_max(n_empty: int, scale: float, threshold: int, generator: torch.Generator | None) -> tuple[int, float]:
+    """The largest of ``N = n_empty`` i.i.d. discrete Laplace draws conditioned below the
+    integer ``threshold >= 1``, with the uniform tie-breaking priority of the winner.
+
+    Every draw ``X`` gets an independent ``U ~ Uniform(0, 1)``; the winner maximises
+    ``Y = X + U`` (largest ``X``, ties broken by ``U``). ``Y`` has the continuous CDF
+    ``H(y) = F(x - 1) + P(X = x) (y - x)`` on ``[x, x + 1)``, where ``F`` is the discrete
+    Laplace CDF, ``F(x) = 1 - p^(x+1) / (1 + p)`` for ``x >= 0`` and ``p^(-x) / (1 + p)``
+    for ``x < 0``; the largest of ``N`` has CDF ``(H(y) / F(t - 1))^N``, inverted here:
+    ``v = F(t - 1) u^(1/N)``, ``x`` the smallest integer with ``F(x) >= v`` (so ``x`` has
+    CDF ``(F(x) / F(t - 1))^N``), ``U = (v - F(x - 1)) / P(X = x)``. ``1 - v`` is kept
+    accurate for the huge ``N`` of a large grid. Returns ``(x, U)``.
+    """
+    log_p = -1.0 / scale
+    p = math.exp(log_p)
+    one_minus_p = -math.expm1(log_p)
+    q = _discrete_tail(threshold, scale)  # 1 - F(t - 1)
+    u = float(uniform_open(1, generator=generator, device="cpu")[0])
+    s = math.log(u) / n_empty
+    v = (1.0 - q) * math.exp(s)
+    if v > p / (1.0 + p):  # x >= 0: F(x) >= v iff p^(x+1) <= r = (1 + p)(1 - v)
+        r = (1.0 + p) * (q - (1.0 - q) * math.expm1(s))
+        x = math.ceil(math.log(r) / log_p) - 1
+        frac = -math.expm1(math.log(r) - x * log_p) / one_minus_p
+    else:  # x < 0: F(x) >= v iff p^(-x) >= r = (1 + p) v
+        r = (1.0 + p) * v
+        x = math.ceil(-math.log(r) / log_p)
+        frac = p * math.expm1(math.log(r) + x * log_p - log_p) / one_minus_p
+    return min(x, threshold - 1), min(max(frac, 0.0), 1.0)
+
+
+def _noisy_max_cube(grid: PublicGrid, noisy: Tensor, scale: float, threshold: int,
                     generator: torch.Generator | None) -> tuple[int | None, int, float]:
     """The dense mechanism's fallback when no cube passed: the cube with the largest noisy
-    count (all of them below ``threshold``), that count's class and value.
+    count (all of them below the integer ``threshold``), that count's class and value.
 
     ``noisy (m, c)`` holds the occupied cubes' noisy counts. Returns ``(None, class,
     value)`` when an empty cube wins (its position and class are then uniform), else
-    ``(row, class, value)`` with the row into the occupied cubes. The largest of ``N``
-    i.i.d. Laplace draws conditioned below ``t`` has CDF ``(F(x) / F(t))^N``.
+    ``(row, class, value)`` with the row into the occupied cubes. Ties between the integer
+    counts are broken uniformly at random over all ``M c`` entries of the dense table: an
+    independent uniform priority per entry, the largest wins. The largest of the ``N``
+    empty entries comes from :func:`_empty_max` (discrete Laplace conditioned below ``t``).
     """
     num_classes = noisy.shape[1]
     n_empty = num_classes * (grid.num_cells - noisy.shape[0])
-    best_row, best_cls, best_occ = -1, 0, -math.inf
+    best_row, best_cls, best_occ, best_priority = -1, 0, -math.inf, -math.inf
     if noisy.numel():
-        flat = int(torch.argmax(noisy))
-        best_row, best_cls = divmod(flat, num_classes)
-        best_occ = float(noisy[best_row, best_cls])
+        best_occ = float(noisy.max())
+        tied = torch.nonzero(noisy.reshape(-1) == best_occ).reshape(-1)
+        priority = uniform_open(tied.numel(), generator=generator, device="cpu")
+        winner = int(torch.argmax(priority))
+        best_row, best_cls = divmod(int(tied[winner]), num_classes)
+        best_priority = float(priority[winner])
     if n_empty > 0:
-        u = float(uniform_open(1, generator=generator, device="cpu")[0])
-        f_t = 1.0 - _laplace_tail(threshold, scale)  # F(t), t > 0
-        # v = F(t) u^(1/N); solve F(x) = v for x, keeping 1 - v accurate
-        s = math.log(u) / n_empty
-        v = f_t * math.exp(s)
-        tail = (1.0 - f_t) - f_t * math.expm1(s)
-        best_empty = -scale * math.log(2.0 * tail) if v >= 0.5 else scale * math.log(2.0 * v)
-        if best_empty > best_occ:
+        value, priority = _empty_max(n_empty, scale, threshold, generator)
+        if value > best_occ or (value == best_occ and priority > best_priority):
             cls = min(int(uniform_open(1, generator=generator, device="cpu")[0] * num_classes), num_classes - 1)
-            return None, cls, best_empty
+            return None, cls, float(value)
     return best_row, best_cls, best_occ
 
 
@@ -255,11 +326,20 @@ def sparse_noisy_histogram(cells: Tensor, labels: Tensor, grid: PublicGrid, num_
     """Noisy class counts of the cubes whose largest noisy count reaches ``threshold``.
 
     ``cells (n, d)``: the integer cube of every record (:meth:`PublicGrid.index`),
-    ``labels (n,)`` in ``0..c-1``. Equivalent in distribution to adding ``Lap(1/epsilon)``
-    to all ``M c`` counts of the box and keeping the passing cubes; if none passes, the
-    single cube with the largest noisy count is kept (report noisy max over the dense
-    table) with only that largest count (the other classes' entries are ``-inf``:
-    not released). Epsilon-DP; one ``pure`` event in ``ledger``.
+    ``labels (n,)`` in ``0..c-1``. Equivalent in distribution to adding discrete Laplace
+    noise of scale ``1/epsilon`` (``P(k)`` proportional to ``exp(-epsilon |k|)``) to all
+    ``M c`` counts of the box and keeping the cubes whose largest noisy count is
+    ``>= t``; the empty cubes are simulated, not noised one by one (Cormode, Procopiuc,
+    Srivastava and Tran, ICDT 2012; see the module docstring). The noise is integer, not
+    continuous floating-point Laplace, which leaks through the gaps between reachable
+    doubles (Mironov, CCS 2012): the released counts are integers (float64).
+
+    ``threshold`` must be a finite number ``> 0``; as the noisy counts are integers it acts
+    as the integer ``t = ceil(threshold) >= 1`` (:func:`grid_threshold` returns one).
+    If no cube passes, the single cube with the largest noisy count is kept (report noisy
+    max over the dense table, ties broken uniformly at random among the tied entries)
+    with only that largest count (the other classes' entries are ``-inf``: not
+    released). Epsilon-DP; one ``pure`` event in ``ledger``.
 
     Returns
     -------
@@ -278,10 +358,11 @@ def sparse_noisy_histogram(cells: Tensor, labels: Tensor, grid: PublicGrid, num_
     if grid.num_cells > MAX_CELLS:
         raise ValueError(f"the grid has {grid.num_cells:.3g} cubes, more than 2^62: use a coarser step or "
                          "a smaller box")
-    if not threshold > 0:
-        raise ValueError(f"threshold must be > 0, got {threshold!r}")
+    if not (threshold > 0 and math.isfinite(threshold)):
+        raise ValueError(f"threshold must be a finite number > 0, got {threshold!r}")
+    t = math.ceil(float(threshold))  # the noisy counts are integers: count >= threshold iff count >= t
     scale = 1.0 / epsilon
-    q = _laplace_tail(threshold, scale)
+    q = _discrete_tail(t, scale)
     p_pass = -math.expm1(num_classes * math.log1p(-q))  # an empty cube's largest noisy count reaches t
     if grid.num_cells * p_pass > MAX_FALSE_CELLS:
         raise ValueError(f"threshold {threshold:g} would release about {grid.num_cells * p_pass:.3g} empty cubes "
@@ -292,15 +373,16 @@ def sparse_noisy_histogram(cells: Tensor, labels: Tensor, grid: PublicGrid, num_
     keys, occupied, counts = cube_counts(cells, labels, grid, num_classes)
 
     def draw() -> tuple[Tensor, Tensor]:
-        noisy = counts + laplace_noise(counts.shape, scale, generator=generator, device="cpu")
-        keep = noisy.max(1).values >= threshold
+        noise = discrete_laplace_noise(counts.shape, scale, generator=generator, device="cpu")
+        noisy = counts + noise.to(torch.float64)
+        keep = noisy.max(1).values >= t
         n_false = _binomial(grid.num_cells - keys.numel(), p_pass, generator)
         false_idx = _empty_indices(grid, n_false, keys, generator)
-        false_counts = _passing_empty_counts(n_false, num_classes, scale, threshold, generator)
+        false_counts = _passing_empty_counts(n_false, num_classes, scale, t, generator)
         idx = torch.cat([occupied[keep], false_idx])
         out = torch.cat([noisy[keep], false_counts])
         if idx.shape[0] == 0:
-            row, cls, value = _noisy_max_cube(grid, noisy, scale, threshold, generator)
+            row, cls, value = _noisy_max_cube(grid, noisy, scale, t, generator)
             idx = _empty_indices(grid, 1, keys, generator) if row is None else occupied[row].reshape(1, -1)
             out = torch.full((1, num_classes), -math.inf, dtype=torch.float64)
             out[0, cls] = value
