@@ -299,8 +299,8 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     points closer than ``merge_tol`` into equilibrium points (EPs) and, with ``r_max``,
     groups EPs into hypercubes of that half-width (greedy leaders, eq. 5.6). Phase III runs
     the dynamics from every training point, sends it to the cell (EP or hypercube) of the
-    nearest EP and labels every cell by the arg-max of its class counts plus ``Lap(1/eps)``
-    (eq. 5.5); cells whose noisy total falls below ``min_count`` stay unlabelled.
+    nearest EP and labels every cell by the arg-max of its class counts plus discrete
+    Laplace noise of scale ``1/eps`` (eq. 5.5); cells whose noisy total falls below ``min_count`` stay unlabelled.
 
     Start points (``starts``); all but ``"training"`` are differentially private:
 

@@ -9,7 +9,8 @@ can test it):
   (Corollary 4.2 / Theorem 4.3), then projected onto the ball ``||a|| <= kappa``
   (post-processing).
 * :func:`noisy_cell_counts` -- class counts per cell of a data-independent partition
-  plus ``Lap(1/epsilon)`` (the votes of Phase III, eq. 5.5-5.6).
+  plus integer discrete Laplace noise of scale ``1/epsilon`` (the votes of Phase III,
+  eq. 5.5-5.6).
 * :func:`private_quantile` -- the exponential mechanism for a quantile of scores on a
   public grid (the radius of the one-class :class:`~dp_proto.svdd.PrivateSVDD`).
 
@@ -110,7 +111,8 @@ def release_centre(centre: Tensor, c_over_n: float, epsilon: float, *, tol: floa
 def noisy_cell_counts(cells: Tensor, labels: Tensor, num_cells: int, num_classes: int, epsilon: float, *,
                       ledger: PrivacyLedger | None = None, generator: torch.Generator | None = None,
                       name: str = "svdd/votes") -> Tensor:
-    """Counts of (cell, class) pairs plus ``Lap(1/epsilon)`` on every one: epsilon-DP.
+    """Counts of (cell, class) pairs plus integer discrete Laplace noise ``P(k) ~
+    exp(-epsilon |k|)`` on every one (float-safe): epsilon-DP.
 
     ``cells (n,)`` must come from a partition that does not depend on the records
     (here: the basins of equilibrium points reached from public starts under the
