@@ -322,8 +322,9 @@ def main(argv: list[str] | None = None) -> int:
         "noisy releases projected into the domain (post-processing); every bin trains on its own "
         "(per-bin Adam state and shuffle since issue 20)",
         "reproducible noise: seeded generators for bins and releases, DPGLVQ(noise_seed=...) for dp_sgd "
-        "(the library's explicit opt-in; PrivacyLeakWarning silenced); Gaussian noise is float64 "
-        "Box-Muller since issue 20, so the numbers differ from runs before it",
+        "(the library's explicit opt-in; PrivacyLeakWarning silenced); since issue 20 SAA's sum gets "
+        "discrete Gaussian noise on a public grid and COA's float64 Box-Muller release is rounded to a "
+        "public grid, so the numbers differ from runs before it",
         "reference: 'bin mean' = the noise-free mean of the bins' clipped prototypes (what SAA "
         "converges to as epsilon grows); 'GLVQ L-BFGS' = non-private GLVQ on the full training fold",
     ]
