@@ -40,7 +40,7 @@ adversary who sees the full-precision output may learn the input. Two defences h
 Why not OpenDP's exact sampler: ``benchmarks/noise_samplers.py`` compares this
 discrete Laplace sampler with OpenDP's ``make_laplace`` on integers (exact rational
 arithmetic in Rust). Both fit the exact pmf (chi-square p 0.3-0.9 at 10^6 draws), and
-OpenDP takes about 120 times as long per draw (7 us against 24-96 ns on the 2-core
+OpenDP takes 120-200 times as long per draw (7-14 us against 24-96 ns on the 2-core
 machine); it also cannot be seeded (no reproducible tests), draws only on the CPU and
 would add a dependency. The remaining inexactness here, double rounding in one logarithm
 (about 1e-16 relative in each probability), is far below any delta in use, so this
