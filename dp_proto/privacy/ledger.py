@@ -140,7 +140,7 @@ class PrivacyEvent:
         Steinke 2020: ``(Delta^2 / 2 sigma^2)``-zCDP for integer shifts, and Renyi
         divergences of independent coordinates add). Its privacy loss distribution is
         not the Gaussian's, so the PLD accountant composes these releases with the others
-        by basic composition over a split of delta (see :meth:`PrivacyLedger.get_epsilon`).
+        by basic composition over the best of a fixed grid of splits of delta.
         ``pure``: any epsilon-DP release (``epsilon``), for example Laplace noise on a
         vector whose l1 change may spread over coordinates, or report-noisy-max; accounted
         by its worst-case privacy loss distribution.

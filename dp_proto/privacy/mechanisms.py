@@ -63,6 +63,17 @@ __all__ = [
 _MAX_STEPS = float(2**52)
 
 
+def _snap_to_grid(value: Tensor, grid: float, value_on_grid: bool) -> Tensor:
+    """``value`` in whole steps of the public ``grid`` (float64 integers), clamped to
+    ``+-2^52`` (coordinate-wise 1-Lipschitz, so the sensitivity in steps is kept).
+    ``value_on_grid``: the value must already lie on the grid (``ValueError`` otherwise)."""
+    v64 = value.to(torch.float64)
+    snapped = torch.round(v64 / grid)
+    if value_on_grid and not torch.equal(snapped * grid, v64):
+        raise ValueError("value_on_grid=True but value has entries off the grid")
+    return snapped.clamp_(-_MAX_STEPS, _MAX_STEPS)
+
+
 def _check_value(value: Tensor, name: str = "value") -> Tensor:
     if not isinstance(value, Tensor):
         value = torch.as_tensor(value, dtype=torch.float64)
@@ -154,9 +165,7 @@ def laplace_mechanism(
         if not grid > 0:
             raise ValueError(f"grid must be > 0, got {grid!r}")
         slack = 0 if value_on_grid else (1 if single_coordinate else value.numel())
-        v64 = value.to(torch.float64)
-        if value_on_grid and not torch.equal(torch.round(v64 / grid) * grid, v64):
-            raise ValueError("value_on_grid=True but value has entries off the grid")
+        snapped = _snap_to_grid(value, grid, value_on_grid)  # before anything is spent
         steps = math.ceil(sens / grid - 1e-12) + slack
         scale = steps / epsilon
         if sens > 0 and single_coordinate:  # exact discrete-Laplace privacy loss distribution
@@ -172,8 +181,6 @@ def laplace_mechanism(
             _record(ledger, PrivacyEvent("pure", epsilon=epsilon, name=name, sensitivity=sens))
     generator = noise_rng(ledger, generator, secure, value.device, name)
     if grid is not None:
-        snapped = torch.round(value.to(torch.float64) / grid).clamp_(-_MAX_STEPS, _MAX_STEPS)
-
         def draw() -> Tensor:
             noise = discrete_laplace_noise(value.shape, scale, generator=generator, secure=secure, device=value.device)
             return ((snapped + noise) * grid).to(dtype)
@@ -337,20 +344,16 @@ def gaussian_mechanism(
     plan = plan_gaussian(epsilon, delta, l2_sensitivity, value.numel(), grid=grid, calibration=calibration,
                          value_on_grid=value_on_grid, name=name)
     sens = check_sensitivity(l2_sensitivity, "l2_sensitivity")
+    snapped = None if plan.grid is None else _snap_to_grid(value, plan.grid, value_on_grid)  # before spending
     if plan.event is not None:
         _record(ledger, plan.event)
     dtype = value.dtype if value.is_floating_point() else torch.float64
     generator = noise_rng(ledger, generator, secure, value.device, name)
-    v64 = value.to(torch.float64)
-    if plan.grid is None:
+    if snapped is None:
         def draw() -> Tensor:
             noise = gaussian_noise(value.shape, plan.sigma, generator=generator, secure=secure, device=value.device)
-            return (v64 + noise).to(dtype)
+            return (value.to(torch.float64) + noise).to(dtype)
         return intercept(name, value, sens, "l2", draw)
-    snapped = torch.round(v64 / plan.grid)
-    if value_on_grid and not torch.equal(snapped * plan.grid, v64):
-        raise ValueError("value_on_grid=True but value has entries off the grid")
-    snapped.clamp_(-_MAX_STEPS, _MAX_STEPS)  # coordinate-wise 1-Lipschitz: sensitivity kept
 
     def draw_discrete() -> Tensor:
         if plan.sigma == 0:

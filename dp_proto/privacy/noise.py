@@ -61,7 +61,8 @@ from torch import Tensor
 
 from dp_proto.privacy.randomness import fresh_generator
 
-__all__ = ["uniform_open", "laplace_noise", "gaussian_noise", "discrete_laplace_noise", "discrete_gaussian_noise"]
+__all__ = ["uniform_open", "laplace_noise", "gaussian_noise", "geometric_noise", "discrete_laplace_noise",
+           "discrete_gaussian_noise"]
 
 _TWO_POW_53 = float(2**53)
 
@@ -139,10 +140,21 @@ def discrete_laplace_noise(
     """
     if not scale > 0:
         raise ValueError(f"discrete Laplace scale must be > 0, got {scale!r}")
-    u = uniform_open((2, *_shape(shape)), generator=generator, secure=secure, device=device)
-    log_p = -1.0 / scale  # log of the geometric ratio p = exp(-1/scale)
-    geometric = torch.floor(torch.log(u) / log_p)  # P(G = k) = (1 - p) p^k
-    return (geometric[0] - geometric[1]).to(torch.int64)
+    geometric = geometric_noise((2, *_shape(shape)), scale, generator=generator, secure=secure, device=device)
+    return geometric[0] - geometric[1]
+
+
+def geometric_noise(
+    shape, scale: float, *, generator: torch.Generator | None = None, secure: bool = False,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """I.i.d. geometric integers ``P(G = k) = (1 - p) p^k``, ``k >= 0``, ``p = exp(-1/scale)``,
+    int64: ``floor(log(u) / log(p))`` from 53-bit uniforms (double rounding in the
+    logarithm only)."""
+    if not scale > 0:
+        raise ValueError(f"geometric scale must be > 0, got {scale!r}")
+    u = uniform_open(shape, generator=generator, secure=secure, device=device)
+    return torch.floor(torch.log(u) / (-1.0 / scale)).to(torch.int64)
 
 
 def discrete_gaussian_noise(
@@ -165,14 +177,13 @@ def discrete_gaussian_noise(
     n = math.prod(shape)
     t = math.floor(sigma) + 1
     centre, two_var = sigma * sigma / t, 2.0 * sigma * sigma
-    out = torch.empty(n, dtype=torch.int64, device=device)
+    chunks: list[Tensor] = []
     filled = 0
-    while filled < n:
+    while filled < n or not chunks:
         batch = int(1.7 * (n - filled)) + 16
         y = discrete_laplace_noise(batch, t, generator=generator, secure=secure, device=device)
         u = uniform_open(batch, generator=generator, secure=secure, device=device)
-        keep = u < torch.exp(-((y.abs().to(torch.float64) - centre) ** 2) / two_var)
-        kept = y[keep][: n - filled]
-        out[filled:filled + kept.numel()] = kept
+        kept = y[u < torch.exp(-((y.abs().to(torch.float64) - centre) ** 2) / two_var)][: n - filled]
+        chunks.append(kept)  # on the draws' device (the generator's when device is None)
         filled += kept.numel()
-    return out.reshape(shape)
+    return torch.cat(chunks).reshape(shape)

@@ -48,7 +48,7 @@ from torch import Tensor
 from dp_proto.privacy.calibration import check_epsilon
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.mechanisms import noise_rng
-from dp_proto.privacy.noise import discrete_laplace_noise, uniform_open
+from dp_proto.privacy.noise import discrete_laplace_noise, geometric_noise, uniform_open
 from dp_proto.privacy.testing import intercept
 
 __all__ = ["PublicGrid", "cube_counts", "grid_threshold", "sparse_noisy_histogram"]
@@ -229,7 +229,6 @@ def _passing_empty_counts(k: int, num_classes: int, scale: float, threshold: int
     c = num_classes
     if k <= 0:
         return torch.zeros(0, c, dtype=torch.float64)
-    log_p = -1.0 / scale  # p = exp(-1/scale), as in discrete_laplace_noise
     log_q = _log_tail(threshold, scale)
     log_1mq = math.log1p(-math.exp(log_q))
     log_w = torch.tensor([math.log(math.comb(c, j)) + j * log_q + (c - j) * log_1mq for j in range(1, c + 1)],
@@ -241,7 +240,7 @@ def _passing_empty_counts(k: int, num_classes: int, scale: float, threshold: int
     # a uniform subset of `passing` coordinates per row: the ones of lowest random rank
     rank = torch.argsort(torch.argsort(uniform_open((k, c), generator=generator, device="cpu"), dim=1), dim=1)
     chosen = rank < passing.unsqueeze(1)
-    beyond = torch.floor(torch.log(uniform_open((k, c), generator=generator, device="cpu")) / log_p)
+    beyond = geometric_noise((k, c), scale, generator=generator, device="cpu").to(torch.float64)
     return torch.where(chosen, threshold + beyond, out)
 
 

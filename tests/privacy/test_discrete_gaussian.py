@@ -110,8 +110,10 @@ def test_counts_on_an_integer_grid_need_no_slack():
     assert plan.steps_sensitivity == 1.0
     out = gaussian_mechanism(torch.arange(10.0), 1.0, 1.0, 1e-5, grid=1.0, value_on_grid=True)
     assert torch.equal(out, torch.round(out))
+    refused = PrivacyLedger()
     with pytest.raises(ValueError, match="off the grid"):
-        gaussian_mechanism(torch.tensor([0.5]), 1.0, 1.0, 1e-5, grid=1.0, value_on_grid=True)
+        gaussian_mechanism(torch.tensor([0.5]), 1.0, 1.0, 1e-5, grid=1.0, value_on_grid=True, ledger=refused)
+    assert refused.events == ()  # refused before anything is spent
     with pytest.raises(ValueError, match="explicit grid"):
         gaussian_mechanism(torch.tensor([1.0]), 1.0, 1.0, 1e-5, value_on_grid=True)
 
