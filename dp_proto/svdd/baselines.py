@@ -53,12 +53,16 @@ from dp_proto.privacy.randomness import (
     seeded_generator,
 )
 from dp_proto.svdd.features import RandomFourierFeatures
-from dp_proto.svdd.solver import check_features
+from dp_proto.svdd.solver import check_features, check_private_tol, iteration_limit
 
 __all__ = ["SVMSolution", "solve_svm_dual", "svm_sensitivity", "PrivateSVMWeight", "PrivateSVMOutput"]
 
 _POWER_ITERATIONS = 20
 _L_SAFETY = 1.02  # power iteration approaches ||Phi||^2 from below
+# Smallest absolute gap tolerance of a private fit: the primal value grows like cap * n, so
+# float64 resolves the gap to about 1e-16 cap n; 1e-8 stays far above that for any
+# realistic n (the default tol is 1e-6).
+MIN_PRIVATE_SVM_TOL = 1e-8
 
 
 # --------------------------------------------------------------------------------------
@@ -93,7 +97,7 @@ class SVMSolution(NamedTuple):
 
 
 def _check_solver_input(
-    phi: torch.Tensor, y_pm: torch.Tensor, cap: float, tol: float, max_iter: int
+    phi: torch.Tensor, y_pm: torch.Tensor, cap: float, tol: float, max_iter: int | None
 ) -> tuple[torch.Tensor, torch.Tensor, float]:
     check_features(phi)
     n = phi.shape[0]
@@ -115,8 +119,7 @@ def _check_solver_input(
         raise ValueError(f"cap must be a positive finite number, got {cap!r}")
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol <= 0:
         raise ValueError(f"tol must be a positive finite number, got {tol!r}")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 0:
-        raise ValueError(f"max_iter must be a non-negative int, got {max_iter!r}")
+    iteration_limit(max_iter)
     return phi.to(torch.float64), y, c
 
 
@@ -157,7 +160,7 @@ def solve_svm_dual(
     cap: float,
     *,
     tol: float = 1e-6,
-    max_iter: int = 20000,
+    max_iter: int | None = 20000,
     relative: bool = True,
 ) -> SVMSolution:
     """Solve ``K`` box-constrained linear SVM duals (no bias) on explicit features at once.
@@ -200,8 +203,9 @@ def solve_svm_dual(
         Box ``cap > 0`` (``C/n`` of Park 2022).
     tol : float, default 1e-6
         Gap tolerance (see ``relative``).
-    max_iter : int, default 20000
-        Cap on FISTA iterations; when reached, ``converged`` is False.
+    max_iter : int or None, default 20000
+        Cap on FISTA iterations; when reached, ``converged`` is False. ``None``: no cap, the
+        solver runs until every class reaches its tolerance (private fits do this).
     relative : bool, default True
         Relative (``tol * max(1, |P|)``) or absolute (``tol``) gap test.
 
@@ -218,6 +222,7 @@ def solve_svm_dual(
         values other than +-1, ``cap <= 0``, ``tol <= 0``, bad ``max_iter``.
     """
     phi64, Y, cap = _check_solver_input(phi, y_pm, cap, tol, max_iter)
+    max_iter = iteration_limit(max_iter)
     out_dtype = phi.dtype if phi.dtype in (torch.float32, torch.float64) else torch.float64
     K, n = Y.shape
 
@@ -336,10 +341,11 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
         f = self.num_features
         if isinstance(f, bool) or not isinstance(f, (int, np.integer)) or f < 2 or f % 2:
             raise ValueError(f"num_features must be an even int >= 2, got {f!r}")
-        self._private_epsilon()
         t = self.tol
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
             raise ValueError(f"tol must be a positive finite number, got {t!r}")
+        if self._private_epsilon() is not None:
+            check_private_tol(t, MIN_PRIVATE_SVM_TOL)
         if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, int) or self.max_iter < 1:
             raise ValueError(f"max_iter must be a positive int, got {self.max_iter!r}")
         if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
@@ -408,19 +414,18 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
         K = len(classes)
         idx = torch.as_tensor(y_index, device=phi.device)
         Y = torch.where(idx.unsqueeze(0) == torch.arange(K, device=phi.device).unsqueeze(1), 1.0, -1.0)
-        # float64 weights: noise is added before any rounding to ``dtype`` (post-processing)
+        # float64 weights: noise is added before any rounding to ``dtype`` (post-processing).
+        # A private fit runs the solver until every gap is <= tol: the sensitivity assumes
+        # it, and a cap that one record could make the solver hit would void the guarantee.
+        private = self._private_epsilon() is not None
         sol = solve_svm_dual(phi.to(torch.float64), Y, float(self.c_over_n), tol=self.tol,
-                             max_iter=self.max_iter, relative=False)
+                             max_iter=None if private else self.max_iter, relative=False)
         self.__dict__.pop("curator_", None)
-        if self._private_epsilon() is not None:
-            # Whether the solver converges depends on the data: a private fit does not raise
-            # or warn about it; the curator sees it (and must not publish an unconverged fit).
-            curator_attach(self, solver_converged=sol.converged, solver_gap=float(sol.gap.max()),
-                           solver_iterations=sol.iterations)
-            if not sol.converged:
-                curator_log("%s: the SVM dual solver stopped at gap %.3g > tol=%g after %d iterations; "
-                            "the sensitivity bound does not hold for this fit: do not publish it",
-                            type(self).__name__, float(sol.gap.max()), self.tol, sol.iterations)
+        if private:
+            # the gap and the iteration count depend on the data: curator-only
+            curator_attach(self, solver_gap=float(sol.gap.max()), solver_iterations=sol.iterations)
+            if not sol.converged:  # unreachable without a cap; kept as a guard
+                raise AssertionError("the uncapped SVM solver returned without reaching tol")
         elif not sol.converged:
             raise RuntimeError(
                 f"the SVM dual solver did not reach the duality gap tol={self.tol:g} within "
@@ -480,13 +485,14 @@ _PARAMS_DOC = """
     ledger : PrivacyLedger, optional
         Records the releases (and enforces its budget); a fresh ledger per ``fit`` if None.
     tol : float, default 1e-6
-        Absolute duality gap at which the solver stops; enters the sensitivity.
+        Absolute duality gap at which the solver stops; enters the sensitivity. A private
+        fit needs ``tol >= 1e-8`` (``MIN_PRIVATE_SVM_TOL``).
     max_iter : int, default 20000
-        Solver iterations. The sensitivity bound assumes the solver reached ``tol``. Whether
-        it does depends on the data, so a private fit does not raise: it records
-        ``solver_converged`` (and the gap) in the curator-only ``curator_``, and a fit with
-        ``solver_converged=False`` must not be published; choose ``max_iter`` generously.
-        A non-private fit raises ``RuntimeError``.
+        Solver iterations of a non-private fit, which raises ``RuntimeError`` if they do not
+        reach ``tol``. A private fit ignores it and iterates until the gap is ``<= tol``:
+        the sensitivity bound assumes that gap, and a cap that one record could make the
+        solver hit would void the guarantee (so its running time depends on the data; the
+        gap and iteration count go to the curator-only ``curator_``).
 """
 
 
@@ -506,8 +512,8 @@ class PrivateSVMWeight(_RFFSVMBase):
     cap kappa ||w - w'||``, so ``||w_D - w_D'||_2 <= cap kappa``. The solver stops at an
     absolute duality gap ``g <= tol``, and 1-strong convexity puts its ``w`` within
     ``sqrt(2 g)`` of the optimum, so for the computed weights
-    ``||w_D - w_D'||_2 <= cap kappa + 2 sqrt(2 tol)`` (:func:`svm_sensitivity`); if the
-    solver does not reach ``tol`` ``fit`` raises ``RuntimeError``. Then
+    ``||w_D - w_D'||_2 <= cap kappa + 2 sqrt(2 tol)`` (:func:`svm_sensitivity`); a private
+    fit runs the solver until it reaches ``tol``. Then
     ``||.||_1 <= sqrt(F) ||.||_2``. One record enters all ``K`` one-vs-all problems, so the
     ``K`` releases compose (strict one-vs-all split: each classifier gets ``epsilon / K``),
     which is the same as one Laplace release of the ``K x F`` matrix with

@@ -40,7 +40,7 @@ from sklearn.utils.validation import check_is_fitted
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.llp.knn import knn_predict
 from dp_proto.privacy.calibration import optional_epsilon
-from dp_proto.privacy.curator import curator_attach, curator_log
+from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.domain import public_classes
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 from dp_proto.privacy.mechanisms import noisy_count
@@ -61,11 +61,12 @@ from dp_proto.svdd.private import (
     private_quantile,
     release_centre,
 )
-from dp_proto.svdd.solver import solve_svdd_dual
+from dp_proto.svdd.solver import check_private_tol, solve_svdd_dual
 
 __all__ = ["PrivateSVDD", "PrivateSVDDClassifier"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_NON_PRIVATE_MAX_ITER = 50000  # solver cap of a non-private fit (private fits have none)
 
 
 def _is_private(epsilon) -> bool:
@@ -129,6 +130,8 @@ class _SVDDBase(BaseEstimator):
             raise ValueError(f"c_over_n (the dual box C/n) must lie in (0, 1], got {self.c_over_n!r}")
         if not self.tol > 0:
             raise ValueError(f"tol must be > 0, got {self.tol!r}")
+        if _is_private(self.epsilon):
+            check_private_tol(self.tol)
         check_noise_seed(self.noise_seed)
 
     def _fit_centre(self, X: torch.Tensor, epsilon: float | None, gen: torch.Generator,
@@ -151,19 +154,20 @@ class _SVDDBase(BaseEstimator):
             # Fewer than 1/cap records: every beta_i at the box (dp_proto.svdd.private); a
             # private fit must not fail on a condition one record decides.
             exact = full_box_centre(phi, cap)
-            curator_attach(self, n_records=n, box_full=True, solver_converged=True, solver_gap=0.0)
+            curator_attach(self, n_records=n, box_full=True, solver_gap=0.0, solver_iterations=0)
         else:
-            solution = solve_svdd_dual(phi, min(cap * n, float(n)), tol=self.tol)
+            # A private fit runs the solver until the gap is <= tol (no iteration cap): the
+            # centre's sensitivity assumes it, and a cap that one record could make the
+            # solver hit would void the guarantee.
+            solution = solve_svdd_dual(phi, min(cap * n, float(n)), tol=self.tol,
+                                       max_iter=_NON_PRIVATE_MAX_ITER if epsilon is None else None)
             exact = solution.centre
             if epsilon is not None:
-                curator_attach(self, n_records=n, box_full=False, solver_converged=solution.converged,
-                               solver_gap=solution.gap)
-                if not solution.converged:
-                    # Not raised: whether the solver converges depends on the data. The
-                    # sensitivity bound assumes gap <= tol; the curator must not publish.
-                    curator_log("%s: the SVDD solver stopped at gap %.3g > tol=%g; the centre's "
-                                "sensitivity bound does not hold for this fit: do not publish it",
-                                type(self).__name__, solution.gap, self.tol)
+                # the gap and the iteration count depend on the data: curator-only
+                curator_attach(self, n_records=n, box_full=False, solver_gap=solution.gap,
+                               solver_iterations=solution.iterations)
+                if not solution.converged:  # unreachable without a cap; kept as a guard
+                    raise AssertionError("the uncapped SVDD solver returned without reaching tol")
         # The exact solution is not kept on the estimator: pickling it would publish it.
         if epsilon is None:
             return exact.to(X.dtype)
@@ -210,7 +214,9 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
         Fraction of training points meant to fall outside the description.
     tol : float, default 1e-8
         Duality-gap tolerance of the dual solver; enters the sensitivity as
-        ``2 sqrt(F) sqrt(tol)``.
+        ``2 sqrt(F) sqrt(tol)``. A private fit runs the solver until the gap is ``<= tol``
+        (no iteration cap, so its running time depends on the data) and needs
+        ``tol >= 1e-10`` (``dp_proto.svdd.solver.MIN_PRIVATE_TOL``).
     random_state : int or None
         Seed of the public randomness: the random Fourier features (and, in
         :class:`PrivateSVDDClassifier`, the start points). It never reaches the noise.
@@ -232,9 +238,9 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
     centre_ : Tensor ``(F,)``; features_ : RandomFourierFeatures; radius2_ : float;
     ledger_ : PrivacyLedger (a ``non_private`` event when ``epsilon`` is None).
     curator_ : dict, private fits only -- **curator-only** diagnostics computed from the
-        data without noise: ``box_full`` (fewer than ``n / C`` records), ``solver_converged``
-        and ``solver_gap`` (the privacy guarantee assumes ``solver_gap <= tol``; a fit with
-        ``solver_converged=False`` must not be published). Delete it before publishing.
+        data without noise: ``n_records``, ``box_full`` (fewer than ``n / C`` records),
+        ``solver_gap`` (at most ``tol``) and ``solver_iterations``. Delete it before
+        publishing.
     """
 
     def __init__(self, c_over_n: float = 0.05, gamma: float = 1.0, num_features: int = 400,

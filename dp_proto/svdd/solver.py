@@ -34,6 +34,7 @@ on the minimal face (DICG, Garber & Meshi 2016) needed 4225 iterations (9 s), th
 from __future__ import annotations
 
 import math
+import sys
 from typing import Literal, NamedTuple
 
 import torch
@@ -45,6 +46,10 @@ _F64_EPS = 2.0**-52
 _FACE_AFTER = 5  # iterations with an unchanged active pattern before an active-set step
 _WS_ITER_BUDGET = 400  # iterations a restricted problem may take before its set is doubled
 _WS_SHRINK_RATE = 0.9  # working sets may shrink while the full gap falls by this factor per round
+# Smallest gap tolerance a private fit accepts. The SVDD objective W lies in [0, 1] (unit
+# feature rows), so float64 evaluates the gap to about 1e-14; a tolerance far above that
+# floor is always reached by a solver that runs until it converges (see max_iter=None).
+MIN_PRIVATE_TOL = 1e-10
 
 
 # --------------------------------------------------------------------------------------
@@ -420,7 +425,7 @@ def solve_svdd_dual(
     C: float,
     *,
     tol: float = 1e-6,
-    max_iter: int = 50000,
+    max_iter: int | None = 50000,
     method: Literal["fista", "fista_full"] = "fista",
     power_iterations: int = 15,
 ) -> SVDDSolution:
@@ -483,9 +488,13 @@ def solve_svdd_dual(
         forces the uniform ``beta = 1/n``.
     tol : float, default 1e-6
         Target Frank-Wolfe gap of the returned ``beta`` (absolute, on the objective).
-    max_iter : int, default 50000
+    max_iter : int or None, default 50000
         Cap on FISTA iterations plus active-set steps (all working sets together); when
         reached, ``converged`` is ``False`` and ``gap`` is the gap of the returned iterate.
+        ``None``: no cap, the solver runs until ``gap <= tol`` (the problem is convex and the
+        gap of the iterates tends to 0, so it ends for any ``tol`` above float64's
+        resolution). Private fits use ``None``: their sensitivity assumes the tolerance
+        (a cap that one record could make the solver hit would void the guarantee).
     method : ``"fista"`` or ``"fista_full"``
         With (default) or without working sets.
     power_iterations : int, default 15
@@ -507,6 +516,7 @@ def solve_svdd_dual(
         ``tol <= 0``; bad ``max_iter``, ``method`` or ``power_iterations``.
     """
     phi64, cap = _check_problem(phi, C, tol, max_iter)
+    max_iter = iteration_limit(max_iter)
     if method not in ("fista", "fista_full"):
         raise ValueError(f"method must be 'fista' or 'fista_full', got {method!r}")
     if isinstance(power_iterations, bool) or not isinstance(power_iterations, int) or power_iterations < 1:
@@ -555,7 +565,9 @@ def solve_svdd_dual(
         gap = float(frank_wolfe_gap(beta, g, cap))
         if gap <= tol:
             return finish(beta, total, True)
-        if total >= max_iter or full_set:
+        if full_set:  # FISTA's own certificate (the same gap up to rounding)
+            return finish(beta, total, sub_done)
+        if total >= max_iter:
             return finish(beta, total, False)
         # rows that violate optimality: gradient below the largest gradient on the support
         # (a pairwise descent direction exists) or among the kk smallest (the LMO's rows)
@@ -605,7 +617,30 @@ def check_features(phi: torch.Tensor) -> None:
         raise ValueError("phi contains NaN or inf entries")
 
 
-def _check_problem(phi: torch.Tensor, C: float, tol: float, max_iter: int) -> tuple[torch.Tensor, float]:
+def iteration_limit(max_iter: int | None) -> int:
+    """The iteration cap ``max_iter`` checked: a non-negative int, or ``sys.maxsize`` for
+    ``None`` (no cap: run until converged)."""
+    if max_iter is None:
+        return sys.maxsize
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 0:
+        raise ValueError(f"max_iter must be a non-negative int or None, got {max_iter!r}")
+    return max_iter
+
+
+def check_private_tol(tol: float, floor: float = MIN_PRIVATE_TOL) -> None:
+    """Raise unless the gap tolerance of a private fit is a number ``>= floor``.
+
+    A private fit runs its solver until the duality gap is ``<= tol`` (the sensitivity
+    assumes it); a public floor well above float64's resolution of the gap guarantees
+    that the loop ends whatever the data.
+    """
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < floor:
+        raise ValueError(
+            f"a private fit needs a duality-gap tol >= {floor:g} (its solver runs until the gap "
+            f"reaches tol, and float64 cannot certify much smaller gaps), got {tol!r}")
+
+
+def _check_problem(phi: torch.Tensor, C: float, tol: float, max_iter: int | None) -> tuple[torch.Tensor, float]:
     check_features(phi)
     n = phi.shape[0]
     try:
@@ -619,7 +654,6 @@ def _check_problem(phi: torch.Tensor, C: float, tol: float, max_iter: int) -> tu
         )
     if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol > 0):
         raise ValueError(f"tol must be a positive finite number, got {tol!r}")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 0:
-        raise ValueError(f"max_iter must be a non-negative int, got {max_iter!r}")
+    iteration_limit(max_iter)
     cap = min(max(c / n, 1.0 / n), 1.0)
     return phi.to(torch.float64), cap

@@ -289,6 +289,11 @@ def test_dtypes_and_iteration_cap():
     capped = solve_svdd_dual(phi, 0.05 * 120, tol=1e-14, max_iter=3)
     assert not capped.converged and capped.iterations <= 3 + 200 and capped.gap > 1e-14
     assert abs(float(capped.beta.sum()) - 1) < 1e-12
+    # no cap (what private fits use): runs until the gap reaches tol
+    uncapped = solve_svdd_dual(phi, 0.05 * 120, tol=1e-13, max_iter=None)
+    assert uncapped.converged and uncapped.gap <= 1e-13
+    for method in ("fista", "fista_full"):
+        assert solve_svdd_dual(phi, 0.05 * 120, tol=1e-13, max_iter=None, method=method).converged
 
 
 def test_near_sensitivity_bound_of_corollary_4_2():
