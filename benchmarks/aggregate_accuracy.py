@@ -83,8 +83,8 @@ except ImportError:  # imported as benchmarks.aggregate_accuracy
 
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lvq import GLVQ
-from dp_proto.privacy.aggregate import aggregate_bin_models, train_bin_models
-from dp_proto.privacy.coa import coa_bin_models
+from dp_proto.lvq.private.coa import coa_bin_models
+from dp_proto.lvq.private.saa import aggregate_bin_models, train_bin_models
 
 BENCHMARK = "aggregate_accuracy"
 DELTA = 1e-5

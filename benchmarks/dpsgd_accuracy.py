@@ -79,7 +79,7 @@ except ImportError:  # imported as benchmarks.dpsgd_accuracy
 
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lvq import GLVQ, GMLVQ
-from dp_proto.privacy.estimators import DPGLVQ, DPGMLVQ
+from dp_proto.lvq.private.estimators import DPGLVQ, DPGMLVQ
 
 BENCHMARK = "dpsgd_accuracy"
 DATASETS = ("segmentation", "mnist", "optdigits")

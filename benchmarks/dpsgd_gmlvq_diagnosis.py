@@ -50,7 +50,7 @@ except ImportError:  # imported as benchmarks.dpsgd_gmlvq_diagnosis
         resolve_data_dir,
     )
 
-import dp_proto.privacy.estimators as dp_estimators
+import dp_proto.lvq.private.estimators as dp_estimators
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lvq.estimators import GMLVQ
 from dp_proto.privacy.ledger import PrivacyLedger

@@ -7,12 +7,12 @@ training epoch is timed in five modes:
 
 * ``nonprivate``: plain torch; a shuffled ``DataLoader`` with ``--batch-size``;
   forward, GLVQ cost (mean), backward, ``SGD(lr=0.01)`` step;
-* ``dp_fused``: the fused engine of :mod:`dp_proto.privacy.fused_dpsgd` (the default
+* ``dp_fused``: the fused engine of :mod:`dp_proto.lvq.private.fused` (the default
   of the DP estimators): Poisson index sampling, our norm samplers, one backward pass
   of the clip-weighted output gradients, Gaussian noise (float64 Box-Muller, as every
   private release draws it), the same ``SGD`` step; no Opacus wrappers;
 * ``dp_hooks``: ``PrivacyEngine().make_private(..., grad_sample_mode="hooks")`` with
-  the grad samplers of :mod:`dp_proto.privacy.grad_samplers` (per-sample gradients
+  the grad samplers of :mod:`dp_proto.lvq.private.grad_samplers` (per-sample gradients
   materialised, then clipped by the DP optimizer);
 * ``dp_ghost``: ``grad_sample_mode="ghost"`` (ghost clipping: our norm samplers give
   per-sample gradient norms, a second backward pass sums the clipped gradients); the
@@ -90,11 +90,11 @@ from opacus.grad_sample.grad_sample_module_fast_gradient_clipping import (
 )
 from opacus.validators import ModuleValidator
 
-import dp_proto.privacy.grad_samplers  # noqa: F401  (registers our samplers)
+import dp_proto.lvq.private.grad_samplers  # noqa: F401  (registers our samplers)
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.losses import glvq_loss
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.privacy.fused_dpsgd import dp_sgd_step, poisson_batch_index
+from dp_proto.lvq.private.fused import dp_sgd_step, poisson_batch_index
 from dp_proto.privacy.opacus_noise import make_noise_sound
 
 BENCHMARK = "dpsgd_speed"

@@ -46,7 +46,7 @@ except ImportError:  # imported as benchmarks.dpsgd_tuning
     )
 
 from dp_proto.exceptions import PrivacyLeakWarning
-from dp_proto.privacy.estimators import DPGLVQ, DPGMLVQ
+from dp_proto.lvq.private.estimators import DPGLVQ, DPGMLVQ
 
 DEV_SETS = ("vowel", "satimage", "pendigits")
 

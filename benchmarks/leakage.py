@@ -39,7 +39,7 @@ Schemes (the registry ``SCHEMES``: name -> ``train(X, y, setup, seed) -> Fit``, 
 
 * ``vanilla``: ``dp_proto.lvq.GLVQ`` (L-BFGS, defaults); deterministic for one
   prototype per class.
-* ``dp_sgd``: ``dp_proto.privacy.DPGLVQ`` (DP class-mean initialisation with 20 % of
+* ``dp_sgd``: ``dp_proto.lvq.private.DPGLVQ`` (DP class-mean initialisation with 20 % of
   epsilon, then DP-SGD; the ledger calibrates the noise so that the whole run is
   ``(epsilon, delta)``-DP), public bounds ``(-15, 15)`` mapped onto ``[-1, 1]``,
   ``sampling_rate=0.1`` (``q n >= 1`` for n = 100), ``epochs=10`` (``T`` about 100
@@ -51,12 +51,12 @@ Schemes (the registry ``SCHEMES``: name -> ``train(X, y, setup, seed) -> Fit``, 
   normaliser ``q n~``, ``n~`` the sum of the DP initialisation's noisy class counts);
   with equal counts this path reproduces ``DPGLVQ(noise_seed=seed)`` bit for bit
   (``tests/test_leakage_benchmark.py``).
-* ``saa``: ``dp_proto.privacy.aggregate.subsample_and_aggregate`` on the data mapped
+* ``saa``: ``dp_proto.lvq.private.saa.subsample_and_aggregate`` on the data mapped
   from the public box ``(-15, 15)^2`` onto ``[-1, 1]^2`` (prototypes mapped back);
   ``m = 10`` bins for the outlier data (about 10 records per bin), ``m = 30`` for XOR
   (about 40). The two class-0 prototypes of the 2 + 1 XOR model are matched to the
   public reference ``(-10, 10), (10, -10)``; sensitivity ``saa_sensitivity(3, 2)``.
-* ``coa``: ``dp_proto.privacy.coa.coa_glvq``, the centre of attention over the same
+* ``coa``: ``dp_proto.lvq.private.coa.coa_glvq``, the centre of attention over the same
   disjoint bins (domain diameter ``2 sqrt(W d)`` for the concatenated bin models).
 
 Reproducible noise: every private run draws its noise (and its bins, Poisson batches)
@@ -119,12 +119,13 @@ except ImportError:  # imported as benchmarks.leakage
 
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lvq import GLVQ, GLVQLayer, PrototypeModel, make_prototype_labels
-from dp_proto.privacy import DPGLVQ, PrivacyLedger, PublicBoundsScaler, dp_class_mean_prototypes
-from dp_proto.privacy.aggregate import subsample_and_aggregate
+from dp_proto.lvq.private import DPGLVQ, dp_class_mean_prototypes
+from dp_proto.lvq.private.coa import coa_glvq
+from dp_proto.lvq.private.dpsgd import fit_dp_sgd, noise_multiplier_for, sgd_steps
+from dp_proto.lvq.private.saa import subsample_and_aggregate
+from dp_proto.privacy import PrivacyLedger, PublicBoundsScaler
 from dp_proto.privacy.audit import audit_epsilon
 from dp_proto.privacy.clipping import clip_box
-from dp_proto.privacy.coa import coa_glvq
-from dp_proto.privacy.dpsgd import fit_dp_sgd, noise_multiplier_for, sgd_steps
 from dp_proto.privacy.noise import gaussian_noise
 
 BENCHMARK = "leakage"
@@ -273,7 +274,7 @@ def _reference(setup: Setup, scaler: PublicBoundsScaler) -> torch.Tensor | None:
 
 
 def train_coa(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
-    """Centre of attention (:func:`dp_proto.privacy.coa.coa_glvq`) over ``setup.saa_bins``
+    """Centre of attention (:func:`dp_proto.lvq.private.coa.coa_glvq`) over ``setup.saa_bins``
     disjoint bins on ``[-1, 1]^d``; any prototype counts per class."""
     scaler = _scaler(setup)
     x = torch.as_tensor(scaler.transform(X), dtype=torch.float64)

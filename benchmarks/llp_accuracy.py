@@ -73,6 +73,7 @@ except ImportError:  # imported as benchmarks.llp_accuracy
         run_metadata,
     )
 
+from dp_proto._neighbours import knn_predict
 from dp_proto.data.traffic import (
     FLOW_BIN_EDGES,
     load_scats_counts,
@@ -82,7 +83,6 @@ from dp_proto.data.traffic import (
 )
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.llp import evaluate, simulate_network
-from dp_proto.llp.knn import knn_predict
 
 BENCHMARK = "llp_accuracy"
 ROOT = Path(__file__).resolve().parent

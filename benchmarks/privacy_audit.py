@@ -54,14 +54,12 @@ try:  # run as a script: benchmarks/ is on sys.path
 except ImportError:  # imported as benchmarks.privacy_audit
     from benchmarks._common import emit_json, machine_description
 
+from dp_proto.llp.audit import llp_release_audit_setup
+from dp_proto.lvq.private.audit import dp_init_audit_setup, dp_sgd_audit_setup, saa_audit_setup
 from dp_proto.privacy.audit import (
     AuditSetup,
-    dp_init_audit_setup,
-    dp_sgd_audit_setup,
     gaussian_audit_setup,
     laplace_audit_setup,
-    llp_release_audit_setup,
-    saa_audit_setup,
 )
 
 BENCHMARK = "privacy_audit"

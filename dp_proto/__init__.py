@@ -1,11 +1,15 @@
 """dp-proto: privacy-preserving learning with prototype models.
 
-Subpackages
------------
-``dp_proto.lvq``        distances, prototype layers, GLVQ loss, initialisers, estimators
-``dp_proto.privacy``    mechanisms and the privacy ledger
-``dp_proto.lightning``  LightningModules, DataModules and callbacks
-``dp_proto.data``       bundled, file-based and synthetic data sets
+Subpackages (imports run one way: ``privacy`` <- models <- ``lightning`` <- ``cli``)
+
+``dp_proto.privacy``      model-free DP core: mechanisms, noise, calibration, the privacy ledger
+``dp_proto.lvq``          distances, prototype layers, GLVQ loss, initialisers, estimators
+``dp_proto.lvq.private``  DP initialisation, DP-SGD, subsample-and-aggregate, DP estimators
+``dp_proto.svdd``         private SVDD and the equilibrium-point classifier
+``dp_proto.llp``          differentially private learning from label proportions
+``dp_proto.anonymizer``   the adversarial anonymizer's modules and losses
+``dp_proto.lightning``    LightningModules, DataModules and callbacks
+``dp_proto.data``         bundled, file-based and synthetic data sets
 """
 
 from dp_proto.exceptions import (

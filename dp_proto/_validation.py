@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from dp_proto.exceptions import DataValidationError
 
-__all__ = ["check_finite_rows", "check_labels_known", "format_indices"]
+__all__ = ["TORCH_DTYPES", "check_finite_rows", "check_labels_known", "format_indices", "torch_dtype"]
+
+#: The ``dtype`` option of the estimators, by name.
+TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of an estimator's ``dtype`` option (``"float32"`` or ``"float64"``)."""
+    try:
+        return TORCH_DTYPES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {name!r}") from None
 
 
 def format_indices(indices: np.ndarray, limit: int = 10) -> str:

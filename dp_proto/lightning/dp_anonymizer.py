@@ -200,7 +200,7 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
 
     from dp_proto.lightning.anonymizer import default_anonymizer, train_module, training_labels
     from dp_proto.lightning.datamodule import poisson_seed, route_opacus_notices
-    from dp_proto.privacy.dpsgd import calibrate_noise_multiplier, warn_noisy_size
+    from dp_proto.lvq.private.dpsgd import calibrate_noise_multiplier, warn_noisy_size
     from dp_proto.privacy.mechanisms import noisy_histogram
     from dp_proto.privacy.randomness import fresh_generator, noise_generator, seeded_generator
 

@@ -12,20 +12,12 @@ from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.lightning.callbacks import restore_ledger, save_ledger
 from dp_proto.lightning.module import LVQModule
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.privacy import grad_samplers  # noqa: F401  (registers the closed-form samplers)
-from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
+from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the closed-form samplers)
+from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger, dp_sgd_event
 from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.opacus_noise import check_expected_batch_size, make_noise_sound
 
-__all__ = ["DPLVQModule", "EpochBudgetMixin", "dp_sgd_event"]
-
-
-def dp_sgd_event(noise_multiplier: float, sample_rate: float, steps: int) -> PrivacyEvent:
-    """``steps`` Poisson-subsampled Gaussian steps (a noise-free run: ``non_private``)."""
-    if noise_multiplier == 0:  # a noise-free debugging run: recorded, and epsilon is inf
-        return PrivacyEvent("non_private", count=steps, name="sgd_without_noise")
-    return PrivacyEvent("subsampled_gaussian", noise_multiplier=noise_multiplier, sampling_rate=sample_rate,
-                        count=steps, name="dp_sgd")
+__all__ = ["DPLVQModule", "EpochBudgetMixin", "dp_sgd_event"]  # dp_sgd_event: re-exported from dp_proto.privacy
 
 
 class EpochBudgetMixin:

@@ -86,10 +86,10 @@ from dp_proto.lightning.module import LVQModule
 from dp_proto.lvq.init import make_prototype_labels
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
+from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes
+from dp_proto.lvq.private.dpsgd import check_dp_sgd_settings, noise_multiplier_for, warn_noisy_size
 from dp_proto.privacy.clipping import clip_box
 from dp_proto.privacy.curator import curator_log
-from dp_proto.privacy.dp_init import dp_class_mean_prototypes
-from dp_proto.privacy.dpsgd import check_dp_sgd_settings, noise_multiplier_for, warn_noisy_size
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.opacus_noise import check_expected_batch_size

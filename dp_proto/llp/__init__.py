@@ -25,6 +25,7 @@ shape of a release never depends on the data.
 All tensor code runs on the device of its inputs (CPU or CUDA).
 """
 
+from dp_proto._neighbours import knn_neighbours, knn_predict
 from dp_proto.llp.assignment import (
     AssignmentResult,
     candidate_deltas,
@@ -33,7 +34,6 @@ from dp_proto.llp.assignment import (
     proportion_loss,
 )
 from dp_proto.llp.kmeans import KMeansResult, kmeans, predict, squared_distances
-from dp_proto.llp.knn import knn_neighbours, knn_predict
 from dp_proto.llp.model import (
     LLPNodeModel,
     NodeFit,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dp_proto.exceptions import DataValidationError
+from dp_proto._neighbours import check_points, squared_distances
 
 __all__ = ["KMeansResult", "kmeans", "predict", "squared_distances"]
 
@@ -50,46 +50,6 @@ class KMeansResult:
     n_iter: int
 
 
-def _check_points(x: Tensor, name: str = "x") -> Tensor:
-    if not isinstance(x, Tensor):
-        x = torch.as_tensor(x)
-    if x.dim() != 2:
-        raise ValueError(f"{name} must have shape (n, d), got {tuple(x.shape)}")
-    if not x.is_floating_point():
-        x = x.to(torch.float64)
-    bad = ~torch.isfinite(x).all(1)
-    if bool(bad.any()):
-        rows = torch.nonzero(bad).flatten()
-        shown = rows[:10].tolist()
-        raise DataValidationError(
-            f"{name} contains NaN or inf in row(s) {shown}{' ...' if rows.numel() > 10 else ''} "
-            f"({rows.numel()} in all); remove or impute them"
-        )
-    return x
-
-
-def squared_distances(x: Tensor, centres: Tensor) -> Tensor:
-    """Squared Euclidean distances ``||x_i - c_j||^2``, clamped at 0.
-
-    Parameters
-    ----------
-    x : Tensor of shape (n, d)
-    centres : Tensor of shape (k, d) or (S, k, d)
-
-    Returns
-    -------
-    Tensor of shape (n, k) or (S, n, k)
-    """
-    x2 = (x * x).sum(-1)
-    c2 = (centres * centres).sum(-1)
-    if centres.dim() == 2:
-        d = torch.addmm(x2[:, None] + c2[None, :], x, centres.T, alpha=-2.0)
-    else:
-        base = x2[None, :, None] + c2[:, None, :]
-        d = torch.baddbmm(base, x.expand(centres.shape[0], *x.shape), centres.transpose(1, 2), alpha=-2.0)
-    return d.clamp_min_(0.0)
-
-
 def predict(centres: Tensor, x: Tensor) -> Tensor:
     """Index of the nearest centre for every row of ``x``.
 
@@ -106,7 +66,7 @@ def predict(centres: Tensor, x: Tensor) -> Tensor:
     """
     if centres.dim() != 2 or centres.shape[0] < 1:
         raise ValueError(f"centres must have shape (k, d) with k >= 1, got {tuple(centres.shape)}")
-    x = _check_points(x).to(device=centres.device, dtype=centres.dtype)
+    x = check_points(x).to(device=centres.device, dtype=centres.dtype)
     if x.shape[1] != centres.shape[1]:
         raise ValueError(f"x has {x.shape[1]} features, the centres {centres.shape[1]}")
     if x.shape[0] == 0:
@@ -176,7 +136,7 @@ def kmeans(
     DataValidationError
         NaN or inf in ``x``.
     """
-    x = _check_points(x)
+    x = check_points(x)
     for name, value, low in (("k", k, 1), ("n_init", n_init, 1), ("max_iter", max_iter, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from dp_proto._neighbours import check_points
 from dp_proto.exceptions import DataValidationError
 from dp_proto.llp.assignment import AssignmentResult, local_search
-from dp_proto.llp.kmeans import KMeansResult, _check_points, kmeans, predict
+from dp_proto.llp.kmeans import KMeansResult, kmeans, predict
 from dp_proto.llp.proportions import LabelProportions, batch_label_counts
 
 __all__ = ["LLPNodeModel", "NodeFit", "fit_node_models", "majority_vote", "train_node_models"]
@@ -214,7 +215,7 @@ def fit_node_models(
                 f"proportion source {i} has shape {tuple(p.shape)}; every source must be (B, L) with "
                 f"the shape of source 0 {(num_batches, num_classes)}"
             )
-    features = _check_points(torch.as_tensor(features), "features")
+    features = check_points(torch.as_tensor(features), "features")
     batch_ids = torch.as_tensor(batch_ids, device=features.device)
     if batch_ids.shape != (features.shape[0],):
         raise ValueError(f"batch_ids must have shape ({features.shape[0]},), got {tuple(batch_ids.shape)}")

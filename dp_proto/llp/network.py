@@ -76,9 +76,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from dp_proto._neighbours import check_points
 from dp_proto.data.traffic import FLOW_BIN_EDGES, time_batches
 from dp_proto.exceptions import DataValidationError, PrivacyLeakWarning
-from dp_proto.llp.kmeans import _check_points
 from dp_proto.llp.model import LLPNodeModel, NodeFit, fit_node_models, majority_vote
 from dp_proto.llp.proportions import (
     DEFAULT_FLOOR,
@@ -375,7 +375,7 @@ def _node_tensors(i, node, mask, num_classes, device):
         bad = sorted(set(sel[(sel < 0) | (sel >= num_classes)].tolist()))[:10]
         raise DataValidationError(f"{name}: label(s) {bad} outside the classes 0..{num_classes - 1}")
     try:
-        x = _check_points(torch.as_tensor(feats[mask], device=device), "features")
+        x = check_points(torch.as_tensor(feats[mask], device=device), "features")
     except DataValidationError as err:
         raise DataValidationError(f"{name}: {err}") from err
     y = torch.as_tensor(sel, device=device).long()

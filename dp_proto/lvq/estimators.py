@@ -20,7 +20,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from dp_proto._validation import check_finite_rows, check_labels_known
+from dp_proto._validation import check_finite_rows, check_labels_known, torch_dtype
 from dp_proto.exceptions import DataValidationError
 from dp_proto.lvq.init import class_mean_prototypes, make_prototype_labels
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
@@ -28,8 +28,6 @@ from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.training import fit_lbfgs, fit_minibatch
 
 __all__ = ["GLVQ", "GMLVQ", "LGMLVQ"]
-
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 class _LVQBase(ClassifierMixin, BaseEstimator):
@@ -74,8 +72,7 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
     def _validate_params(self) -> None:
         if self.solver not in ("lbfgs", "adam", "sgd"):
             raise ValueError(f"solver must be 'lbfgs', 'adam' or 'sgd', got {self.solver!r}")
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
+        torch_dtype(self.dtype)
         for name in ("max_iter", "batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -149,7 +146,7 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
 
         rng = check_random_state(self.random_state)
         generator = torch.Generator().manual_seed(int(rng.randint(0, 2**31 - 1)))
-        tdtype = _DTYPES[self.dtype]
+        tdtype = torch_dtype(self.dtype)
         x_t = torch.as_tensor(X, dtype=tdtype, device=self.device)
         y_t = torch.as_tensor(y_index, dtype=torch.long, device=self.device)
         labels = make_prototype_labels(len(self.classes_), counts).to(self.device)
@@ -176,7 +173,7 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
     def _distances(self, X) -> torch.Tensor:
         check_is_fitted(self)
         X = self._check_X(X, reset=False)
-        x_t = torch.as_tensor(X, dtype=_DTYPES[self.dtype], device=self.device)
+        x_t = torch.as_tensor(X, dtype=torch_dtype(self.dtype), device=self.device)
         with torch.no_grad():
             return self.model_(x_t)
 

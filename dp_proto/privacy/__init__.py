@@ -1,14 +1,19 @@
-"""Differential privacy: calibrated mechanisms, the privacy ledger, DP initialisation.
+"""The model-free privacy core: mechanisms, noise, calibration, the privacy ledger, the
+public data domain, and the tools that check releases (audit, neighbour check).
 
 Mechanisms (:mod:`.mechanisms`) add calibrated noise and record every release in a
 :class:`PrivacyLedger`, which composes all releases of a run with a real accountant
 (privacy loss distributions by default, Renyi DP optionally). Neighbouring relation
 everywhere: add/remove one record.
+
+This package imports nothing from the models, nor Opacus or Lightning
+(:mod:`.opacus_noise`, the Opacus adapter, is imported only by the DP-SGD trainers).
+Private LVQ training (DP initialisation, DP-SGD, subsample-and-aggregate, the centre of
+attention and the ``DPGLVQ``-family estimators) lives in :mod:`dp_proto.lvq.private`.
 """
 
-from dp_proto.privacy.aggregate import saa_sensitivity, subsample_and_aggregate
+from dp_proto._deprecation import moved_names
 from dp_proto.privacy.audit import AuditResult, audit_epsilon
-from dp_proto.privacy.bin_estimators import SubsampleAggregateGLVQ
 from dp_proto.privacy.calibration import (
     analytic_gaussian_delta,
     analytic_gaussian_sigma,
@@ -16,17 +21,8 @@ from dp_proto.privacy.calibration import (
     laplace_scale,
 )
 from dp_proto.privacy.clipping import ClipResult, clip_box, clip_l2
-from dp_proto.privacy.coa import coa_glvq
 from dp_proto.privacy.domain import PublicBoundsScaler
-from dp_proto.privacy.dp_init import DPInitResult, dp_class_mean_prototypes
-from dp_proto.privacy.dpsgd import (
-    calibrate_noise_multiplier,
-    fit_dp_sgd,
-    paper_noise_multiplier,
-    sgd_steps,
-)
-from dp_proto.privacy.estimators import DPGLVQ, DPGMLVQ, DPLGMLVQ
-from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
+from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger, dp_sgd_event
 from dp_proto.privacy.mechanisms import (
     GaussianPlan,
     gaussian_mechanism,
@@ -47,16 +43,21 @@ from dp_proto.privacy.noise import (
 )
 
 __all__ = [
-    "PrivacyEvent", "PrivacyLedger",
+    "PrivacyEvent", "PrivacyLedger", "dp_sgd_event",
     "laplace_mechanism", "gaussian_mechanism", "gaussian_sigma", "GaussianPlan", "plan_gaussian",
     "renyi_noise_multiplier", "noisy_count", "noisy_histogram",
     "report_noisy_max", "noisy_majority_vote",
     "analytic_gaussian_sigma", "analytic_gaussian_delta", "classic_gaussian_sigma", "laplace_scale",
     "ClipResult", "clip_l2", "clip_box", "PublicBoundsScaler",
-    "DPInitResult", "dp_class_mean_prototypes",
     "laplace_noise", "gaussian_noise", "discrete_laplace_noise", "discrete_gaussian_noise",
     "AuditResult", "audit_epsilon",
-    "DPGLVQ", "DPGMLVQ", "DPLGMLVQ",
-    "SubsampleAggregateGLVQ", "subsample_and_aggregate", "saa_sensitivity", "coa_glvq",
-    "calibrate_noise_multiplier", "fit_dp_sgd", "paper_noise_multiplier", "sgd_steps",
 ]
+
+# Private LVQ training moved to dp_proto.lvq.private (issue 21); the old names still work
+# for one release, with a DeprecationWarning.
+__getattr__ = moved_names(__name__, {
+    **dict.fromkeys(("DPGLVQ", "DPGMLVQ", "DPLGMLVQ", "SubsampleAggregateGLVQ", "subsample_and_aggregate",
+                     "saa_sensitivity", "coa_glvq", "DPInitResult", "dp_class_mean_prototypes",
+                     "calibrate_noise_multiplier", "fit_dp_sgd", "paper_noise_multiplier", "sgd_steps"),
+                    "dp_proto.lvq.private"),
+})

@@ -51,6 +51,7 @@ ready-made setups below do this for the Laplace and Gaussian mechanisms.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,7 +61,8 @@ import torch
 from scipy.stats import beta
 from torch import Tensor
 
-from dp_proto.privacy.dp_init import dp_class_mean_prototypes
+from dp_proto._deprecation import moved_names
+from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.privacy.mechanisms import gaussian_mechanism, laplace_mechanism
 
 __all__ = [
@@ -68,9 +70,10 @@ __all__ = [
     "AuditSetup",
     "audit_epsilon",
     "clopper_pearson_upper",
-    "dp_init_audit_setup",
     "gaussian_audit_setup",
     "laplace_audit_setup",
+    "trial_noise_seed",
+    "without_leak_warning",
 ]
 
 #: Level of the Clopper-Pearson bounds used to *choose* the test (on the selection half).
@@ -341,136 +344,23 @@ def gaussian_audit_setup(
     return AuditSetup(f"gaussian_eps{epsilon:g}", epsilon, delta, mechanism, d0, d1, batch=batch)
 
 
-def dp_init_audit_setup(
-    epsilon: float, *, dim: int = 1, n_records: int = 50, coordinate: int = 0
-) -> AuditSetup:
-    """:func:`dp_class_mean_prototypes` (2 classes, ``dim`` features) with a canary.
-
-    ``dataset_0`` holds ``n_records`` records of class 0 at the corner ``-1`` of the
-    domain ``[-1, 1]^dim`` and ``n_records`` records of class 1 at the origin;
-    ``dataset_1`` adds one class-0 canary at the opposite corner ``+1``, which moves
-    both the class-0 sum (by ``dim`` in l1) and its count as far as one record can.
-    Statistic: coordinate ``coordinate`` of the class-0 prototype. One run per call
-    (the real function, not a re-implementation), so it is slower than the others.
-    """
-    x0 = torch.cat([-torch.ones(n_records, dim), torch.zeros(n_records, dim)]).double()
-    y0 = torch.cat([torch.zeros(n_records), torch.ones(n_records)]).long()
-    x1 = torch.cat([x0, torch.ones(1, dim, dtype=torch.float64)])
-    y1 = torch.cat([y0, torch.zeros(1, dtype=torch.long)])
-
-    def mechanism(dataset: tuple[Tensor, Tensor], generator: torch.Generator) -> Tensor:
-        x, y = dataset
-        return dp_class_mean_prototypes(x, y, 2, epsilon, generator=generator).prototypes
-
-    def statistic(prototypes: Tensor) -> float:
-        return float(prototypes[0, coordinate])
-
-    return AuditSetup(f"dp_init_eps{epsilon:g}", epsilon, 0.0, mechanism, (x0, y0), (x1, y1), statistic)
-
-
-# -- whole trainers ----------------------------------------------------------------------
-def _trial_seed(generator: torch.Generator) -> int:
+# -- helpers for setups of whole trainers (dp_proto.lvq.private.audit, dp_proto.llp.audit) --
+def trial_noise_seed(generator: torch.Generator) -> int:
     """A noise seed for one audit trial, drawn from the audit's generator: trials are
     independent, and the audit as a whole is reproducible from its ``generator_seed``."""
     return int(torch.randint(0, 2**62, (1,), generator=generator))
 
 
-def _quietly(fit: Callable[[], Any]) -> Any:
-    import warnings
-
-    from dp_proto.exceptions import PrivacyLeakWarning
-
+def without_leak_warning(fit: Callable[[], Any]) -> Any:
+    """Run ``fit()`` with :class:`~dp_proto.exceptions.PrivacyLeakWarning` silenced."""
     with warnings.catch_warnings():  # the audit opts in to reproducible noise on purpose
         warnings.simplefilter("ignore", PrivacyLeakWarning)
         return fit()
 
 
-def _canary_pair(n_per_class: int, dim: int) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
-    """``D0``: class 0 at ``-0.5``, class 1 at ``+0.5`` (``n_per_class`` each, ``dim``
-    features in ``[-1, 1]``); ``D1`` adds a class-0 canary at the far corner ``+1``."""
-    x0 = np.concatenate([np.full((n_per_class, dim), -0.5), np.full((n_per_class, dim), 0.5)])
-    y0 = np.repeat([0, 1], n_per_class)
-    return (x0, y0), (np.concatenate([x0, np.ones((1, dim))]), np.append(y0, 0))
-
-
-def saa_audit_setup(epsilon: float, delta: float = 1e-5, *, num_bins: int = 16, n_per_class: int = 8,
-                    epochs: int = 1, fixed_noise_seed: int | None = None) -> AuditSetup:
-    """:class:`~dp_proto.privacy.SubsampleAggregateGLVQ` end to end (bins, training,
-    projection, noise) with a class-0 canary at the domain's corner; statistic: the
-    released class-0 prototype. Each trial draws its own noise seed from the audit's
-    generator (independent trials, a reproducible audit).
-
-    ``fixed_noise_seed`` is the broken variant: every run uses the same seed, as the
-    library's old public default did (finding 3 of issue 20); an attacker who knows it
-    tells the two data sets apart with certainty."""
-    from dp_proto.privacy.bin_estimators import SubsampleAggregateGLVQ
-
-    d0, d1 = _canary_pair(n_per_class, 1)
-
-    def mechanism(dataset, generator: torch.Generator) -> float:
-        X, y = dataset
-        seed = fixed_noise_seed if fixed_noise_seed is not None else _trial_seed(generator)
-        est = _quietly(lambda: SubsampleAggregateGLVQ(num_bins=num_bins, epsilon=epsilon, delta=delta, classes=[0, 1],
-                                                      epochs=epochs, batch_size=4, noise_seed=seed).fit(X, y))
-        return float(est.prototypes_[0, 0])
-
-    name = f"saa_eps{epsilon:g}" if fixed_noise_seed is None else f"broken_saa_fixed_seed_claims{epsilon:g}"
-    return AuditSetup(name, epsilon, delta, mechanism, d0, d1, statistic=float)
-
-
-def llp_release_audit_setup(epsilon: float, *, batch_size: int = 8, fixed_noise_seed: int | None = None) -> AuditSetup:
-    """The LLP release of one node (:func:`dp_proto.llp.private_label_proportions` on the
-    label counts of a public batch grid of 2 batches), ``D1`` = ``D0`` plus one window
-    of class 0 in batch 0; statistic: the released class-0 proportion of batch 0.
-    ``fixed_noise_seed``: the broken variant, one seed for every run (finding 3)."""
-    from dp_proto.llp.proportions import batch_label_counts, private_label_proportions
-
-    labels0 = torch.tensor([0, 1, 1, 1, 0, 0, 1, 1])
-    batches0 = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
-    d0 = (labels0, batches0)
-    d1 = (torch.cat([labels0, torch.tensor([0])]), torch.cat([batches0, torch.tensor([0])]))
-
-    def mechanism(dataset, generator: torch.Generator) -> float:
-        labels, batches = dataset
-        counts = batch_label_counts(labels, batches, 2, 2)
-        seed = fixed_noise_seed if fixed_noise_seed is not None else _trial_seed(generator)
-        released = _quietly(lambda: private_label_proportions(counts, epsilon, batch_sizes=float(batch_size),
-                                                              noise_seed=seed))
-        return float(released.proportions[0, 0])
-
-    name = f"llp_release_eps{epsilon:g}" if fixed_noise_seed is None else f"broken_llp_fixed_seed_claims{epsilon:g}"
-    return AuditSetup(name, epsilon, 0.0, mechanism, d0, d1, statistic=float)
-
-
-def dp_sgd_audit_setup(noise_multiplier: float = 2.0, *, delta: float = 1e-5, steps: int = 2,
-                       sampling_rate: float = 1.0, noise_factor: float = 1.0) -> AuditSetup:
-    """A small DP-GLVQ training through :func:`~dp_proto.privacy.fit_dp_sgd` (fused
-    engine, Poisson sampling, clipping to 1, the public normaliser 8) on 16 one-dimensional
-    records with a class-0 canary at the far end; statistic: prototype 0. ``D0``'s records
-    sit on their prototypes (zero gradient), so only the canary moves the model. The
-    claim is what the ledger certifies for ``steps`` subsampled Gaussian steps at
-    ``noise_multiplier`` (by default every record in every step, ``q = 1``, so that a
-    broken variant is visible in few trials). ``noise_factor < 1`` is the broken
-    variant: the noise is scaled down while the claim stays."""
-    from dp_proto.lvq.layers import GLVQLayer
-    from dp_proto.lvq.model import PrototypeModel
-    from dp_proto.privacy.dpsgd import fit_dp_sgd
-    from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
-
-    x0 = torch.tensor([[-0.5]] * 8 + [[0.5]] * 8)
-    y0 = torch.tensor([0] * 8 + [1] * 8)
-    d0 = (x0, y0)
-    d1 = (torch.cat([x0, torch.tensor([[1.0]])]), torch.cat([y0, torch.tensor([0])]))
-    claimed = PrivacyLedger.epsilon_of([PrivacyEvent("subsampled_gaussian", noise_multiplier=noise_multiplier,
-                                                     sampling_rate=sampling_rate, count=steps)], delta)
-
-    def mechanism(dataset, generator: torch.Generator) -> float:
-        x, y = dataset
-        model = PrototypeModel(GLVQLayer(1, 2, prototypes=torch.tensor([[-0.5], [0.5]])), [0, 1])
-        _quietly(lambda: fit_dp_sgd(model, x, y, ledger=PrivacyLedger(), noise_multiplier=noise_multiplier * noise_factor,
-                                    sampling_rate=sampling_rate, max_grad_norm=1.0, steps=steps, expected_batch_size=8.0,
-                                    lr=1.0, generator=generator))
-        return float(model.layer.prototypes.detach()[0, 0])
-
-    name = f"dp_sgd_sigma{noise_multiplier:g}" if noise_factor == 1.0 else f"broken_dp_sgd_noise_x{noise_factor:g}"
-    return AuditSetup(name, claimed, delta, mechanism, d0, d1, statistic=float)
+# Setups of model trainers moved beside the models (issue 21); the old names still work
+# for one release, with a DeprecationWarning.
+__getattr__ = moved_names(__name__, {
+    **dict.fromkeys(("dp_init_audit_setup", "saa_audit_setup", "dp_sgd_audit_setup"), "dp_proto.lvq.private.audit"),
+    "llp_release_audit_setup": "dp_proto.llp.audit",
+})

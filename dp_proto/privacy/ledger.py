@@ -36,7 +36,7 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdp
 from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.privacy.calibration import check_delta, check_epsilon
 
-__all__ = ["PrivacyEvent", "PrivacyLedger", "EventKind", "renyi_epsilon"]
+__all__ = ["PrivacyEvent", "PrivacyLedger", "EventKind", "dp_sgd_event", "renyi_epsilon"]
 
 EventKind = Literal["laplace", "discrete_laplace", "gaussian", "discrete_gaussian", "pure", "approx",
                     "subsampled_gaussian", "non_private"]
@@ -253,6 +253,16 @@ class PrivacyEvent:
             parts.append(f"sensitivity {self.sensitivity:.4g}")
         parts.append(f"x{self.count}")
         return ", ".join(parts)
+
+
+def dp_sgd_event(noise_multiplier: float, sampling_rate: float, steps: int) -> PrivacyEvent:
+    """``steps`` DP-SGD steps: Poisson subsampling at rate ``sampling_rate``, then the
+    Gaussian mechanism with ``noise_multiplier`` (a noise-free debugging run,
+    ``noise_multiplier == 0``, is recorded as ``non_private``: epsilon is inf)."""
+    if noise_multiplier == 0:
+        return PrivacyEvent("non_private", count=steps, name="sgd_without_noise")
+    return PrivacyEvent("subsampled_gaussian", noise_multiplier=noise_multiplier,
+                        sampling_rate=sampling_rate, count=steps, name="dp_sgd")
 
 
 class PrivacyLedger:

@@ -22,7 +22,7 @@ release function exposes (see :func:`public_view`) must be *identical* between `
 and ``D'``: anything that differs was computed from the data without noise. A
 subsampled release (a DP-SGD step) declares no sensitivity here, since a neighbour's
 Poisson batch differs; its per-step clipped sum is checked on its own (the fused
-engine's :func:`~dp_proto.privacy.fused_dpsgd.clipped_gradient_sum`).
+engine's :func:`~dp_proto.lvq.private.fused.clipped_gradient_sum`).
 
 Example
 -------

@@ -37,8 +37,9 @@ from sklearn.base import BaseEstimator, ClassifierMixin, OutlierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
+from dp_proto._neighbours import knn_predict
+from dp_proto._validation import torch_dtype
 from dp_proto.exceptions import PrivacyLeakWarning
-from dp_proto.llp.knn import knn_predict
 from dp_proto.privacy.calibration import optional_epsilon
 from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.domain import public_classes
@@ -65,7 +66,6 @@ from dp_proto.svdd.solver import check_private_tol, solve_svdd_dual
 
 __all__ = ["PrivateSVDD", "PrivateSVDDClassifier"]
 
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _NON_PRIVATE_MAX_ITER = 50000  # solver cap of a non-private fit (private fits have none)
 
 
@@ -91,9 +91,7 @@ class _SVDDBase(BaseEstimator):
         return torch.device(self.device) if self.device is not None else torch.device("cpu")
 
     def _torch_dtype(self) -> torch.dtype:
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
-        return _DTYPES[self.dtype]
+        return torch_dtype(self.dtype)
 
     def _as_tensor(self, X, *, fitting: bool) -> torch.Tensor:
         X = torch.as_tensor(X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else np.asarray(X),

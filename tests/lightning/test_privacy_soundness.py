@@ -18,10 +18,9 @@ from sklearn.datasets import load_iris
 from dp_proto.cli import main
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lightning import ArrayDataModule, DPLVQModule, PrivacySpendCallback, run_experiment
-from dp_proto.lightning.dp_module import dp_sgd_event
 from dp_proto.lightning.experiment import DEFAULT_CONFIG, build_private_module, merge_config
 from dp_proto.lvq import GMLVQLayer, PrototypeModel
-from dp_proto.privacy import PrivacyLedger, PublicBoundsScaler
+from dp_proto.privacy import PrivacyLedger, PublicBoundsScaler, dp_sgd_event
 from dp_proto.privacy.randomness import noise_generator
 from dp_proto.privacy.testing import adversarial_removals, capture_releases, neighbour_check
 

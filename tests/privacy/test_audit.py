@@ -7,12 +7,12 @@ import pytest
 import torch
 from scipy.stats import binomtest
 
+from dp_proto.lvq.private.audit import dp_init_audit_setup
 from dp_proto.privacy import noisy_count
 from dp_proto.privacy.audit import (
     AuditResult,
     audit_epsilon,
     clopper_pearson_upper,
-    dp_init_audit_setup,
     gaussian_audit_setup,
     laplace_audit_setup,
 )

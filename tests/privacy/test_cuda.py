@@ -3,12 +3,8 @@
 import pytest
 import torch
 
-from dp_proto.privacy import (
-    PrivacyLedger,
-    dp_class_mean_prototypes,
-    gaussian_mechanism,
-    laplace_mechanism,
-)
+from dp_proto.lvq.private import dp_class_mean_prototypes
+from dp_proto.privacy import PrivacyLedger, gaussian_mechanism, laplace_mechanism
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -35,7 +31,7 @@ def test_dp_init_on_cuda():
 def test_fused_dp_sgd_on_cuda(layer_kind, gen_device):
     """The fused engine keeps everything on the GPU, with a CPU or a CUDA generator."""
     from dp_proto.lvq import GLVQLayer, GMLVQLayer, PrototypeModel
-    from dp_proto.privacy.dpsgd import fit_dp_sgd
+    from dp_proto.lvq.private.dpsgd import fit_dp_sgd
 
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.rand(2000, 8, device="cuda", generator=g) * 2 - 1

@@ -17,20 +17,12 @@ from sklearn.datasets import load_iris
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lvq.layers import GLVQLayer
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.privacy import (
-    DPGLVQ,
-    DPGMLVQ,
-    PrivacyLedger,
-    SubsampleAggregateGLVQ,
-    gaussian_mechanism,
-    gaussian_noise,
-    laplace_mechanism,
-    saa_sensitivity,
-)
+from dp_proto.lvq.private import DPGLVQ, DPGMLVQ, SubsampleAggregateGLVQ, saa_sensitivity
+from dp_proto.lvq.private.coa import COAResult, centre_of_attention_mechanism
+from dp_proto.lvq.private.fused import clipped_gradient_sum, dp_sgd_step
+from dp_proto.lvq.private.saa import fit_glvq_bins, subsample_and_aggregate
+from dp_proto.privacy import PrivacyLedger, gaussian_mechanism, gaussian_noise, laplace_mechanism
 from dp_proto.privacy import noise as noise_module
-from dp_proto.privacy.aggregate import fit_glvq_bins, subsample_and_aggregate
-from dp_proto.privacy.coa import COAResult, centre_of_attention_mechanism
-from dp_proto.privacy.fused_dpsgd import clipped_gradient_sum, dp_sgd_step
 from dp_proto.privacy.randomness import fresh_generator, noise_source
 from dp_proto.privacy.testing import adversarial_removals, neighbour_check
 
@@ -186,7 +178,7 @@ def test_finding6_normaliser_is_the_noisy_count_not_q_times_n():
         return est.expected_batch_size_
 
     neighbour_check(release, (X, y), [0, len(y) - 1]).assert_ok()
-    from dp_proto.privacy import dp_init
+    from dp_proto.lvq.private import dp_init
 
     released = []
     original = dp_init.noisy_histogram
@@ -204,7 +196,7 @@ def test_finding6_normaliser_is_the_noisy_count_not_q_times_n():
 
 
 def test_finding6_fit_dp_sgd_needs_a_public_expected_batch_size():
-    from dp_proto.privacy import fit_dp_sgd
+    from dp_proto.lvq.private import fit_dp_sgd
 
     model = PrototypeModel(GLVQLayer(2, 2), [0, 1])
     with pytest.raises(TypeError, match="expected_batch_size"):

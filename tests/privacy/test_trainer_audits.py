@@ -8,7 +8,8 @@ above the truth with probability at most 5 %; the honest rows' margins are large
 
 import pytest
 
-from dp_proto.privacy.audit import dp_sgd_audit_setup, llp_release_audit_setup, saa_audit_setup
+from dp_proto.llp.audit import llp_release_audit_setup
+from dp_proto.lvq.private.audit import dp_sgd_audit_setup, saa_audit_setup
 
 CASES = [
     # (honest setup, broken setup, trials)

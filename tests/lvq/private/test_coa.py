@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from dp_proto.privacy.coa import (
+from dp_proto.lvq.private.coa import (
     centre_of_attention,
     centre_of_attention_mechanism,
     coa_glvq,

@@ -7,8 +7,12 @@ from opacus import GradSampleModule
 from torch import nn
 
 from dp_proto.lvq import GLVQLayer, GMLVQLayer, LGMLVQLayer, PrototypeModel, glvq_loss
-from dp_proto.privacy import grad_samplers  # noqa: F401  (registers the samplers)
-from dp_proto.privacy.grad_samplers import glvq_norm_sample, gmlvq_norm_sample, lgmlvq_norm_sample
+from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the samplers)
+from dp_proto.lvq.private.grad_samplers import (
+    glvq_norm_sample,
+    gmlvq_norm_sample,
+    lgmlvq_norm_sample,
+)
 
 NORMS = {GLVQLayer: glvq_norm_sample, GMLVQLayer: gmlvq_norm_sample, LGMLVQLayer: lgmlvq_norm_sample}
 

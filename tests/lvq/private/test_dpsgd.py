@@ -11,17 +11,15 @@ from sklearn.model_selection import train_test_split
 
 from dp_proto.exceptions import DataValidationError, DomainWarning, PrivacyLeakWarning
 from dp_proto.lvq import GMLVQ, GMLVQLayer, PrototypeModel, class_mean_prototypes
-from dp_proto.privacy import (
+from dp_proto.lvq.private import (
     DPGLVQ,
     DPGMLVQ,
-    PrivacyEvent,
-    PrivacyLedger,
-    PublicBoundsScaler,
     calibrate_noise_multiplier,
     fit_dp_sgd,
     paper_noise_multiplier,
     sgd_steps,
 )
+from dp_proto.privacy import PrivacyEvent, PrivacyLedger, PublicBoundsScaler
 
 
 def test_paper_formula_and_what_the_ledger_certifies_for_it():
@@ -205,7 +203,7 @@ def test_a_budget_too_small_for_any_run_names_the_smallest_feasible_epsilon():
 def test_a_class_absent_from_the_private_data_still_trains():
     """The DP initialisation of an absent class is its noisy count (no division by zero)
     and a clipped noisy sum; training and prediction work for the other classes."""
-    from dp_proto.privacy.dp_init import dp_class_mean_prototypes
+    from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes
 
     g = torch.Generator().manual_seed(0)
     x = torch.rand(300, 4, generator=g, dtype=torch.float64) * 2 - 1

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from dp_proto.privacy import SubsampleAggregateGLVQ
-from dp_proto.privacy.aggregate import saa_sensitivity
+from dp_proto.lvq.private import SubsampleAggregateGLVQ
+from dp_proto.lvq.private.saa import saa_sensitivity
 from dp_proto.privacy.mechanisms import renyi_noise_multiplier
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dp_proto.lvq.losses import glvq_loss
-from dp_proto.privacy.aggregate import (
+from dp_proto.lvq.private.saa import (
     assign_bins,
     fit_glvq_bins,
     match_to_reference,
@@ -74,7 +74,7 @@ def test_batched_bin_training_equals_separate_fits():
     epoch, no step once its records are used up."""
     import math
 
-    from dp_proto.privacy.aggregate import _bin_class_means, _padded_bins, bin_shuffle_keys
+    from dp_proto.lvq.private.saa import _bin_class_means, _padded_bins, bin_shuffle_keys
 
     x, y = _two_class_data()
     labels = torch.tensor([0, 1])

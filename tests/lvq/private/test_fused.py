@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from torch import nn
 
 from dp_proto.lvq import GLVQLayer, GMLVQLayer, LGMLVQLayer, PrototypeModel
-from dp_proto.privacy.dpsgd import fit_dp_sgd
-from dp_proto.privacy.fused_dpsgd import check_fusable, clipped_gradient_sum
+from dp_proto.lvq.private.dpsgd import fit_dp_sgd
+from dp_proto.lvq.private.fused import check_fusable, clipped_gradient_sum
 from dp_proto.privacy.ledger import PrivacyLedger
-from tests.privacy.test_grad_samplers import _model, _reference
+from tests.lvq.private.test_grad_samplers import _model, _reference
 
 
 @settings(max_examples=30, deadline=None)
@@ -131,7 +131,7 @@ def test_both_engines_spend_what_was_calibrated():
     the ledger certifies the target (the Opacus loader once ran at 1/(k+1))."""
     from sklearn.datasets import load_digits
 
-    from dp_proto.privacy.estimators import DPGLVQ
+    from dp_proto.lvq.private.estimators import DPGLVQ
 
     X, y = load_digits(return_X_y=True)
     X, y = X[:1347], y[:1347]
@@ -180,7 +180,7 @@ def test_per_parameter_clipping_engines_agree_without_noise():
 
 def test_poisson_batches_have_the_bernoulli_distribution():
     """Membership frequency q per record, batch size ~ Binomial(n, q), independent pairs."""
-    from dp_proto.privacy.fused_dpsgd import poisson_batch_index
+    from dp_proto.lvq.private.fused import poisson_batch_index
 
     n, q, draws = 50, 0.1, 20_000
     g = torch.Generator().manual_seed(0)

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from dp_proto.exceptions import DomainWarning, PrivacyBudgetExceededError, PrivacyLeakWarning
-from dp_proto.privacy import PrivacyLedger, PublicBoundsScaler, dp_class_mean_prototypes
+from dp_proto.lvq.private import dp_class_mean_prototypes
+from dp_proto.privacy import PrivacyLedger, PublicBoundsScaler
 
 
 def _data(n=3000, d=4, seed=0):

@@ -1,0 +1,33 @@
+"""Differentially private training of LVQ models (add/remove one record).
+
+* :mod:`.dp_init` -- DP class-mean initialisation (Laplace on the class sums and counts).
+* :mod:`.dpsgd` -- DP-SGD (Abadi et al. 2016) for any :class:`~dp_proto.lvq.PrototypeModel`,
+  by the fused engine of :mod:`.fused` (closed-form per-sample gradients,
+  :mod:`.grad_samplers`) or by Opacus; the noise multiplier is calibrated by the ledger.
+* :mod:`.saa` -- subsample-and-aggregate over disjoint bins; :mod:`.coa` -- the centre
+  of attention aggregation.
+* :mod:`.estimators` -- ``DPGLVQ``, ``DPGMLVQ``, ``DPLGMLVQ`` (scikit-learn API) and
+  :mod:`.saa_estimator` -- ``SubsampleAggregateGLVQ``.
+
+Every release goes through the model-free core :mod:`dp_proto.privacy` (mechanisms,
+ledger). Importing this package loads Opacus.
+"""
+
+from dp_proto.lvq.private.coa import coa_glvq
+from dp_proto.lvq.private.dp_init import DPInitResult, dp_class_mean_prototypes
+from dp_proto.lvq.private.dpsgd import (
+    calibrate_noise_multiplier,
+    fit_dp_sgd,
+    paper_noise_multiplier,
+    sgd_steps,
+)
+from dp_proto.lvq.private.estimators import DPGLVQ, DPGMLVQ, DPLGMLVQ
+from dp_proto.lvq.private.saa import saa_sensitivity, subsample_and_aggregate
+from dp_proto.lvq.private.saa_estimator import SubsampleAggregateGLVQ
+
+__all__ = [
+    "DPGLVQ", "DPGMLVQ", "DPLGMLVQ", "SubsampleAggregateGLVQ",
+    "DPInitResult", "dp_class_mean_prototypes",
+    "calibrate_noise_multiplier", "fit_dp_sgd", "paper_noise_multiplier", "sgd_steps",
+    "subsample_and_aggregate", "saa_sensitivity", "coa_glvq",
+]

@@ -1,0 +1,119 @@
+"""Differentially private class-mean initialisation of prototypes (the DP-LVQ scheme).
+
+Dissertation Sec. 3.4 (A), step 1, with the corrections of the digest (note 3):
+
+* data in the public domain ``[-1, 1]^d``: records outside are clipped and counted;
+* class counts ``N_k``: a histogram, l1 sensitivity 1 under add/remove one record,
+  integer (discrete Laplace) noise of scale ``1 / epsilon_counts``;
+* class sums ``S_k``: one record changes one class sum by ``||x||_1 <= d``, so the l1
+  sensitivity of all sums together is ``d``; Laplace noise of scale ``d / epsilon_sums``
+  per coordinate, discrete on a public grid (float-safe, see ``laplace_mechanism``);
+* ``w_k = S~_k / max(N~_k, 1)``, clipped into the domain (post-processing, free).
+
+By basic composition the release is ``(epsilon_counts + epsilon_sums)``-DP; the ledger
+composes it with everything else of the run. Several prototypes per class are copies
+of the noisy class mean plus *data-independent* Gaussian jitter (free).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from dp_proto.lvq.init import make_prototype_labels
+from dp_proto.privacy.calibration import check_epsilon
+from dp_proto.privacy.clipping import clip_box
+from dp_proto.privacy.domain import warn_clipped
+from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
+from dp_proto.privacy.mechanisms import laplace_mechanism, noisy_histogram
+from dp_proto.privacy.noise import gaussian_noise
+
+__all__ = ["DPInitResult", "dp_class_mean_prototypes"]
+
+
+class DPInitResult(NamedTuple):
+    """Prototypes ``(W, d)``, their labels ``(W,)``, the noisy class counts ``(c,)``
+    (released) and the number of records that were clipped into the domain
+    (curator-only: not covered by the guarantee)."""
+
+    prototypes: Tensor
+    prototype_labels: Tensor
+    noisy_counts: Tensor
+    num_clipped: int
+
+
+def dp_class_mean_prototypes(
+    x: Tensor,
+    y: Tensor,
+    num_classes: int,
+    epsilon: float,
+    *,
+    ledger: PrivacyLedger | None = None,
+    count_fraction: float = 0.5,
+    prototypes_per_class: int = 1,
+    jitter: float = 0.05,
+    generator: torch.Generator | None = None,
+    secure: bool = False,
+    name: str = "dp_init",
+) -> DPInitResult:
+    """Noisy class means as initial prototypes: ``epsilon``-DP under add/remove one record.
+
+    Parameters
+    ----------
+    x : Tensor, shape (n, d)
+        Records, expected in ``[-1, 1]^d`` (use :class:`PublicBoundsScaler`); records
+        outside are clipped, and their count goes to the curator-only log and
+        ``num_clipped`` (no warning: its presence would depend on single records).
+    y : Tensor, shape (n,)
+        Class indices in ``0..num_classes-1`` (``num_classes`` is public).
+    epsilon : float
+        Total budget of the initialisation.
+    count_fraction : float
+        Share of ``epsilon`` spent on the counts (the dissertation splits equally).
+    prototypes_per_class : int
+    jitter : float
+        Standard deviation of the data-independent jitter added to copies when a class
+        has several prototypes.
+
+    Returns
+    -------
+    DPInitResult
+    """
+    epsilon = check_epsilon(epsilon)
+    if not 0 < count_fraction < 1:
+        raise ValueError(f"count_fraction must lie in (0, 1), got {count_fraction!r}")
+    if x.dim() != 2 or y.shape != (x.shape[0],):
+        raise ValueError(f"expected x (n, d) and y (n,), got {tuple(x.shape)} and {tuple(y.shape)}")
+    if num_classes < 1:
+        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+    if y.numel() and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+        raise ValueError(f"y must hold class indices in 0..{num_classes - 1}")
+    d = x.shape[1]
+    eps_counts, eps_sums = epsilon * count_fraction, epsilon * (1 - count_fraction)
+    counts_event = PrivacyEvent("discrete_laplace", epsilon=eps_counts, grid_steps=1, name=f"{name}/class_counts",
+                                sensitivity=1.0)  # what noisy_histogram records (integer noise)
+    sums_event = PrivacyEvent("pure", epsilon=eps_sums, name=f"{name}/class_sums", sensitivity=float(d))
+    if ledger is not None:
+        ledger.check(counts_event, sums_event)  # refuse both parts before releasing either
+
+    clipped = clip_box(x.to(torch.float64))
+    warn_clipped(clipped.num_clipped, x.shape[0], private=True)  # a count of private records
+    one_hot = torch.zeros(x.shape[0], num_classes, dtype=torch.float64, device=x.device)
+    one_hot[torch.arange(x.shape[0], device=x.device), y.long()] = 1.0
+    sums = one_hot.T @ clipped.values  # (c, d)
+
+    noisy_counts = noisy_histogram(y.long(), num_classes, eps_counts, ledger=ledger, name=counts_event.name,
+                                   generator=generator, secure=secure)
+    noisy_sums = laplace_mechanism(sums, float(d), eps_sums, ledger=ledger, name=sums_event.name,
+                                   generator=generator, secure=secure)
+    means = clip_box(noisy_sums / noisy_counts.clamp_min(1.0)[:, None]).values  # post-processing
+
+    labels = make_prototype_labels(num_classes, prototypes_per_class).to(x.device)
+    prototypes = means[labels].clone()
+    if prototypes_per_class > 1 and jitter > 0:
+        noise = gaussian_noise(prototypes.shape, jitter, generator=generator, secure=secure, device=x.device)
+        prototypes = clip_box(prototypes + noise).values
+    dtype = x.dtype if x.is_floating_point() else torch.float64
+    return DPInitResult(prototypes.to(dtype), labels, noisy_counts, clipped.num_clipped)

@@ -1,0 +1,319 @@
+"""Differentially private scikit-learn estimators: ``DPGLVQ``, ``DPGMLVQ``, ``DPLGMLVQ``.
+
+They train with the DP-LVQ "SGD" scheme (:mod:`dp_proto.lvq.private.dpsgd`): DP class-mean
+initialisation with ``init_fraction * epsilon``, then DP-SGD (Opacus' algorithm, run by
+default by the fused engine of :mod:`dp_proto.lvq.private.fused`) with the noise
+calibrated so that the whole run is ``(epsilon, delta)``-DP under add/remove one record.
+The fitted model carries its guarantee: ``privacy_`` (the ledger's summary) and
+``ledger_``.
+
+Data must come with public bounds: ``bounds=(lower, upper)`` (scalars or per-feature
+arrays known without looking at the data, e.g. ``(0, 255)`` for pixels) map it onto
+``[-1, 1]^d``; with ``bounds=None`` the data are taken to be in ``[-1, 1]^d`` already.
+Records outside are clipped; their count is curator-only (``curator_``, not a warning).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
+
+from dp_proto._validation import torch_dtype
+from dp_proto.lvq.estimators import GLVQ, GMLVQ, LGMLVQ
+from dp_proto.lvq.model import PrototypeModel
+from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes
+from dp_proto.lvq.private.dpsgd import (
+    check_dp_sgd_settings,
+    fit_dp_sgd,
+    noise_multiplier_for,
+    sgd_steps,
+    warn_noisy_size,
+)
+from dp_proto.privacy.calibration import check_epsilon
+from dp_proto.privacy.curator import curator_attach
+from dp_proto.privacy.domain import PublicBoundsScaler, public_classes
+from dp_proto.privacy.ledger import PrivacyLedger
+from dp_proto.privacy.randomness import noise_generator
+
+__all__ = ["DPGLVQ", "DPGMLVQ", "DPLGMLVQ"]
+
+class _DPMixin:
+    """Replaces ``fit`` of a non-private estimator by DP initialisation + DP-SGD."""
+
+    def _validate_params(self) -> None:
+        if self.solver not in ("sgd", "adam"):
+            raise ValueError(f"solver must be 'sgd' or 'adam' for DP-SGD, got {self.solver!r}")
+        torch_dtype(self.dtype)
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr!r}")
+        check_epsilon(self.epsilon)
+        if not 0 < self.init_fraction < 1:
+            raise ValueError(f"init_fraction must lie in (0, 1), got {self.init_fraction!r}")
+        if self.calibration not in ("ledger", "paper"):
+            raise ValueError(f"calibration must be 'ledger' or 'paper', got {self.calibration!r}")
+        if self.engine not in ("fused", "opacus"):
+            raise ValueError(f"engine must be 'fused' or 'opacus', got {self.engine!r}")
+        if self.grad_sample_mode not in ("hooks", "ghost", "functorch"):
+            raise ValueError(f"grad_sample_mode must be 'hooks', 'ghost' or 'functorch', got "
+                             f"{self.grad_sample_mode!r}")
+        if self.clipping not in ("joint", "per_parameter"):
+            raise ValueError(f"clipping must be 'joint' or 'per_parameter', got {self.clipping!r}")
+        if not 0 <= self.average_last < 1:
+            raise ValueError(f"average_last must lie in [0, 1), got {self.average_last!r}")
+        if not getattr(self, "metric_lr_scale", 1.0) > 0:
+            raise ValueError(f"metric_lr_scale must be > 0, got {self.metric_lr_scale!r}")
+        if not self.epochs > 0:
+            raise ValueError(f"epochs must be > 0, got {self.epochs!r}")
+        if not self.max_grad_norm > 0:
+            raise ValueError(f"max_grad_norm must be > 0, got {self.max_grad_norm!r}")
+
+    def _domain(self, X: np.ndarray, *, fitting: bool) -> np.ndarray:
+        if fitting:
+            lower, upper = (-1.0, 1.0) if self.bounds is None else self.bounds
+            self.scaler_ = PublicBoundsScaler(lower, upper, clip=True, warn=False).fit()
+            clipper = PublicBoundsScaler(lower, upper, clip=True, warn=False).fit()
+            Z = clipper.transform(X)  # the stored scaler_ never sees the data (no count on it)
+            curator_attach(self, num_clipped=int(clipper.num_clipped_))
+            return Z
+        scaler = PublicBoundsScaler(self.scaler_.lower, self.scaler_.upper, clip=False).fit()
+        return scaler.transform(X)  # predictions: same map, no privacy concern, no clipping
+
+    def _fit_input(self, X, y) -> tuple[np.ndarray, np.ndarray]:
+        """Validated ``X (n, d)`` and class indices ``(n,)``; sets ``classes_``."""
+        self._validate_params()
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
+        X, y = self._check_X(X, reset=True, y=y)
+        check_classification_targets(y)
+        self.classes_, y_index = public_classes(y, self.classes, type(self).__name__)
+        return X, y_index
+
+    def fit(self, X, y):
+        """Private training on ``X (n, d)``, ``y (n,)``; see the class docstring."""
+        X, y_index = self._fit_input(X, y)
+        n, d = X.shape
+        check_dp_sgd_settings(self.epsilon, self.delta, self.sampling_rate)  # public settings only
+        counts = self._prototype_counts(self.classes_)
+        if len(set(counts)) != 1:
+            raise ValueError("the DP initialisation needs the same number of prototypes for every class")
+
+        # random_state: non-private choices only (a random Omega initialisation). Every
+        # noise draw and sampling coin comes from `generator`: fresh entropy by default.
+        rng = check_random_state(self.random_state)
+        init_generator = torch.Generator().manual_seed(int(rng.randint(0, 2**31 - 1)))
+        generator = noise_generator(self.noise_seed, owner=type(self).__name__)
+        tdtype = torch_dtype(self.dtype)
+        Z = self._domain(X, fitting=True)
+        x_t = torch.as_tensor(Z, dtype=tdtype, device=self.device)
+        y_t = torch.as_tensor(y_index, dtype=torch.long, device=self.device)
+
+        budget = (self.epsilon, self.delta) if self.calibration == "ledger" else None
+        ledger = PrivacyLedger(budget=budget, default_delta=self.delta)
+        init = dp_class_mean_prototypes(
+            x_t, y_t, len(self.classes_), self.init_fraction * self.epsilon, ledger=ledger,
+            prototypes_per_class=counts[0], generator=None if self.secure_mode else generator,
+            secure=self.secure_mode,
+        )
+        layer = self._make_layer(d, len(init.prototype_labels), init_generator, tdtype)
+        with torch.no_grad():
+            layer.prototypes.copy_(init.prototypes.to(tdtype))
+        self.model_ = PrototypeModel(layer, init.prototype_labels)
+
+        # q and T are public settings: neither may depend on the private n (add/remove).
+        # The update is divided by q * n~, n~ the sum of the initialisation's noisy class
+        # counts (post-processing of a release), never by the private q * n.
+        q = float(self.sampling_rate)
+        steps = sgd_steps(self.epochs, q)
+        noisy_n = max(float(init.noisy_counts.sum()), 1.0)
+        expected_batch = q * noisy_n
+        warn_noisy_size(noisy_n, q, self.delta)
+        sigma = noise_multiplier_for(self.calibration, self.epsilon, self.delta, q, steps,
+                                     prior_events=ledger.events)
+        result = fit_dp_sgd(
+            self.model_, x_t, y_t, ledger=ledger, noise_multiplier=sigma, sampling_rate=q,
+            max_grad_norm=self.max_grad_norm, steps=steps, lr=self.lr, optimizer=self.solver,
+            metric_lr_scale=getattr(self, "metric_lr_scale", 1.0), average_last=self.average_last,
+            clipping=self.clipping,
+            engine=self.engine, grad_sample_mode=self.grad_sample_mode,
+            generator=None if self.secure_mode else generator,
+            expected_batch_size=expected_batch,
+            secure_mode=self.secure_mode,
+            transfer_fn=self.transfer_fn, beta=self.beta, delta=self.delta,
+        )
+        self.noise_multiplier_ = sigma
+        self.sample_rate_ = q
+        self.expected_batch_size_ = expected_batch
+        self.n_iter_ = result.steps
+        self.stopped_by_budget_ = result.stopped_by_budget
+        # No training loss is stored: the estimator is the released object, and a loss
+        # computed on the private batches would be a release outside the ledger.
+        self.ledger_ = ledger
+        self.epsilon_ = ledger.get_epsilon(self.delta)
+        ledger.attach(self.model_)
+        self.privacy_ = self.model_.privacy_
+        self.prototypes_ = self.scaler_.inverse_transform(layer.prototypes.detach().cpu().numpy())
+        self.prototype_labels_ = self.classes_[init.prototype_labels.cpu().numpy()]
+        self._store_metric()
+        return self
+
+    def _distances(self, X) -> torch.Tensor:
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self)
+        X = self._check_X(X, reset=False)
+        x_t = torch.as_tensor(self._domain(X, fitting=False), dtype=torch_dtype(self.dtype), device=self.device)
+        with torch.no_grad():
+            return self.model_(x_t)
+
+
+_DOC = """
+
+    Private parameters
+    ------------------
+    epsilon : float, default 1.0
+        Total budget of the run (initialisation + DP-SGD), at ``delta``.
+    delta : float, default 1e-5
+    sampling_rate : float, default 0.01
+        Poisson sampling rate ``q`` (expected batch ``q n``).
+    max_grad_norm : float, default 0.5
+        Per-sample clipping norm ``C``.
+    clipping : {"joint", "per_parameter"}, default "joint"
+        ``joint``: the per-sample gradient of prototypes and Omega together is clipped to
+        ``C``, as in the papers. ``per_parameter``: the prototypes and Omega are clipped
+        to ``C / sqrt(2)`` each (the joint norm stays at most ``C``: same sensitivity,
+        same noise), so that large per-sample gradients of one part cannot crowd the
+        other out of the clipping budget. It helped DP-GMLVQ while Omega was
+        renormalised to trace 1 (its gradients were then ``sqrt(d)`` times larger); with
+        Omega at the identity's scale joint clipping is better on the development sets
+        (``benchmarks/dpsgd_tuning.py``).
+    epochs : float, default 50
+        ``T = ceil(epochs / q)`` DP-SGD steps.
+    init_fraction : float, default 0.2
+        Share of epsilon spent on the DP class-mean initialisation.
+    calibration : {"ledger", "paper"}, default "ledger"
+    bounds : (lower, upper) or None
+        Public bounds of the features, mapped onto [-1, 1].
+    classes : array-like or None
+        The public set of class labels (one prototype group per class, in sorted
+        order). A class without records still gets its prototypes from the noisy DP
+        initialisation. ``None`` reads the set from ``y`` with a
+        :class:`~dp_proto.exceptions.PrivacyLeakWarning`: the released model then shows
+        which labels the private data contain.
+    engine : {"fused", "opacus"}, default "fused"
+        ``fused`` runs Opacus' DP-SGD step (Poisson sampling, joint per-sample clipping,
+        Gaussian noise, division by the expected batch) directly on tensors with the
+        closed-form gradient norms (:mod:`dp_proto.lvq.private.fused`), 3-20x faster;
+        ``opacus`` goes through Opacus' ``PrivacyEngine``. Same guarantee either way.
+    grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
+        Opacus engine only.
+    secure_mode : bool, default False
+        Noise read from ``os.urandom`` directly (initialisation and DP-SGD; batch
+        membership from a generator seeded by it). The Opacus engine needs Opacus'
+        ``torchcsprng`` package for this.
+    noise_seed : int or None, default None
+        None (the default): noise and Poisson sampling from a generator seeded with 64
+        bits of fresh operating-system entropy. An int reproduces the private fit
+        exactly, for tests and benchmarks: it warns ``PrivacyLeakWarning`` and the
+        ledger's summary says ``"noise": "reproducible"`` (whoever knows the seed can
+        remove the noise).
+    random_state : int, RandomState or None
+        Non-private randomness only (a random Omega initialisation); never the noise.
+    solver : {"sgd", "adam"}, default "sgd"; lr : float, default 0.05
+        The optimizer applied to the noisy clipped gradient (post-processing) and its
+        step size. Adam (lr 0.01) was measured as DP-GLVQ's default and not adopted
+        (``benchmarks/RESULTS.md``, "Optimizer").
+    metric_lr_scale : float, default 1.0
+        Learning rate of Omega relative to ``lr``. Every coordinate of Omega gets as
+        much noise as a prototype coordinate; a smaller rate keeps the metric's random
+        walk short.
+    normalize_omega : bool (DPGMLVQ: default False)
+        Renormalise Omega to ``trace(Omega^T Omega) = 1`` after every step (free
+        post-processing). DP-GMLVQ keeps Omega at the scale of its identity
+        initialisation instead: the cost is invariant to that scale, so Omega's
+        gradients are ``sqrt(d)`` times smaller than at trace 1 and far fewer are
+        clipped, and the same noise moves the metric relatively less. Chosen, with
+        ``metric_lr_scale=1`` and joint clipping, on development sets that the accuracy
+        benchmark does not use (``benchmarks/dpsgd_tuning.py``).
+    transfer_fn : {"identity", "sigmoid"}; beta : float
+        Transfer of the GLVQ cost (the non-private models' default is the identity).
+        DP-GLVQ and DP-GMLVQ default to ``"sigmoid"`` with ``beta=16``: the cost then
+        concentrates on records near the class borders, and the gradient of a record far
+        from them fades instead of being clipped to ``C`` with the rest, so less of the
+        clipped sum is bias. Chosen on the development sets of
+        ``benchmarks/dpsgd_tuning.py`` (beta 1-64); DP-LGMLVQ keeps the identity (not
+        tuned).
+    average_last : float in [0, 1)
+        Release the mean of the iterates of the last ``average_last`` share of the steps
+        (post-processing; 0 releases the last iterate).
+
+    Fitted attributes (besides those of the non-private model): ``epsilon_`` (what the
+    ledger certifies at ``delta``), ``privacy_`` (ledger summary), ``ledger_``,
+    ``noise_multiplier_``, ``sample_rate_``, ``expected_batch_size_`` (the public
+    normaliser ``q n~``, ``n~`` the sum of the initialisation's noisy class counts),
+    ``n_iter_`` (steps), ``stopped_by_budget_``. ``prototypes_`` are in the original
+    feature units. Unlike the non-private models there is no ``loss_``/``loss_curve_``:
+    a training loss would be a release about the private data outside the ledger.
+    ``curator_`` (a dict; ``num_clipped``: how many records lay outside ``bounds``) is
+    for the data curator and is not covered by the guarantee: ``del est.curator_``
+    before publishing a fitted estimator.
+"""
+
+
+def _set(obj, **params) -> None:
+    for key, value in params.items():
+        setattr(obj, key, value)
+
+
+class DPGLVQ(_DPMixin, GLVQ):
+    __doc__ = "Differentially private GLVQ (DP class-mean initialisation + DP-SGD)." + _DOC
+
+    def __init__(self, prototypes_per_class=1, *, epsilon=1.0, delta=1e-5, sampling_rate=0.01,
+                 max_grad_norm=0.5, epochs=50, init_fraction=0.2, calibration="ledger", bounds=None,
+                 classes=None, clipping="joint", engine="fused", grad_sample_mode="hooks", secure_mode=False,
+                 noise_seed=None, solver="sgd", lr=0.05,
+                 average_last=0.0, transfer_fn="sigmoid", beta=16.0, random_state=None, device="cpu",
+                 dtype="float32"):
+        _set(self, prototypes_per_class=prototypes_per_class, epsilon=epsilon, delta=delta,
+             sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, epochs=epochs,
+             init_fraction=init_fraction, calibration=calibration, bounds=bounds,
+             classes=classes, clipping=clipping, engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, noise_seed=noise_seed, solver=solver, lr=lr,
+             average_last=average_last, transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)
+
+
+class DPGMLVQ(_DPMixin, GMLVQ):
+    __doc__ = ("Differentially private GMLVQ (DP class-mean initialisation, identity Omega, "
+               "DP-SGD on prototypes and Omega with joint clipping, Omega kept at the "
+               "identity's scale)." + _DOC)
+
+    def __init__(self, prototypes_per_class=1, *, epsilon=1.0, delta=1e-5, sampling_rate=0.01,
+                 max_grad_norm=0.5, epochs=50, init_fraction=0.2, calibration="ledger", bounds=None,
+                 classes=None, clipping="joint", engine="fused", grad_sample_mode="hooks", secure_mode=False,
+                 noise_seed=None, rank=None, omega_init="identity", normalize_omega=False, solver="sgd", lr=0.05, metric_lr_scale=1.0, average_last=0.0,
+                 transfer_fn="sigmoid", beta=16.0,
+                 random_state=None, device="cpu", dtype="float32"):
+        _set(self, prototypes_per_class=prototypes_per_class, epsilon=epsilon, delta=delta,
+             sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, epochs=epochs,
+             init_fraction=init_fraction, calibration=calibration, bounds=bounds,
+             classes=classes, clipping=clipping, engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, noise_seed=noise_seed, rank=rank,
+             omega_init=omega_init, normalize_omega=normalize_omega, solver=solver, lr=lr,
+             metric_lr_scale=metric_lr_scale, average_last=average_last, transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)
+
+
+class DPLGMLVQ(_DPMixin, LGMLVQ):
+    __doc__ = "Differentially private LGMLVQ (DP class-mean initialisation + DP-SGD)." + _DOC
+
+    def __init__(self, prototypes_per_class=1, *, epsilon=1.0, delta=1e-5, sampling_rate=0.01,
+                 max_grad_norm=0.5, epochs=50, init_fraction=0.2, calibration="ledger", bounds=None,
+                 classes=None, clipping="joint", engine="fused", grad_sample_mode="hooks", secure_mode=False,
+                 noise_seed=None, rank=None, omega_init="identity",
+                 normalize_omega=False, solver="sgd", lr=0.05, metric_lr_scale=1.0, average_last=0.0,
+                 transfer_fn="identity", beta=1.0,
+                 random_state=None, device="cpu", dtype="float32"):
+        _set(self, prototypes_per_class=prototypes_per_class, epsilon=epsilon, delta=delta,
+             sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, epochs=epochs,
+             init_fraction=init_fraction, calibration=calibration, bounds=bounds,
+             classes=classes, clipping=clipping, engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, noise_seed=noise_seed, rank=rank,
+             omega_init=omega_init, normalize_omega=normalize_omega, solver=solver, lr=lr,
+             metric_lr_scale=metric_lr_scale, average_last=average_last, transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)

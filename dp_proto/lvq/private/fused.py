@@ -1,0 +1,327 @@
+"""A fused DP-SGD step for bare prototype layers: Opacus' algorithm without its overhead.
+
+Opacus wraps the model in hooks, collates Poisson batches through a ``DataLoader`` and
+clips in a generic ``DPOptimizer``; for a prototype layer, whose whole forward pass is
+one small matrix product, that bookkeeping costs more than the arithmetic. This engine
+runs the *same* DP-SGD step (Abadi et al. 2016, as in Opacus with Poisson sampling and
+``loss_reduction="mean"``) directly on tensors:
+
+1. Poisson sampling: every record joins the batch independently with probability ``q``
+   (a public setting: neither ``q`` nor the number of steps depends on ``n``);
+2. the distances ``D (B, W)`` and, in closed form, each record's cost and its gradient
+   ``G = dL_i/dD_i`` (non-zero at the two winners only);
+3. per-sample gradient norms in closed form (the norm samplers of
+   :mod:`dp_proto.lvq.private.grad_samplers`; no ``(B, r, d)`` tensor is built), clip
+   factors ``min(1, C / (norm + 1e-6))`` jointly over all parameters, or per parameter
+   with ``C / sqrt(P)`` each (``clipping="per_parameter"``, same sensitivity ``C``);
+4. the *clipped sum* ``sum_i c_i grad L_i = sum_ij c_i G_ij grad D_ij`` in closed form
+   (a few matrix products; autograd through the layer for other layer types). ``L_i``
+   depends on row ``i`` of the distances only, so this is exact (ghost clipping);
+5. Gaussian noise ``N(0, (sigma C)^2)`` on every coordinate of the sum, division by the
+   expected batch size ``q n``, and an optimizer step (post-processing).
+
+Its privacy accounting is that of Opacus' with the same ``(sigma, q, T)``: the ledger
+records ``T`` Poisson-subsampled Gaussian steps. It needs a model whose trainable
+parameters all sit in the prototype layer (a frozen, public backbone is allowed); a
+trainable backbone needs Opacus' samplers (``engine="opacus"``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from dp_proto.exceptions import PrivacyBudgetExceededError
+from dp_proto.lvq.distances import squared_euclidean_distance
+from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
+from dp_proto.lvq.losses import glvq_cost_and_gradient
+from dp_proto.lvq.model import PrototypeModel
+from dp_proto.lvq.private.grad_samplers import (
+    glvq_norm_sample,
+    gmlvq_norm_sample,
+    lgmlvq_norm_sample,
+)
+from dp_proto.privacy.noise import gaussian_noise
+from dp_proto.privacy.randomness import fresh_generator
+from dp_proto.privacy.testing import intercept
+
+__all__ = ["clipped_gradient_sum", "dp_sgd_step", "poisson_batch_index", "fit_dp_sgd_fused",
+           "check_fusable"]
+
+# Most specific class first (GMLVQLayer and LGMLVQLayer subclass GLVQLayer).
+_NORM_SAMPLERS = ((LGMLVQLayer, lgmlvq_norm_sample), (GMLVQLayer, gmlvq_norm_sample),
+                  (GLVQLayer, glvq_norm_sample))
+
+# Opacus' guard in the clip factor C / (norm + 1e-6).
+_NORM_GUARD = 1e-6
+
+
+def _norm_sampler(layer: GLVQLayer):
+    for cls, sampler in _NORM_SAMPLERS:
+        if isinstance(layer, cls):
+            return sampler
+    raise TypeError(f"no closed-form norm sampler for {type(layer).__name__}")  # pragma: no cover
+
+
+def check_fusable(model: PrototypeModel) -> None:
+    """``ValueError`` unless every trainable parameter of ``model`` is in its layer."""
+    layer_params = {id(p) for p in model.layer.parameters()}
+    outside = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in layer_params]
+    if outside:
+        raise ValueError(
+            "the fused DP-SGD engine trains prototype layers only; these trainable parameters "
+            f"lie outside the layer: {outside[:3]}{'...' if len(outside) > 3 else ''}. "
+            "Use engine='opacus' (Opacus' per-sample gradients for the backbone)."
+        )
+
+
+CLIPPING_MODES = ("joint", "per_parameter")
+
+
+def clipped_gradient_sum(
+    model: PrototypeModel, x: Tensor, y: Tensor, max_grad_norm: float, *,
+    clipping: str = "joint", transfer_fn: str = "identity", beta: float = 1.0,
+    check_labels: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """Accumulate the clipped per-sample gradients' sum into ``p.grad`` of the layer's
+    trainable parameters, ``g_i`` the gradient of record ``i``'s GLVQ cost.
+
+    ``clipping="joint"``: ``sum_i min(1, C / (||g_i|| + 1e-6)) g_i`` over all parameters
+    together (the DP-LVQ papers, Opacus' default). ``"per_parameter"``: each of the ``P``
+    trainable parameters (prototypes, Omega) is clipped to ``C / sqrt(P)`` on its own,
+    so that a large metric gradient does not crowd the prototypes out of the budget;
+    the concatenated clipped gradient still has norm at most ``C``, so the sensitivity
+    and the noise ``N(0, (sigma C)^2)`` are unchanged (Opacus' ``per_layer`` clipping).
+
+    Parameters
+    ----------
+    x : Tensor, shape (B, ...); y : Tensor, shape (B,); ``B`` may be 0.
+    check_labels : bool
+        Check that every target has a prototype (a host sync per call; the training
+        loop checks once up front and passes False).
+
+    Returns
+    -------
+    (joint per-sample gradient norms before clipping ``(B,)``, per-sample costs ``(B,)``),
+    both detached.
+    """
+    if clipping not in CLIPPING_MODES:
+        raise ValueError(f"clipping must be one of {CLIPPING_MODES}, got {clipping!r}")
+    layer = model.layer
+    with torch.no_grad():
+        features = model.features(x).reshape(x.shape[0], layer.in_features).to(layer.prototypes.dtype)
+        if features.shape[0] == 0:
+            empty = features.new_zeros(0)
+            return empty, empty
+        projections = None
+        if type(layer) is GMLVQLayer:  # project once; distances, norms and sums share it
+            projections = (features @ layer.omega.T, layer.prototypes @ layer.omega.T)  # (B, r), (W, r)
+            distances = squared_euclidean_distance(*projections)  # ||Omega x - Omega w||^2
+        else:
+            distances = layer(features)  # (B, W)
+        # backprops[i] = dL_i/dD_i: L_i depends on row i of the distances only.
+        costs, backprops, winners, coef = glvq_cost_and_gradient(
+            distances, y, model.prototype_labels, check=check_labels, transfer_fn=transfer_fn,  # type: ignore[arg-type]
+            beta=beta, return_winners=True)
+        norms_by_param = _per_sample_norms(layer, features, backprops, projections, (winners, coef))
+        if not norms_by_param:
+            return distances.new_zeros(distances.shape[0]), costs
+        norms = torch.stack(list(norms_by_param.values()), 0).pow(2).sum(0).sqrt()
+        if clipping == "joint":
+            factor = (max_grad_norm / (norms + _NORM_GUARD)).clamp(max=1.0)
+            weights = {p: backprops * factor[:, None] for p in norms_by_param}
+        else:
+            bound = max_grad_norm / math.sqrt(len(norms_by_param))
+            weights = {p: backprops * (bound / (n + _NORM_GUARD)).clamp(max=1.0)[:, None]
+                       for p, n in norms_by_param.items()}
+        for param, grad in _weighted_gradient(layer, features, weights, projections).items():
+            if param.grad is None:
+                param.grad = grad
+            else:
+                param.grad.add_(grad)
+    return norms, costs
+
+
+def _per_sample_norms(layer: GLVQLayer, x: Tensor, backprops: Tensor,
+                      projections: tuple[Tensor, Tensor] | None,
+                      winners: tuple[Tensor, Tensor]) -> dict[Tensor, Tensor]:
+    """Per-sample gradient norms ``(B,)`` of each trainable parameter of the layer.
+
+    GLVQ: ``||g_i||^2 = 4 sum_k G_ik^2 ||x_i - w_k||^2`` over the two winners ``k``
+    (``winners``: their indices and gradient entries, each ``(B, 2)``), with the squared
+    distances recomputed as differences: the distances come from
+    ``|x|^2 - 2 x.w + |w|^2``, whose cancellation could understate a norm and let a
+    clipped gradient exceed ``C``. Other layers: their norm samplers.
+    """
+    if type(layer) is GLVQLayer:
+        if not layer.prototypes.requires_grad:
+            return {}
+        index, coef = winners
+        w = layer.prototypes.index_select(0, index.reshape(-1)).view(*index.shape, -1)  # (B, 2, d)
+        sq = torch.linalg.vector_norm(x.unsqueeze(1) - w, dim=-1).pow(2)  # (B, 2)
+        return {layer.prototypes: 2.0 * (coef.pow(2) * sq).sum(1).sqrt()}
+    if projections is not None:
+        return gmlvq_norm_sample(layer, [x], backprops, projections)  # type: ignore[arg-type]
+    return _norm_sampler(layer)(layer, [x], backprops)
+
+
+def _weighted_gradient(layer: GLVQLayer, x: Tensor, weights: dict[Tensor, Tensor],
+                       projections: tuple[Tensor, Tensor] | None = None) -> dict[Tensor, Tensor]:
+    """``sum_ij A_ij grad_p D_ij`` for each trainable parameter ``p`` with weights
+    ``A = weights[p] (B, W)``, ``D (B, W)`` the layer's distances of ``x (B, d)``.
+
+    Closed forms (``v_ij = x_i - w_j``, ``U = X Omega^T``, ``P_W = W Omega^T``,
+    ``a = A^T 1``, ``b = A 1``):
+
+    * GLVQ: ``grad W = -2 (A^T X - a * W)``;
+    * GMLVQ: ``grad W = -2 (A^T U - a * P_W) Omega`` and
+      ``grad Omega = 2 sum_ij A_ij (Omega v_ij) v_ij^T
+      = 2 ((b * U)^T X - (U^T A) W - P_W^T (A^T X) + (a * P_W)^T W)``;
+    * any other layer: autograd through its forward pass.
+    """
+    w = layer.prototypes
+    out: dict[Tensor, Tensor] = {}
+    if type(layer) is GLVQLayer:
+        if w in weights:
+            A = weights[w]
+            out[w] = -2.0 * (A.T @ x - A.sum(0)[:, None] * w)
+        return out
+    if type(layer) is GMLVQLayer:
+        omega = layer.omega
+        u, pw = projections if projections is not None else (x @ omega.T, w @ omega.T)  # (B, r), (W, r)
+        if w in weights:
+            A = weights[w]
+            out[w] = -2.0 * (A.T @ u - A.sum(0)[:, None] * pw) @ omega
+        if omega in weights:
+            A = weights[omega]
+            a, b = A.sum(0)[:, None], A.sum(1)[:, None]  # (W, 1), (B, 1)
+            out[omega] = 2.0 * ((b * u).T @ x - (u.T @ A) @ w - pw.T @ (A.T @ x) + (a * pw).T @ w)
+        return out
+    with torch.enable_grad():
+        distances = layer(x)
+        for i, (p, A) in enumerate(weights.items()):
+            (out[p],) = torch.autograd.grad(distances, p, grad_outputs=A, retain_graph=i + 1 < len(weights))
+    return out
+
+
+def fit_dp_sgd_fused(
+    model: PrototypeModel,
+    x: Tensor,
+    y: Tensor,
+    *,
+    ledger,
+    noise_multiplier: float,
+    sampling_rate: float,
+    max_grad_norm: float,
+    steps: int,
+    expected_batch_size: float,
+    optimizer: torch.optim.Optimizer,
+    sgd_event,
+    result,
+    post_step,
+    generator: torch.Generator | None = None,
+    secure_mode: bool = False,
+    clipping: str = "joint",
+    transfer_fn: str = "identity",
+    beta: float = 1.0,
+):
+    """The training loop of :func:`dp_proto.lvq.private.fit_dp_sgd` with ``engine="fused"``
+    (call that function; this one expects its validated arguments)."""
+    check_fusable(model)
+    n = x.shape[0]
+    _check_targets(y, model.prototype_labels)  # once here, not at every step
+    expected_batch = expected_batch_size  # public; never q * n (n is private)
+    steps_per_epoch = max(round(1.0 / sampling_rate), 1)
+    std = noise_multiplier * max_grad_norm
+    # secure mode: batch membership from a generator seeded with operating-system entropy
+    sampling_gen = fresh_generator(x.device) if secure_mode else generator
+    model.train()
+    while result.steps < steps:
+        epoch_steps = min(steps_per_epoch, steps - result.steps)
+        try:
+            ledger.spend(sgd_event(noise_multiplier, sampling_rate, epoch_steps))
+        except PrivacyBudgetExceededError:  # stop cleanly between epochs
+            result.stopped_by_budget = True
+            break
+        total, count = x.new_zeros((), dtype=torch.float64), 0  # summed on the device: no sync per step
+        for _ in range(epoch_steps):
+            index = poisson_batch_index(n, sampling_rate, sampling_gen, x.device)
+            costs = dp_sgd_step(model, x[index], y[index], optimizer, max_grad_norm=max_grad_norm,
+                                noise_std=std, expected_batch=expected_batch, generator=generator,
+                                secure_mode=secure_mode, clipping=clipping, transfer_fn=transfer_fn,
+                                beta=beta, check_labels=False)
+            post_step()  # renormalisation, iterate averaging: post-processing
+            total += costs.detach().sum()
+            count += len(index)
+            result.steps += 1
+        result.epoch_losses.append(float(total) / max(count, 1))
+    return result
+
+
+def _check_targets(y: Tensor, prototype_labels: Tensor) -> None:
+    """Every target class has a prototype, and there are prototypes of two classes."""
+    missing = torch.unique(y)[~torch.isin(torch.unique(y), prototype_labels.to(y.device))]
+    if missing.numel():
+        raise ValueError(f"no prototype carries the target class(es) {missing.tolist()}")
+    if torch.unique(prototype_labels).numel() < 2:
+        raise ValueError("GLVQ needs prototypes of at least two classes")
+
+
+def poisson_batch_index(n: int, sampling_rate: float, generator: torch.Generator | None,
+                        device: torch.device | str) -> Tensor:
+    """Indices ``(B,)`` of a Poisson sample: each of ``n`` records independently with
+    probability ``q = sampling_rate`` (``B`` varies, and may be 0).
+
+    Drawn as a Bernoulli process in ``O(q n)`` rather than ``O(n)``: the gaps between
+    successive members are i.i.d. geometric, ``P(gap = k) = (1 - q)^(k-1) q``
+    (``Tensor.geometric_``); the same distribution as ``rand(n) < q``.
+    """
+    if sampling_rate >= 1.0:
+        return torch.arange(n, device=device)
+    gen_device = generator.device if generator is not None else torch.device(device)
+    chunks, last, expected = [], -1.0, sampling_rate * n
+    while True:
+        k = max(int(expected + 6.0 * math.sqrt(expected + 1.0)) + 8, 16)
+        gaps = torch.empty(k, dtype=torch.float64, device=gen_device).geometric_(sampling_rate, generator=generator)
+        positions = torch.cumsum(gaps, 0).add_(last)  # exact: integers far below 2^53
+        end = float(positions[-1])
+        chunks.append(positions[positions < n])
+        if end >= n:  # the process has run past the last record
+            break
+        last, expected = end, sampling_rate * (n - 1 - end)
+    return (chunks[0] if len(chunks) == 1 else torch.cat(chunks)).to(device=device, dtype=torch.long)
+
+
+def dp_sgd_step(
+    model: PrototypeModel, x: Tensor, y: Tensor, optimizer: torch.optim.Optimizer, *,
+    max_grad_norm: float, noise_std: float, expected_batch: float,
+    generator: torch.Generator | None = None, secure_mode: bool = False, clipping: str = "joint",
+    transfer_fn: str = "identity", beta: float = 1.0, check_labels: bool = True,
+) -> Tensor:
+    """One DP-SGD step on the (Poisson-sampled) batch ``x (B, ...)``, ``y (B,)``: clipped
+    gradient sum, ``N(0, noise_std^2)`` per coordinate, division by ``expected_batch``,
+    ``optimizer.step()``. Returns the per-sample costs ``(B,)`` (curator diagnostics)."""
+    params = [p for p in model.layer.parameters() if p.requires_grad]
+    optimizer.zero_grad(set_to_none=False)
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    _, costs = clipped_gradient_sum(model, x, y, max_grad_norm, clipping=clipping,
+                                    transfer_fn=transfer_fn, beta=beta, check_labels=check_labels)
+    with torch.no_grad():
+        summed = torch.cat([p.grad.reshape(-1) for p in params])
+
+        def draw() -> Tensor:  # float64 Box-Muller noise (tails to ~8.6 sigma), then cast
+            if noise_std == 0:
+                return summed.clone()
+            return summed + gaussian_noise(summed.shape, noise_std, generator=generator, secure=secure_mode,
+                                           dtype=summed.dtype, device=summed.device)
+        noisy = intercept("dp_sgd", summed, None, None, draw)  # subsampled: checked per step elsewhere
+        offset = 0
+        for p in params:
+            p.grad.copy_(noisy[offset:offset + p.numel()].view_as(p)).div_(expected_batch)
+            offset += p.numel()
+    optimizer.step()
+    return costs

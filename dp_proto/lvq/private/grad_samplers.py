@@ -1,0 +1,167 @@
+"""Closed-form per-sample gradients of the prototype layers, registered with Opacus.
+
+Opacus hands a grad sampler the layer's input ``x (B, d)`` and ``G = dL_i/dD (B, W)``,
+the gradient of each sample's loss with respect to the layer's output distances
+``D_ij = d(x_i, w_j)``. With ``v_ij = x_i - w_j`` and ``p_ij = Omega v_ij``:
+
+=============  ==============================================  ===============================================
+layer          per-sample gradient of the prototypes           per-sample gradient of the metric
+=============  ==============================================  ===============================================
+GLVQLayer      ``g_i(w_j) = -2 G_ij v_ij``                     (none)
+GMLVQLayer     ``g_i(w_j) = -2 G_ij Omega^T p_ij``             ``g_i(Omega) = 2 sum_j G_ij p_ij v_ij^T``
+LGMLVQLayer    ``g_i(w_j) = -2 G_ij Omega_j^T p_ij``           ``g_i(Omega_j) = 2 G_ij p_ij v_ij^T``
+=============  ==============================================  ===============================================
+
+For the GLVQ cost ``G`` has (at most) two non-zeros per row, at ``w+`` and ``w-``.
+The samplers use this: they gather the ``K`` largest ``|G_ij|`` of every row (``K`` =
+the largest number of non-zeros in any row, 2 for GLVQ; any ``G`` is handled exactly),
+so GMLVQ's metric gradient is a sum of ``K`` rank-one terms, built in ``O(B K r d)``.
+
+Norm samplers (Opacus' ghost clipping) return per-sample gradient norms without
+building any ``(B, r, d)`` tensor:
+``||sum_k a_k b_k^T||_F^2 = sum_{k,l} a_k.a_l  b_k.b_l`` costs ``O(B K^2 (r + d))``.
+
+Importing this module registers the samplers (``dp_proto.privacy`` imports it).
+"""
+
+from __future__ import annotations
+
+import torch
+from opacus.grad_sample import register_grad_sampler, register_norm_sampler
+from torch import Tensor, nn
+
+from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
+
+__all__ = ["winner_terms", "glvq_grad_sample", "gmlvq_grad_sample", "lgmlvq_grad_sample",
+           "glvq_norm_sample", "gmlvq_norm_sample", "lgmlvq_norm_sample"]
+
+
+def _inputs(layer: GLVQLayer, activations: list[Tensor], backprops: Tensor) -> tuple[Tensor, Tensor]:
+    x = activations[0]
+    x = x.reshape(x.shape[0], layer.in_features).to(layer.prototypes.dtype)
+    return x, backprops.to(layer.prototypes.dtype)
+
+
+def winner_terms(backprops: Tensor) -> tuple[Tensor, Tensor]:
+    """Indices ``(B, K)`` and values ``(B, K)`` of the ``K`` largest ``|G_ij|`` per row,
+    ``K`` the largest count of non-zeros in any row (at least 1). Exact: the other
+    entries are zero."""
+    nnz = int((backprops != 0).sum(1).max()) if backprops.numel() else 1
+    k = max(min(nnz, backprops.shape[1]), 1)
+    index = backprops.abs().topk(k, dim=1).indices
+    return index, backprops.gather(1, index)
+
+
+def _scatter_rows(values: Tensor, index: Tensor, num_rows: int) -> Tensor:
+    """``(B, K, ...)`` values placed at rows ``index (B, K)`` of a zero ``(B, num_rows, ...)``."""
+    out = values.new_zeros((values.shape[0], num_rows, *values.shape[2:]))
+    expand = index.reshape(*index.shape, *([1] * (values.dim() - 2))).expand_as(values)
+    return out.scatter_add_(1, expand, values)
+
+
+# -- GLVQ ------------------------------------------------------------------------------
+def glvq_grad_sample(layer: GLVQLayer, activations: list[Tensor], backprops: Tensor) -> dict[nn.Parameter, Tensor]:
+    x, g = _inputs(layer, activations, backprops)
+    if not layer.prototypes.requires_grad:
+        return {}
+    index, coef = winner_terms(g)  # (B, K)
+    v = x[:, None, :] - layer.prototypes[index]  # (B, K, d)
+    grads = -2.0 * coef[..., None] * v
+    return {layer.prototypes: _scatter_rows(grads, index, layer.num_prototypes)}
+
+
+def glvq_norm_sample(layer: GLVQLayer, activations: list[Tensor], backprops: Tensor) -> dict[nn.Parameter, Tensor]:
+    x, g = _inputs(layer, activations, backprops)
+    if not layer.prototypes.requires_grad:
+        return {}
+    index, coef = winner_terms(g)
+    sq = (x[:, None, :] - layer.prototypes[index]).pow(2).sum(-1)  # (B, K); distinct rows
+    return {layer.prototypes: (4.0 * coef.pow(2) * sq).sum(1).sqrt()}
+
+
+# -- GMLVQ -----------------------------------------------------------------------------
+def _gmlvq_terms(layer: GMLVQLayer, x: Tensor, g: Tensor,
+                 projections: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Winner indices and coefficients, ``v = x - w`` ``(B, K, d)`` and ``p = Omega v``
+    ``(B, K, r)``, plus the projections ``u = Omega x`` ``(B, r)`` and ``Omega w``
+    ``(W, r)`` (projecting once instead of per winner; passed in if already computed)."""
+    index, coef = winner_terms(g)
+    v = x[:, None, :] - layer.prototypes[index]  # (B, K, d)
+    u, pw = projections if projections is not None else (x @ layer.omega.T, layer.prototypes @ layer.omega.T)
+    p = u[:, None, :] - pw[index]  # (B, K, r)
+    return index, coef, v, p, u, pw
+
+
+def gmlvq_grad_sample(layer: GMLVQLayer, activations: list[Tensor], backprops: Tensor) -> dict[nn.Parameter, Tensor]:
+    x, g = _inputs(layer, activations, backprops)
+    index, coef, v, p, _, _ = _gmlvq_terms(layer, x, g)
+    out: dict[nn.Parameter, Tensor] = {}
+    if layer.prototypes.requires_grad:
+        grads = -2.0 * coef[..., None] * (p @ layer.omega)  # (B, K, d)
+        out[layer.prototypes] = _scatter_rows(grads, index, layer.num_prototypes)
+    if layer.omega.requires_grad:
+        # sum_k (2 c_k p_k) v_k^T as one batched matmul; the factor sits on the small operand
+        out[layer.omega] = torch.bmm((2.0 * coef[..., None] * p).transpose(1, 2), v)  # (B, r, d)
+    return out
+
+
+def gmlvq_norm_sample(layer: GMLVQLayer, activations: list[Tensor], backprops: Tensor,
+                      projections: tuple[Tensor, Tensor] | None = None) -> dict[nn.Parameter, Tensor]:
+    x, g = _inputs(layer, activations, backprops)
+    index, coef, v, p, u, pw = _gmlvq_terms(layer, x, g, projections)
+    out: dict[nn.Parameter, Tensor] = {}
+    if layer.prototypes.requires_grad:
+        # Omega^T p_k = Omega^T Omega x - Omega^T Omega w_k; the K rows are distinct prototypes
+        s = (u @ layer.omega)[:, None, :] - (pw @ layer.omega)[index]  # (B, K, d)
+        out[layer.prototypes] = (4.0 * coef.pow(2) * s.pow(2).sum(-1)).sum(1).sqrt()
+    if layer.omega.requires_grad:
+        # ||sum_k c_k p_k v_k^T||_F^2 = sum_{k,l} c_k c_l (p_k.p_l)(v_k.v_l)
+        pp = p @ p.transpose(1, 2)  # (B, K, K)
+        vv = v @ v.transpose(1, 2)
+        cc = coef[:, :, None] * coef[:, None, :]
+        out[layer.omega] = (4.0 * cc * pp * vv).sum((1, 2)).clamp_min(0).sqrt()
+    return out
+
+
+# -- LGMLVQ ----------------------------------------------------------------------------
+def _lgmlvq_terms(layer: LGMLVQLayer, x: Tensor, g: Tensor):
+    index, coef = winner_terms(g)
+    v = x[:, None, :] - layer.prototypes[index]  # (B, K, d)
+    omegas = layer.omegas[index]  # (B, K, r, d)
+    p = torch.einsum("bkrd,bkd->bkr", omegas, v)
+    return index, coef, v, p, omegas
+
+
+def lgmlvq_grad_sample(layer: LGMLVQLayer, activations: list[Tensor], backprops: Tensor) -> dict[nn.Parameter, Tensor]:
+    x, g = _inputs(layer, activations, backprops)
+    index, coef, v, p, omegas = _lgmlvq_terms(layer, x, g)
+    out: dict[nn.Parameter, Tensor] = {}
+    if layer.prototypes.requires_grad:
+        grads = -2.0 * coef[..., None] * torch.einsum("bkr,bkrd->bkd", p, omegas)
+        out[layer.prototypes] = _scatter_rows(grads, index, layer.num_prototypes)
+    if layer.omegas.requires_grad:
+        grads = 2.0 * coef[..., None, None] * p[..., :, None] * v[..., None, :]  # (B, K, r, d)
+        out[layer.omegas] = _scatter_rows(grads, index, layer.num_prototypes)
+    return out
+
+
+def lgmlvq_norm_sample(layer: LGMLVQLayer, activations: list[Tensor], backprops: Tensor) -> dict[nn.Parameter, Tensor]:
+    x, g = _inputs(layer, activations, backprops)
+    index, coef, v, p, omegas = _lgmlvq_terms(layer, x, g)
+    out: dict[nn.Parameter, Tensor] = {}
+    if layer.prototypes.requires_grad:
+        sq = torch.einsum("bkrd,bkr->bkd", omegas, p).pow(2).sum(-1)
+        out[layer.prototypes] = (4.0 * coef.pow(2) * sq).sum(1).sqrt()
+    if layer.omegas.requires_grad:  # distinct prototypes: the rank-one terms do not overlap
+        sq = p.pow(2).sum(-1) * v.pow(2).sum(-1)
+        out[layer.omegas] = (4.0 * coef.pow(2) * sq).sum(1).sqrt()
+    return out
+
+
+for _cls, _grad, _norm in (
+    (GLVQLayer, glvq_grad_sample, glvq_norm_sample),
+    (GMLVQLayer, gmlvq_grad_sample, gmlvq_norm_sample),
+    (LGMLVQLayer, lgmlvq_grad_sample, lgmlvq_norm_sample),
+):
+    register_grad_sampler(_cls)(_grad)
+    register_norm_sampler(_cls)(_norm)

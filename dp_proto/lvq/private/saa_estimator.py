@@ -1,0 +1,168 @@
+"""Scikit-learn estimator for the bin-based DP-LVQ schemes: subsample-and-aggregate
+(:mod:`dp_proto.lvq.private.saa`) and the centre of attention (:mod:`dp_proto.lvq.private.coa`).
+
+Both train vanilla GLVQ on ``num_bins`` disjoint random bins of the private data and
+release one private aggregate of the bins' models; the released model carries its
+ledger like the DP-SGD estimators (``privacy_``, ``ledger_``, ``epsilon_``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from dp_proto._validation import torch_dtype
+from dp_proto.lvq.estimators import GLVQ
+from dp_proto.lvq.model import PrototypeModel
+from dp_proto.lvq.private.coa import coa_glvq
+from dp_proto.lvq.private.estimators import _DPMixin
+from dp_proto.lvq.private.saa import subsample_and_aggregate
+from dp_proto.privacy.calibration import check_delta, check_epsilon
+from dp_proto.privacy.curator import curator_attach
+from dp_proto.privacy.ledger import PrivacyLedger
+from dp_proto.privacy.randomness import noise_generator
+
+__all__ = ["SubsampleAggregateGLVQ"]
+
+AGGREGATIONS = ("mean", "centre_of_attention")
+
+
+class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
+    """Differentially private GLVQ from ``num_bins`` disjoint bins of the data.
+
+    Every record gets an i.i.d. uniform bin label; vanilla GLVQ (Adam, ``epochs``) runs
+    on every bin, all bins as one batched computation; the bins' prototypes are
+    projected into the public domain and aggregated:
+
+    * ``aggregation="mean"`` (subsample-and-aggregate): the per-prototype mean over bins
+      plus discrete Gaussian noise on a public grid for the sensitivity ``min(2 sqrt(W d), 2 radius sqrt(W))``
+      of the sum (W prototypes, d features, domain ``[-1, 1]^d`` after ``bounds``);
+    * ``aggregation="centre_of_attention"``: the smooth-sensitivity release of the bin
+      model with the smallest ``t0``-radius (Nissim, Raskhodnikova and Smith). Its noise
+      is of the order of the domain unless epsilon is large and the dimension small.
+
+    Parameters
+    ----------
+    prototypes_per_class : int or mapping class -> int, default 1
+        With several prototypes for a class, ``reference`` is required.
+    num_bins : int, default 50
+        ``m`` (public). More bins: less noise on the mean (``1/m``), fewer records per bin.
+    aggregation : {"mean", "centre_of_attention"}, default "mean"
+    epsilon : float, default 1.0; delta : float, default 1e-5
+        Budget of the single release.
+    bounds : (lower, upper) or None
+        Public bounds of the features, mapped onto ``[-1, 1]`` (records outside are
+        clipped and counted); ``None``: the data are in ``[-1, 1]^d`` already.
+    classes : array-like or None
+        The public set of class labels; ``None`` reads it from ``y`` with a
+        :class:`~dp_proto.exceptions.PrivacyLeakWarning` (see :class:`DPGLVQ`).
+    radius : float or None
+        Also project every bin prototype onto the l2 ball of this radius (in the mapped
+        ``[-1, 1]^d`` units) around the origin; a public choice that holds the class
+        prototypes cuts the noise by up to ``sqrt(d)`` times.
+    reference : array (W, d) or None
+        Public prototypes, in feature units and in the order of the classes, to which
+        each bin's prototypes of a class are matched (several prototypes per class).
+    epochs, lr, batch_size : GLVQ on every bin (Adam).
+    secure_mode : bool, default False
+        Bin labels, shuffles and noise from ``os.urandom`` directly.
+    noise_seed : int or None, default None
+        None (the default): bin labels, shuffles and noise from a generator seeded with
+        fresh operating-system entropy. An int reproduces the whole private fit exactly:
+        for tests and benchmarks only (warns ``PrivacyLeakWarning``; the ledger's summary
+        says ``"noise": "reproducible"``).
+    random_state : ignored
+        Kept for scikit-learn compatibility: every random choice of this estimator
+        touches the release, so none of it may come from a public seed.
+
+    Fitted attributes: ``prototypes_`` (feature units), ``prototype_labels_``,
+    ``classes_``, ``epsilon_`` (what the ledger certifies at ``delta``), ``privacy_``,
+    ``ledger_``, ``noise_std_`` (``aggregation="mean"`` only: the noise std per coordinate
+    of the mean, in the mapped units; public). ``curator_`` (a dict: how many records
+    were clipped into the domain, how many bins stayed empty) is curator-only, outside
+    the guarantee: ``del est.curator_`` before publishing a fitted estimator.
+    """
+
+    def __init__(self, prototypes_per_class=1, *, num_bins=50, aggregation="mean", epsilon=1.0,
+                 delta=1e-5, bounds=None, classes=None, radius=None, reference=None, epochs=30, lr=0.01,
+                 batch_size=64, secure_mode=False, noise_seed=None, random_state=None, device="cpu",
+                 dtype="float64"):
+        self.prototypes_per_class = prototypes_per_class
+        self.num_bins = num_bins
+        self.aggregation = aggregation
+        self.epsilon = epsilon
+        self.delta = delta
+        self.bounds = bounds
+        self.classes = classes
+        self.radius = radius
+        self.reference = reference
+        self.epochs = epochs
+        self.lr = lr
+        self.batch_size = batch_size
+        self.secure_mode = secure_mode
+        self.noise_seed = noise_seed
+        self.random_state = random_state
+        self.device = device
+        self.dtype = dtype
+
+    def _validate_params(self) -> None:
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+        torch_dtype(self.dtype)
+        for name in ("num_bins", "epochs", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr!r}")
+        if self.radius is not None and not self.radius > 0:
+            raise ValueError(f"radius must be > 0 or None, got {self.radius!r}")
+        check_epsilon(self.epsilon)
+        check_delta(self.delta, allow_zero=False)
+
+    def fit(self, X, y):
+        """Private training on ``X (n, d)``, ``y (n,)``; see the class docstring."""
+        X, y_index = self._fit_input(X, y)
+        counts = self._prototype_counts(self.classes_)
+        tdtype = torch_dtype(self.dtype)
+        Z = self._domain(X, fitting=True)
+        x_t = torch.as_tensor(Z, dtype=torch.float64, device=self.device)
+        y_t = torch.as_tensor(y_index, dtype=torch.long, device=self.device)
+        reference = None
+        if self.reference is not None:
+            reference = torch.as_tensor(self._domain(np.asarray(self.reference, dtype=np.float64), fitting=False),
+                                        dtype=torch.float64, device=self.device)
+
+        # Bin labels, shuffles and noise: all randomness of this fit touches the release.
+        generator = None if self.secure_mode else noise_generator(self.noise_seed, self.device,
+                                                                  owner=type(self).__name__)
+        ledger = PrivacyLedger(budget=(self.epsilon, self.delta), default_delta=self.delta)
+        common = dict(prototypes_per_class=counts, reference=reference, ledger=ledger, epochs=self.epochs,
+                      batch_size=self.batch_size, lr=self.lr, radius=self.radius, generator=generator,
+                      secure=self.secure_mode)
+        if self.aggregation == "mean":
+            result = subsample_and_aggregate(x_t, y_t, len(self.classes_), self.num_bins, self.epsilon,
+                                             self.delta, **common)
+            prototypes, labels = result.prototypes, result.prototype_labels
+            self.noise_std_ = result.noise_std  # public: epsilon, delta, W, d, domain and m only
+            curator_attach(self, empty_bins=result.empty_bins)
+        else:
+            prototypes, labels, _ = coa_glvq(x_t, y_t, len(self.classes_), self.num_bins, self.epsilon,
+                                             self.delta, **common)
+            # The centre of attention's noise std S(Z)/alpha depends on the bins' models
+            # without noise: it is neither stored nor returned.
+            if hasattr(self, "noise_std_"):
+                del self.noise_std_
+
+        layer = self._make_layer(Z.shape[1], len(labels), generator, tdtype)
+        with torch.no_grad():
+            layer.prototypes.copy_(prototypes.to(tdtype))
+        self.model_ = PrototypeModel(layer, labels)
+        self.n_iter_ = self.epochs
+        self.ledger_ = ledger
+        self.epsilon_ = ledger.get_epsilon(self.delta)
+        ledger.attach(self.model_)
+        self.privacy_ = self.model_.privacy_
+        self.prototypes_ = self.scaler_.inverse_transform(prototypes.detach().cpu().numpy())
+        self.prototype_labels_ = self.classes_[labels.cpu().numpy()]
+        return self

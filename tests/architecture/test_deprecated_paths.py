@@ -1,0 +1,59 @@
+"""Import paths of the old layout keep working for one release, with a DeprecationWarning."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+
+MOVED_MODULES = {
+    "dp_proto.privacy.dp_init": "dp_proto.lvq.private.dp_init",
+    "dp_proto.privacy.dpsgd": "dp_proto.lvq.private.dpsgd",
+    "dp_proto.privacy.fused_dpsgd": "dp_proto.lvq.private.fused",
+    "dp_proto.privacy.grad_samplers": "dp_proto.lvq.private.grad_samplers",
+    "dp_proto.privacy.aggregate": "dp_proto.lvq.private.saa",
+    "dp_proto.privacy.coa": "dp_proto.lvq.private.coa",
+    "dp_proto.privacy.estimators": "dp_proto.lvq.private.estimators",
+    "dp_proto.privacy.bin_estimators": "dp_proto.lvq.private.saa_estimator",
+    "dp_proto.llp.knn": "dp_proto._neighbours",
+}
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(MOVED_MODULES.items()))
+def test_moved_module_is_the_new_module(old, new):
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(new)
+
+
+@pytest.mark.parametrize("name", ["DPGLVQ", "DPGMLVQ", "DPLGMLVQ", "SubsampleAggregateGLVQ", "fit_dp_sgd",
+                                  "dp_class_mean_prototypes", "sgd_steps", "coa_glvq"])
+def test_moved_names_of_dp_proto_privacy(name):
+    import dp_proto.lvq.private as new
+    import dp_proto.privacy as old
+
+    with pytest.warns(DeprecationWarning, match=f"dp_proto.privacy.{name} moved to dp_proto.lvq.private"):
+        assert getattr(old, name) is getattr(new, name)
+
+
+def test_old_style_imports_still_work():
+    sys.modules.pop("dp_proto.privacy.estimators", None)
+    with pytest.warns(DeprecationWarning):
+        from dp_proto.privacy.estimators import DPGMLVQ
+    from dp_proto.lvq.private import DPGMLVQ as current
+
+    assert DPGMLVQ is current
+    with pytest.warns(DeprecationWarning):
+        from dp_proto.privacy.audit import saa_audit_setup
+    from dp_proto.lvq.private.audit import saa_audit_setup as current_setup
+
+    assert saa_audit_setup is current_setup
+
+
+def test_unknown_names_still_raise():
+    import dp_proto.privacy
+
+    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
+        dp_proto.privacy.not_a_name  # noqa: B018
