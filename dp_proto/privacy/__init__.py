@@ -55,9 +55,8 @@ __all__ = [
 
 # Private LVQ training moved to dp_proto.lvq.private (issue 21); the old names still work
 # for one release, with a DeprecationWarning.
-__getattr__ = moved_names(__name__, {
-    **dict.fromkeys(("DPGLVQ", "DPGMLVQ", "DPLGMLVQ", "SubsampleAggregateGLVQ", "subsample_and_aggregate",
-                     "saa_sensitivity", "coa_glvq", "DPInitResult", "dp_class_mean_prototypes",
-                     "calibrate_noise_multiplier", "fit_dp_sgd", "paper_noise_multiplier", "sgd_steps"),
-                    "dp_proto.lvq.private"),
-})
+__getattr__ = moved_names(__name__, dict.fromkeys(
+    ("DPGLVQ", "DPGMLVQ", "DPLGMLVQ", "SubsampleAggregateGLVQ", "subsample_and_aggregate", "saa_sensitivity",
+     "coa_glvq", "DPInitResult", "dp_class_mean_prototypes", "calibrate_noise_multiplier", "fit_dp_sgd",
+     "paper_noise_multiplier", "sgd_steps"),
+    "dp_proto.lvq.private"))

@@ -98,7 +98,7 @@ class SVMSolution(NamedTuple):
 
 def _check_solver_input(
     phi: torch.Tensor, y_pm: torch.Tensor, cap: float, tol: float, max_iter: int | None
-) -> tuple[torch.Tensor, torch.Tensor, float]:
+) -> tuple[torch.Tensor, torch.Tensor, float, int]:
     check_features(phi)
     n = phi.shape[0]
     y = torch.as_tensor(y_pm, device=phi.device)
@@ -119,8 +119,7 @@ def _check_solver_input(
         raise ValueError(f"cap must be a positive finite number, got {cap!r}")
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol <= 0:
         raise ValueError(f"tol must be a positive finite number, got {tol!r}")
-    iteration_limit(max_iter)
-    return phi.to(torch.float64), y, c
+    return phi.to(torch.float64), y, c, iteration_limit(max_iter)
 
 
 def _spectral_norm2(phi: torch.Tensor, iters: int = _POWER_ITERATIONS) -> float:
@@ -221,8 +220,7 @@ def solve_svm_dual(
         ``phi`` not a finite floating ``(n, F)`` tensor, ``y_pm`` of the wrong shape or with
         values other than +-1, ``cap <= 0``, ``tol <= 0``, bad ``max_iter``.
     """
-    phi64, Y, cap = _check_solver_input(phi, y_pm, cap, tol, max_iter)
-    max_iter = iteration_limit(max_iter)
+    phi64, Y, cap, max_iter = _check_solver_input(phi, y_pm, cap, tol, max_iter)
     out_dtype = phi.dtype if phi.dtype in (torch.float32, torch.float64) else torch.float64
     K, n = Y.shape
 
@@ -424,8 +422,6 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
         if private:
             # the gap and the iteration count depend on the data: curator-only
             curator_attach(self, solver_gap=float(sol.gap.max()), solver_iterations=sol.iterations)
-            if not sol.converged:  # unreachable without a cap; kept as a guard
-                raise AssertionError("the uncapped SVM solver returned without reaching tol")
         elif not sol.converged:
             raise RuntimeError(
                 f"the SVM dual solver did not reach the duality gap tol={self.tol:g} within "

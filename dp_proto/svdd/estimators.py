@@ -62,11 +62,10 @@ from dp_proto.svdd.private import (
     private_quantile,
     release_centre,
 )
-from dp_proto.svdd.solver import check_private_tol, solve_svdd_dual
+from dp_proto.svdd.solver import DEFAULT_MAX_ITER, check_private_tol, solve_svdd_dual
 
 __all__ = ["PrivateSVDD", "PrivateSVDDClassifier"]
 
-_NON_PRIVATE_MAX_ITER = 50000  # solver cap of a non-private fit (private fits have none)
 
 
 def _is_private(epsilon) -> bool:
@@ -158,14 +157,12 @@ class _SVDDBase(BaseEstimator):
             # centre's sensitivity assumes it, and a cap that one record could make the
             # solver hit would void the guarantee.
             solution = solve_svdd_dual(phi, min(cap * n, float(n)), tol=self.tol,
-                                       max_iter=_NON_PRIVATE_MAX_ITER if epsilon is None else None)
+                                       max_iter=DEFAULT_MAX_ITER if epsilon is None else None)
             exact = solution.centre
             if epsilon is not None:
                 # the gap and the iteration count depend on the data: curator-only
                 curator_attach(self, n_records=n, box_full=False, solver_gap=solution.gap,
                                solver_iterations=solution.iterations)
-                if not solution.converged:  # unreachable without a cap; kept as a guard
-                    raise AssertionError("the uncapped SVDD solver returned without reaching tol")
         # The exact solution is not kept on the estimator: pickling it would publish it.
         if epsilon is None:
             return exact.to(X.dtype)

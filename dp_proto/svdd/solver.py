@@ -50,6 +50,7 @@ _WS_SHRINK_RATE = 0.9  # working sets may shrink while the full gap falls by thi
 # feature rows), so float64 evaluates the gap to about 1e-14; a tolerance far above that
 # floor is always reached by a solver that runs until it converges (see max_iter=None).
 MIN_PRIVATE_TOL = 1e-10
+DEFAULT_MAX_ITER = 50000  # iteration cap of solve_svdd_dual (and of non-private fits)
 
 
 # --------------------------------------------------------------------------------------
@@ -425,7 +426,7 @@ def solve_svdd_dual(
     C: float,
     *,
     tol: float = 1e-6,
-    max_iter: int | None = 50000,
+    max_iter: int | None = DEFAULT_MAX_ITER,
     method: Literal["fista", "fista_full"] = "fista",
     power_iterations: int = 15,
 ) -> SVDDSolution:
@@ -515,8 +516,7 @@ def solve_svdd_dual(
         ``phi`` not a finite floating ``(n, F)`` tensor; ``C/n`` outside ``[1/n, 1]``;
         ``tol <= 0``; bad ``max_iter``, ``method`` or ``power_iterations``.
     """
-    phi64, cap = _check_problem(phi, C, tol, max_iter)
-    max_iter = iteration_limit(max_iter)
+    phi64, cap, max_iter = _check_problem(phi, C, tol, max_iter)
     if method not in ("fista", "fista_full"):
         raise ValueError(f"method must be 'fista' or 'fista_full', got {method!r}")
     if isinstance(power_iterations, bool) or not isinstance(power_iterations, int) or power_iterations < 1:
@@ -640,7 +640,9 @@ def check_private_tol(tol: float, floor: float = MIN_PRIVATE_TOL) -> None:
             f"reaches tol, and float64 cannot certify much smaller gaps), got {tol!r}")
 
 
-def _check_problem(phi: torch.Tensor, C: float, tol: float, max_iter: int | None) -> tuple[torch.Tensor, float]:
+def _check_problem(phi: torch.Tensor, C: float, tol: float,
+                   max_iter: int | None) -> tuple[torch.Tensor, float, int]:
+    """``phi`` in float64, the box ``C/n`` and the iteration limit, after checking them all."""
     check_features(phi)
     n = phi.shape[0]
     try:
@@ -654,6 +656,6 @@ def _check_problem(phi: torch.Tensor, C: float, tol: float, max_iter: int | None
         )
     if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol > 0):
         raise ValueError(f"tol must be a positive finite number, got {tol!r}")
-    iteration_limit(max_iter)
+    limit = iteration_limit(max_iter)
     cap = min(max(c / n, 1.0 / n), 1.0)
-    return phi.to(torch.float64), cap
+    return phi.to(torch.float64), cap, limit
