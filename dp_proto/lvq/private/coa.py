@@ -16,11 +16,12 @@ Raskhodnikova and Smith (2007, Sec. 4) that the digest restores (note 5):
   parameters ``alpha = epsilon / (5 sqrt(2 ln(2 / delta)))`` and
   ``beta = epsilon / (4 (D + ln(2 / delta)))``: ``(epsilon, delta)``-DP.
 
-Design choice (the seeds' overlapping bins, re-sampled until no record lies in more
-than ``sqrt(m)`` of them, are infeasible at the sizes used; digest Sec. 2.7): disjoint
-bins from i.i.d. bin labels, so ``s = 1``. The noise std ``S(Z) / alpha`` is *not*
-returned: it is a noise-free function of the bins' models (two neighbouring data sets
-can give different values with certainty), so releasing it would void the guarantee.
+Design choice (the overlapping bins of Brinkrolf, Göpfert & Hammer (2019) and Brinkrolf
+(2023), re-sampled until no record lies in more than ``sqrt(m)`` of them, are infeasible
+at the sizes used): disjoint bins from i.i.d. bin labels, so ``s = 1``. The noise std
+``S(Z) / alpha`` is *not* returned: it is a noise-free function of the bins' models (two
+neighbouring data sets can give different values with certainty), so releasing it would
+void the guarantee.
 Float safety: the smooth-sensitivity argument needs the continuous Gaussian (its noise
 is scaled by the data-dependent ``S(Z) / alpha``), so the noise cannot be discrete. The
 noisy centre is instead rounded to a public grid of step ``Lambda / (2^20 sqrt(D))``
@@ -29,8 +30,8 @@ low-order bits by which Mironov (2012) reads the input from a floating-point sam
 
 Because ``beta`` shrinks with the dimension ``D``, ``e^{-beta k}`` barely decays over
 the ``m / 2`` steps to ``rho = Lambda``, and the noise is of the order of the domain
-diameter unless ``epsilon`` is large: the seeds' finding that COA gives no useful
-model is expected.
+diameter unless ``epsilon`` is large: the finding of Brinkrolf, Göpfert & Hammer (2019) and Brinkrolf (2023)
+that COA gives no useful model is expected.
 """
 
 from __future__ import annotations

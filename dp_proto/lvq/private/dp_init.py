@@ -71,7 +71,7 @@ def dp_class_mean_prototypes(
     epsilon : float
         Total budget of the initialisation.
     count_fraction : float
-        Share of ``epsilon`` spent on the counts (the dissertation splits equally).
+        Share of ``epsilon`` spent on the counts (Brinkrolf (2023) splits it equally).
     prototypes_per_class : int
     jitter : float
         Standard deviation of the data-independent jitter added to copies when a class

@@ -14,8 +14,8 @@ Noise calibration:
 * ``calibration="ledger"`` (default): the smallest noise multiplier ``sigma`` for
   which the ledger's total epsilon (initialisation *and* SGD, composed with privacy
   loss distributions) meets the target at ``delta``;
-* ``calibration="paper"``: the seeds' ``sigma = 2 q sqrt(T log(1/delta)) / epsilon2``
-  with ``epsilon2 = epsilon - epsilon1``, for reproduction; the ledger still reports
+* ``calibration="paper"``: the ``sigma = 2 q sqrt(T log(1/delta)) / epsilon2``
+  with ``epsilon2 = epsilon - epsilon1`` of Brinkrolf, Göpfert & Hammer (2019), for reproduction; the ledger still reports
   the epsilon it actually certifies for that sigma.
 
 The ledger reserves each epoch's steps *before* they run, so a budget stops training
@@ -68,7 +68,7 @@ def sgd_steps(epochs: float, sampling_rate: float) -> int:
 
 
 def paper_noise_multiplier(epsilon_sgd: float, delta: float, sampling_rate: float, steps: int) -> float:
-    """The seeds' ``sigma = 2 q sqrt(T log(1/delta)) / epsilon2`` (an unproven constant
+    """The ``sigma = 2 q sqrt(T log(1/delta)) / epsilon2`` of Brinkrolf, Göpfert & Hammer (2019) (an unproven constant
     ``c2 = 2`` in Abadi et al.'s Thm 1; the ledger certifies its actual epsilon)."""
     epsilon_sgd = check_epsilon(epsilon_sgd, "epsilon for DP-SGD")
     delta = check_delta(delta, allow_zero=False)
@@ -202,7 +202,7 @@ def noise_multiplier_for(
 
     ``calibration="ledger"``: :func:`calibrate_noise_multiplier` on the whole run;
     ``"paper"``: :func:`paper_noise_multiplier` with ``epsilon2 = epsilon`` minus the
-    prior events' epsilon (basic composition, as in the seeds).
+    prior events' epsilon (basic composition, as in Brinkrolf, Göpfert & Hammer (2019)).
     """
     if calibration == "ledger":
         return calibrate_noise_multiplier(epsilon, delta, sampling_rate, steps, prior_events=prior_events)

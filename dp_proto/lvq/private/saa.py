@@ -18,8 +18,8 @@ The DP-LVQ "SAA" scheme (dissertation Sec. 3.4 B, digest note 2 for the correcti
 
 Sensitivity (add/remove one record): one bin's ``W`` prototypes change, each
 coordinate anywhere in ``[low, high]``, so the sum over bins moves by at most
-``(high - low) sqrt(W d)`` in l2; for ``[-1, 1]^d`` that is ``2 sqrt(W d)``. The seeds'
-``sqrt(d)`` misses the box width (it is right for ``[0, 1]^d``) and the other ``W - 1``
+``(high - low) sqrt(W d)`` in l2; for ``[-1, 1]^d`` that is ``2 sqrt(W d)``. The
+``sqrt(d)`` of Brinkrolf, Göpfert & Hammer (2019) misses the box width (it is right for ``[0, 1]^d``) and the other ``W - 1``
 prototypes of the changed bin.
 
 Optionally every bin prototype is also projected onto the l2 ball of radius ``r`` around
