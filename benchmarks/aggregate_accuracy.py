@@ -1,10 +1,11 @@
 """Accuracy and speed of the bin-based DP-LVQ schemes: subsample-and-aggregate (SAA) and
-the centre of attention (COA), beside DP-SGD (dissertation Sec. 3.5.2, Figs. 3.8-3.10).
+the centre of attention (COA), beside DP-SGD (Brinkrolf, Göpfert & Hammer 2019;
+Brinkrolf 2023, Sec. 3.5.2, Figs. 3.8-3.10).
 
 Protocol (one prototype per class, ``delta = 1e-5``, vanilla GLVQ on every bin with
 Adam, 30 epochs, batch 64, lr 0.01: the library defaults):
 
-* **Artificial data** (the dissertation's): three Gaussians with identity covariance at
+* **Artificial data** (of Brinkrolf, Göpfert & Hammer 2019 and Brinkrolf 2023): three Gaussians with identity covariance at
   ``(5, 0), (-5, 0), (0, 5)`` in 2-D and at ``5 e_1, 5 e_2, 5 e_3`` for d > 2; 3000
   training records per class and a fresh test set of 3000 per class from the same
   generator; ``d`` in {2, 4, 8}, ``m`` in {15, 30, 50}, ``epsilon`` in
@@ -99,7 +100,7 @@ SCHEMES = ("saa", "coa")
 
 
 def artificial_means(dim: int) -> np.ndarray:
-    """The dissertation's class means ``(3, dim)``."""
+    """The class means ``(3, dim)`` of Brinkrolf (2023)."""
     if dim == 2:
         return np.array([[5.0, 0.0], [-5.0, 0.0], [0.0, 5.0]])
     return 5.0 * np.eye(dim)[:3]

@@ -13,7 +13,7 @@ For every lambda, mode (toggle, simultaneous) and seed:
      trained on one half of the held-out representations and scored on the other, and
      the reverse (``fresh_attacker_accuracy(folds=2)``), the best of the three,
    * random guessing (the largest private prior),
-   * the seed's lower bound on the private misclassification probability (eq. 14 via
+   * the lower bound of Feutry et al. (2018) on the private misclassification probability (eq. 14 via
      Fano's inequality) from the held-out cross-entropy of the jointly trained private
      branch, next to the attacker's error.
 
@@ -203,7 +203,7 @@ def intermediate_points(curve: dict, margin: float = 0.05) -> int:
 
 def intermediate_run_fraction(raw_curve: dict, margin: float = 0.05) -> float:
     """Share of the individual runs with lambda > 0 whose attacker accuracy lies strictly
-    between chance + margin and the mean lambda = 0 value - margin (the seed: simultaneous
+    between chance + margin and the mean lambda = 0 value - margin (Feutry et al. 2018: simultaneous
     training converges to one of the two extremes)."""
     top = float(np.mean([r["attacker_accuracy"] for r in raw_curve["0"]]))
     runs = [r for lam, rs in raw_curve.items() if float(lam) > 0 for r in rs]

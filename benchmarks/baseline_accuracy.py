@@ -1,4 +1,4 @@
-"""Non-private baseline accuracy of GLVQ, GMLVQ and LGMLVQ (dissertation Table 2.2).
+"""Non-private baseline accuracy of GLVQ, GMLVQ and LGMLVQ (Brinkrolf 2023, Table 2.2).
 
 Protocol (one prototype per class):
 
@@ -61,7 +61,7 @@ BENCHMARK = "baseline_accuracy"
 DATASETS = ("segmentation", "optdigits", "mnist")
 MODELS = {"GLVQ": GLVQ, "GMLVQ": GMLVQ, "LGMLVQ": LGMLVQ}
 
-#: Dissertation Table 2.2, mean test accuracy with one prototype per class.
+#: Brinkrolf (2023), Table 2.2: mean test accuracy with one prototype per class.
 TARGETS: dict[str, dict[str, float]] = {
     "segmentation": {"GLVQ": 0.836, "GMLVQ": 0.912, "LGMLVQ": 0.946},
     "optdigits": {"GLVQ": 0.916, "GMLVQ": 0.940, "LGMLVQ": 0.978},
@@ -140,7 +140,7 @@ def cross_validate(key: str, X: np.ndarray, y: np.ndarray, models: list[str], *,
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description="GLVQ / GMLVQ / LGMLVQ baseline accuracy (dissertation Table 2.2).")
+        description="GLVQ / GMLVQ / LGMLVQ baseline accuracy (Brinkrolf 2023, Table 2.2).")
     p.add_argument("--data-dir", default=None,
                    help="directory holding uci/*.tsv.gz and mnist/*-ubyte.gz "
                         "(default: $DP_PROTO_DATA_DIR)")
@@ -159,7 +159,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--transfer", choices=[*TRANSFER_CANDIDATES, "select"], default="identity",
                    help="GLVQ transfer function; 'select' picks identity or sigmoid (beta 5) per "
                         "fold on an inner split of the training fold (default: identity, as in "
-                        "the dissertation)")
+                        "Brinkrolf 2023)")
     args = p.parse_args(argv)
     if args.threads is not None and args.threads < 1:
         p.error("--threads must be >= 1")

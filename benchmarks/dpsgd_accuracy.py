@@ -1,6 +1,6 @@
-"""DP-SGD accuracy of private GLVQ and GMLVQ (dissertation Table B.1, "SGD" scheme).
+"""DP-SGD accuracy of private GLVQ and GMLVQ (Brinkrolf 2023, Table B.1, "SGD" scheme).
 
-Protocol (dissertation Section 3.5 / App. B; one prototype per class):
+Protocol (Brinkrolf 2023, Section 3.5 / App. B; one prototype per class):
 
 * ``delta = 1e-5``, sampling rate ``q = 0.01``, clipping norm ``C = 0.5``, ``E = 50``
   epochs, budget split ``epsilon1 = 0.2 epsilon`` (DP class-mean initialisation) and
@@ -10,14 +10,15 @@ Protocol (dissertation Section 3.5 / App. B; one prototype per class):
 * preprocessing fitted on the training folds: ``StandardScaler`` for Image
   Segmentation; for the pixel data sets (MNIST, optdigits) ``PCA(30)`` on the raw
   pixels, then ``StandardScaler`` on the components (see ``PIXEL_DATASETS``). **This
-  preprocessing is not privatised** (digest Section 7, note 3): the reported epsilon
+  preprocessing is not privatised** (nor is it in Brinkrolf 2023, whose PCA and z-scoring
+  are also fitted on the private training data): the reported epsilon
   covers the DP initialisation and DP-SGD only, not the z-scoring / PCA;
 * the preprocessed features are then mapped onto ``[-1, 1]`` by the estimator with the
   fixed public bounds ``bounds=(-B, B)`` (``--bound B``, default 3.0); training records
   outside are clipped by the estimator (a curator-only count, ``est.curator_``; the mean
   clipped fraction is reported);
 * both noise calibrations of the estimators: ``ledger`` (the accountant certifies the
-  whole run at ``(epsilon, delta)``) and ``paper`` (the dissertation's heuristic
+  whole run at ``(epsilon, delta)``) and ``paper`` (the heuristic of Brinkrolf (2023)
   ``sigma = 2 q sqrt(T ln(1/delta)) / epsilon2``);
 * non-private baselines on the same folds and features: GLVQ / GMLVQ with L-BFGS
   (:mod:`dp_proto.lvq`, defaults);
@@ -95,7 +96,7 @@ EPOCHS = 50
 INIT_FRACTION = 0.2
 PCA_DIM = 30
 
-#: Dissertation Table B.1: misclassification rate, mean (std), 5x5-fold CV.
+#: Brinkrolf (2023), Table B.1: misclassification rate, mean (std), 5x5-fold CV.
 _B1_COLUMNS = ("0.25", "0.75", "1", "1.5", "2.5", "5", "non-DP SGD", "non-DP BFGS")
 _B1_ROWS = {
     ("mnist", "GLVQ"): [(0.186, 0.0038), (0.186, 0.0038), (0.186, 0.0037), (0.186, 0.0036),
@@ -231,7 +232,7 @@ def cross_validate(key: str, X: np.ndarray, y: np.ndarray, args: argparse.Namesp
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description="DP-SGD GLVQ / GMLVQ misclassification rates (dissertation Table B.1).")
+        description="DP-SGD GLVQ / GMLVQ misclassification rates (Brinkrolf 2023, Table B.1).")
     p.add_argument("--data-dir", default=None,
                    help="directory holding uci/*.tsv.gz and mnist/*-ubyte.gz "
                         "(default: $DP_PROTO_DATA_DIR)")

@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
                 for eps in args.epsilons:
                     fit = _noise_free_fit if noise_free else _FIT_DP_SGD
                     with mock.patch.object(dp_estimators, "fit_dp_sgd", fit):
-                        # the diagnosis is of the identity transfer (the dissertation's cost)
+                        # the diagnosis is of the identity transfer (the cost of Brinkrolf 2023)
                         params = {"transfer_fn": "identity", **overrides}
                         model = dp_estimators.DPGMLVQ(epsilon=eps, bounds=(-3.0, 3.0), classes=classes,
                                                       noise_seed=seed, random_state=seed, **params).fit(Xa, ya)

@@ -1,21 +1,21 @@
 """Leakage of vanilla GLVQ about single records, and the private schemes that close it.
 
-Reproduces the demonstration of dissertation Section 3.3 (digest Section 2.3) that a
-vanilla GLVQ model reveals individual training records, then repeats it with the private
+Reproduces the demonstration of Brinkrolf, Göpfert & Hammer (2019, Sec. 4) and Brinkrolf
+(2023, Sec. 3.3) that a vanilla GLVQ model reveals individual training records, then repeats it with the private
 schemes of :mod:`dp_proto.privacy` and audits them empirically.
 
 Protocol
 --------
 Outlier shift (Sec. 3.3.2). Data set ``A``: 50 points from ``N((-10, 0), I)`` (class 0)
 and 50 from ``N((10, 0), I)`` (class 1); data set ``B``: ``A`` plus one class-1 outlier
-drawn from ``N(mu_out, I)`` (as in the dissertation; its *mean* is ``(10, 10)``
+drawn from ``N(mu_out, I)`` (as in Brinkrolf 2023; its *mean* is ``(10, 10)``
 "extreme", ``(10, 5)`` "medium" or ``(10, 2)`` "weak"). ``--pairs`` (400) pairs with a
 fresh ``A`` each; the three settings of pair ``i`` share its ``A`` (and the model trained
 on it) and draw their own outlier. One prototype per class; statistic: the y-coordinate
 of the class-1 prototype. Reported: the mean upward shift ``mean(y_B) - mean(y_A)``
 (= the mean over pairs of ``y_B - y_A``), Welch's two-sample t-test
 (``scipy.stats.ttest_ind(equal_var=False)``) and the Mann-Whitney U test on the two
-samples of 400 y-coordinates (unpaired, which reproduces the dissertation's p-values),
+samples of 400 y-coordinates (unpaired, which reproduces the p-values of Brinkrolf 2023),
 plus, for information, the paired t-test (much stronger for vanilla GLVQ, where
 ``y_B - y_A`` barely varies).
 
@@ -43,7 +43,7 @@ Schemes (the registry ``SCHEMES``: name -> ``train(X, y, setup, seed) -> Fit``, 
   epsilon, then DP-SGD; the ledger calibrates the noise so that the whole run is
   ``(epsilon, delta)``-DP), public bounds ``(-15, 15)`` mapped onto ``[-1, 1]``,
   ``sampling_rate=0.1`` (``q n >= 1`` for n = 100), ``epochs=10`` (``T`` about 100
-  steps; the dissertation's 50 epochs would quintuple the run time), ``C = 0.5``,
+  steps; the 50 epochs of Brinkrolf (2023) would quintuple the run time), ``C = 0.5``,
   ``lr = 0.05``. DPGLVQ needs equal prototype counts per class, so the 2 + 1 XOR model
   runs the same pipeline from the library's pieces (``dp_class_mean_prototypes`` with
   one prototype per class, the class-0 mean duplicated with data-independent jitter
@@ -130,9 +130,9 @@ from dp_proto.privacy.noise import gaussian_noise
 
 BENCHMARK = "leakage"
 
-#: Outlier means of the three settings (dissertation Sec. 3.3.2).
+#: Outlier means of the three settings (Brinkrolf 2023, Sec. 3.3.2).
 OUTLIERS = {"extreme": (10.0, 10.0), "medium": (10.0, 5.0), "weak": (10.0, 2.0)}
-#: The dissertation's results: setting -> (mean upward shift, p-value); XOR fractions.
+#: The results of Brinkrolf (2023): setting -> (mean upward shift, p-value); XOR fractions.
 THESIS_OUTLIER = {"extreme": (0.1119, 5.6776e-25), "medium": (0.0843, 2.2345e-16),
                   "weak": (0.0368, 4.4007e-4)}
 THESIS_XOR = (0.5, 1.0)

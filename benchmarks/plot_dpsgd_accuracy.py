@@ -1,7 +1,7 @@
 """Plot error against epsilon from ``dpsgd_accuracy.py`` JSON files, beside Table B.1.
 
 One panel per data set; per model the ledger and paper calibrations (mean and std over
-the folds), the dissertation's Table B.1 row where it has one, and the non-private
+the folds), the Table B.1 row of Brinkrolf (2023) where it has one, and the non-private
 L-BFGS error as a dashed line.
 
 Usage::

@@ -1,10 +1,10 @@
 """Experimental protocol of Park (2022), chapters 4-7: private SVDD + equilibrium-point classifier.
 
-Source: ``shared/seeds/002_548aa6826df28c3d.txt`` (Jinseong Park, *Differentially
-private multi-class classification using kernel supports and equilibrium points*,
-master's thesis, Seoul National University, 2022). Every ``L<number>`` below is a
-line number of that .txt file. The digest ``shared/reference/thesis-digest.md``
-covers only the LVQ dissertation; it says nothing about this thesis.
+Source: Jinseong Park (2022), *Differentially private multi-class classification using
+kernel supports and equilibrium points*, master's thesis, Seoul National University (see
+``REFERENCES.md``). Every ``L<number>`` below is a line number in the plain-text copy of
+the thesis that this protocol was transcribed from (not part of dp-proto); section,
+table, figure and equation numbers are the thesis' own.
 
 This module is plain data plus a few small helpers; it runs no experiment. It
 holds
@@ -90,7 +90,7 @@ __all__ = [
 
 SEED_FILE = "shared/seeds/002_548aa6826df28c3d.txt"
 
-#: Marker for a value the seed does not state (see :data:`UNSPECIFIED` for the fill).
+#: Marker for a value Park (2022) does not state (see :data:`UNSPECIFIED` for the fill).
 UNSPEC = "UNSPEC"
 
 # --------------------------------------------------------------------------- global settings
@@ -170,7 +170,7 @@ class DatasetRow:
 
 @dataclass(frozen=True)
 class Unspec:
-    """Something the seed leaves open: what, the lines that come closest, our fill, alternatives."""
+    """Something Park (2022) leaves open: what, the lines that come closest, our fill, alternatives."""
 
     what: str
     lines: tuple[int, ...]
@@ -436,7 +436,7 @@ BASELINES: dict[str, dict[str, Any]] = {
         "lines": (479, 514),
         "method": "SVM on the F=400 random Fourier features, solve the dual, add Laplace noise "
                   "to the primal weight vector w_hat = w* + mu (L479); one-against-all (L523)",
-        "sensitivity": UNSPEC,  # not in the seed; see UNSPECIFIED["baseline_noise"]
+        "sensitivity": UNSPEC,  # not in Park (2022); see UNSPECIFIED["baseline_noise"]
     },
     "SVM OUTPUT": {
         "ref": "Jain and Thakurta [17]",
@@ -464,7 +464,7 @@ BASELINES: dict[str, dict[str, Any]] = {
 }
 
 # --------------------------------------------------------------------------- open points
-#: Everything the seed leaves open, with the fill we propose.
+#: Everything Park (2022) leaves open, with the fill we propose.
 UNSPECIFIED: dict[str, Unspec] = {
     "c_over_n_meaning": Unspec(
         "what the 'C/n' column of Table 7.1 is",

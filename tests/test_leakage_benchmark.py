@@ -51,9 +51,9 @@ def test_quick_run_ends_with_the_documented_json(tmp_path):
     res = out["results"]
     assert set(res["outlier_shift"]) == {"vanilla"} | PRIVATE
     extreme = res["outlier_shift"]["vanilla"]["extreme"]
-    assert 0.05 < extreme["mean_shift"] < 0.2  # dissertation: 0.1119; robust even with 20 pairs
+    assert 0.05 < extreme["mean_shift"] < 0.2  # Brinkrolf (2023): 0.1119; robust even with 20 pairs
     assert extreme["paired_t_p"] < 1e-6
-    assert res["xor"]["vanilla"]["unbalanced_fraction"] == 1.0  # dissertation: always bottom-left
+    assert res["xor"]["vanilla"]["unbalanced_fraction"] == 1.0  # Brinkrolf (2023): always bottom-left
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ the private branch's predicted distribution:
   branch is driven to the loss of random guessing, not beyond it (minus a cross-entropy
   has no lower bound; the absolute value removes the incentive to overshoot).
 
-:func:`misclassification_lower_bound` is the seed's eq. (13)-(14): Fano's inequality
+:func:`misclassification_lower_bound` is eq. (13)-(14) of Feutry et al. (2018): Fano's inequality
 ``H(S | Z) <= h(P_e) + P_e log(M - 1)``, solved for ``P_e``, with the conditional entropy
 estimated by the private cross-entropy (eq. 11).
 """
@@ -92,7 +92,7 @@ def fano_function(p: Tensor, num_classes: int) -> Tensor:
 
 
 def misclassification_lower_bound(conditional_entropy: Tensor | float, num_classes: int) -> Tensor:
-    """Smallest ``P_e`` with ``phi(P_e) >= H(S | Z)`` (Fano; the seed's eq. 13-14).
+    """Smallest ``P_e`` with ``phi(P_e) >= H(S | Z)`` (Fano; Feutry et al. 2018, eq. 13-14).
 
     ``conditional_entropy`` in nats, estimated by the private cross-entropy on held-out
     data (eq. 11). Values at or above ``log M`` give ``(M - 1) / M`` (random guessing),

@@ -39,7 +39,7 @@ def mlp(in_features: int, hidden: Sequence[int], out_features: int, *, dropout: 
 
 class MLPEncoder(nn.Module):
     """``(B, *shape) -> (B, representation_dim)``: flatten, then an MLP whose last layer
-    is also rectified (the representation is non-negative, as in the seed's MLP)."""
+    is also rectified (the representation is non-negative, as in the MLP of Feutry et al. 2018)."""
 
     def __init__(self, in_features: int, representation_dim: int = 64, hidden: Sequence[int] = (256,),
                  dropout: float = 0.0) -> None:

@@ -1,7 +1,6 @@
 """Readers for benchmark files kept in a local data directory.
 
-A *data directory* holds the files laid out as in ``shared/data`` (see its
-README)::
+A *data directory* holds the files laid out like this::
 
     <data_dir>/mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz
     <data_dir>/uci/<name>.tsv.gz

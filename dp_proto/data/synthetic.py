@@ -1,4 +1,7 @@
-"""Synthetic 2-D (and d-D) data sets used by the experiments of the seed papers.
+"""Synthetic 2-D (and d-D) data sets used in the experiments of the implemented papers.
+
+The sets come from Brinkrolf, Göpfert & Hammer (2019), Brinkrolf (2023) and Park (2022)
+(see ``REFERENCES.md``).
 
 Every generator takes ``random_state`` (an int seed, a
 :class:`numpy.random.Generator`, or ``None`` for fresh entropy) and returns
@@ -163,7 +166,8 @@ def noisy_xor(
         Points per cluster (>= 1).
     extra_bottom_left : int, default 0
         Extra class-1 points drawn from the bottom-left cluster and appended
-        at the end; 10 gives the "unbalanced" variant of the seeds.
+        at the end; 10 gives the "unbalanced" variant of
+        Brinkrolf, Göpfert & Hammer (2019).
     std : float, default 1.0
         Standard deviation of every coordinate.
     random_state : int, numpy.random.Generator or None
@@ -197,7 +201,9 @@ def noisy_xor_unbalanced(
     std: float = 1.0,
     random_state: RandomState = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The seeds' unbalanced noisy XOR: :func:`noisy_xor` with ``extra_bottom_left=10``.
+    """The unbalanced noisy XOR of Brinkrolf, Göpfert & Hammer (2019).
+
+    :func:`noisy_xor` with ``extra_bottom_left=10``.
 
     Returns
     -------
@@ -235,7 +241,7 @@ def three_gaussians(
 
     Means (see :func:`three_gaussians_means`): in 2-D (5, 0), (-5, 0), (0, 5);
     in ``n_features >= 3`` dimensions the first three unit vectors scaled by
-    5 (``scale``), as in the seeds.
+    5 (``scale``), as in Brinkrolf, Göpfert & Hammer (2019).
 
     Parameters
     ----------
@@ -358,7 +364,7 @@ def five_gaussians(
     :func:`five_gaussians_covariances`; the axis variances are our choice,
     the source gives only the rotations).
 
-    The construction is the LVQ dissertation's artificial data set (1500 points
+    The construction is the artificial data set of Brinkrolf (2023, Sec. 4.6.1; 1500 points
     per class). Park (2022) uses a "five gaussians" set of 1000 points (800
     train / 200 test, Table 7.1) without defining it; ``n_samples=1000`` (or
     ``n_per_class=200``) gives that size with this construction.
@@ -471,7 +477,7 @@ def load_shuttle_3class(
     (58000 x 9; rows 0..43499 are the original ``shuttle.trn`` file, rows
     43500.. ``shuttle.tst``) and relabels with :data:`SHUTTLE_3CLASS_MAPPING`:
     0 = Rad Flow (45586 rows), 1 = High (8903), 2 = Bypass and the four rare
-    classes (3511). The seed does not state its mapping; this one is ours
+    classes (3511). Park (2022) does not state its mapping; this one is ours
     (documented in ``benchmarks/svdd_protocol.py``).
 
     Parameters

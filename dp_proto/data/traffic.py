@@ -81,8 +81,8 @@ DetectorId = tuple[int, int]
 
 #: Lower edges of the flow classes (vehicles per 15 minutes). Class ``k`` is
 #: ``[FLOW_BIN_EDGES[k], FLOW_BIN_EDGES[k + 1])``, the last class ``[260, inf)``.
-#: The seed's ranges are 0-5, 5-30, 30-60, 60-150, 150-260; counts above 260
-#: (present in the VicRoads data) form a sixth class.
+#: The ranges of Sachweh et al. (2021) are 0-5, 5-30, 30-60, 60-150, 150-260; counts
+#: above 260 (present in the VicRoads data) form a sixth class.
 FLOW_BIN_EDGES: tuple[float, ...] = (0, 5, 30, 60, 150, 260)
 
 #: Human-readable ranges of the classes of :data:`FLOW_BIN_EDGES`.
@@ -677,9 +677,9 @@ def node_datasets(
     network : TrafficNetwork
         From :func:`load_scats_counts`.
     window : int, default 5
-        Counts per window (the seed's ``w = 5``).
+        Counts per window (``w = 5`` in Sachweh et al. 2021).
     horizon : int, default 1
-        Steps ahead of the target (the seed's ``r = 1``: the next 15 minutes).
+        Steps ahead of the target (``r = 1`` in Sachweh et al. 2021: the next 15 minutes).
     bin_edges : sequence of float, default FLOW_BIN_EDGES
         Flow classes, see :func:`discretize_flow`.
 
@@ -760,7 +760,7 @@ def nearest_neighbours(
         Neighbours per node, ``1 <= c <= N - 1``.
     metric : {"haversine", "euclidean"}, default "haversine"
         Great-circle distance, or the Euclidean distance of the raw
-        (lat, lon) degrees (the seed's wording; at Melbourne's latitude it
+        (lat, lon) degrees (the wording of Sachweh et al. 2021; at Melbourne's latitude it
         overweights latitude differences by about 1 / cos(37.8 deg) = 1.27).
 
     Returns
@@ -820,8 +820,8 @@ def time_batches(
     origin + (k + 1) * batch_size``. With the same ``origin`` for every node,
     batch ``k`` covers the same period at every node, so label proportions of
     neighbours can be matched batch by batch. Where windows were dropped
-    (missing values) a batch holds fewer than ``batch_size`` samples; the
-    seed instead cuts each node's rows into consecutive groups of ``b``,
+    (missing values) a batch holds fewer than ``batch_size`` samples; Sachweh
+    et al. (2021) instead cut each node's rows into consecutive groups of ``b``,
     which equals this grid only when no window is missing.
 
     Parameters
@@ -867,15 +867,16 @@ def time_block_folds(
     time_index : array-like of shape (m,) of int
         Time of each sample (e.g. :attr:`NodeData.time`); need not be sorted.
     n_folds : int, default 10
-        Number of blocks (the seed uses 10-fold cross-validation), >= 2.
+        Number of blocks (Sachweh et al. 2021 use 10-fold cross-validation), >= 2.
     time_range : (int, int), optional
         ``(start, stop)``, stop exclusive; default ``(min, max + 1)`` of
         ``time_index``. For a network, use ``(network.time[0], network.time[-1] + 1)``.
     gap : int, default 0
         Slots on both sides of the test block left out of training. Windows of
         ``w`` values and horizon ``r`` share a measurement iff their target
-        times differ by at most ``w + r - 1``, so ``gap = w + r - 1`` (5 for
-        the seed) keeps every training window disjoint from the test windows.
+        times differ by at most ``w + r - 1``, so ``gap = w + r - 1`` (5 in the
+        setting of Sachweh et al. 2021) keeps every training window disjoint from the
+        test windows.
 
     Returns
     -------

@@ -1,6 +1,6 @@
 """LightningModule for the adversarial anonymizer: manual optimisation, three phases.
 
-The seed's procedure (Feutry et al. 2018, Sec. III):
+The procedure of Feutry et al. (2018, Sec. III):
 
 1. ``pretrain_regular_epochs``: encoder and regular branch on ``CE_regular``;
 2. ``pretrain_private_epochs``: encoder frozen, private branch on ``CE_private``;
@@ -13,7 +13,7 @@ The seed's procedure (Feutry et al. 2018, Sec. III):
    * ``mode="simultaneous"``: every step updates the branches on their
      cross-entropies and the encoder on the objective at once.
 
-The encoder has its own (lower) learning rate in phase 3; Nesterov SGD as in the seed,
+The encoder has its own (lower) learning rate in phase 3; Nesterov SGD as in Feutry et al. (2018),
 or Adam. Logged every step (``train/...``) and every validation epoch (``val/...``):
 ``ce_regular``, ``ce_private``, ``ce_random``, ``acc_regular``, ``acc_private``,
 ``lambda``, ``phase`` (0, 1, 2), and on validation the Fano bound estimate

@@ -36,7 +36,7 @@ def _pairwise_sq(a: Tensor, b: Tensor) -> Tensor:
 
 
 def squared_euclidean_distance(x: Tensor, w: Tensor) -> Tensor:
-    """Squared Euclidean distance ``d(x, w) = (x - w)^T (x - w)`` (dissertation eq. 2.9).
+    """Squared Euclidean distance ``d(x, w) = (x - w)^T (x - w)`` (Brinkrolf 2023, eq. 2.9).
 
     Parameters
     ----------

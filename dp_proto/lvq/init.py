@@ -88,7 +88,7 @@ def class_mean_prototypes(
     jitter: float = 0.01,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """Prototypes at the class means (dissertation, GLVQ training step 1).
+    """Prototypes at the class means (Brinkrolf 2023, GLVQ training step 1).
 
     With several prototypes per class every copy of the class mean gets
     independent Gaussian jitter of standard deviation ``jitter`` times the

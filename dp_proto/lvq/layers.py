@@ -102,7 +102,7 @@ class GMLVQLayer(GLVQLayer):
     omega_init : {"identity", "scaled_identity", "random"} or Tensor
         ``identity``: ``Omega = I`` (its first ``r`` rows if ``r < d``);
         ``scaled_identity``: ``I / sqrt(d)``, which has ``trace(Lambda) = 1`` for ``r = d``;
-        ``random``: entries ``U[-1, 1]`` (the dissertation's choice for ``r < d``);
+        ``random``: entries ``U[-1, 1]`` (the choice of Brinkrolf (2023) for ``r < d``);
         or an explicit ``(r, d)`` tensor.
     normalize : bool
         If True, :meth:`normalize_` rescales ``Omega`` so that

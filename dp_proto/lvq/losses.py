@@ -1,14 +1,14 @@
 """The GLVQ cost and winner-takes-all prediction, as pure functions of distances.
 
 Given distances ``(B, W)`` from a prototype layer, the targets ``(B,)`` and the
-prototype labels ``(W,)``, GLVQ (dissertation eq. 2.11) uses, per sample,
+prototype labels ``(W,)``, GLVQ (Brinkrolf 2023, eq. 2.11) uses, per sample,
 
     mu(x) = (d+ - d-) / (d+ + d-)   in [-1, 1],
 
 where ``d+`` is the distance to the closest prototype of the sample's own class
 and ``d-`` the distance to the closest prototype of any other class. ``mu < 0``
 means correctly classified. The cost is ``sum_i Phi(mu(x_i))`` for a monotone
-transfer function ``Phi`` (identity in the dissertation, or a sigmoid).
+transfer function ``Phi`` (identity in Brinkrolf (2023), or a sigmoid).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def glvq_mu(distances: Tensor, targets: Tensor, prototype_labels: Tensor) -> Ten
 def transfer(mu: Tensor, kind: Transfer = "identity", beta: float = 1.0) -> Tensor:
     """Monotone transfer function ``Phi`` of the GLVQ cost.
 
-    ``identity``: ``Phi(mu) = mu`` (the dissertation's choice).
+    ``identity``: ``Phi(mu) = mu`` (the choice of Brinkrolf (2023)).
     ``sigmoid``: ``Phi(mu) = 1 / (1 + exp(-beta mu))``; a larger ``beta`` concentrates
     the cost on samples near the decision border.
     """

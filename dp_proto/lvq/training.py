@@ -1,6 +1,7 @@
 """Plain-torch, non-private training loops for a :class:`PrototypeModel`.
 
-These are the baselines of the papers: full-batch L-BFGS and minibatch SGD/Adam.
+These are the baselines of Brinkrolf, Göpfert & Hammer (2019) and Brinkrolf (2023):
+full-batch L-BFGS and minibatch SGD/Adam.
 The estimators use them directly (no Lightning overhead); Lightning users get
 the same optimisers through :class:`dp_proto.lightning.LVQModule`.
 """

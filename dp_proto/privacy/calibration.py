@@ -66,7 +66,7 @@ def check_sensitivity(sensitivity: float, name: str = "sensitivity") -> float:
 
 
 def laplace_scale(epsilon: float, l1_sensitivity: float) -> float:
-    """``b = Delta_1 / epsilon`` (Dwork & Roth, Thm 3.6; dissertation Def. 7)."""
+    """``b = Delta_1 / epsilon`` (Dwork & Roth, Thm 3.6; Brinkrolf 2023, Def. 7)."""
     return check_sensitivity(l1_sensitivity, "l1_sensitivity") / check_epsilon(epsilon)
 
 
@@ -108,12 +108,12 @@ def analytic_gaussian_delta(sigma: float, epsilon: float, l2_sensitivity: float 
 
 def analytic_gaussian_sigma(epsilon: float, delta: float, l2_sensitivity: float, *, tol: float = 1e-12) -> float:
     """Smallest ``sigma`` for which the Gaussian mechanism is (epsilon, delta)-DP
-    (the analytic Gaussian mechanism, Balle & Wang 2018, Alg. 1; dissertation Alg. 3.1
-    with the corrected ``sigma = alpha * Delta / sqrt(2 epsilon)``).
+    (the analytic Gaussian mechanism, Balle & Wang 2018, Alg. 1; Brinkrolf 2023, Alg. 3.1,
+    with its misprinted ``Delta^alpha`` corrected to ``sigma = alpha * Delta / sqrt(2 epsilon)``).
 
     The exact condition :func:`analytic_gaussian_delta` is monotone in ``sigma``;
     we bracket it by doubling and bisect in log-sigma, which gives the same value as
-    the paper's search over ``v``/``u`` and is valid for every ``epsilon > 0``.
+    Balle & Wang's search over ``v``/``u`` and is valid for every ``epsilon > 0``.
     Check value: epsilon = 1, delta = 1e-5, sensitivity 1 gives sigma = 3.7308.
     """
     epsilon = check_epsilon(epsilon)

@@ -13,7 +13,7 @@ in the feature space (never an ``n x n`` kernel).
 
 * :class:`PrivateSVMWeight` (Rubinstein et al. 2012, "SVM WEIGHT" of Park 2022): releases the
   weight vectors plus Laplace noise; the released model is an ordinary (public) classifier.
-* :class:`PrivateSVMOutput` (output perturbation in the style of Jain & Thakurta 2011, "SVM
+* :class:`PrivateSVMOutput` (output perturbation in the style of Jain & Thakurta 2013, "SVM
   OUTPUT" of Park 2022): keeps the exact weights and adds Laplace noise to every answered
   score; the budget grows with the number of queries, which is why Park (2022) only uses it as
   a reference ("a desired level of accuracy").
@@ -553,7 +553,7 @@ class PrivateSVMWeight(_RFFSVMBase):
 
 
 class PrivateSVMOutput(_RFFSVMBase):
-    """SVM OUTPUT (output perturbation in the style of Jain & Thakurta 2011, as Park 2022,
+    """SVM OUTPUT (output perturbation in the style of Jain & Thakurta 2013, as Park 2022,
     Section 6.3 uses it): exact one-vs-all SVM on random Fourier features; every answered
     query gets Laplace noise on its ``K`` scores.
 

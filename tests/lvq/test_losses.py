@@ -1,6 +1,6 @@
 """The GLVQ cost: values, errors, and the autograd gradient against the closed
-forms of the dissertation (eq. 2.12-2.14 for GLVQ, 2.16-2.19 for GMLVQ and
-2.22-2.24 for LGMLVQ, with the missing factor 2 restored, digest note 21)."""
+forms of Brinkrolf (2023) (eq. 2.12-2.14 for GLVQ, 2.16-2.19 for GMLVQ and
+2.22-2.24 for LGMLVQ; eq. 2.23-2.24 drop a factor 2 against eq. 2.18-2.19, restored here)."""
 
 import pytest
 import torch

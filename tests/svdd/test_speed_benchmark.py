@@ -33,7 +33,7 @@ def test_quick_run_ends_with_the_json_line(bench, tmp_path, capsys):
     assert solver["ours"]["converged"] and solver["slsqp"]["success"]
     assert headline["solver_objective_gap"] < 1e-4
     cvx = solver.get("cvxopt", {})
-    if cvx.get("status") == "optimal":  # the thesis' QP solver, when installed, is the reference
+    if cvx.get("status") == "optimal":  # Park's (2022) QP solver, when installed, is the reference
         assert headline["solver_reference"] == "cvxopt.solvers.qp"
         assert headline["solver_objective_gap"] == cvx["objective_gap"]
     else:
@@ -41,7 +41,7 @@ def test_quick_run_ends_with_the_json_line(bench, tmp_path, capsys):
         assert headline["solver_objective_gap"] == solver["objective_gap"]
     assert headline["solver_speedup_vs_qp"] > 0
 
-    # three_moons is synthetic, so it always runs; the proposed rows carry the thesis' seconds
+    # three_moons is synthetic, so it always runs; the proposed rows carry Park's (2022) seconds
     moons = line["results"]["datasets"]["three_moons"]
     assert (moons["n_train"], moons["n_test"]) == (320, 80)
     for method in ("proposed_auto", "proposed_normal", "proposed_training", "svc_rbf"):

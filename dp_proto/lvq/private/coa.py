@@ -1,7 +1,9 @@
 """Centre of attention: smooth-sensitivity aggregation of per-bin models (NRS07).
 
-The DP-LVQ "COA" scheme (dissertation Sec. 3.4 C), in the original form of Nissim,
-Raskhodnikova and Smith (2007, Sec. 4) that the digest restores (note 5):
+The DP-LVQ "COA" scheme (Brinkrolf, Göpfert & Hammer 2019; Brinkrolf 2023, Sec. 3.4 C),
+in the original form of Nissim, Raskhodnikova and Smith (2007, Sec. 4): the formula printed
+for the DP-LVQ scheme drops NRS07's factor 2, its ``s`` step, the ``e^{-beta k}`` decay and
+the ``1 / alpha`` scaling, which are restored here:
 
 * ``m`` bin models ``z_1..z_m``, each the concatenation of a bin's ``W`` prototypes
   clipped into ``[low, high]^d`` (so ``D = W d`` dimensions and domain diameter

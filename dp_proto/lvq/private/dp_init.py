@@ -1,6 +1,8 @@
 """Differentially private class-mean initialisation of prototypes (the DP-LVQ scheme).
 
-Dissertation Sec. 3.4 (A), step 1, with the corrections of the digest (note 3):
+Brinkrolf (2023), Sec. 3.4 (A), step 1 (also Brinkrolf, Göpfert & Hammer 2019), with the
+corrections its guarantee needs: a public box that every record is clipped into, noisy
+counts clamped at 1 and means clipped into the domain:
 
 * data in the public domain ``[-1, 1]^d``: records outside are clipped and counted;
 * class counts ``N_k``: a histogram, l1 sensitivity 1 under add/remove one record,

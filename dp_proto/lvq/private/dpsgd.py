@@ -1,6 +1,6 @@
 """DP-SGD for prototype models through Opacus, with the spend in the privacy ledger.
 
-The "SGD" scheme of the DP-LVQ papers (dissertation Sec. 3.4 A):
+The "SGD" scheme of Brinkrolf, Göpfert & Hammer (2019) (Brinkrolf 2023, Sec. 3.4 A):
 
 1. DP class-mean initialisation with budget ``epsilon1 = init_fraction * epsilon``
    (:func:`dp_proto.lvq.private.dp_class_mean_prototypes`);

@@ -181,7 +181,7 @@ _DOC = """
         Per-sample clipping norm ``C``.
     clipping : {"joint", "per_parameter"}, default "joint"
         ``joint``: the per-sample gradient of prototypes and Omega together is clipped to
-        ``C``, as in the papers. ``per_parameter``: the prototypes and Omega are clipped
+        ``C``, as in Brinkrolf, Göpfert & Hammer (2019). ``per_parameter``: the prototypes and Omega are clipped
         to ``C / sqrt(2)`` each (the joint norm stays at most ``C``: same sensitivity,
         same noise), so that large per-sample gradients of one part cannot crowd the
         other out of the clipping budget. It helped DP-GMLVQ while Omega was

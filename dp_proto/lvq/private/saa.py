@@ -1,6 +1,8 @@
 """Subsample-and-aggregate for GLVQ: train on disjoint bins, average, add Gaussian noise.
 
-The DP-LVQ "SAA" scheme (dissertation Sec. 3.4 B, digest note 2 for the corrections):
+The DP-LVQ "SAA" scheme (Brinkrolf, Göpfert & Hammer 2019; Brinkrolf 2023, Sec. 3.4 B),
+corrected: per-record random bins, bin prototypes clipped into the domain, and a
+sensitivity that covers the box width and all prototypes of a bin (see below):
 
 1. every record gets an i.i.d. uniform bin label in ``0..m-1`` (``m`` public). Removing
    a record therefore leaves every other record's bin unchanged: only its own bin's data

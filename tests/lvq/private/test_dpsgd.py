@@ -33,7 +33,8 @@ def test_paper_formula_and_what_the_ledger_certifies_for_it():
     rdp.spend(PrivacyEvent("subsampled_gaussian", noise_multiplier=sigma, sampling_rate=0.01, count=steps))
     opacus = RDPAccountant()
     opacus.history = [(sigma, 0.01, steps)]
-    # The digest's 0.580 uses integer RDP orders only; finer orders certify less.
+    # An RDP accountant with integer orders only certifies 0.580 for this sigma; finer orders
+    # certify less.
     assert rdp.get_epsilon(1e-5) == pytest.approx(opacus.get_epsilon(1e-5), rel=0.05)
     pld = PrivacyLedger()
     pld.spend(PrivacyEvent("subsampled_gaussian", noise_multiplier=sigma, sampling_rate=0.01, count=steps))

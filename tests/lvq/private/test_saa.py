@@ -27,7 +27,7 @@ def _discrete_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
 def test_sensitivity_is_the_box_diameter_of_a_whole_bin_model():
     assert saa_sensitivity(1, 1) == 2.0
     assert saa_sensitivity(3, 4) == pytest.approx(2 * math.sqrt(12))
-    assert saa_sensitivity(3, 4, 0.0, 1.0) == pytest.approx(math.sqrt(12))  # the seeds' [0, 1]^d case
+    assert saa_sensitivity(3, 4, 0.0, 1.0) == pytest.approx(math.sqrt(12))  # the [0, 1]^d case of Brinkrolf, Göpfert & Hammer (2019)
     # Worst case realised: one bin's prototypes move from one corner of the box to the other.
     a, b = -torch.ones(3, 4), torch.ones(3, 4)
     assert (b - a).norm().item() == pytest.approx(saa_sensitivity(3, 4))
