@@ -29,7 +29,7 @@ def test_moved_module_is_the_new_module(old, new):
 
 
 @pytest.mark.parametrize("name", ["DPGLVQ", "DPGMLVQ", "DPLGMLVQ", "SubsampleAggregateGLVQ", "fit_dp_sgd",
-                                  "dp_class_mean_prototypes", "sgd_steps", "coa_glvq"])
+                                  "dp_class_mean_prototypes", "coa_glvq"])
 def test_moved_names_of_dp_proto_privacy(name):
     import dp_proto.lvq.private as new
     import dp_proto.privacy as old
