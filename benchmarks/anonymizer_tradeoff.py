@@ -347,7 +347,7 @@ def main(argv=None) -> int:
             "accuracies on the held-out half (never seen by the anonymizer); attacker = best of logistic "
             "regression, MLP and 1-NN on standardised representations, 2-fold cross-fitted on the held-out half",
             "fano_error_bound: Fano's inequality solved for the error with H(S|Z) estimated by the held-out "
-            "cross-entropy of the jointly trained private branch (the seed's eq. 14 with eq. 11); an estimate, "
+            "cross-entropy of the jointly trained private branch (Feutry et al. 2018, eq. 14 with eq. 11); an estimate, "
             "not a certified bound",
             "yale_best: lowest mean attacker accuracy among lambdas whose mean regular accuracy (the released "
             "regular branch) is within 10 points of lambda = 0 (toggle training); yale_best_fresh_regular: the "

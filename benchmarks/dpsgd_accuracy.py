@@ -302,8 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         "adjacency; one prototype per class; estimator defaults otherwise (GLVQ: joint clipping; "
         f"GMLVQ: {_gmlvq_defaults()}, chosen on development sets by benchmarks/dpsgd_tuning.py); "
         "no hyperparameter tuned on the test folds",
-        "PREPROCESSING IS NOT PRIVATISED: fitted on the (private) training folds (digest Section 7, "
-        "note 3); Image Segmentation: StandardScaler; MNIST and optdigits (pixels): PCA(30) on the "
+        "PREPROCESSING IS NOT PRIVATISED: fitted on the (private) training folds, as in "
+        "Brinkrolf (2023); Image Segmentation: StandardScaler; MNIST and optdigits (pixels): PCA(30) on the "
         "raw pixels, then StandardScaler on the components (chosen on a validation split of the "
         "training data); the certified epsilon covers initialisation + DP-SGD only",
         f"the preprocessed features are mapped onto [-1, 1] with fixed bounds (-{args.bound:g}, "
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         "'noise': 'reproducible'); Gaussian noise is drawn by float64 Box-Muller since issue 20, so "
         "seeded numbers differ from runs before it",
         "calibration 'ledger': noise multiplier from the ledger's PLD accountant so that the whole run "
-        "(initialisation + DP-SGD) is (epsilon, delta)-DP; 'paper': the dissertation's "
+        "(initialisation + DP-SGD) is (epsilon, delta)-DP; 'paper': Brinkrolf's (2023) "
         "sigma = 2 q sqrt(T ln(1/delta)) / (0.8 epsilon); certified_epsilon is what the ledger "
         "certifies at delta in both cases",
         "errors are misclassification rates 1 - accuracy, mean and population std over the "

@@ -634,9 +634,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     notes = [*summary,
         "p-values: Welch t-test and Mann-Whitney U on the unpaired samples of class-1 prototype "
-        "y-coordinates (A vs B; this reproduces the dissertation's p-values); paired_t_p is the "
+        "y-coordinates (A vs B; this reproduces the p-values of Brinkrolf 2023); paired_t_p is the "
         "paired t-test on the same pairs, for information.",
-        "The outlier of B is drawn from N(outlier_mean, I) as in the dissertation; the three "
+        "The outlier of B is drawn from N(outlier_mean, I) as in Brinkrolf (2023); the three "
         "settings of a pair share its data set A and the model trained on A.",
         "XOR: 2 prototypes for class 0 and 1 for class 1 in every scheme; prototypes start at "
         "the (DP, for private schemes) class means with jitter on the class-0 copies only. "
@@ -647,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
         "violation.",
         f"Private schemes: epsilon = {args.epsilon:g}, delta = {args.delta:g} (< 1/n for n = 101 "
         "and 1210); public bounds (-15, 15) mapped onto [-1, 1]. dp_sgd: DPGLVQ, sampling_rate "
-        "0.1, 10 epochs (not the dissertation's 50, for run time), C = 0.5, lr 0.05, 20 % of "
+        "0.1, 10 epochs (not the 50 of Brinkrolf 2023, for run time), C = 0.5, lr 0.05, 20 % of "
         "epsilon for the DP initialisation, ledger calibration. saa: m = 10 bins (outlier), "
         "m = 30 (XOR), 30 Adam epochs per bin.",
         "dp_sgd: the Poisson rate q and the step count T are public settings, the same for A "

@@ -1,29 +1,29 @@
 """Accuracy of (differentially private) learning from label proportions over traffic sensor nodes.
 
-Reproduces the evaluation of Sachweh, Boiar and Liebig, "Differentially private learning
+Reproduces the evaluation of Sachweh, Boiar & Liebig (2021), "Differentially private learning
 from label proportions" (Sec. 4, Figures 2 and 3) on the VicRoads SCATS counts
-(Melbourne, October 2006; the seed used Dublin SCATS, January 2013, which is not public
+(Melbourne, October 2006; the paper used Dublin SCATS, January 2013, which is not public
 here): windows of w = 5 fifteen-minute counts, label = flow class of the next count
 (r = 1, the six classes of :data:`dp_proto.data.traffic.FLOW_BIN_EDGES`), c = 3 nearest
 neighbours per node, 10-fold cross-validation over contiguous time blocks.
 
 Settings
 
-* ``four_nodes`` -- the seed's "4 sensor nodes and their 3 closest neighbors": the
+* ``four_nodes`` -- the paper's "4 sensor nodes and their 3 closest neighbors": the
   first group (in detector order) of 4 detectors that are exactly each other's 3 nearest
   neighbours by haversine distance in the whole network (:func:`mutual_group`). In this
   file such groups are the approaches of one intersection; the first is site 970
   (Warrigal Rd / High Street Rd), approaches 1, 3, 5, 7.
 * ``network`` -- every detector of the file (138 after the loader's drops), c = 3.
 
-Sweeps (as the seed): batch size b in {8, 16, 32, 64, 128} at k = 16 and cluster count
+Sweeps (as the paper): batch size b in {8, 16, 32, 64, 128} at k = 16 and cluster count
 k in {8, 16, 32, 64} at b = 50, both non-private (LLP) and private at epsilon = 0.1
 (p-LLP, Figure 2); epsilon in {0.01, 0.05, 0.1, 0.5, 1, 5} at b = 32, k = 16 (Figure 3),
-p-LLP with the seed's release (``estimator="seed"``, the default; every node fits its
-own model to its exact proportions, which never leave it) and, secondary, the unbiased
-release (``estimator="unbiased"``), the seed as written (the own model also fitted to
-the node's noisy release, ``own_proportions="released"``) and the seed as written with the
-unbiased release (``VARIANTS``). On the whole network the epsilon sweep and
+p-LLP with the paper's clipped release (``estimator="clipped"``, the default; every node
+fits its own model to its exact proportions, which never leave it) and, secondary, the
+unbiased release (``estimator="unbiased"``), the algorithm as the paper writes it (the own
+model also fitted to the node's noisy release, ``own_proportions="released"``) and that
+with the unbiased release (``VARIANTS``). On the whole network the epsilon sweep and
 the non-private b = 32, k = 16 point by default, on ``--network-folds`` (5) of the folds
 spread evenly over the month and ``--network-noise-seeds`` (1) seed: an LLP run over 138
 nodes takes 12-18 s on one core, so the full 10 x 3 would exceed the run-time budget
@@ -102,8 +102,9 @@ SETTING_LABELS = {"four_nodes": "4 nodes", "network": "whole network"}
 #: key, table column, plot label, plot style).
 VARIANTS = {
     "unbiased": ("pllp_unbiased", "unbiased", "p-LLP (unbiased release)", "^--"),
-    "seed+released": ("pllp_released_own", "as seed", "p-LLP (own model on its noisy release, as the seed)", "v--"),
-    "unbiased+released": ("pllp_unbiased_released_own", "seed+unb", "p-LLP (as the seed, unbiased release)", "D:"),
+    "clipped+released": ("pllp_released_own", "as paper", "p-LLP (own model on its noisy release, as the paper)",
+                         "v--"),
+    "unbiased+released": ("pllp_unbiased_released_own", "paper+unb", "p-LLP (as the paper, unbiased release)", "D:"),
 }
 VARIANT_COLOURS = ("tab:orange", "tab:red", "tab:purple")
 
@@ -142,7 +143,7 @@ class Setting:
         if key not in self.cache:
             train, test = self.folds[fold]
             t0 = time.perf_counter()
-            estimator, _, own = estimator.partition("+")  # "seed+released": the seed's own model
+            estimator, _, own = estimator.partition("+")  # "clipped+released": the paper's own model
             with warnings.catch_warnings():
                 # noise_seed: the deliberate opt-in to reproducible noise of a benchmark
                 warnings.simplefilter("ignore", PrivacyLeakWarning)
@@ -178,9 +179,9 @@ def plan(args, network: bool) -> dict[str, list[tuple]]:
     """``{sweep: [(b, k, eps, estimator), ...]}`` of one setting."""
     sweeps: dict[str, list[tuple]] = {}
     if not network or args.network_sweeps:
-        sweeps["batch"] = [(b, K_AT_B_SWEEP, e, "seed") for b in args.batch_sizes for e in (None, EPS_MAIN)]
-        sweeps["cluster"] = [(B_AT_K_SWEEP, k, e, "seed") for k in args.cluster_counts for e in (None, EPS_MAIN)]
-    sweeps["epsilon"] = [(B_MAIN, K_MAIN, None, "seed")] + [(B_MAIN, K_MAIN, e, "seed") for e in args.epsilons]
+        sweeps["batch"] = [(b, K_AT_B_SWEEP, e, "clipped") for b in args.batch_sizes for e in (None, EPS_MAIN)]
+        sweeps["cluster"] = [(B_AT_K_SWEEP, k, e, "clipped") for k in args.cluster_counts for e in (None, EPS_MAIN)]
+    sweeps["epsilon"] = [(B_MAIN, K_MAIN, None, "clipped")] + [(B_MAIN, K_MAIN, e, "clipped") for e in args.epsilons]
     if args.unbiased and not network:
         sweeps["epsilon"] += [(B_MAIN, K_MAIN, e, variant) for variant in VARIANTS for e in args.epsilons]
     return sweeps
@@ -204,7 +205,7 @@ def run_setting(setting: Setting, sweeps: dict, seeds: int, args, bar, knn_fract
             runs = []
             for s in range(seeds):
                 bar.set_postfix_str(f"{setting.name} fold {fold} b={cfg[0]} k={cfg[1]} eps={eps_key(cfg[2])}"
-                                    + ("" if cfg[3] == "seed" else f" {cfg[3]}"))
+                                    + ("" if cfg[3] == "clipped" else f" {cfg[3]}"))
                 runs.append(setting.run(fold, *cfg, seed=1000 * fold + s))
                 bar.update(1)
             per_fold[cfg].append({
@@ -238,22 +239,22 @@ def run_setting(setting: Setting, sweeps: dict, seeds: int, args, bar, knn_fract
         out["neighbours"] = setting.neighbours.tolist()
     if "batch" in sweeps:
         out["batch_sweep"] = {"k": K_AT_B_SWEEP, "epsilon": EPS_MAIN,
-                              "llp": {str(b): summary((b, K_AT_B_SWEEP, None, "seed")) for b in args.batch_sizes},
-                              "pllp": {str(b): summary((b, K_AT_B_SWEEP, EPS_MAIN, "seed"))
+                              "llp": {str(b): summary((b, K_AT_B_SWEEP, None, "clipped")) for b in args.batch_sizes},
+                              "pllp": {str(b): summary((b, K_AT_B_SWEEP, EPS_MAIN, "clipped"))
                                        for b in args.batch_sizes}}
         out["cluster_sweep"] = {"b": B_AT_K_SWEEP, "epsilon": EPS_MAIN,
-                                "llp": {str(k): summary((B_AT_K_SWEEP, k, None, "seed")) for k in args.cluster_counts},
-                                "pllp": {str(k): summary((B_AT_K_SWEEP, k, EPS_MAIN, "seed"))
+                                "llp": {str(k): summary((B_AT_K_SWEEP, k, None, "clipped")) for k in args.cluster_counts},
+                                "pllp": {str(k): summary((B_AT_K_SWEEP, k, EPS_MAIN, "clipped"))
                                          for k in args.cluster_counts}}
-    main_np = (B_MAIN, K_MAIN, None, "seed")
+    main_np = (B_MAIN, K_MAIN, None, "clipped")
     out["epsilon_sweep"] = {"b": B_MAIN, "k": K_MAIN, "llp": summary(main_np),
-                            "pllp": {eps_key(e): summary((B_MAIN, K_MAIN, e, "seed")) for e in args.epsilons}}
+                            "pllp": {eps_key(e): summary((B_MAIN, K_MAIN, e, "clipped")) for e in args.epsilons}}
     for variant, (key, *_) in VARIANTS.items():
         if any(c[3] == variant for c in sweeps["epsilon"]):
             out["epsilon_sweep"][key] = {eps_key(e): summary((B_MAIN, K_MAIN, e, variant)) for e in args.epsilons}
     # per-node accuracy (mean over folds) of the main point, non-private and at EPS_MAIN
     node_acc = {}
-    for label, cfg in (("llp", main_np), ("pllp_eps0.1", (B_MAIN, K_MAIN, EPS_MAIN, "seed"))):
+    for label, cfg in (("llp", main_np), ("pllp_eps0.1", (B_MAIN, K_MAIN, EPS_MAIN, "clipped"))):
         if cfg in per_fold:
             node_acc[label] = [round(float(v), 4) for v in np.nanmean(np.stack([f["node"] for f in per_fold[cfg]]), 0)]
     out["node_accuracy_b32_k16"] = node_acc
@@ -286,7 +287,7 @@ def targets(res: dict) -> dict:
             "above_majority_share_points": round(100 * (p - chance), 2),
             "closer_to_chance_than_to_llp": _collapsed(llp, p, chance),
         }
-    # Does any release variant show both halves of the seed's shape at once?
+    # Does any release variant show both halves of the paper's shape at once?
     shape = {}
     for key in ["pllp", *(v[0] for v in VARIANTS.values())]:
         curve = sweep.get(key, {})
@@ -294,7 +295,7 @@ def targets(res: dict) -> dict:
             shape[key] = {"within_4_points_at_0.1": _within_4_points(llp, curve["0.1"]["accuracy"]),
                           "collapse_at_0.01": _collapsed(llp, curve["0.01"]["accuracy"], chance)}
     if shape:
-        out["seed_shape_by_variant"] = shape
+        out["paper_shape_by_variant"] = shape
     return out
 
 
@@ -367,7 +368,7 @@ def plot(results: dict, path: Path) -> None:
         ax = row[2]
         s = res["epsilon_sweep"]
         eps = [float(e) for e in s["pllp"]]
-        ax.plot(eps, [p["accuracy"] for p in s["pllp"].values()], "s-", color="k", label="p-LLP (seed's release)")
+        ax.plot(eps, [p["accuracy"] for p in s["pllp"].values()], "s-", color="k", label="p-LLP (clipped release)")
         for (key, _, label, style), colour in zip(VARIANTS.values(), VARIANT_COLOURS, strict=True):
             if key in s:
                 ax.plot(eps, [p["accuracy"] for p in s[key].values()], style, color=colour, label=label)
@@ -475,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
 
     network_seconds = None
     if "network" in settings:
-        timed = settings["network"][0].cache[(0, B_MAIN, K_MAIN, EPS_MAIN, "seed", 0)]["seconds"]
+        timed = settings["network"][0].cache[(0, B_MAIN, K_MAIN, EPS_MAIN, "clipped", 0)]["seconds"]
         network_seconds = round(timed, 2)
         results["network"]["training_seconds_b32_k16_eps0.1"] = {
             "fold0_seed0": network_seconds,
@@ -497,9 +498,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nheadline: {headline}")
     plot(results, Path(args.figure))
     notes = [
-        "data: VicRoads SCATS counts, Melbourne, October 2006 (the seed: Dublin SCATS, January 2013); windows "
+        "data: VicRoads SCATS counts, Melbourne, October 2006 (Sachweh, Boiar & Liebig 2021: Dublin SCATS, "
+        "January 2013); windows "
         f"of w={WINDOW} counts, label = flow class of the count r={HORIZON} step later, {NUM_CLASSES} classes "
-        f"(bin edges {list(FLOW_BIN_EDGES)}; the seed lists 5 ranges up to 260, here counts >= 260 are a 6th class)",
+        f"(bin edges {list(FLOW_BIN_EDGES)}; the paper lists 5 ranges up to 260, here counts >= 260 are a 6th class)",
         "four_nodes: the first group (detector order) of 4 detectors that are exactly each other's 3 nearest "
         "neighbours by haversine distance (the 4 approaches of one intersection); neighbours nearest first",
         f"cross-validation: {args.folds} contiguous time blocks of the whole period, the same for every node; "
@@ -512,9 +514,9 @@ def main(argv: list[str] | None = None) -> int:
         "then mean (std) over folds; the noise is reproducible (benchmark only: not private against whoever "
         "knows the seed); time_range = the data file's recording period; "
         "own_accuracy: each node's own model alone",
-        "p-LLP: estimator='seed' (Lap(1/eps) on counts, clip to [0.001, b], normalise), own model on the "
+        "p-LLP: estimator='clipped' (Lap(1/eps) on counts, clip to [0.001, b], normalise), own model on the "
         "node's exact proportions (nothing leaves the node); pllp_unbiased: estimator='unbiased'; "
-        "pllp_released_own: the seed as written, own model on the noisy release; pllp_unbiased_released_own: "
+        "pllp_released_own: the paper's algorithm as written, own model on the noisy release; pllp_unbiased_released_own: "
         "the same with estimator='unbiased'. Each fold is a separate release "
         "(epsilon per fold, not composed over folds)",
         f"kNN: k={KNN_K}, Euclidean, training windows of all nodes pooled, ties to the nearest neighbour's class; "

@@ -58,6 +58,7 @@ __all__ = [
     "EPSILONS_TABLE_7_3",
     "FIGURES",
     "HARDWARE",
+    "SOURCE",
     "LR_DECAY_AT",
     "LR_DECAY_FACTOR",
     "METHODS",
@@ -69,7 +70,6 @@ __all__ = [
     "PRIVACY_NOTES",
     "PROPOSED_FILLS",
     "RELEASE_MODES",
-    "SEED_FILE",
     "TABLE_7_1",
     "TABLE_7_2",
     "TABLE_7_3",
@@ -88,7 +88,8 @@ __all__ = [
     "summary",
 ]
 
-SEED_FILE = "shared/seeds/002_548aa6826df28c3d.txt"
+#: The document the protocol transcribes (line numbers ``L...`` refer to a plain-text copy of it).
+SOURCE = "Park (2022), Differentially private multi-class classification using kernel supports and equilibrium points"
 
 #: Marker for a value Park (2022) does not state (see :data:`UNSPECIFIED` for the fill).
 UNSPEC = "UNSPEC"
@@ -199,7 +200,7 @@ TABLE_7_1: dict[str, DatasetRow] = {
         svm_weight=_S(0.1, 1), svm_semi=_S(0.1, 1),
         proposed=_P(0.1, 5, 0.001, 20, None), svm_output=_S(0.1, 1),
         line=498,
-        source="dp_proto.data.five_gaussians(n_samples=1000) (LVQ dissertation's construction)",
+        source="dp_proto.data.five_gaussians(n_samples=1000) (the construction of Brinkrolf 2023, Sec. 4.6.1)",
         raw="five gaussians 2 5 800 200 0.1/1 0.1/1 0.1/5/0.001/20/- 0.1/1",
         notes="the proposed method uses gamma=5, the SVMs gamma=1 (as printed)",
     ),
@@ -574,7 +575,7 @@ UNSPECIFIED: dict[str, Unspec] = {
     "synthetic_sets": Unspec(
         "the constructions of 'three moons' and 'five gaussians'", (510,),
         "three_moons(n_samples=400, noise=0.1) (a 3-moon extension of make_moons) and "
-        "five_gaussians(n_samples=1000) (the LVQ dissertation's five Gaussians) from "
+        "five_gaussians(n_samples=1000) (the five Gaussians of Brinkrolf 2023, Sec. 4.6.1) from "
         "dp_proto.data", ()),
 }
 
@@ -759,7 +760,7 @@ def summary() -> dict[str, Any]:
 
     return {
         "benchmark": "svdd_protocol",
-        "seed": SEED_FILE,
+        "source": SOURCE,
         "epsilons": list(EPSILONS),
         "runs": N_RUNS,
         "test_fraction": TEST_FRACTION,

@@ -49,9 +49,9 @@ Traffic counts for learning from label proportions (:mod:`dp_proto.data.traffic`
     coordinates, dropped detectors with the reason).
 ``node_datasets(network, window=5, horizon=1)``
     Sliding windows per detector -> ``NodeData`` (features, flow-class labels, time).
-``discretize_flow``, ``nearest_neighbours``, ``haversine_distances``, ``time_batches``,
-``time_block_folds``
-    Flow classes (``FLOW_BIN_EDGES``), geographic neighbours, aligned batches, folds.
+``discretize_flow``, ``nearest_neighbours``, ``haversine_distances``, ``time_block_folds``
+    Flow classes (``FLOW_BIN_EDGES``), geographic neighbours, time-aligned folds (the batch
+    grid of the LLP protocol is :class:`dp_proto.llp.BatchGrid`).
 
 Synthetic (:mod:`dp_proto.data.synthetic`), all ``-> (X float64, y int64)``
 --------------------------------------------------------------------------
@@ -72,6 +72,7 @@ Class merging and subsampling (also in :mod:`dp_proto.data.synthetic`)
     A class-stratified random subset of the rows (original order kept).
 """
 
+from dp_proto._deprecation import moved_names
 from dp_proto.data.bundled import BUNDLED_NAMES, load_bundled
 from dp_proto.data.download import (
     DEFAULT_MNIST_MIRROR,
@@ -134,9 +135,11 @@ from dp_proto.data.traffic import (
     nearest_neighbours,
     node_datasets,
     sliding_windows,
-    time_batches,
     time_block_folds,
 )
+
+#: ``time_batches`` is the LLP protocol's batch grid now (:mod:`dp_proto.llp.grid`).
+__getattr__ = moved_names(__name__, {"time_batches": "dp_proto.llp.grid"})
 
 __all__ = [
     "FLOW_BIN_EDGES",
@@ -148,7 +151,6 @@ __all__ = [
     "nearest_neighbours",
     "node_datasets",
     "sliding_windows",
-    "time_batches",
     "time_block_folds",
     "BUNDLED_NAMES",
     "DATA_DIR_ENV_VAR",

@@ -29,8 +29,6 @@ Network and time
 ----------------
 ``haversine_distances(coordinates)``, ``nearest_neighbours(coordinates, c, metric="haversine")``
     Great-circle distances (km) and the ``c`` nearest other nodes, ties to the lower index.
-``time_batches(time_index, batch_size, origin=0)``
-    Batch ids on a global grid of ``batch_size`` slots, so batches align across nodes.
 ``time_block_folds(time_index, n_folds=10, time_range=None, gap=0)``
     Cross-validation over contiguous blocks of the global time range.
 
@@ -54,6 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dp_proto._deprecation import moved_names
 from dp_proto._validation import format_indices
 from dp_proto.data.files import _read_bytes, _resolve_data_dir
 from dp_proto.exceptions import DataValidationError
@@ -72,9 +71,11 @@ __all__ = [
     "nearest_neighbours",
     "node_datasets",
     "sliding_windows",
-    "time_batches",
     "time_block_folds",
 ]
+
+#: ``time_batches`` is the LLP protocol's batch grid now (:mod:`dp_proto.llp.grid`).
+__getattr__ = moved_names(__name__, {"time_batches": "dp_proto.llp.grid"})
 
 PathLike = str | os.PathLike
 DetectorId = tuple[int, int]
@@ -212,6 +213,10 @@ class NodeData:
         Global slot index of the target count (``day * 96 + slot``), increasing.
     counts : ndarray of shape (m,), dtype float64
         The target counts themselves.
+    num_classes : int
+        The public label set ``0 .. num_classes - 1``: the flow classes of the bin
+        edges the labels were made with (``len(bin_edges)``; 6 for
+        :data:`FLOW_BIN_EDGES`), whether or not every class occurs.
     """
 
     detector: DetectorId
@@ -219,6 +224,7 @@ class NodeData:
     labels: np.ndarray
     time: np.ndarray
     counts: np.ndarray
+    num_classes: int = len(FLOW_BIN_EDGES)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -701,6 +707,7 @@ def node_datasets(
                 labels=discretize_flow(y, bin_edges),
                 time=t,
                 counts=y,
+                num_classes=len(bin_edges),
             )
         )
     return out
@@ -809,39 +816,6 @@ def _as_time_index(time_index: np.ndarray | Sequence[int]) -> np.ndarray:
     if t.size and not np.issubdtype(t.dtype, np.integer):
         raise ValueError(f"time_index must hold integers, got dtype {t.dtype}")
     return t.astype(np.int64)
-
-
-def time_batches(
-    time_index: np.ndarray | Sequence[int], batch_size: int, *, origin: int = 0
-) -> np.ndarray:
-    """Batch id of each sample on a global grid of ``batch_size`` slots.
-
-    Batch ``k`` holds the samples with ``origin + k * batch_size <= t <
-    origin + (k + 1) * batch_size``. With the same ``origin`` for every node,
-    batch ``k`` covers the same period at every node, so label proportions of
-    neighbours can be matched batch by batch. Where windows were dropped
-    (missing values) a batch holds fewer than ``batch_size`` samples; Sachweh
-    et al. (2021) instead cut each node's rows into consecutive groups of ``b``,
-    which equals this grid only when no window is missing.
-
-    Parameters
-    ----------
-    time_index : array-like of shape (m,) of int
-        Global slots, e.g. :attr:`NodeData.time`; all ``>= origin``.
-    batch_size : int
-        Slots per batch (``b``), >= 1.
-    origin : int, default 0
-        Start of batch 0.
-
-    Returns
-    -------
-    ndarray of shape (m,), dtype int64
-    """
-    batch_size = _check_int("batch_size", batch_size, 1)
-    t = _as_time_index(time_index)
-    if t.size and t.min() < origin:
-        raise ValueError(f"time_index has values below origin={origin} (min {t.min()})")
-    return (t - int(origin)) // batch_size
 
 
 def time_block_folds(

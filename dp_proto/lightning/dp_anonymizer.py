@@ -177,7 +177,8 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
     :class:`~dp_proto.exceptions.PrivacyLeakWarning`). The private prior is ``prior`` (public) or a Laplace
     histogram with ``prior_fraction * epsilon`` (counts clamped at 1, normalised). The
     noise multiplier is calibrated by the ledger's accountant so that the prior and all
-    ``T = epochs * int(1 / sample_rate)`` steps compose to ``(epsilon, delta)``; pass
+    ``T = epochs * int(1 / sample_rate)`` steps (a :class:`~dp_proto.privacy.DPSGDPlan`) compose to
+    ``(epsilon, delta)``; pass
     ``noise_multiplier`` to fix it instead (0: a noise-free check run, epsilon infinite).
     Returns ``(AnonymizerFit, ledger)``.
 
@@ -200,7 +201,7 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
 
     from dp_proto.lightning.anonymizer import default_anonymizer, train_module, training_labels
     from dp_proto.lightning.datamodule import poisson_seed, route_opacus_notices
-    from dp_proto.lvq.private.dpsgd import calibrate_noise_multiplier, warn_noisy_size
+    from dp_proto.privacy.dpsgd_plan import DPSGDPlan
     from dp_proto.privacy.mechanisms import noisy_histogram
     from dp_proto.privacy.randomness import fresh_generator, noise_generator, seeded_generator
 
@@ -215,8 +216,10 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
     check_labels(private, num_private, "private")
     if num_private < 2 or num_regular < 2:
         raise ValueError("both labels need at least 2 classes")
-    if not 0 < sample_rate <= 1:
-        raise ValueError(f"sample_rate must lie in (0, 1], got {sample_rate!r}")
+    if prior is None and not 0 < prior_fraction < 1:
+        raise ValueError(f"prior_fraction must lie in (0, 1), got {prior_fraction}")
+    epochs = pretrain_regular_epochs + pretrain_private_epochs + adversarial_epochs
+    plan = DPSGDPlan(epsilon, delta, sample_rate, epochs, init_fraction=prior_fraction if prior is None else 0.0)
     if expected_batch_size is not None:
         expected_batch_size = check_expected_batch_size(expected_batch_size)
     elif prior is not None:
@@ -225,29 +228,23 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
     if secure_mode and noise_seed is not None:
         raise ValueError("secure_mode draws the noise from os.urandom; noise_seed cannot reproduce it")
     # A noise-free check run (noise_multiplier=0) is recorded but has no budget to stop it.
-    ledger = PrivacyLedger(budget=None if noise_multiplier == 0 else (epsilon, delta), default_delta=delta)
+    ledger = PrivacyLedger(default_delta=delta) if noise_multiplier == 0 else plan.new_ledger()
     generator = None if secure_mode else noise_generator(noise_seed, owner="fit_dp_anonymizer (noise_seed)")
     if prior is None:
-        if not 0 < prior_fraction < 1:
-            raise ValueError(f"prior_fraction must lie in (0, 1), got {prior_fraction}")
-        counts = noisy_histogram(private, num_private, prior_fraction * epsilon, ledger=ledger, name="private_prior",
+        counts = noisy_histogram(private, num_private, plan.init_epsilon, ledger=ledger, name="private_prior",
                                  generator=generator, secure=secure_mode)
         prior = counts.clamp_min(1.0) / counts.clamp_min(1.0).sum()
-        noisy_n = max(float(counts.sum()), 1.0)  # released: post-processing from here
-        warn_noisy_size(noisy_n, sample_rate, delta)
+        from_release = plan.expected_batch_size(float(counts.sum()))  # post-processing of a release
         if expected_batch_size is None:
-            expected_batch_size = sample_rate * noisy_n
+            expected_batch_size = from_release
     prior = torch.as_tensor(prior, dtype=torch.float32)
-    epochs = pretrain_regular_epochs + pretrain_private_epochs + adversarial_epochs
-    steps_per_epoch = int(1 / sample_rate)
     if noise_multiplier is None:
-        noise_multiplier = calibrate_noise_multiplier(epsilon, delta, sample_rate, epochs * steps_per_epoch,
-                                                      prior_events=ledger.events)
+        noise_multiplier = plan.noise_multiplier(ledger.events)
     L.seed_everything(seed, workers=True, verbose=False)
     anonymizer = anonymizer if anonymizer is not None else default_anonymizer(x, num_regular, num_private)
     module = DPAnonymizerModule(
         anonymizer, prior, num_regular, ledger=ledger, noise_multiplier=noise_multiplier,
-        max_grad_norm=max_grad_norm, sample_rate=sample_rate, expected_batch_size=expected_batch_size,
+        max_grad_norm=max_grad_norm, sample_rate=plan.sampling_rate, expected_batch_size=expected_batch_size,
         noise_generator=generator, secure_mode=secure_mode, lam=lam, mode="toggle",
         pretrain_regular_epochs=pretrain_regular_epochs, pretrain_private_epochs=pretrain_private_epochs,
         **module_kwargs)
@@ -255,7 +252,7 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
     # or a stream of their own derived from noise_seed.
     route_opacus_notices()
     coins = fresh_generator() if noise_seed is None else seeded_generator(poisson_seed(noise_seed), warn=False)
-    loader = DPDataLoader(TensorDataset(x, regular, private), sample_rate=sample_rate, generator=coins)
+    loader = DPDataLoader(TensorDataset(x, regular, private), sample_rate=plan.sampling_rate, generator=coins)
     fit = train_module(module, loader, val_data, max_epochs=epochs, accelerator=accelerator, logger=logger,
                        enable_progress_bar=enable_progress_bar, use_distributed_sampler=False)
     return fit, ledger

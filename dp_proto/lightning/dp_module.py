@@ -17,7 +17,26 @@ from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger, dp_sgd_event
 from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.opacus_noise import check_expected_batch_size, make_noise_sound
 
-__all__ = ["DPLVQModule", "EpochBudgetMixin", "dp_sgd_event"]  # dp_sgd_event: re-exported from dp_proto.privacy
+__all__ = ["DPLVQModule", "EpochBudgetMixin", "check_poisson_loader", "dp_sgd_event"]  # dp_sgd_event: re-exported from dp_proto.privacy
+
+
+def check_poisson_loader(loader, sampling_rate: float) -> None:
+    """The training loader must sample Poisson batches at exactly the module's rate ``q``.
+
+    The noise multiplier was calibrated for Poisson-subsampled steps at ``q``; a shuffled
+    loader, or a Poisson loader at another rate, would make the ledger's epsilon wrong.
+    Raises ``ValueError`` before any step runs (the check reads public settings only)."""
+    sampler = getattr(loader, "batch_sampler", None)
+    rate = getattr(sampler, "sample_rate", None)
+    if rate is None:
+        raise ValueError(
+            f"DP-SGD needs a Poisson-sampling training loader (Opacus' DPDataLoader, e.g. from "
+            f"ArrayDataModule(sampling_rate=q)): the privacy accounting assumes it; got "
+            f"{type(loader).__name__} with batch sampler {type(sampler).__name__}")
+    if not math.isclose(float(rate), float(sampling_rate), rel_tol=1e-12):
+        raise ValueError(
+            f"the training loader samples at rate {float(rate):g} but the module's noise was calibrated "
+            f"for sample_rate={float(sampling_rate):g}; take both from one DPSGDPlan")
 
 
 class EpochBudgetMixin:
@@ -72,6 +91,10 @@ class EpochBudgetMixin:
     def on_fit_start(self) -> None:
         super().on_fit_start()
         self.stopped_by_budget = False
+
+    def on_train_start(self) -> None:
+        super().on_train_start()
+        check_poisson_loader(self.trainer.train_dataloader, self.sample_rate)
 
     def _stop_for_budget(self) -> None:
         self.stopped_by_budget = True

@@ -87,9 +87,9 @@ from dp_proto.lvq.init import make_prototype_labels
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes
-from dp_proto.lvq.private.dpsgd import check_dp_sgd_settings, noise_multiplier_for, warn_noisy_size
 from dp_proto.privacy.clipping import clip_box
 from dp_proto.privacy.curator import curator_log
+from dp_proto.privacy.dpsgd_plan import DPSGDPlan
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.opacus_noise import check_expected_batch_size
@@ -182,6 +182,18 @@ def _load_arrays(cfg: Mapping[str, Any], seed: int) -> tuple[np.ndarray, np.ndar
     raise ValueError(f"unknown data.source {source!r}; expected bundled, uci, mnist or synthetic")
 
 
+def dp_sgd_plan(config: Mapping[str, Any]) -> DPSGDPlan | None:
+    """The :class:`~dp_proto.privacy.DPSGDPlan` of a private config (``None`` for a non-private
+    one): the Poisson loader's rate, the ledger, the steps and the noise multiplier all come
+    from it."""
+    privacy = config["privacy"]
+    if privacy["epsilon"] is None:
+        return None
+    return DPSGDPlan(float(privacy["epsilon"]), float(privacy["delta"]), float(privacy["sampling_rate"]),
+                     int(config["training"]["max_epochs"]), init_fraction=float(privacy["init_fraction"]),
+                     calibration=privacy["calibration"])
+
+
 def build_data(config: Mapping[str, Any]) -> ArrayDataModule:
     """The :class:`ArrayDataModule` described by ``config['data']``."""
     cfg, seed = config["data"], int(config["seed"])
@@ -209,12 +221,13 @@ def build_data(config: Mapping[str, Any]) -> ArrayDataModule:
         keep, _ = train_test_split(np.arange(len(y)), train_size=int(cfg["subsample"]),
                                    random_state=seed, stratify=y)
         x, y = x[keep], y[keep]
-    private = privacy["epsilon"] is not None
+    plan = dp_sgd_plan(config)
+    private = plan is not None
     noise_seed = privacy["noise_seed"]
     return ArrayDataModule(
         x, y, val_size=cfg["val_size"], test_size=cfg["test_size"], scaling=cfg["scaling"],
         pca=cfg["pca"], batch_size=cfg["batch_size"], seed=seed,
-        sampling_rate=privacy["sampling_rate"] if private else None,
+        sampling_rate=plan.sampling_rate if private else None,
         classes=privacy["classes"] if private else None,
         # Poisson coins: fresh entropy, or a stream of their own derived from noise_seed
         sampling_seed=poisson_seed(noise_seed) if private and noise_seed is not None else None,
@@ -329,9 +342,8 @@ def build_private_module(config: Mapping[str, Any], x_train: torch.Tensor, y_tra
     ``privacy.expected_batch_size`` or ``q`` times the initialisation's noisy count
     (public; see the module docstring). Only public settings raise; the training split's
     size goes to the curator log (``dp_proto.curator``)."""
-    privacy, train = config["privacy"], config["training"]
-    eps, delta, q = float(privacy["epsilon"]), float(privacy["delta"]), float(privacy["sampling_rate"])
-    check_dp_sgd_settings(eps, delta, q)  # public settings only
+    privacy = config["privacy"]
+    plan = dp_sgd_plan(config)  # public settings only
     with_init = config["model"]["backbone"] is None
     public_size = privacy["expected_batch_size"]
     if public_size is not None:
@@ -341,11 +353,10 @@ def build_private_module(config: Mapping[str, Any], x_train: torch.Tensor, y_tra
                          "privacy.expected_batch_size: q * n would divide by the private record count")
     curator_log("private experiment: %d training records", len(y_train))
     generator = noise_generator(privacy["noise_seed"], owner="the private experiment (privacy.noise_seed)")
-    budget = (eps, delta) if privacy["calibration"] == "ledger" else None
-    ledger = PrivacyLedger(budget=budget, default_delta=delta)
+    ledger = plan.new_ledger()
     expected_batch_size = public_size
     if with_init:
-        init = dp_class_mean_prototypes(x_train.flatten(1), y_train, num_classes, float(privacy["init_fraction"]) * eps,
+        init = dp_class_mean_prototypes(x_train.flatten(1), y_train, num_classes, plan.init_epsilon,
                                         ledger=ledger, prototypes_per_class=1, generator=generator)
         ppc = int(config["model"]["prototypes_per_class"])
         prototypes = init.prototypes.to(torch.float64)[make_prototype_labels(num_classes, ppc)]
@@ -354,14 +365,12 @@ def build_private_module(config: Mapping[str, Any], x_train: torch.Tensor, y_tra
             prototypes = clip_box(prototypes + gaussian_noise(prototypes.shape, 0.05, generator=jitter)).values
         with torch.no_grad():
             model.layer.prototypes.copy_(prototypes.to(model.layer.prototypes.dtype))
-        noisy_n = max(float(init.noisy_counts.sum()), 1.0)  # released: post-processing from here
-        warn_noisy_size(noisy_n, q, delta)
+        from_release = plan.expected_batch_size(float(init.noisy_counts.sum()))  # post-processing of a release
         if expected_batch_size is None:
-            expected_batch_size = q * noisy_n
-    steps = int(train["max_epochs"]) * int(1 / q)
-    sigma = noise_multiplier_for(privacy["calibration"], eps, delta, q, steps, prior_events=ledger.events)
+            expected_batch_size = from_release
     module = DPLVQModule(
-        model, ledger=ledger, noise_multiplier=sigma, max_grad_norm=float(privacy["max_grad_norm"]),
-        sample_rate=q, expected_batch_size=expected_batch_size, noise_generator=generator, **module_kwargs,
+        model, ledger=ledger, noise_multiplier=plan.noise_multiplier(ledger.events),
+        max_grad_norm=float(privacy["max_grad_norm"]), sample_rate=plan.sampling_rate,
+        expected_batch_size=expected_batch_size, noise_generator=generator, **module_kwargs,
     )
     return module, ledger

@@ -1,19 +1,24 @@
 """Learning from (differentially private) label proportions in a network of sensor nodes.
 
-The algorithm of Sachweh, Boiar and Liebig, "Differentially private learning from
-label proportions" (after Stolpe, Liebig and Morik 2015): every node releases the
+The algorithm of Sachweh, Boiar & Liebig (2021), "Differentially private learning from
+label proportions" (after Stolpe, Liebig & Morik 2015): every node releases the
 label proportions of public time batches of its data -- exactly or with Laplace
 noise on the counts (epsilon-DP per node) -- to its ``c`` nearest neighbours, and
 labels a k-means clustering of its own windows once per source of proportions by
 a multi-start local search; its prediction is the majority vote of the ``c + 1``
 models.
 
-* :mod:`.proportions` -- :func:`batch_label_counts`, :func:`private_label_proportions`.
+* :mod:`.grid` -- :class:`BatchGrid`, :func:`time_batches`: the public time grid of the batches.
+* :mod:`.proportions` -- :func:`batch_label_counts`, :func:`private_label_proportions`
+  (``estimator="clipped"`` or ``"unbiased"``).
 * :mod:`.kmeans` -- :func:`kmeans` (greedy k-means++, Lloyd, restarts batched), :func:`predict`.
 * :mod:`.assignment` -- :func:`local_search` (all relabel and swap moves of all
   starts evaluated as one tensor computation per step), :func:`proportion_loss`.
 * :mod:`.model` -- :class:`LLPNodeModel`, :func:`train_node_models`, :func:`majority_vote`.
 * :mod:`.knn` -- :func:`knn_predict` (brute-force kNN, the centralised baseline).
+* :mod:`.node` -- :class:`LLPConfig` (the settings every node shares) and :class:`LLPNode`
+  (one node: data on the grid, :meth:`~LLPNode.release`, :meth:`~LLPNode.train`), used by
+  both the simulation and the distributed run.
 * :mod:`.network` -- :func:`simulate_network` (single process; every node's
   Laplace noise from fresh operating-system entropy, or from
   :func:`node_noise_generator` with the explicit opt-in ``noise_seed``; its
@@ -33,6 +38,7 @@ from dp_proto.llp.assignment import (
     predicted_proportions,
     proportion_loss,
 )
+from dp_proto.llp.grid import BatchGrid, time_batches
 from dp_proto.llp.kmeans import KMeansResult, kmeans, predict, squared_distances
 from dp_proto.llp.model import (
     LLPNodeModel,
@@ -46,12 +52,12 @@ from dp_proto.llp.network import (
     NetworkResult,
     check_neighbours,
     evaluate,
-    node_generator,
-    node_noise_generator,
     simulate_network,
 )
+from dp_proto.llp.node import LLPConfig, LLPNode, node_generator, node_noise_generator
 from dp_proto.llp.proportions import (
     DEFAULT_FLOOR,
+    ESTIMATORS,
     LabelProportions,
     batch_label_counts,
     private_label_proportions,
@@ -60,8 +66,12 @@ from dp_proto.llp.proportions import (
 
 __all__ = [
     "DEFAULT_FLOOR",
+    "ESTIMATORS",
     "AssignmentResult",
+    "BatchGrid",
     "KMeansResult",
+    "LLPConfig",
+    "LLPNode",
     "LLPNodeModel",
     "LabelProportions",
     "NetworkEvaluation",
@@ -86,6 +96,7 @@ __all__ = [
     "proportion_loss",
     "simulate_network",
     "squared_distances",
+    "time_batches",
     "train_node_models",
 ]
 

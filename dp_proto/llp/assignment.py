@@ -12,7 +12,7 @@ Notation: ``C (B, k)`` holds the number of a batch's records in each cluster,
 An assignment ``a (k,)`` maps cluster ``c`` to label ``a_c``; with ``A =
 onehot(a) (k, L)`` the predicted proportions are ``Q_a = R A (B, L)``.
 
-Loss (the seed does not state it): the squared error of the proportion matrices,
+Loss (Sachweh, Boiar & Liebig (2021) do not state it): the squared error of the proportion matrices,
 ``loss(a) = sum_b w_b ||Q_a[b] - P[b]||_2^2``, summed over batches with weight
 ``w_b`` (0 for batches without records). It is the error of Stolpe and Morik's
 LLPC as we read it, it is smooth in the proportions (noisy proportions from the

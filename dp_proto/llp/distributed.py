@@ -15,8 +15,8 @@ released label-proportion tables (plus public metadata) with the other nodes.
   runs :func:`run_node` in each and returns a :class:`NodeResult` per node;
   :func:`as_network_result` turns them into a :class:`~dp_proto.llp.NetworkResult`
   for :func:`~dp_proto.llp.evaluate`.
-* ``python -m dp_proto.llp.distributed --data-dir DIR --nodes 4`` -- the seed's
-  4-node setting on the SCATS counts, run distributed, with its accuracy.
+* ``dp-proto llp --distributed --data-dir DIR --nodes 4`` -- the 4-node setting of
+  Sachweh, Boiar & Liebig (2021) on the SCATS counts, run distributed, with its accuracy.
 
 What goes over the wire
 -----------------------
@@ -35,7 +35,7 @@ Node ``i`` (rank ``i``) makes exactly these ``torch.distributed`` calls:
 2. ``isend`` of its released table, ``(num_batches, num_classes)`` float64, to
    every node that subscribed to it, and ``irecv`` of one such table from each of
    its own neighbours (point to point: a node's release reaches its subscribers
-   only, as in the seed, where proportions are "sent to the closest c
+   only, as in Sachweh, Boiar & Liebig (2021), where proportions are "sent to the closest c
    neighbours"). The table is ``LabelProportions.proportions`` itself; for an
    exact release (``epsilon=None``) its invalid rows (batches without records,
    uniform rows) are sent as NaN, so the receiver recovers ``valid`` and the
@@ -86,7 +86,6 @@ address is unusable). Only localhost is involved.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import math
@@ -109,28 +108,11 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from dp_proto.data.traffic import FLOW_BIN_EDGES
-from dp_proto.llp.model import LLPNodeModel, NodeFit, fit_node_models
-from dp_proto.llp.network import (
-    NetworkResult,
-    _check_seed,
-    _node_name,
-    _node_training_data,
-    _resolve_time_range,
-    _warn_noise_seed,
-    check_neighbours,
-    node_generator,
-    node_noise_generator,
-)
-from dp_proto.llp.proportions import (
-    DEFAULT_FLOOR,
-    LabelProportions,
-    batch_label_counts,
-    private_label_proportions,
-)
-from dp_proto.privacy.calibration import check_epsilon
-from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
-from dp_proto.privacy.randomness import check_noise_seed
+from dp_proto.llp.model import LLPNodeModel, NodeFit
+from dp_proto.llp.network import NetworkResult, check_neighbour_row, check_neighbours
+from dp_proto.llp.node import LLPConfig, LLPNode, warn_noise_seed
+from dp_proto.llp.proportions import LabelProportions
+from dp_proto.privacy.ledger import PrivacyLedger
 
 __all__ = [
     "NodeProcessError",
@@ -263,28 +245,6 @@ def _check_int(name: str, value, minimum: int) -> int:
     return int(value)
 
 
-def _check_options(batch_size, estimator, own_proportions, epsilon) -> int:
-    batch_size = _check_int("batch_size", batch_size, 1)
-    if estimator not in ("seed", "unbiased"):
-        raise ValueError(f"estimator must be 'seed' or 'unbiased', got {estimator!r}")
-    if own_proportions not in ("released", "exact"):
-        raise ValueError(f"own_proportions must be 'released' or 'exact', got {own_proportions!r}")
-    if epsilon is not None:
-        check_epsilon(epsilon)
-    return batch_size
-
-
-def _check_time_range(time_range, batch_size: int) -> tuple[int, int, int]:
-    if time_range is None or len(time_range) != 2:
-        raise ValueError(
-            f"time_range must be (origin, stop), the public recording period, got {time_range!r}"
-        )
-    origin, stop = (int(v) for v in time_range)
-    if stop - origin < batch_size:
-        raise ValueError(f"batch_size={batch_size} is longer than the time range [{origin}, {stop})")
-    return origin, stop, -(-(stop - origin) // batch_size)
-
-
 def _comm_device(group, device: torch.device) -> torch.device:
     return torch.device("cpu") if dist.get_backend(group) == "gloo" else device
 
@@ -294,39 +254,24 @@ def run_node(
     world_size: int,
     node,
     neighbours_of_rank: Sequence[int],
+    config: LLPConfig | None = None,
     *,
-    batch_size: int,
-    k: int,
-    epsilon: float | None = None,
     train_mask: np.ndarray | None = None,
-    seed: int = 0,
-    noise_seed: int | None = None,
-    time_range: tuple[int, int],
     device: torch.device | str = "cpu",
-    num_classes: int = len(FLOW_BIN_EDGES),
-    n_starts: int = 32,
-    n_init: int = 3,
-    floor: float = DEFAULT_FLOOR,
-    own_proportions: str = "exact",
-    estimator: str = "seed",
-    swaps: bool = True,
-    kmeans_max_iter: int = 100,
-    search_max_iter: int = 1000,
     group: dist.ProcessGroup | None = None,
+    **settings,
 ) -> NodeResult:
     """Node ``rank`` of the network: release, exchange proportions, train its models.
 
     Must be called by every rank of an initialised process group (``group``,
     default the default group) of ``world_size`` ranks, rank ``i`` being node
-    ``i``. The node computes its release exactly as
-    :func:`~dp_proto.llp.simulate_network` computes node ``i``'s (same functions; the
-    Laplace noise from :func:`~dp_proto.llp.node_noise_generator`
-    ``(noise_seed, rank, device)``, fresh operating-system entropy by default; the
-    k-means seeding, then the local searches for its own and its neighbours'
-    proportions, from :func:`~dp_proto.llp.node_generator` ``(seed, rank, device)``),
-    exchanges the release with the other ranks (see the
-    module docstring for everything that is sent) and fits its ``c + 1`` models on
-    its own training windows.
+    ``i``. The node is an :class:`~dp_proto.llp.LLPNode`, as in
+    :func:`~dp_proto.llp.simulate_network`: the same release (Laplace noise from
+    :func:`~dp_proto.llp.node_noise_generator` ``(noise_seed, rank, device)``, fresh
+    operating-system entropy by default) and the same models (k-means seeding, then
+    the local searches, from :func:`~dp_proto.llp.node_generator` ``(seed, rank,
+    device)``). Between the two it exchanges its release with the other ranks (see
+    the module docstring for everything that is sent).
 
     Parameters
     ----------
@@ -337,18 +282,16 @@ def run_node(
     neighbours_of_rank : sequence of int
         The nodes whose proportions this node receives, in order (row ``rank`` of
         the ``neighbours`` of :func:`~dp_proto.llp.simulate_network`).
-    batch_size, k, epsilon, seed, noise_seed, device, num_classes, n_starts, n_init, floor,
-    own_proportions, estimator, swaps, kmeans_max_iter, search_max_iter
-        As in :func:`~dp_proto.llp.simulate_network`; ``batch_size``,
-        ``num_classes``, ``time_range`` and ``epsilon`` must be the same at every node.
-        ``noise_seed`` (default None: fresh noise) makes this node's noise
-        reproducible and warns with :class:`~dp_proto.exceptions.PrivacyLeakWarning`
-        in a private run.
+    config : LLPConfig, optional
+        The run's settings, or pass them as keywords (``**settings``), as in
+        :func:`~dp_proto.llp.simulate_network`. ``time_range`` is required here (see
+        the module docstring); ``batch_size``, ``num_classes``, ``time_range`` and
+        ``epsilon`` must be the same at every node. ``noise_seed`` (default None: fresh
+        noise) makes this node's noise reproducible and warns with
+        :class:`~dp_proto.exceptions.PrivacyLeakWarning` in a private run.
     train_mask : bool array of shape (m,), optional
         This node's training windows (default: all).
-    time_range : (int, int)
-        ``(origin, stop)``, the public recording period (required; see the module
-        docstring). Training windows outside it are dropped.
+    device : torch.device or str, default "cpu"
     group : ProcessGroup, optional
 
     Returns
@@ -358,8 +301,8 @@ def run_node(
 
     Raises
     ------
-    ValueError, DataValidationError
-        This node's bad arguments or data (as in the simulation); metadata that
+    ValueError, TypeError, DataValidationError
+        This node's bad settings or data (as in the simulation); metadata that
         differs between nodes.
     PeerFailedError
         Another node failed before the exchange.
@@ -380,38 +323,19 @@ def run_node(
     nbrs: list[int] = []
     meta_values = [0.0] * _META_FIELDS
     try:
-        batch_size = _check_options(batch_size, estimator, own_proportions, epsilon)
-        _check_seed("seed", seed)
-        noise_seed = check_noise_seed(noise_seed)
-        origin, stop, num_batches = _check_time_range(time_range, batch_size)
-        nbrs = [int(j) for j in neighbours_of_rank]
-        bad = [j for j in nbrs if not 0 <= j < world_size]
-        if bad:
-            raise ValueError(f"node {rank}: neighbour index(es) {bad} out of range 0..{world_size - 1}")
-        if rank in nbrs:
-            raise ValueError(f"node {rank} is listed as its own neighbour")
-        if len(set(nbrs)) != len(nbrs):
-            raise ValueError(f"node {rank}: a neighbour is listed twice in {nbrs}")
-        x, y, ids = _node_training_data(
-            rank, node, train_mask, num_classes=num_classes, device=device, batch_size=batch_size,
-            k=k, origin=origin, stop=stop, private=epsilon is not None)
-
-        ledger = PrivacyLedger()
-        counts = batch_label_counts(y, ids, num_batches, num_classes)
-        noise = None
-        if epsilon is not None:
-            noise = node_noise_generator(noise_seed, rank, device)  # warns for a noise_seed
-        else:
-            ledger.spend(PrivacyEvent("non_private", name=f"llp/node{rank}/label_proportions"))
-        release = private_label_proportions(
-            counts, epsilon, batch_sizes=batch_size, floor=floor, ledger=ledger, generator=noise,
-            name=f"llp/node{rank}/label_counts", estimator=estimator,
-        )
-        exact_own = None
-        if own_proportions == "exact":
-            exact_own = release if epsilon is None else private_label_proportions(counts, None)
-        meta_values = [1.0, float(num_batches), float(num_classes), float(batch_size), float(origin),
-                       -1.0 if epsilon is None else float(epsilon)]
+        config = LLPConfig.from_settings(config, settings, "run_node")
+        if config.time_range is None:
+            raise ValueError("run_node needs time_range=(origin, stop), the public recording period: "
+                             "no single node knows the times of the others")
+        config = config.resolve([node], f"node {rank}")
+        nbrs = check_neighbour_row(rank, neighbours_of_rank, world_size)
+        this = LLPNode(rank, node, config, train_mask=train_mask, device=device)
+        if config.private and config.noise_seed is not None:
+            warn_noise_seed(f"LLP node {rank}", "its release")
+        release = this.release()
+        grid = config.grid
+        meta_values = [1.0, float(grid.num_batches), float(config.num_classes), float(config.batch_size),
+                       float(grid.origin), -1.0 if config.epsilon is None else float(config.epsilon)]
     except Exception as err:  # reported to the other nodes below, then raised
         local_error = err
     t1 = _time.perf_counter()
@@ -449,27 +373,18 @@ def run_node(
     for req in requests:
         req.wait()
     dist.barrier(group=group)
-    received = {j: decode_proportions(buffers[j], epsilon, device) for j in nbrs}
+    received = {j: decode_proportions(buffers[j], config.epsilon, device) for j in nbrs}
     t2 = _time.perf_counter()
 
     # 4. train: own proportions, then each neighbour's (as received)
-    own = release if own_proportions == "released" else exact_own
-    sources = [own] + [received[j] for j in nbrs]
-    try:
-        fit = fit_node_models(
-            x, ids, sources, k=k, n_starts=n_starts, generator=node_generator(seed, rank, device),
-            n_init=n_init,
-            kmeans_max_iter=kmeans_max_iter, search_max_iter=search_max_iter, swaps=swaps,
-        )
-    except ValueError as err:
-        raise type(err)(f"{_node_name(rank, node)}: {err}") from err
+    fit = this.train([received[j] for j in nbrs])
     t3 = _time.perf_counter()
     nbytes = message.numel() * message.element_size()
     return NodeResult(
-        rank=rank, models=fit.models, proportions=release, received=received, ledger=ledger,
-        fit=fit, neighbours=nbrs, subscribers=subscribers, batch_size=batch_size,
-        num_batches=num_batches, origin=origin, num_classes=num_classes, epsilon=epsilon,
-        bytes_sent=nbytes * len(subscribers), bytes_received=nbytes * len(nbrs),
+        rank=rank, models=fit.models, proportions=release, received=received, ledger=this.ledger,
+        fit=fit, neighbours=nbrs, subscribers=subscribers, batch_size=config.batch_size,
+        num_batches=grid.num_batches, origin=grid.origin, num_classes=config.num_classes,
+        epsilon=config.epsilon, bytes_sent=nbytes * len(subscribers), bytes_received=nbytes * len(nbrs),
         seconds={"release": t1 - t0, "exchange": t2 - t1, "train": t3 - t2, "total": t3 - t0},
     )
 
@@ -500,7 +415,7 @@ def _write(path: Path, payload: Any) -> None:
 
 def _node_process(rank: int, world_size: int, init_method: str, backend: str, timeout: float,
                   num_threads: int, worker_setup: Callable[[int], Any] | None, node,
-                  neighbours_of_rank: list[int], train_mask, kwargs: dict, out_dir: str,
+                  neighbours_of_rank: list[int], train_mask, config: LLPConfig, device: str, out_dir: str,
                   env: dict[str, str] | None) -> None:
     """Body of a worker process: set up, join the group, run the node, report to ``out_dir``."""
     out = Path(out_dir)
@@ -514,8 +429,8 @@ def _node_process(rank: int, world_size: int, init_method: str, backend: str, ti
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout))
         try:
-            result = run_node(rank, world_size, node, neighbours_of_rank, train_mask=train_mask,
-                              **kwargs)
+            result = run_node(rank, world_size, node, neighbours_of_rank, config, train_mask=train_mask,
+                              device=device)
         finally:
             dist.destroy_process_group()
         result = _to_cpu(result)
@@ -549,24 +464,10 @@ def _read(path: Path) -> Any:
 def launch_network(
     nodes: Sequence,
     neighbours: np.ndarray | Sequence[Sequence[int]],
+    config: LLPConfig | None = None,
     *,
-    batch_size: int,
-    k: int,
-    epsilon: float | None = None,
     train_masks: Sequence[np.ndarray] | None = None,
-    seed: int = 0,
-    noise_seed: int | None = None,
     device: torch.device | str = "cpu",
-    num_classes: int = len(FLOW_BIN_EDGES),
-    time_range: tuple[int, int] | None = None,
-    n_starts: int = 32,
-    n_init: int = 3,
-    floor: float = DEFAULT_FLOOR,
-    own_proportions: str = "exact",
-    estimator: str = "seed",
-    swaps: bool = True,
-    kmeans_max_iter: int = 100,
-    search_max_iter: int = 1000,
     world_size: int | None = None,
     backend: str = "gloo",
     master_addr: str = "127.0.0.1",
@@ -575,6 +476,7 @@ def launch_network(
     num_threads: int | None = None,
     worker_setup: Callable[[int], Any] | None = None,
     start_method: str | None = None,
+    **settings,
 ) -> list[NodeResult]:
     """Run the LLP protocol with one process per node, exchanging proportions by ``torch.distributed``.
 
@@ -586,9 +488,7 @@ def launch_network(
 
     Parameters
     ----------
-    nodes, neighbours, batch_size, k, epsilon, train_masks, seed, noise_seed, device,
-    num_classes, time_range, n_starts, n_init, floor, own_proportions, estimator, swaps,
-    kmeans_max_iter, search_max_iter
+    nodes, neighbours, config, train_masks, device, **settings
         As in :func:`~dp_proto.llp.simulate_network`: a private run needs
         ``time_range``; for an exact run its default is computed here, from every
         node's times, as the simulation does. ``noise_seed`` (default None: fresh
@@ -629,6 +529,7 @@ def launch_network(
     TimeoutError
         The run took longer than ``timeout``; the workers are terminated.
     """
+    config = LLPConfig.from_settings(config, settings, "launch_network")
     n_nodes = len(nodes)
     if n_nodes == 0:
         raise ValueError("the network has no node")
@@ -638,15 +539,11 @@ def launch_network(
             f"process per node"
         )
     nbrs = check_neighbours(neighbours, n_nodes)
-    batch_size = _check_options(batch_size, estimator, own_proportions, epsilon)
     if train_masks is not None and len(train_masks) != n_nodes:
         raise ValueError(f"train_masks has {len(train_masks)} entries for {n_nodes} nodes")
-    _check_seed("seed", seed)
-    noise_seed = check_noise_seed(noise_seed)
-    origin, stop, _ = _resolve_time_range(time_range, nodes, batch_size, epsilon, "launch_network")
-    time_range = (origin, stop)
-    if epsilon is not None and noise_seed is not None:
-        _warn_noise_seed("launch_network", noise_seed)
+    config = config.resolve(nodes, "launch_network")
+    if config.private and config.noise_seed is not None:
+        warn_noise_seed("launch_network")
     timeout = float(timeout)
     if not math.isfinite(timeout) or timeout <= 0:
         raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
@@ -655,13 +552,6 @@ def launch_network(
     num_threads = _check_int("num_threads", num_threads, 1)
     port = _free_port(master_addr) if master_port is None else _check_int("master_port", master_port, 1)
     init_method = f"tcp://{master_addr}:{port}"
-    kwargs = dict(
-        batch_size=batch_size, k=k, epsilon=epsilon, seed=seed, noise_seed=noise_seed,
-        time_range=tuple(time_range),
-        device=str(torch.device(device)), num_classes=num_classes, n_starts=n_starts,
-        n_init=n_init, floor=floor, own_proportions=own_proportions, estimator=estimator,
-        swaps=swaps, kmeans_max_iter=kmeans_max_iter, search_max_iter=search_max_iter,
-    )
     if start_method is None:
         start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
     if start_method not in ("spawn", "forkserver"):
@@ -680,7 +570,7 @@ def launch_network(
                 proc = ctx.Process(
                     target=_node_process, name=f"llp-node-{i}", daemon=True,
                     args=(i, n_nodes, init_method, backend, timeout, num_threads, worker_setup,
-                          nodes[i], nbrs[i], mask, kwargs, out_dir, env),
+                          nodes[i], nbrs[i], mask, config, str(torch.device(device)), out_dir, env),
                 )
                 proc.start()
                 procs.append(proc)
@@ -769,86 +659,12 @@ def as_network_result(results: Sequence[NodeResult]) -> NetworkResult:
     )
 
 
-# --------------------------------------------------------------------------- command line
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m dp_proto.llp.distributed``: the seed's setting, one process per node."""
-    parser = argparse.ArgumentParser(
-        prog="python -m dp_proto.llp.distributed",
-        description="LLP on SCATS counts with every node in its own process (gloo, localhost).",
-    )
-    parser.add_argument("--data-dir", default=None, help="data directory (default: $DP_PROTO_DATA_DIR)")
-    parser.add_argument("--nodes", type=int, default=4, help="nodes: --anchor and its nearest detectors")
-    parser.add_argument("--anchor", type=int, default=0, help="index of the first node's detector")
-    parser.add_argument("--neighbours", type=int, default=None, help="c (default: nodes - 1)")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--k", type=int, default=16)
-    parser.add_argument("--epsilon", type=float, default=0.1, help="<= 0: exact proportions")
-    parser.add_argument("--folds", type=int, default=10)
-    parser.add_argument("--fold", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=0,
-                        help="k-means seeding and local-search starts (never the noise)")
-    parser.add_argument("--noise-seed", type=int, default=None,
-                        help="reproducible Laplace noise (not private against whoever knows it; "
-                             "default: fresh operating-system entropy)")
-    parser.add_argument("--n-starts", type=int, default=32)
-    parser.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
-    parser.add_argument("--compare", action="store_true",
-                        help="also run simulate_network here and compare the models")
-    args = parser.parse_args(argv)
-    if args.compare and args.noise_seed is None and args.epsilon > 0:
-        parser.error("--compare needs --noise-seed: two runs with fresh noise release different tables")
-
-    from dp_proto.data.traffic import (
-        load_scats_counts,
-        nearest_neighbours,
-        node_datasets,
-        time_block_folds,
-    )
-    from dp_proto.llp.network import evaluate, simulate_network
-
-    torch.set_num_threads(args.threads)
-    network = load_scats_counts(args.data_dir)
-    all_nodes = node_datasets(network)
-    if not 0 <= args.anchor < len(all_nodes):
-        parser.error(f"--anchor must lie in 0..{len(all_nodes) - 1}")
-    group = [args.anchor] + nearest_neighbours(network.coordinates, args.nodes - 1)[args.anchor].tolist()
-    nodes = [all_nodes[i] for i in group]
-    c = args.nodes - 1 if args.neighbours is None else args.neighbours
-    nbrs = nearest_neighbours(network.coordinates[group], c)
-    time_range = (int(network.time[0]), int(network.time[-1]) + 1)
-    folds = [time_block_folds(n.time, args.folds, time_range=time_range, gap=5)[args.fold]
-             for n in nodes]
-    train, test = [f[0] for f in folds], [f[1] for f in folds]
-    kwargs = dict(batch_size=args.batch_size, k=args.k,
-                  epsilon=args.epsilon if args.epsilon > 0 else None, train_masks=train,
-                  seed=args.seed, noise_seed=args.noise_seed, time_range=time_range,
-                  n_starts=args.n_starts)
-    t0 = _time.perf_counter()
-    results = launch_network(nodes, nbrs, num_threads=args.threads, **kwargs)
-    seconds = _time.perf_counter() - t0
-    ev = evaluate(as_network_result(results), nodes, test)
-    print(f"nodes {[n.detector for n in nodes]}, neighbours {nbrs.tolist()}")
-    print(f"fold {args.fold}/{args.folds}, b={args.batch_size}, k={args.k}, epsilon={kwargs['epsilon']}")
-    for r, acc in zip(results, ev.node_accuracy, strict=True):
-        print(f"  node {r.rank}: accuracy {acc:.4f}, epsilon {r.ledger.get_epsilon(0.0):g}, "
-              f"sent {r.bytes_sent} B to {r.subscribers}, received {r.bytes_received} B")
-    print(f"accuracy {ev.accuracy:.4f} (own models {ev.own_accuracy:.4f}), {seconds:.1f} s distributed")
-    if args.compare:
-        sim = simulate_network(nodes, nbrs, **kwargs)
-        same = all(
-            torch.equal(a.centres, b.centres) and torch.equal(a.cluster_labels, b.cluster_labels)
-            for r, ms in zip(results, sim.models, strict=True) for a, b in zip(r.models, ms, strict=True)
-        ) and all(torch.equal(r.proportions.proportions, p.proportions)
-                  for r, p in zip(results, sim.proportions, strict=True))
-        print(f"simulation: accuracy {evaluate(sim, nodes, test).accuracy:.4f}, "
-              f"identical models and releases: {same}")
-        if not same:
-            return 1
-    return 0
-
-
 if __name__ == "__main__":
-    # the canonical module, so that what the workers pickle refers to dp_proto.llp.distributed
-    from dp_proto.llp.distributed import main as _main
+    # The old entry point, kept for one release: the command is ``dp-proto llp`` now (the
+    # command line sits above the algorithms, so it is imported by name, not by statement).
+    import importlib
+    import warnings
 
-    sys.exit(_main())
+    warnings.warn("python -m dp_proto.llp.distributed is now `dp-proto llp --distributed`; the old "
+                  "entry point will be removed in the release after 0.1", DeprecationWarning, stacklevel=1)
+    sys.exit(importlib.import_module("dp_proto.cli").main(["llp", "--distributed", *sys.argv[1:]]))

@@ -7,7 +7,7 @@ k-means clustering of the node's own windows ``D(j)`` with cluster labels
 found by :func:`~dp_proto.llp.assignment.local_search` against that source's
 proportions; the final prediction is the majority vote of the ``c + 1`` models.
 The clustering depends only on ``D(j)``, so it is fitted once and shared by
-all ``c + 1`` models (the seed fits "a k-means clustering on own measured node
+all ``c + 1`` models (Sachweh, Boiar & Liebig (2021) fit "a k-means clustering on own measured node
 data" per model; one shared fit is the same model up to k-means' random seeding,
 and ``c + 1`` times cheaper).
 """
@@ -70,7 +70,7 @@ class LLPNodeModel:
 def majority_vote(predictions: Tensor, num_classes: int, *, tie_break: str = "first") -> Tensor:
     """The most frequent label among ``M`` models, per sample.
 
-    The seed does not say how ties are broken; with ``c + 1 = 4`` voters 2-2 ties
+    Sachweh, Boiar & Liebig (2021) do not say how ties are broken; with ``c + 1 = 4`` voters 2-2 ties
     are common, so the rule matters.
 
     Parameters

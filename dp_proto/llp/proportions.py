@@ -1,6 +1,6 @@
 """Label counts of time batches and their differentially private proportions.
 
-The release of Sachweh, Boiar and Liebig ("Differentially private learning from
+The release of Sachweh, Boiar & Liebig (2021, "Differentially private learning from
 label proportions", Sec. 3, the algorithm box): per batch ``B_i`` the label
 counts get ``Lap(1/epsilon)`` noise each, are clipped to ``[0.001, m]`` and
 normalised to proportions. The proportions are what a node sends to its
@@ -9,14 +9,14 @@ neighbours.
 Neighbouring relation and sensitivity
 -------------------------------------
 A record is one sample (window) of a node: its features, its label and its time
-slot. Batches are fixed, public time windows (``time_batches``: batch ``k`` is
+slot. Batches are fixed, public time windows (:class:`~dp_proto.llp.BatchGrid`: batch ``k`` is
 the slots ``[origin + k b, origin + (k + 1) b)`` at every node), so a record
 lies in exactly one batch and has exactly one label. Adding or removing one
 record therefore changes exactly one entry of the ``(num_batches, num_classes)``
 count table by exactly one: the l1 sensitivity of the whole table is 1, and
 Laplace noise of scale ``1/epsilon`` on every entry makes the whole table
 epsilon-DP (add/remove one record) -- the same argument as a histogram; the
-per-batch loop of the seed is parallel composition over disjoint batches.
+per-batch loop of Sachweh, Boiar & Liebig is parallel composition over disjoint batches.
 Clipping and normalising are post-processing, *provided the clip bounds are
 public* (see :func:`private_label_proportions`). The shape of the table must be
 public too: the batch grid comes from a public time range, never from the times in
@@ -37,11 +37,13 @@ post-processing. See :mod:`dp_proto.privacy.noise`.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from dp_proto._deprecation import REMOVAL
 from dp_proto.exceptions import DataValidationError
 from dp_proto.privacy.calibration import check_epsilon
 from dp_proto.privacy.curator import curator_log
@@ -51,14 +53,36 @@ from dp_proto.privacy.randomness import seeded_generator
 
 __all__ = [
     "DEFAULT_FLOOR",
+    "ESTIMATORS",
+    "check_estimator",
     "LabelProportions",
     "batch_label_counts",
     "private_label_proportions",
     "proportion_bounds",
 ]
 
-#: Lower clip bound of a noisy count (the seed's 0.001).
+#: Lower clip bound of a noisy count (0.001, as Sachweh, Boiar & Liebig 2021).
 DEFAULT_FLOOR = 1e-3
+
+#: How noisy counts become proportions: ``"clipped"`` clips to ``[floor, b]`` and
+#: normalises (the release of Sachweh, Boiar & Liebig 2021); ``"unbiased"`` divides the
+#: unclipped noisy counts by the public batch size.
+ESTIMATORS = ("clipped", "unbiased")
+
+
+def check_estimator(estimator: str) -> str:
+    """``estimator`` checked against :data:`ESTIMATORS`.
+
+    The old name ``"seed"`` of ``"clipped"`` is accepted for one release with a
+    :class:`DeprecationWarning`.
+    """
+    if estimator == "seed":
+        warnings.warn("estimator='seed' is now called 'clipped'; the old name will be removed in "
+                      f"{REMOVAL}", DeprecationWarning, stacklevel=3)
+        return "clipped"
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    return estimator
 
 
 @dataclass(frozen=True)
@@ -81,7 +105,7 @@ class LabelProportions:
         Privacy parameter of the release; ``None`` for exact proportions.
     noisy_counts : Tensor of shape (num_batches, num_classes) or None
         Private releases: the noisy counts the proportions are computed from
-        (clipped for the seed's estimator; as private as the proportions; kept
+        (clipped for the ``"clipped"`` estimator; as private as the proportions; kept
         for diagnostics and tests). ``None`` for exact proportions.
     """
 
@@ -203,9 +227,9 @@ def private_label_proportions(
     generator: torch.Generator | None = None,
     noise_seed: int | None = None,
     name: str = "llp/label_counts",
-    estimator: str = "seed",
+    estimator: str = "clipped",
 ) -> LabelProportions:
-    """Label proportions of every batch: exact, or epsilon-DP as in the seed's algorithm.
+    """Label proportions of every batch: exact, or epsilon-DP (Sachweh, Boiar & Liebig 2021).
 
     Private release (``epsilon`` given), per batch ``i`` and class ``l``::
 
@@ -218,7 +242,7 @@ def private_label_proportions(
     exactly one batch (a public time window) and has one label, so it changes one
     count by one. Clipping and normalising are post-processing.
 
-    Clip bounds. The seed clips to ``[0.001, m]`` with ``m`` the batch's true
+    Clip bounds. Sachweh, Boiar & Liebig clip to ``[0.001, m]`` with ``m`` the batch's true
     number of records (its line 7). That ``m`` is data-dependent (windows touching a
     missing count are dropped), and a data-dependent bound is not post-processing:
     a count clipped at ``m`` next to a count clipped at ``floor`` gives a proportion
@@ -227,11 +251,11 @@ def private_label_proportions(
     produces, so no epsilon holds. Here the upper bound ``M_i`` is public:
     ``batch_sizes`` (the nominal batch size ``b``, or one public bound per batch);
     ``None`` clips from below only. ``floor`` keeps every proportion positive, as in
-    the seed.
+    the paper.
 
     Bias. Clipping at ``floor`` moves every small count up (for a true count of 0
     the clipped value has mean about ``1 / (2 epsilon)``, i.e. 5 windows at
-    epsilon = 0.1), so the seed's proportions are pulled towards uniform, and a
+    epsilon = 0.1), so the clipped proportions are pulled towards uniform, and a
     labelling fitted to them spreads labels too evenly. ``estimator="unbiased"``
     releases ``(n_il + Lap(1/epsilon)) / M_i`` instead: no clipping and no
     normalisation, an unbiased estimate of ``n_il / M_i`` (the proportion itself
@@ -252,7 +276,7 @@ def private_label_proportions(
         (the number of time slots per batch, an upper bound on the records in a
         batch). Ignored when ``epsilon`` is None.
     floor : float, default 1e-3
-        Lower clip bound (the seed's 0.001), > 0.
+        Lower clip bound (the paper's 0.001), > 0.
     ledger : PrivacyLedger, optional
         Records the release (and refuses it over budget before noise is drawn).
     generator : torch.Generator, optional
@@ -268,8 +292,8 @@ def private_label_proportions(
         ``"noise": "reproducible"``. Not together with ``generator``.
     name : str
         Name of the event in the ledger.
-    estimator : {"seed", "unbiased"}, default "seed"
-        ``"seed"``: clip and normalise (the seed's algorithm). ``"unbiased"``:
+    estimator : {"clipped", "unbiased"}, default "clipped"
+        ``"clipped"``: clip and normalise (the paper's release). ``"unbiased"``:
         ``(counts + noise) / batch_sizes`` (needs ``batch_sizes``), see Bias.
 
     Returns
@@ -279,7 +303,7 @@ def private_label_proportions(
         ``counts``, rows summing to 1 (not so for ``"unbiased"``); ``valid (num_batches,)``: for exact
         proportions the batches with records (rows without records are uniform),
         for private ones all ``True`` (all batches of the public grid are
-        released). With ``batch_sizes = b`` private proportions of the seed's
+        released). With ``batch_sizes = b`` private proportions of the clipped
         estimator lie in :func:`proportion_bounds` ``(num_classes, b, floor)``.
 
     Raises
@@ -304,6 +328,7 @@ def private_label_proportions(
     """
     counts = _check_counts(counts)
     num_batches, num_classes = counts.shape
+    estimator = check_estimator(estimator)
     if epsilon is None:
         totals = counts.sum(1, keepdim=True)
         valid = totals.squeeze(1) > 0
@@ -312,8 +337,6 @@ def private_label_proportions(
         return LabelProportions(props, valid, None)
 
     epsilon = check_epsilon(epsilon)
-    if estimator not in ("seed", "unbiased"):
-        raise ValueError(f"estimator must be 'seed' or 'unbiased', got {estimator!r}")
     if estimator == "unbiased" and batch_sizes is None:
         raise ValueError("estimator='unbiased' divides by the public batch_sizes; pass batch_sizes")
     floor = float(floor)

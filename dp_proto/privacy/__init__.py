@@ -8,8 +8,11 @@ everywhere: add/remove one record.
 
 This package imports nothing from the models, nor Opacus or Lightning
 (:mod:`.opacus_noise`, the Opacus adapter, is imported only by the DP-SGD trainers).
-Private LVQ training (DP initialisation, DP-SGD, subsample-and-aggregate, the centre of
-attention and the ``DPGLVQ``-family estimators) lives in :mod:`dp_proto.lvq.private`.
+The DP-SGD recipe every trainer shares -- :class:`DPSGDPlan` (ledger, steps, noise
+multiplier) and :class:`BudgetedEpochs` (each epoch spent before it runs) -- is in
+:mod:`.dpsgd_plan`. Private LVQ training (DP initialisation, DP-SGD, subsample-and-aggregate,
+the centre of attention and the ``DPGLVQ``-family estimators) lives in
+:mod:`dp_proto.lvq.private`.
 """
 
 from dp_proto._deprecation import moved_names
@@ -22,6 +25,13 @@ from dp_proto.privacy.calibration import (
 )
 from dp_proto.privacy.clipping import ClipResult, clip_box, clip_l2
 from dp_proto.privacy.domain import PublicBoundsScaler
+from dp_proto.privacy.dpsgd_plan import (
+    BudgetedEpochs,
+    DPSGDPlan,
+    calibrate_noise_multiplier,
+    paper_noise_multiplier,
+    sgd_steps,
+)
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger, dp_sgd_event
 from dp_proto.privacy.mechanisms import (
     GaussianPlan,
@@ -51,12 +61,12 @@ __all__ = [
     "ClipResult", "clip_l2", "clip_box", "PublicBoundsScaler",
     "laplace_noise", "gaussian_noise", "discrete_laplace_noise", "discrete_gaussian_noise",
     "AuditResult", "audit_epsilon",
+    "DPSGDPlan", "BudgetedEpochs", "calibrate_noise_multiplier", "paper_noise_multiplier", "sgd_steps",
 ]
 
 # Private LVQ training moved to dp_proto.lvq.private (issue 21); the old names still work
 # for one release, with a DeprecationWarning.
 __getattr__ = moved_names(__name__, dict.fromkeys(
     ("DPGLVQ", "DPGMLVQ", "DPLGMLVQ", "SubsampleAggregateGLVQ", "subsample_and_aggregate", "saa_sensitivity",
-     "coa_glvq", "DPInitResult", "dp_class_mean_prototypes", "calibrate_noise_multiplier", "fit_dp_sgd",
-     "paper_noise_multiplier", "sgd_steps"),
+     "coa_glvq", "DPInitResult", "dp_class_mean_prototypes", "fit_dp_sgd"),
     "dp_proto.lvq.private"))

@@ -29,7 +29,7 @@ def test_moved_module_is_the_new_module(old, new):
 
 
 @pytest.mark.parametrize("name", ["DPGLVQ", "DPGMLVQ", "DPLGMLVQ", "SubsampleAggregateGLVQ", "fit_dp_sgd",
-                                  "dp_class_mean_prototypes", "sgd_steps", "coa_glvq"])
+                                  "dp_class_mean_prototypes", "coa_glvq"])
 def test_moved_names_of_dp_proto_privacy(name):
     import dp_proto.lvq.private as new
     import dp_proto.privacy as old
@@ -57,3 +57,32 @@ def test_unknown_names_still_raise():
 
     with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
         dp_proto.privacy.not_a_name  # noqa: B018
+
+
+@pytest.mark.parametrize("package", ["dp_proto.data", "dp_proto.data.traffic"])
+def test_time_batches_moved_to_the_llp_grid(package):
+    from dp_proto.llp.grid import time_batches
+
+    module = importlib.import_module(package)
+    with pytest.warns(DeprecationWarning, match=f"{package}.time_batches moved to dp_proto.llp.grid"):
+        assert module.time_batches is time_batches
+
+
+def test_llp_estimator_seed_is_now_clipped():
+    import torch
+
+    from dp_proto.llp import private_label_proportions
+
+    counts = torch.tensor([[3.0, 1.0], [0.0, 4.0]])
+    with pytest.warns(DeprecationWarning, match="estimator='seed' is now called 'clipped'"):
+        old = private_label_proportions(counts, None, estimator="seed")
+    assert torch.equal(old.proportions, private_label_proportions(counts, None, estimator="clipped").proportions)
+
+
+def test_python_m_llp_distributed_runs_dp_proto_llp():
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "dp_proto.llp.distributed", "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "dp-proto llp" in done.stdout and "--distributed" in done.stdout
+    assert "DeprecationWarning" in done.stderr and "dp-proto llp --distributed" in done.stderr

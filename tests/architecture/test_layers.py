@@ -36,15 +36,6 @@ ALLOWED: dict[str, set[str]] = {
 }
 ALLOWED["cli"] = set(ALLOWED) - {"cli"}
 
-#: Edges that exist today and are scheduled to go (issue 21: LLP takes the class edges
-#: and the time grid as arguments). The test fails when one disappears, so the list
-#: only shrinks.
-KNOWN_EDGES = {
-    ("dp_proto.llp.network", "dp_proto.data.traffic"),
-    ("dp_proto.llp.distributed", "dp_proto.data.traffic"),
-}
-
-
 def component(module: str) -> str:
     """``dp_proto.lvq.private.dpsgd`` -> ``lvq.private``; helpers -> ``base``."""
     parts = module.split(".")[1:]
@@ -110,10 +101,7 @@ def test_every_component_is_declared():
 
 def test_imports_follow_the_layers():
     edges = all_edges()
-    unexpected = [e for e in edges if e not in KNOWN_EDGES]
-    assert not unexpected, "imports against the layers:\n" + "\n".join(f"  {a} -> {b}" for a, b in unexpected)
-    gone = KNOWN_EDGES - set(edges)
-    assert not gone, f"remove these fixed edges from KNOWN_EDGES: {sorted(gone)}"
+    assert not edges, "imports against the layers:\n" + "\n".join(f"  {a} -> {b}" for a, b in edges)
 
 
 @pytest.mark.parametrize(("module", "source"), [

@@ -24,10 +24,10 @@ from dp_proto.data.traffic import (
     nearest_neighbours,
     node_datasets,
     sliding_windows,
-    time_batches,
     time_block_folds,
 )
 from dp_proto.exceptions import DataValidationError
+from dp_proto.llp import time_batches
 
 HEADER = [
     "SCATS Number",
@@ -307,15 +307,6 @@ def test_time_alignment_across_detectors_with_different_missing_days(tmp_path):
     ba, bb = time_batches(a.time, 32), time_batches(b.time, 32)
     assert set(ba) == {0, 1, 2, 6, 7, 8} and set(bb) == {0, 1, 2, 3, 4, 5}
     np.testing.assert_array_equal(a.time[ba == 1], b.time[bb == 1])
-
-
-def test_time_batches():
-    np.testing.assert_array_equal(time_batches([0, 3, 4, 7, 8], 4), [0, 0, 1, 1, 2])
-    np.testing.assert_array_equal(time_batches([5, 6, 9], 2, origin=5), [0, 0, 2])
-    with pytest.raises(ValueError, match="origin"):
-        time_batches([1, 2], 2, origin=2)
-    with pytest.raises(ValueError, match="batch_size"):
-        time_batches([1, 2], 0)
 
 
 # --------------------------------------------------------------------------- neighbours

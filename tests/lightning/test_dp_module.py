@@ -52,3 +52,21 @@ def test_lbfgs_is_refused():
     with pytest.raises(ValueError, match="first-order"):
         DPLVQModule(PrototypeModel(GMLVQLayer(2, 2), [0, 1]), ledger=PrivacyLedger(), noise_multiplier=1.0,
                     max_grad_norm=1.0, sample_rate=0.1, expected_batch_size=5, optimizer="lbfgs")
+
+
+def test_the_loader_must_be_poisson_at_the_modules_rate():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    ledger = PrivacyLedger()
+    dm, module, trainer = _setup(ledger, epochs=1)
+    module.sample_rate = 0.2  # the data module samples at 0.1
+    with pytest.raises(ValueError, match="samples at rate 0.1 but the module's noise was calibrated"):
+        trainer.fit(module, datamodule=dm)
+    assert not ledger.events  # refused before any step
+    ledger = PrivacyLedger()
+    dm, module, trainer = _setup(ledger, epochs=1)
+    x, y = dm.train_tensors()
+    shuffled = DataLoader(TensorDataset(x, y), batch_size=10, shuffle=True)
+    with pytest.raises(ValueError, match="needs a Poisson-sampling training loader"):
+        trainer.fit(module, train_dataloaders=shuffled)
+    assert not ledger.events

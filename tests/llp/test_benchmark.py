@@ -42,9 +42,9 @@ def test_quick_run_ends_with_the_documented_json(tmp_path):
     four = out["results"]["four_nodes"]
     assert four["detectors"] == out["settings"]["four_node_detectors"] and len(four["detectors"]) == 4
     assert four["folds"] == 3 and set(four["targets"]) == {"pllp_eps0.1_within_4_points", "pllp_eps0.01_collapse",
-                                                           "seed_shape_by_variant"}
+                                                           "paper_shape_by_variant"}
     # --quick runs the default release only
-    assert set(four["targets"]["seed_shape_by_variant"]) == {"pllp"}
+    assert set(four["targets"]["paper_shape_by_variant"]) == {"pllp"}
     # the centralised kNN with every label beats chance clearly; epsilon 0.01 is near chance
     assert head["knn_accuracy"] > four["chance"]["majority_share"] + 0.2
     assert head["pllp_accuracy_b32_k16_eps0.01"] < head["llp_accuracy_b32_k16"]

@@ -52,7 +52,7 @@ def _network(n_nodes: int = 4, slots: int = 320, seed: int = 0, late: int = 0):
         feats = centres[labels] + rng.normal(0, 6, (slots, 3))
         keep = t_all >= (late if i == n_nodes - 1 else 0)  # the last node starts late
         nodes.append(SimpleNamespace(detector=(200 + i, 1), features=feats[keep],
-                                     labels=labels[keep].astype(np.int64), time=t_all[keep]))
+                                     labels=labels[keep].astype(np.int64), time=t_all[keep], num_classes=3))
     train = [n.time < 240 for n in nodes]
     return nodes, train
 

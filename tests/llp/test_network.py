@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from dp_proto.data.traffic import time_batches
 from dp_proto.exceptions import DataValidationError
 from dp_proto.llp import (
     batch_label_counts,
@@ -19,6 +18,7 @@ from dp_proto.llp import (
     node_noise_generator,
     private_label_proportions,
     simulate_network,
+    time_batches,
 )
 
 # Tests that compare noisy results use the explicit opt-in noise_seed (reproducible noise),
@@ -39,7 +39,7 @@ def _network(n_nodes: int = 4, slots: int = 960, seed: int = 0, drop_first: int 
         feats = centres[labels] + rng.normal(0, 6, (slots, 3))
         keep = t_all >= (drop_first if i == n_nodes - 1 else 0)
         nodes.append(SimpleNamespace(detector=(100 + i, 1), features=feats[keep],
-                                     labels=labels[keep].astype(np.int64), time=t_all[keep]))
+                                     labels=labels[keep].astype(np.int64), time=t_all[keep], num_classes=3))
     nbrs = np.array([[j for j in range(n_nodes) if j != i][:2] for i in range(n_nodes)])
     return nodes, nbrs
 
@@ -85,15 +85,17 @@ def test_private_network_ledgers_and_per_node_reproducibility():
         ids = torch.as_tensor(time_batches(nodes[i].time[train[i]], b))
         return x, y, ids
 
-    releases = []
+    releases, exact = [], []
     for i in range(4):  # what each node does on its own, in the documented order
         _, y, ids = node_data(i)
-        releases.append(private_label_proportions(batch_label_counts(y, ids, 30, 6), eps, batch_sizes=b,
+        counts = batch_label_counts(y, ids, 30, 3)
+        releases.append(private_label_proportions(counts, eps, batch_sizes=b,
                                                   generator=node_noise_generator(70, i)))
+        exact.append(private_label_proportions(counts, None))  # the own model's target (own_proportions)
     for i in (2, 0):  # any order of nodes: each has its own stream
         assert torch.equal(releases[i].proportions, res.proportions[i].proportions)
         x, _, ids = node_data(i)
-        fit = fit_node_models(x, ids, [releases[i]] + [releases[j] for j in nbrs[i]], k=k,
+        fit = fit_node_models(x, ids, [exact[i]] + [releases[j] for j in nbrs[i]], k=k,
                               n_starts=8, generator=node_generator(7, i))
         for ours, theirs in zip(fit.models, res.models[i], strict=True):
             assert torch.equal(ours.centres, theirs.centres)
@@ -167,7 +169,7 @@ def test_network_bad_input():
     bad_label = [n for n in nodes]
     bad_label[1] = SimpleNamespace(**{**vars(nodes[1]), "labels": nodes[1].labels.copy()})
     bad_label[1].labels[4] = 6
-    with pytest.raises(DataValidationError, match=r"node 1 .*label\(s\) \[6\] outside the classes 0..5"):
+    with pytest.raises(DataValidationError, match=r"node 1 .*label\(s\) \[6\] outside the classes 0..2"):
         simulate_network(bad_label, nbrs, batch_size=16, k=4)
     nan_feat = list(nodes)
     nan_feat[2] = SimpleNamespace(**{**vars(nodes[2]), "features": nodes[2].features.copy()})

@@ -20,9 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from dp_proto.data.traffic import time_batches
 from dp_proto.exceptions import PrivacyLeakWarning
-from dp_proto.llp import batch_label_counts, node_generator, simulate_network
+from dp_proto.llp import batch_label_counts, node_generator, simulate_network, time_batches
 from dp_proto.privacy.noise import laplace_noise
 from dp_proto.privacy.testing import adversarial_removals, neighbour_check
 
@@ -59,7 +58,7 @@ def _records(late_window: bool = True):
 
 def _nodes(node, feats, labels, times):
     return [SimpleNamespace(detector=(300 + i, 1), features=feats[node == i], labels=labels[node == i],
-                            time=times[node == i]) for i in range(3)]
+                            time=times[node == i], num_classes=3) for i in range(3)]
 
 
 # -- finding 3: the noise is not a function of a public seed ------------------------------

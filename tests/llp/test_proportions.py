@@ -1,4 +1,4 @@
-"""Label counts of batches and their private proportions (the seed's release)."""
+"""Label counts of batches and their private proportions (Sachweh, Boiar & Liebig 2021)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ The "SGD" scheme of Brinkrolf, Göpfert & Hammer (2019) (Brinkrolf 2023, Sec. 3.
 
 1. DP class-mean initialisation with budget ``epsilon1 = init_fraction * epsilon``
    (:func:`dp_proto.lvq.private.dp_class_mean_prototypes`);
-2. DP-SGD (Abadi et al. 2016) for ``T = ceil(epochs / q)`` steps: Poisson sampling with
+2. DP-SGD (Abadi et al. 2016) for ``T = ceil(epochs * int(1 / q))`` steps (the
+   :class:`~dp_proto.privacy.dpsgd_plan.DPSGDPlan` of the run): Poisson sampling with
    rate ``q``, per-sample gradients clipped jointly over prototypes and Omega to l2
    norm ``C``, Gaussian noise ``N(0, (sigma C)^2)``. Opacus samples, clips and noises,
    using the closed-form per-sample gradients of :mod:`dp_proto.lvq.private.grad_samplers`.
@@ -24,10 +25,8 @@ cleanly between epochs.
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -39,7 +38,15 @@ from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the closed-form samplers)
 from dp_proto.lvq.private.fused import CLIPPING_MODES, check_fusable, fit_dp_sgd_fused
 from dp_proto.lvq.training import parameter_groups
-from dp_proto.privacy.calibration import check_delta, check_epsilon
+from dp_proto.privacy.dpsgd_plan import (  # the recipe and its calibration live in the privacy core
+    BudgetedEpochs,
+    calibrate_noise_multiplier,
+    check_dp_sgd_settings,
+    noise_multiplier_for,
+    paper_noise_multiplier,
+    sgd_steps,
+    warn_noisy_size,
+)
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger, dp_sgd_event
 from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.opacus_noise import check_expected_batch_size, make_noise_sound
@@ -56,189 +63,6 @@ __all__ = [
     "fit_dp_sgd",
     "precheck_plan",
 ]
-
-
-def sgd_steps(epochs: float, sampling_rate: float) -> int:
-    """``T = ceil(E / q)``: the number of DP-SGD steps of ``epochs`` passes at rate ``q``."""
-    if not epochs > 0:
-        raise ValueError(f"epochs must be > 0, got {epochs!r}")
-    if not 0 < sampling_rate <= 1:
-        raise ValueError(f"sampling_rate must lie in (0, 1], got {sampling_rate!r}")
-    return max(math.ceil(epochs / sampling_rate - 1e-9), 1)
-
-
-def paper_noise_multiplier(epsilon_sgd: float, delta: float, sampling_rate: float, steps: int) -> float:
-    """The ``sigma = 2 q sqrt(T log(1/delta)) / epsilon2`` of Brinkrolf, Göpfert & Hammer (2019) (an unproven constant
-    ``c2 = 2`` in Abadi et al.'s Thm 1; the ledger certifies its actual epsilon)."""
-    epsilon_sgd = check_epsilon(epsilon_sgd, "epsilon for DP-SGD")
-    delta = check_delta(delta, allow_zero=False)
-    return 2.0 * sampling_rate * math.sqrt(steps * math.log(1.0 / delta)) / epsilon_sgd
-
-
-def _total_epsilon(prior: Sequence[PrivacyEvent], sigma: float, q: float, steps: int, delta: float,
-                   accountant: str, discretization: float = 1e-4) -> float:
-    return PrivacyLedger.epsilon_of([*prior, dp_sgd_event(sigma, q, steps)], delta, accountant, discretization)
-
-
-def _smallest_sigma(feasible, hi: float, rtol: float) -> float:
-    """Smallest sigma in (0, hi] with ``feasible(sigma)``, for monotone ``feasible``;
-    ``feasible(hi)`` must hold."""
-    lo = hi / 2.0
-    while feasible(lo):
-        hi, lo = lo, lo / 2.0
-        if lo < 1e-3:
-            return hi
-    while hi - lo > rtol * hi:
-        mid = math.sqrt(lo * hi)
-        if feasible(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
-def calibrate_noise_multiplier(
-    target_epsilon: float,
-    delta: float,
-    sampling_rate: float,
-    steps: int,
-    *,
-    prior_events: Sequence[PrivacyEvent] = (),
-    accountant: str = "pld",
-    rtol: float = 1e-3,
-) -> float:
-    """Smallest ``sigma`` such that ``prior_events`` followed by ``steps`` Poisson-subsampled
-    Gaussian steps (rate ``sampling_rate``, multiplier ``sigma``) are
-    ``(target_epsilon, delta)``-DP according to the ledger's accountant.
-
-    The search first brackets with a fast valid bound (basic composition of the prior
-    events with the RDP epsilon of the steps), then refines with the ledger's accountant
-    to 1 %. Below sigma = 0.5 (very large epsilons) PLDs get expensive and the bracketed
-    value is returned: still valid, only slightly conservative. Results are cached (the
-    search is deterministic), so cross-validation folds with equal settings calibrate once.
-
-    Raises ``ValueError`` naming the smallest feasible epsilon if the prior events
-    alone (plus one very noisy step) already exceed the target.
-    """
-    return _calibrate_cached(float(target_epsilon), float(delta), float(sampling_rate), int(steps),
-                             tuple(prior_events), accountant, float(rtol))
-
-
-@functools.lru_cache(maxsize=256)
-def _calibrate_cached(
-    target_epsilon: float,
-    delta: float,
-    sampling_rate: float,
-    steps: int,
-    prior_events: tuple[PrivacyEvent, ...],
-    accountant: str,
-    rtol: float,
-) -> float:
-    target_epsilon = check_epsilon(target_epsilon, "target epsilon")
-    delta = check_delta(delta, allow_zero=False)
-
-    def feasible_with(acc: str, discretization: float = 1e-4):
-        return lambda sigma: _total_epsilon(prior_events, sigma, sampling_rate, steps, delta, acc,
-                                            discretization) <= target_epsilon
-
-    # Fast, valid upper bound for the bracket: basic composition of the prior events'
-    # epsilon with the RDP epsilon of the SGD steps (deltas split when the prior has one).
-    prior_ledger = PrivacyLedger()
-    if prior_events:
-        prior_ledger.spend(*prior_events)
-    prior_pure = all(e.pure_epsilon is not None for e in prior_events)
-    prior_eps = prior_ledger.get_epsilon(0.0 if prior_pure else delta / 2)
-    sgd_delta = delta if prior_pure else delta / 2
-
-    def fast_ok(sigma: float) -> bool:
-        return prior_eps + _total_epsilon((), sigma, sampling_rate, steps, sgd_delta, "rdp") <= target_epsilon
-
-    if prior_eps >= target_epsilon:
-        raise ValueError(
-            f"epsilon = {target_epsilon:g} is too small for these settings: the initialisation alone "
-            f"spends {prior_eps:.4g}; choose a larger epsilon or a smaller init_fraction"
-        )
-    hi = 1.0
-    while not fast_ok(hi):
-        hi *= 2.0
-        if hi > 1e4:
-            smallest = _total_epsilon(prior_events, 1e4, sampling_rate, steps, delta, accountant)
-            raise ValueError(
-                f"epsilon = {target_epsilon:g} is too small for these settings (the initialisation "
-                f"and even a very noisy DP-SGD exceed it); the smallest feasible epsilon is about "
-                f"{smallest:.4g} at delta = {delta:g}"
-            )
-    sigma = _smallest_sigma(fast_ok, hi, rtol)
-    if sigma < 0.5:  # PLDs of nearly noiseless steps are expensive; sigma is valid as it is
-        return sigma
-    # Refine on a coarser (still pessimistic, so still valid) PLD grid for speed, then
-    # confirm on the ledger's own grid.
-    sigma = _smallest_sigma(feasible_with(accountant, 1e-3), sigma, max(rtol, 1e-2))
-    fine = feasible_with(accountant)
-    while not fine(sigma):  # pragma: no cover - coarse grids over-estimate epsilon
-        sigma *= 1.01
-    # The coarse grid over-estimates epsilon (by more at small epsilons): take the slack
-    # back on the ledger's own grid, walking down in 5 % steps, then bisecting.
-    lo, hi = 0.95 * sigma, sigma
-    while fine(lo):
-        hi, lo = lo, 0.95 * lo
-    for _ in range(4):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (lo, mid) if fine(mid) else (mid, hi)
-    return hi
-
-
-def noise_multiplier_for(
-    calibration: str,
-    epsilon: float,
-    delta: float,
-    sampling_rate: float,
-    steps: int,
-    *,
-    prior_events: Sequence[PrivacyEvent] = (),
-) -> float:
-    """The noise multiplier of a DP-SGD run that follows ``prior_events`` (e.g. the DP
-    initialisation) within a total ``(epsilon, delta)``.
-
-    ``calibration="ledger"``: :func:`calibrate_noise_multiplier` on the whole run;
-    ``"paper"``: :func:`paper_noise_multiplier` with ``epsilon2 = epsilon`` minus the
-    prior events' epsilon (basic composition, as in Brinkrolf, Göpfert & Hammer (2019)).
-    """
-    if calibration == "ledger":
-        return calibrate_noise_multiplier(epsilon, delta, sampling_rate, steps, prior_events=prior_events)
-    if calibration == "paper":
-        prior = PrivacyLedger.epsilon_of(prior_events, 0.0) if prior_events else 0.0
-        return paper_noise_multiplier(epsilon - prior, delta, sampling_rate, steps)
-    raise ValueError(f"calibration must be 'ledger' or 'paper', got {calibration!r}")
-
-
-def check_dp_sgd_settings(epsilon: float, delta: float, sampling_rate: float) -> None:
-    """Clear errors for public settings that cannot give a private model: epsilon <= 0,
-    delta outside (0, 1), a sampling rate outside (0, 1] (``ValueError``).
-
-    The private ``n`` is not looked at: an error or warning whose presence depends on
-    one record would tell neighbouring data sets apart. See :func:`warn_noisy_size` for
-    the same checks on a released (noisy) record count."""
-    check_epsilon(epsilon)
-    check_delta(delta, allow_zero=False)
-    if not 0 < sampling_rate <= 1:
-        raise ValueError(f"sampling_rate must lie in (0, 1], got {sampling_rate!r}")
-
-
-def warn_noisy_size(noisy_n: float, sampling_rate: float, delta: float) -> None:
-    """Warnings about the data size computed from a *released* noisy count ``noisy_n``
-    (post-processing, so they reveal nothing beyond the release): an expected batch
-    ``q n~ < 1``, or ``delta >= 1 / n~``."""
-    if sampling_rate * noisy_n < 1:
-        warnings.warn(
-            f"sampling_rate {sampling_rate:g} with a noisy record count of about {noisy_n:.0f} gives "
-            f"an expected batch below one record; most DP-SGD steps will see no data",
-            UserWarning, stacklevel=3)
-    if delta * noisy_n >= 1:
-        warnings.warn(
-            f"delta = {delta:g} is not below 1/n for the noisy record count n~ = {noisy_n:.0f}: a "
-            f"mechanism may then publish a whole record with probability delta; use delta << 1/n",
-            UserWarning, stacklevel=3)
 
 
 @dataclass
@@ -370,7 +194,7 @@ def fit_dp_sgd(
     if engine == "fused":
         fit_dp_sgd_fused(model, x, y, ledger=ledger, noise_multiplier=noise_multiplier,
                          sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, steps=steps,
-                         expected_batch_size=expected_batch_size, optimizer=opt, sgd_event=dp_sgd_event, result=result, post_step=post_step,
+                         expected_batch_size=expected_batch_size, optimizer=opt, result=result, post_step=post_step,
                          generator=generator, secure_mode=secure_mode, clipping=clipping,
                          transfer_fn=transfer_fn, beta=beta)
         if average is not None:
@@ -417,13 +241,8 @@ def fit_dp_sgd(
     make_noise_sound(dp_opt, expected_batch_size=expected_batch_size, generator=generator, secure=secure_mode)
     q = float(dp_loader.sample_rate)  # = sampling_rate
     private_model.train()
-    while result.steps < steps:
-        epoch_steps = min(len(dp_loader), steps - result.steps)
-        try:
-            ledger.spend(dp_sgd_event(noise_multiplier, q, epoch_steps))
-        except PrivacyBudgetExceededError:  # stop cleanly between epochs
-            result.stopped_by_budget = True
-            break
+    epochs = BudgetedEpochs(ledger, noise_multiplier, q, steps)  # len(dp_loader) = int(1 / q) steps each
+    for epoch_steps in epochs:
         total, count = 0.0, 0
         for i, (xb, yb) in enumerate(dp_loader):
             if i >= epoch_steps:
@@ -437,6 +256,7 @@ def fit_dp_sgd(
             count += len(xb)
             result.steps += 1
         result.epoch_losses.append(total / max(count, 1))
+    result.stopped_by_budget = epochs.stopped_by_budget
     if report_opacus_epsilon:
         result.opacus_epsilon = float(privacy_engine.accountant.get_epsilon(delta)) if result.steps else 0.0
     _unwrap(private_model)

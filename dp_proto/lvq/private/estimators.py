@@ -24,17 +24,11 @@ from dp_proto._validation import torch_dtype
 from dp_proto.lvq.estimators import GLVQ, GMLVQ, LGMLVQ
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes
-from dp_proto.lvq.private.dpsgd import (
-    check_dp_sgd_settings,
-    fit_dp_sgd,
-    noise_multiplier_for,
-    sgd_steps,
-    warn_noisy_size,
-)
+from dp_proto.lvq.private.dpsgd import fit_dp_sgd
 from dp_proto.privacy.calibration import check_epsilon
 from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.domain import PublicBoundsScaler, public_classes
-from dp_proto.privacy.ledger import PrivacyLedger
+from dp_proto.privacy.dpsgd_plan import DPSGDPlan
 from dp_proto.privacy.randomness import noise_generator
 
 __all__ = ["DPGLVQ", "DPGMLVQ", "DPLGMLVQ"]
@@ -51,8 +45,7 @@ class _DPMixin:
         check_epsilon(self.epsilon)
         if not 0 < self.init_fraction < 1:
             raise ValueError(f"init_fraction must lie in (0, 1), got {self.init_fraction!r}")
-        if self.calibration not in ("ledger", "paper"):
-            raise ValueError(f"calibration must be 'ledger' or 'paper', got {self.calibration!r}")
+        self.dp_sgd_plan()  # epsilon, delta, sampling_rate, epochs, calibration
         if self.engine not in ("fused", "opacus"):
             raise ValueError(f"engine must be 'fused' or 'opacus', got {self.engine!r}")
         if self.grad_sample_mode not in ("hooks", "ghost", "functorch"):
@@ -64,8 +57,6 @@ class _DPMixin:
             raise ValueError(f"average_last must lie in [0, 1), got {self.average_last!r}")
         if not getattr(self, "metric_lr_scale", 1.0) > 0:
             raise ValueError(f"metric_lr_scale must be > 0, got {self.metric_lr_scale!r}")
-        if not self.epochs > 0:
-            raise ValueError(f"epochs must be > 0, got {self.epochs!r}")
         if not self.max_grad_norm > 0:
             raise ValueError(f"max_grad_norm must be > 0, got {self.max_grad_norm!r}")
 
@@ -90,11 +81,16 @@ class _DPMixin:
         self.classes_, y_index = public_classes(y, self.classes, type(self).__name__)
         return X, y_index
 
+    def dp_sgd_plan(self) -> DPSGDPlan:
+        """The run's public recipe: ledger, steps and noise multiplier (checks the settings)."""
+        return DPSGDPlan(self.epsilon, self.delta, self.sampling_rate, self.epochs,
+                         init_fraction=self.init_fraction, calibration=self.calibration)
+
     def fit(self, X, y):
         """Private training on ``X (n, d)``, ``y (n,)``; see the class docstring."""
         X, y_index = self._fit_input(X, y)
         n, d = X.shape
-        check_dp_sgd_settings(self.epsilon, self.delta, self.sampling_rate)  # public settings only
+        plan = self.dp_sgd_plan()  # public settings only
         counts = self._prototype_counts(self.classes_)
         if len(set(counts)) != 1:
             raise ValueError("the DP initialisation needs the same number of prototypes for every class")
@@ -109,10 +105,9 @@ class _DPMixin:
         x_t = torch.as_tensor(Z, dtype=tdtype, device=self.device)
         y_t = torch.as_tensor(y_index, dtype=torch.long, device=self.device)
 
-        budget = (self.epsilon, self.delta) if self.calibration == "ledger" else None
-        ledger = PrivacyLedger(budget=budget, default_delta=self.delta)
+        ledger = plan.new_ledger()
         init = dp_class_mean_prototypes(
-            x_t, y_t, len(self.classes_), self.init_fraction * self.epsilon, ledger=ledger,
+            x_t, y_t, len(self.classes_), plan.init_epsilon, ledger=ledger,
             prototypes_per_class=counts[0], generator=None if self.secure_mode else generator,
             secure=self.secure_mode,
         )
@@ -124,16 +119,12 @@ class _DPMixin:
         # q and T are public settings: neither may depend on the private n (add/remove).
         # The update is divided by q * n~, n~ the sum of the initialisation's noisy class
         # counts (post-processing of a release), never by the private q * n.
-        q = float(self.sampling_rate)
-        steps = sgd_steps(self.epochs, q)
-        noisy_n = max(float(init.noisy_counts.sum()), 1.0)
-        expected_batch = q * noisy_n
-        warn_noisy_size(noisy_n, q, self.delta)
-        sigma = noise_multiplier_for(self.calibration, self.epsilon, self.delta, q, steps,
-                                     prior_events=ledger.events)
+        q = plan.sampling_rate
+        expected_batch = plan.expected_batch_size(float(init.noisy_counts.sum()))
+        sigma = plan.noise_multiplier(ledger.events)
         result = fit_dp_sgd(
             self.model_, x_t, y_t, ledger=ledger, noise_multiplier=sigma, sampling_rate=q,
-            max_grad_norm=self.max_grad_norm, steps=steps, lr=self.lr, optimizer=self.solver,
+            max_grad_norm=self.max_grad_norm, steps=plan.steps, lr=self.lr, optimizer=self.solver,
             metric_lr_scale=getattr(self, "metric_lr_scale", 1.0), average_last=self.average_last,
             clipping=self.clipping,
             engine=self.engine, grad_sample_mode=self.grad_sample_mode,
@@ -189,7 +180,7 @@ _DOC = """
         Omega at the identity's scale joint clipping is better on the development sets
         (``benchmarks/dpsgd_tuning.py``).
     epochs : float, default 50
-        ``T = ceil(epochs / q)`` DP-SGD steps.
+        ``T = ceil(epochs * int(1 / q))`` DP-SGD steps (:class:`~dp_proto.privacy.dpsgd_plan.DPSGDPlan`).
     init_fraction : float, default 0.2
         Share of epsilon spent on the DP class-mean initialisation.
     calibration : {"ledger", "paper"}, default "ledger"

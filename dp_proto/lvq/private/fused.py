@@ -33,7 +33,6 @@ import math
 import torch
 from torch import Tensor
 
-from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.lvq.distances import squared_euclidean_distance
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.losses import glvq_cost_and_gradient
@@ -43,6 +42,7 @@ from dp_proto.lvq.private.grad_samplers import (
     gmlvq_norm_sample,
     lgmlvq_norm_sample,
 )
+from dp_proto.privacy.dpsgd_plan import BudgetedEpochs
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.randomness import fresh_generator
 from dp_proto.privacy.testing import intercept
@@ -218,7 +218,6 @@ def fit_dp_sgd_fused(
     steps: int,
     expected_batch_size: float,
     optimizer: torch.optim.Optimizer,
-    sgd_event,
     result,
     post_step,
     generator: torch.Generator | None = None,
@@ -233,18 +232,12 @@ def fit_dp_sgd_fused(
     n = x.shape[0]
     _check_targets(y, model.prototype_labels)  # once here, not at every step
     expected_batch = expected_batch_size  # public; never q * n (n is private)
-    steps_per_epoch = max(round(1.0 / sampling_rate), 1)
     std = noise_multiplier * max_grad_norm
     # secure mode: batch membership from a generator seeded with operating-system entropy
     sampling_gen = fresh_generator(x.device) if secure_mode else generator
     model.train()
-    while result.steps < steps:
-        epoch_steps = min(steps_per_epoch, steps - result.steps)
-        try:
-            ledger.spend(sgd_event(noise_multiplier, sampling_rate, epoch_steps))
-        except PrivacyBudgetExceededError:  # stop cleanly between epochs
-            result.stopped_by_budget = True
-            break
+    epochs = BudgetedEpochs(ledger, noise_multiplier, sampling_rate, steps)  # each epoch spent before it runs
+    for epoch_steps in epochs:
         total, count = x.new_zeros((), dtype=torch.float64), 0  # summed on the device: no sync per step
         for _ in range(epoch_steps):
             index = poisson_batch_index(n, sampling_rate, sampling_gen, x.device)
@@ -257,6 +250,7 @@ def fit_dp_sgd_fused(
             count += len(index)
             result.steps += 1
         result.epoch_losses.append(float(total) / max(count, 1))
+    result.stopped_by_budget = epochs.stopped_by_budget
     return result
 
 
