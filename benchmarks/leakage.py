@@ -262,7 +262,7 @@ def train_dp_sgd(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
                        solver="sgd", lr=setup.dp_lr, transfer_fn="identity", classes=np.unique(setup.labels),
                        noise_seed=seed).fit(X, y)
     return Fit(model.prototypes_, np.asarray(model.prototype_labels_),
-               {"noise_multiplier": model.noise_multiplier_, "sample_rate": model.sample_rate_,
+               {"noise_multiplier": model.noise_multiplier_, "sample_rate": model.sampling_rate_,
                 "steps": model.n_iter_, "certified_epsilon": model.epsilon_})
 
 

@@ -36,3 +36,20 @@ def moved_names(package: str, new_homes: Mapping[str, str]) -> Callable[[str], A
         return getattr(importlib.import_module(home), name)
 
     return __getattr__
+
+
+def renamed_argument(owner: str, new: str, new_value: Any, old: str, old_value: Any, *,
+                     required: bool = False) -> Any:
+    """The value of argument ``new``, taking the deprecated ``old`` name for one release.
+
+    ``old`` given: warns with :class:`DeprecationWarning` and returns its value (``TypeError``
+    when both are given). ``required``: ``TypeError`` when neither is."""
+    if old_value is not None:
+        if new_value is not None:
+            raise TypeError(f"{owner}: pass {new}= only ({old}= is its old name)")
+        warnings.warn(f"{owner}: {old}= is now called {new}=; the old name will be removed in {REMOVAL}",
+                      DeprecationWarning, stacklevel=3)
+        return old_value
+    if required and new_value is None:
+        raise TypeError(f"{owner}: missing the argument {new}=")
+    return new_value

@@ -118,7 +118,7 @@ class AnonymizerModule(L.LightningModule):
         self.adversarial_step = 0
         # Never hyperparameters: the networks, and a DP subclass's ledger and noise generator
         # (whose state would replay the noise from hparams.yaml or a checkpoint).
-        self.save_hyperparameters(ignore=["anonymizer", "prior", "ledger", "noise_generator"])
+        self.save_hyperparameters(ignore=["anonymizer", "prior", "ledger", "generator", "noise_generator"])
 
     # -- set-up ------------------------------------------------------------------------
     def _optimizer(self, params, lr: float) -> torch.optim.Optimizer:

@@ -43,6 +43,7 @@ from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 from torch import Tensor
 
+from dp_proto._deprecation import renamed_argument
 from dp_proto.anonymizer.losses import check_labels
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lightning.anonymizer import PHASES, AnonymizerModule
@@ -76,26 +77,32 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
         training cleanly; see :class:`~dp_proto.lightning.dp_module.EpochBudgetMixin`).
         The ledger is kept in checkpoints and restored without counting a step twice.
     noise_multiplier : float; max_grad_norm : float
-    sample_rate : float
-        The Poisson rate ``q`` of the training loader.
+    sampling_rate : float
+        The Poisson rate ``q`` of the training loader (old name: ``sample_rate``).
     expected_batch_size : float
         The public normaliser of the noisy sum (never ``q n`` of the private ``n``).
-    noise_generator : torch.Generator, optional
-        None: fresh operating-system entropy. A seeded one makes the noise reproducible
+    generator : torch.Generator, optional
+        (Old name: ``noise_generator``.) None: fresh operating-system entropy. A seeded one makes the noise reproducible
         (the ledger records it). Never saved as a hyperparameter.
     secure_mode : bool
         Noise from ``os.urandom``.
     """
 
     def __init__(self, anonymizer, prior, num_regular, *, ledger: PrivacyLedger, noise_multiplier: float,
-                 max_grad_norm: float, sample_rate: float, expected_batch_size: float,
-                 noise_generator: torch.Generator | None = None, secure_mode: bool = False, **kwargs) -> None:
+                 max_grad_norm: float, sampling_rate: float | None = None, expected_batch_size: float,
+                 generator: torch.Generator | None = None, secure_mode: bool = False,
+                 sample_rate: float | None = None, noise_generator: torch.Generator | None = None,
+                 **kwargs) -> None:
         if kwargs.get("mode", "toggle") != "toggle":
             raise ValueError("DP training supports mode='toggle' only (one parameter set and one loss per step)")
-        self.check_dp_settings(noise_multiplier, max_grad_norm, sample_rate, noise_generator, secure_mode)
+        sampling_rate = renamed_argument("DPAnonymizerModule", "sampling_rate", sampling_rate, "sample_rate",
+                                         sample_rate, required=True)
+        generator = renamed_argument("DPAnonymizerModule", "generator", generator, "noise_generator",
+                                     noise_generator)
+        self.check_dp_settings(noise_multiplier, max_grad_norm, sampling_rate, generator, secure_mode)
         super().__init__(anonymizer, prior, num_regular, **kwargs)  # hparams: no ledger, no generator
-        self.set_dp_settings(ledger, noise_multiplier, max_grad_norm, sample_rate, expected_batch_size,
-                             noise_generator, secure_mode)
+        self.set_dp_settings(ledger, noise_multiplier, max_grad_norm, sampling_rate, expected_batch_size,
+                             generator, secure_mode)
         # One GradSampleModule per part: its hooks can be switched off while the part is
         # frozen (Opacus' backward hook would otherwise look for activations it never stored).
         self._per_sample = [GradSampleModule(part) for part in
@@ -163,7 +170,8 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
 
 
 def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: float, delta: float,
-                      sample_rate: float = 0.05, max_grad_norm: float = 1.0, num_regular: int | None = None,
+                      sampling_rate: float | None = None, max_grad_norm: float = 1.0,
+                      num_regular: int | None = None,
                       num_private: int | None = None, prior: Tensor | None = None, prior_fraction: float = 0.05,
                       anonymizer=None, lam: float = 1.0, adversarial_epochs: int = 20,
                       pretrain_regular_epochs: int = 10, pretrain_private_epochs: int = 10,
@@ -177,17 +185,18 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
     :class:`~dp_proto.exceptions.PrivacyLeakWarning`). The private prior is ``prior`` (public) or a Laplace
     histogram with ``prior_fraction * epsilon`` (counts clamped at 1, normalised). The
     noise multiplier is calibrated by the ledger's accountant so that the prior and all
-    ``T = epochs * int(1 / sample_rate)`` steps (a :class:`~dp_proto.privacy.DPSGDPlan`) compose to
+    ``T = epochs * int(1 / sampling_rate)`` steps (a :class:`~dp_proto.privacy.DPSGDPlan`) compose to
     ``(epsilon, delta)``; pass
     ``noise_multiplier`` to fix it instead (0: a noise-free check run, epsilon infinite).
     Returns ``(AnonymizerFit, ledger)``.
 
     ``expected_batch_size`` is the public normaliser of the noisy gradient sums. Left
-    None, it is ``sample_rate * max(n~, 1)`` with ``n~`` the total of the released
+    None, it is ``sampling_rate * max(n~, 1)`` with ``n~`` the total of the released
     Laplace histogram of the private labels (post-processing of a release already
     charged for the prior: free); with a public ``prior`` there is no such release, so
     ``expected_batch_size`` must then be given (``ValueError`` otherwise). It is never
-    ``sample_rate * len(x)``: ``len(x)`` is private under add/remove.
+    ``sampling_rate * len(x)``: ``len(x)`` is private under add/remove. ``sampling_rate``
+    defaults to 0.05; ``sample_rate`` is its deprecated old name.
 
     ``seed`` governs the non-private randomness (the network's initialisation). The
     noise and the Poisson sampling coins come from fresh operating-system entropy;
@@ -219,12 +228,15 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
     if prior is None and not 0 < prior_fraction < 1:
         raise ValueError(f"prior_fraction must lie in (0, 1), got {prior_fraction}")
     epochs = pretrain_regular_epochs + pretrain_private_epochs + adversarial_epochs
-    plan = DPSGDPlan(epsilon, delta, sample_rate, epochs, init_fraction=prior_fraction if prior is None else 0.0)
+    sampling_rate = renamed_argument("fit_dp_anonymizer", "sampling_rate", sampling_rate, "sample_rate",
+                                     module_kwargs.pop("sample_rate", None))
+    plan = DPSGDPlan(epsilon, delta, 0.05 if sampling_rate is None else sampling_rate, epochs,
+                     init_fraction=prior_fraction if prior is None else 0.0)
     if expected_batch_size is not None:
         expected_batch_size = check_expected_batch_size(expected_batch_size)
     elif prior is not None:
         raise ValueError("with a public prior, pass the public expected_batch_size (the normaliser of the noisy "
-                         "gradient sums): sample_rate * len(x) would divide by the private record count")
+                         "gradient sums): sampling_rate * len(x) would divide by the private record count")
     if secure_mode and noise_seed is not None:
         raise ValueError("secure_mode draws the noise from os.urandom; noise_seed cannot reproduce it")
     # A noise-free check run (noise_multiplier=0) is recorded but has no budget to stop it.
@@ -244,8 +256,8 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
     anonymizer = anonymizer if anonymizer is not None else default_anonymizer(x, num_regular, num_private)
     module = DPAnonymizerModule(
         anonymizer, prior, num_regular, ledger=ledger, noise_multiplier=noise_multiplier,
-        max_grad_norm=max_grad_norm, sample_rate=plan.sampling_rate, expected_batch_size=expected_batch_size,
-        noise_generator=generator, secure_mode=secure_mode, lam=lam, mode="toggle",
+        max_grad_norm=max_grad_norm, sampling_rate=plan.sampling_rate, expected_batch_size=expected_batch_size,
+        generator=generator, secure_mode=secure_mode, lam=lam, mode="toggle",
         pretrain_regular_epochs=pretrain_regular_epochs, pretrain_private_epochs=pretrain_private_epochs,
         **module_kwargs)
     # Poisson coins: fresh entropy (also in secure mode, never torch's global generator),

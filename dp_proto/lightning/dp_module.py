@@ -8,6 +8,7 @@ import torch
 from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 
+from dp_proto._deprecation import renamed_argument
 from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.lightning.callbacks import restore_ledger, save_ledger
 from dp_proto.lightning.module import LVQModule
@@ -36,12 +37,12 @@ def check_poisson_loader(loader, sampling_rate: float) -> None:
     if not math.isclose(float(rate), float(sampling_rate), rel_tol=1e-12):
         raise ValueError(
             f"the training loader samples at rate {float(rate):g} but the module's noise was calibrated "
-            f"for sample_rate={float(sampling_rate):g}; take both from one DPSGDPlan")
+            f"for sampling_rate={float(sampling_rate):g}; take both from one DPSGDPlan")
 
 
 class EpochBudgetMixin:
     """Privacy accounting for DP-SGD LightningModules with ``ledger``,
-    ``noise_multiplier`` and ``sample_rate``: every step is recorded exactly once, before
+    ``noise_multiplier`` and ``sampling_rate``: every step is recorded exactly once, before
     its noise is drawn, and the budget is checked epoch by epoch.
 
     * :meth:`reserve_epoch_steps` (call it from ``on_train_epoch_start``) checks that
@@ -63,30 +64,30 @@ class EpochBudgetMixin:
     steps_recorded = 0  # steps this module recorded in the ledger (in this process)
 
     @staticmethod
-    def check_dp_settings(noise_multiplier: float, max_grad_norm: float, sample_rate: float,
-                          noise_generator: torch.Generator | None, secure_mode: bool) -> None:
+    def check_dp_settings(noise_multiplier: float, max_grad_norm: float, sampling_rate: float,
+                          generator: torch.Generator | None, secure_mode: bool) -> None:
         """Clear errors for bad public DP-SGD settings (call before ``__init__`` of the module)."""
-        if not noise_multiplier >= 0 or not max_grad_norm > 0 or not 0 < sample_rate <= 1:
-            raise ValueError(f"need noise_multiplier >= 0, max_grad_norm > 0 and 0 < sample_rate <= 1, got "
-                             f"{noise_multiplier}, {max_grad_norm}, {sample_rate}")
-        if secure_mode and noise_generator is not None:
-            raise ValueError("secure_mode draws the noise from os.urandom; do not pass a noise_generator as well")
+        if not noise_multiplier >= 0 or not max_grad_norm > 0 or not 0 < sampling_rate <= 1:
+            raise ValueError(f"need noise_multiplier >= 0, max_grad_norm > 0 and 0 < sampling_rate <= 1, got "
+                             f"{noise_multiplier}, {max_grad_norm}, {sampling_rate}")
+        if secure_mode and generator is not None:
+            raise ValueError("secure_mode draws the noise from os.urandom; do not pass a generator as well")
 
     def set_dp_settings(self, ledger: PrivacyLedger | None, noise_multiplier: float, max_grad_norm: float,
-                        sample_rate: float, expected_batch_size: float, noise_generator: torch.Generator | None,
+                        sampling_rate: float, expected_batch_size: float, generator: torch.Generator | None,
                         secure_mode: bool) -> None:
         """Store the DP-SGD settings (after ``__init__``); the generator stays private,
         never a hyperparameter, log entry or checkpoint item."""
         self.ledger = ledger if ledger is not None else PrivacyLedger()
         self.noise_multiplier = float(noise_multiplier)
         self.max_grad_norm = float(max_grad_norm)
-        self.sample_rate = float(sample_rate)
+        self.sampling_rate = float(sampling_rate)
         self.expected_batch_size = check_expected_batch_size(expected_batch_size)
-        self._noise_generator = noise_generator
+        self._noise_generator = generator
         self.secure_mode = bool(secure_mode)
 
     def _step_event(self, steps: int) -> PrivacyEvent:
-        return dp_sgd_event(self.noise_multiplier, self.sample_rate, steps)
+        return dp_sgd_event(self.noise_multiplier, self.sampling_rate, steps)
 
     def on_fit_start(self) -> None:
         super().on_fit_start()
@@ -94,7 +95,12 @@ class EpochBudgetMixin:
 
     def on_train_start(self) -> None:
         super().on_train_start()
-        check_poisson_loader(self.trainer.train_dataloader, self.sample_rate)
+        check_poisson_loader(self.trainer.train_dataloader, self.sampling_rate)
+
+    @property
+    def sample_rate(self) -> float:
+        """Deprecated name of :attr:`sampling_rate` (read-only)."""
+        return self.sampling_rate
 
     def _stop_for_budget(self) -> None:
         self.stopped_by_budget = True
@@ -172,16 +178,17 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         ``sigma``: the noise std is ``sigma * max_grad_norm``.
     max_grad_norm : float
         Per-sample clipping norm ``C`` over all trainable parameters jointly.
-    sample_rate : float
-        The Poisson rate of the training loader (recorded in the ledger).
+    sampling_rate : float
+        The Poisson rate ``q`` of the training loader (recorded in the ledger; checked against
+        the loader before the first step). ``sample_rate`` is its deprecated old name.
     expected_batch_size : float
         The **public** normaliser of the noisy gradient sum (Opacus divides by
         ``q * len(dataset)``, which depends on the private ``n``). Pass a public value,
         or ``q`` times a released noisy record count (the private experiment passes
         ``q * max(sum of the DP initialisation's noisy class counts, 1)``).
     optimizer, lr : see :class:`LVQModule` (``lbfgs`` is not available for DP-SGD).
-    noise_generator : torch.Generator, optional
-        None (the default): fresh operating-system entropy. A generator of
+    generator : torch.Generator, optional
+        (Old name: ``noise_generator``.) None (the default): fresh operating-system entropy. A generator of
         :func:`~dp_proto.privacy.randomness.noise_generator` with a ``noise_seed`` (or
         a caller's own, which warns ``PrivacyLeakWarning``) makes the noise
         reproducible; the ledger then records ``"noise": "reproducible"``.
@@ -196,20 +203,25 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         ledger: PrivacyLedger | None = None,
         noise_multiplier: float,
         max_grad_norm: float,
-        sample_rate: float,
+        sampling_rate: float | None = None,
         expected_batch_size: float,
         optimizer: str = "sgd",
         lr: float = 0.05,
-        noise_generator: torch.Generator | None = None,
+        generator: torch.Generator | None = None,
         secure_mode: bool = False,
+        sample_rate: float | None = None,
+        noise_generator: torch.Generator | None = None,
         **kwargs,
     ) -> None:
         if optimizer == "lbfgs":
             raise ValueError("DP-SGD needs a first-order optimizer ('sgd' or 'adam'), not 'lbfgs'")
-        self.check_dp_settings(noise_multiplier, max_grad_norm, sample_rate, noise_generator, secure_mode)
+        sampling_rate = renamed_argument("DPLVQModule", "sampling_rate", sampling_rate, "sample_rate", sample_rate,
+                                         required=True)
+        generator = renamed_argument("DPLVQModule", "generator", generator, "noise_generator", noise_generator)
+        self.check_dp_settings(noise_multiplier, max_grad_norm, sampling_rate, generator, secure_mode)
         super().__init__(model, optimizer=optimizer, lr=lr, **kwargs)  # hparams: no ledger, no generator
-        self.set_dp_settings(ledger, noise_multiplier, max_grad_norm, sample_rate, expected_batch_size,
-                             noise_generator, secure_mode)
+        self.set_dp_settings(ledger, noise_multiplier, max_grad_norm, sampling_rate, expected_batch_size,
+                             generator, secure_mode)
         self.stopped_by_budget = False
         self.private_model = GradSampleModule(model)
 

@@ -370,7 +370,7 @@ def build_private_module(config: Mapping[str, Any], x_train: torch.Tensor, y_tra
             expected_batch_size = from_release
     module = DPLVQModule(
         model, ledger=ledger, noise_multiplier=plan.noise_multiplier(ledger.events),
-        max_grad_norm=float(privacy["max_grad_norm"]), sample_rate=plan.sampling_rate,
-        expected_batch_size=expected_batch_size, noise_generator=generator, **module_kwargs,
+        max_grad_norm=float(privacy["max_grad_norm"]), sampling_rate=plan.sampling_rate,
+        expected_batch_size=expected_batch_size, generator=generator, **module_kwargs,
     )
     return module, ledger

@@ -18,7 +18,7 @@ from dp_proto.plotting import prototype_grid, relevance_image
 __all__ = ["LVQModule"]
 
 # Arguments of LVQModule and its DP subclasses that are never saved as hyperparameters.
-_NOT_HPARAMS = ("model", "display_transform", "ledger", "noise_generator")
+_NOT_HPARAMS = ("model", "display_transform", "ledger", "generator", "noise_generator")
 
 
 class LVQModule(L.LightningModule):

@@ -86,3 +86,26 @@ def test_python_m_llp_distributed_runs_dp_proto_llp():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "dp-proto llp" in done.stdout and "--distributed" in done.stdout
     assert "DeprecationWarning" in done.stderr and "dp-proto llp --distributed" in done.stderr
+
+
+def test_renamed_dp_sgd_arguments_warn_for_one_release():
+    from dp_proto.lightning import DPLVQModule
+    from dp_proto.lvq import GMLVQLayer, PrototypeModel
+    from dp_proto.privacy import PrivacyLedger
+
+    def module(**kwargs):
+        return DPLVQModule(PrototypeModel(GMLVQLayer(2, 2), [0, 1]), ledger=PrivacyLedger(), noise_multiplier=1.0,
+                           max_grad_norm=1.0, expected_batch_size=5.0, **kwargs)
+
+    with pytest.warns(DeprecationWarning, match="sample_rate= is now called sampling_rate="):
+        old = module(sample_rate=0.1)
+    assert old.sampling_rate == 0.1 == old.sample_rate
+    with pytest.raises(TypeError, match="pass sampling_rate= only"):
+        module(sampling_rate=0.1, sample_rate=0.1)
+    with pytest.raises(TypeError, match="missing the argument sampling_rate="):
+        module()
+    import torch
+
+    with pytest.warns(DeprecationWarning, match="noise_generator= is now called generator="):
+        module(sampling_rate=0.1, noise_generator=torch.Generator())
+    assert "generator" not in module(sampling_rate=0.1).hparams  # never a hyperparameter

@@ -54,7 +54,7 @@ def _model():
 
 def _module(ledger, noise=2.0, **kwargs):
     """A DP-SGD module; its normaliser 10 is public (q times a public size of 100)."""
-    return DPLVQModule(_model(), ledger=ledger, noise_multiplier=noise, max_grad_norm=1.0, sample_rate=Q,
+    return DPLVQModule(_model(), ledger=ledger, noise_multiplier=noise, max_grad_norm=1.0, sampling_rate=Q,
                        expected_batch_size=10.0, lr=0.05, **kwargs)
 
 
@@ -139,7 +139,7 @@ def test_no_generator_in_hparams_or_checkpoints_and_checkpoints_load(tmp_path):
     _trainer(ledger, 1, tmp_path, logger=logger).fit(module, datamodule=_data())
     text = (tmp_path / "run" / "version_0" / "hparams.yaml").read_text()
     assert "generator" not in text.lower() and "python/object" not in text
-    assert set(yaml.safe_load(text)) >= {"noise_multiplier", "expected_batch_size", "sample_rate"}
+    assert set(yaml.safe_load(text)) >= {"noise_multiplier", "expected_batch_size", "sampling_rate"}
 
     path = tmp_path / "ckpt" / "last.ckpt"
     checkpoint = torch.load(path, weights_only=True)  # plain data only (torch 2.6+ default)

@@ -15,11 +15,14 @@ Records outside are clipped; their count is curator-only (``curator_``, not a wa
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 
+from dp_proto._deprecation import REMOVAL
 from dp_proto._validation import torch_dtype
 from dp_proto.lvq.estimators import GLVQ, GMLVQ, LGMLVQ
 from dp_proto.lvq.model import PrototypeModel
@@ -81,6 +84,13 @@ class _DPMixin:
         self.classes_, y_index = public_classes(y, self.classes, type(self).__name__)
         return X, y_index
 
+    @property
+    def sample_rate_(self) -> float:
+        """Deprecated name of ``sampling_rate_``."""
+        warnings.warn("sample_rate_ is now called sampling_rate_; the old name will be removed in "
+                      f"{REMOVAL}", DeprecationWarning, stacklevel=2)
+        return self.sampling_rate_
+
     def dp_sgd_plan(self) -> DPSGDPlan:
         """The run's public recipe: ledger, steps and noise multiplier (checks the settings)."""
         return DPSGDPlan(self.epsilon, self.delta, self.sampling_rate, self.epochs,
@@ -134,7 +144,7 @@ class _DPMixin:
             transfer_fn=self.transfer_fn, beta=self.beta, delta=self.delta,
         )
         self.noise_multiplier_ = sigma
-        self.sample_rate_ = q
+        self.sampling_rate_ = q
         self.expected_batch_size_ = expected_batch
         self.n_iter_ = result.steps
         self.stopped_by_budget_ = result.stopped_by_budget
@@ -241,7 +251,7 @@ _DOC = """
 
     Fitted attributes (besides those of the non-private model): ``epsilon_`` (what the
     ledger certifies at ``delta``), ``privacy_`` (ledger summary), ``ledger_``,
-    ``noise_multiplier_``, ``sample_rate_``, ``expected_batch_size_`` (the public
+    ``noise_multiplier_``, ``sampling_rate_``, ``expected_batch_size_`` (the public
     normaliser ``q n~``, ``n~`` the sum of the initialisation's noisy class counts),
     ``n_iter_`` (steps), ``stopped_by_budget_``. ``prototypes_`` are in the original
     feature units. Unlike the non-private models there is no ``loss_``/``loss_curve_``:

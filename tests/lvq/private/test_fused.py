@@ -139,7 +139,7 @@ def test_both_engines_spend_what_was_calibrated():
         m = DPGLVQ(epsilon=3.0, bounds=(0, 16), sampling_rate=0.2, epochs=2, engine=engine,
                    random_state=0).fit(X, y)
         (sgd,) = [e for e in m.ledger_.events if e.name == "dp_sgd"]
-        assert sgd.sampling_rate == pytest.approx(m.sample_rate_)
+        assert sgd.sampling_rate == pytest.approx(m.sampling_rate_)
         assert m.epsilon_ == pytest.approx(3.0, abs=0.02)
 
 
