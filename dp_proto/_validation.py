@@ -54,3 +54,13 @@ def check_labels_known(y: np.ndarray, classes: np.ndarray) -> None:
             f"y contains label(s) {unseen.tolist()} that were not seen during fit; "
             f"known classes: {classes.tolist()}"
         )
+
+
+def as_time_index(time_index) -> np.ndarray:
+    """A 1-d integer array of time slots as int64 (``ValueError`` otherwise)."""
+    t = np.asarray(time_index)
+    if t.ndim != 1:
+        raise ValueError(f"time_index must be 1-d, got shape {t.shape}")
+    if t.size and not np.issubdtype(t.dtype, np.integer):
+        raise ValueError(f"time_index must hold integers, got dtype {t.dtype}")
+    return t.astype(np.int64)

@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from dp_proto._deprecation import moved_names
-from dp_proto._validation import format_indices
+from dp_proto._validation import as_time_index, format_indices
 from dp_proto.data.files import _read_bytes, _resolve_data_dir
 from dp_proto.exceptions import DataValidationError
 
@@ -809,15 +809,6 @@ def nearest_neighbours(
 
 
 # --------------------------------------------------------------------------- time
-def _as_time_index(time_index: np.ndarray | Sequence[int]) -> np.ndarray:
-    t = np.asarray(time_index)
-    if t.ndim != 1:
-        raise ValueError(f"time_index must be 1-d, got shape {t.shape}")
-    if t.size and not np.issubdtype(t.dtype, np.integer):
-        raise ValueError(f"time_index must hold integers, got dtype {t.dtype}")
-    return t.astype(np.int64)
-
-
 def time_block_folds(
     time_index: np.ndarray | Sequence[int],
     n_folds: int = 10,
@@ -866,7 +857,7 @@ def time_block_folds(
     """
     n_folds = _check_int("n_folds", n_folds, 2)
     gap = _check_int("gap", gap, 0)
-    t = _as_time_index(time_index)
+    t = as_time_index(time_index)
     if time_range is None:
         if t.size == 0:
             raise ValueError("time_index is empty; pass time_range to define the blocks")

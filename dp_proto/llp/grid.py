@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dp_proto._validation import as_time_index
+
 __all__ = ["BatchGrid", "time_batches"]
 
 
@@ -21,15 +23,6 @@ def _check_int(name: str, value, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
     return int(value)
-
-
-def _as_time_index(time_index: np.ndarray | Sequence[int]) -> np.ndarray:
-    t = np.asarray(time_index)
-    if t.ndim != 1:
-        raise ValueError(f"time_index must be 1-d, got shape {t.shape}")
-    if t.size and not np.issubdtype(t.dtype, np.integer):
-        raise ValueError(f"time_index must hold integers, got dtype {t.dtype}")
-    return t.astype(np.int64)
 
 
 def time_batches(
@@ -59,7 +52,7 @@ def time_batches(
     ndarray of shape (m,), dtype int64
     """
     batch_size = _check_int("batch_size", batch_size, 1)
-    t = _as_time_index(time_index)
+    t = as_time_index(time_index)
     if t.size and t.min() < origin:
         raise ValueError(f"time_index has values below origin={origin} (min {t.min()})")
     return (t - int(origin)) // batch_size
@@ -104,7 +97,7 @@ class BatchGrid:
 
     def contains(self, time_index: np.ndarray | Sequence[int]) -> np.ndarray:
         """Boolean mask (m,) of the slots inside ``[origin, stop)``."""
-        t = _as_time_index(time_index)
+        t = as_time_index(time_index)
         return (t >= self.origin) & (t < self.stop)
 
     def batch_ids(self, time_index: np.ndarray | Sequence[int]) -> np.ndarray:
