@@ -15,7 +15,7 @@ Methods (all on F = 400 random Fourier features, one fit per split and epsilon):
   be released (sparse noisy histogram), else cells of N(0, I) starts drawn independently
   of the data, as many as the count and budget allow (``n_starts="auto"``). The JSON's
   ``start_modes`` says which one each fit used;
-* ``proposed_seed`` -- the thesis' variant (``starts="training"``): dynamics from the
+* ``proposed_training_starts`` -- the thesis' variant (``starts="training"``): dynamics from the
   training points, epsilon on the centre and epsilon on the votes as published. Not
   differentially private (see the estimator's docstring); reported for comparison only;
 * ``svm_weight`` -- :class:`dp_proto.svdd.baselines.PrivateSVMWeight` (Rubinstein et al.);
@@ -63,8 +63,8 @@ from dp_proto.svdd.baselines import PrivateSVMWeight, svm_sensitivity
 
 BENCHMARK = "svdd_accuracy"
 ROOT = Path(__file__).resolve().parent
-METHODS = ("proposed", "proposed_seed", "svm_weight", "svm_output")
-LABELS = {"proposed": "proposed (sound default)", "proposed_seed": "proposed, thesis variant (not DP)",
+METHODS = ("proposed", "proposed_training_starts", "svm_weight", "svm_output")
+LABELS = {"proposed": "proposed (sound default)", "proposed_training_starts": "proposed, thesis variant (not DP)",
           "svm_weight": "SVM WEIGHT", "svm_output": "SVM OUTPUT (per query)", "svc": "sklearn SVC"}
 SYNTHETIC = ("three_moons", "five_gaussians")
 TABLE_7_3_SETS = {"shuttle10": 0.1, "shuttle30": 0.3}
@@ -80,7 +80,7 @@ def make_proposed(method: str, row, eps: float, seed: int, n_starts, starts: str
     return PrivateSVDDClassifier(
         c_over_n=p.c_over_n, gamma=p.gamma, num_features=protocol.N_RANDOM_FEATURES,
         epsilon=None if math.isinf(eps) else eps, lr=p.lr, iters=p.iters, r_max=p.r_max, n_starts=n_starts,
-        starts="training" if method == "proposed_seed" else starts, classes=np.arange(row.classes),
+        starts="training" if method == "proposed_training_starts" else starts, classes=np.arange(row.classes),
         random_state=seed, noise_seed=seed)  # reproducible noise: benchmark numbers only
 
 
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         "svdd_protocol.UNSPECIFIED['preprocessing'])",
         f"proposed: sound default, starts={args.starts!r} (auto: the public grid of side 2 r_max when its release "
         "threshold is at most n^/200, else N(0, I) starts with n_starts='auto'; see start_modes), centre_fraction "
-        "0.5, total epsilon; proposed_seed: the thesis' variant, epsilon on the centre and epsilon on the votes, "
+        "0.5, total epsilon; proposed_training_starts: the thesis' variant, epsilon on the centre and epsilon on the votes, "
         "NOT differentially private",
         "svm_weight: strict one-vs-all split (epsilon / K per classifier); svm_output: epsilon per answered "
         "query (the thesis' reference level, not a releasable model); both from one exact fit per split, "

@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-LABELS = {"proposed": "proposed (sound)", "proposed_seed": "thesis variant (not DP)",
+LABELS = {"proposed": "proposed (sound)", "proposed_training_starts": "thesis variant (not DP)",
           "svm_weight": "SVM WEIGHT", "svm_output": "SVM OUTPUT (per query)"}
 
 

@@ -29,7 +29,7 @@ def test_quick_run_on_the_synthetic_sets(tmp_path):
     assert out["benchmark"] == "svdd_accuracy"
     assert set(out["results"]) == {"three_moons", "five_gaussians"}
     moons = out["results"]["three_moons"]
-    assert set(moons) == {"proposed", "proposed_seed", "svm_weight", "svm_output"}
+    assert set(moons) == {"proposed", "proposed_training_starts", "svm_weight", "svm_output"}
     assert set(moons["proposed"]) == {"0.1", "10", "non-private"}
     assert moons["proposed"]["non-private"]["mean"] >= 0.9  # non-private sanity
     assert 0.9 <= out["svc"]["three_moons"] <= 1.0
