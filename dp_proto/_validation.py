@@ -64,3 +64,10 @@ def as_time_index(time_index) -> np.ndarray:
     if t.size and not np.issubdtype(t.dtype, np.integer):
         raise ValueError(f"time_index must hold integers, got dtype {t.dtype}")
     return t.astype(np.int64)
+
+
+def check_int(name: str, value, minimum: int) -> int:
+    """``value`` as an int ``>= minimum`` (numpy integers accepted, bools refused); ``ValueError`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return int(value)

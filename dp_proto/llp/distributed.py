@@ -108,6 +108,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from dp_proto._validation import check_int
 from dp_proto.llp.model import LLPNodeModel, NodeFit
 from dp_proto.llp.network import NetworkResult, check_neighbour_row, check_neighbours
 from dp_proto.llp.node import LLPConfig, LLPNode, warn_noise_seed
@@ -239,12 +240,6 @@ def decode_proportions(
 
 
 # --------------------------------------------------------------------------- one node
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def _comm_device(group, device: torch.device) -> torch.device:
     return torch.device("cpu") if dist.get_backend(group) == "gloo" else device
 
@@ -549,8 +544,8 @@ def launch_network(
         raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
     if num_threads is None:
         num_threads = max(1, (os.cpu_count() or 1) // n_nodes)
-    num_threads = _check_int("num_threads", num_threads, 1)
-    port = _free_port(master_addr) if master_port is None else _check_int("master_port", master_port, 1)
+    num_threads = check_int("num_threads", num_threads, 1)
+    port = _free_port(master_addr) if master_port is None else check_int("master_port", master_port, 1)
     init_method = f"tcp://{master_addr}:{port}"
     if start_method is None:
         start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"

@@ -14,15 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dp_proto._validation import as_time_index
+from dp_proto._validation import as_time_index, check_int
 
 __all__ = ["BatchGrid", "time_batches"]
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def time_batches(
@@ -51,7 +45,7 @@ def time_batches(
     -------
     ndarray of shape (m,), dtype int64
     """
-    batch_size = _check_int("batch_size", batch_size, 1)
+    batch_size = check_int("batch_size", batch_size, 1)
     t = as_time_index(time_index)
     if t.size and t.min() < origin:
         raise ValueError(f"time_index has values below origin={origin} (min {t.min()})")
@@ -75,7 +69,7 @@ class BatchGrid:
     batch_size: int
 
     def __post_init__(self) -> None:
-        batch_size = _check_int("batch_size", self.batch_size, 1)
+        batch_size = check_int("batch_size", self.batch_size, 1)
         origin, stop = int(self.origin), int(self.stop)
         if stop - origin < batch_size:
             raise ValueError(f"batch_size={batch_size} is longer than the time range [{origin}, {stop})")

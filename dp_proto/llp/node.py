@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from dp_proto._neighbours import check_points
+from dp_proto._validation import check_int
 from dp_proto.exceptions import DataValidationError, PrivacyLeakWarning
 from dp_proto.llp.grid import BatchGrid
 from dp_proto.llp.model import NodeFit, fit_node_models
@@ -52,12 +53,6 @@ from dp_proto.privacy.randomness import check_noise_seed, fresh_generator, seede
 __all__ = ["LLPConfig", "LLPNode", "node_generator", "node_noise_generator"]
 
 OWN_PROPORTIONS = ("exact", "released")
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -125,19 +120,19 @@ class LLPConfig:
         def fix(name: str, value) -> None:  # frozen: normalise the checked values in place
             object.__setattr__(self, name, value)
 
-        fix("batch_size", _check_int("batch_size", self.batch_size, 1))
-        fix("k", _check_int("k", self.k, 1))
+        fix("batch_size", check_int("batch_size", self.batch_size, 1))
+        fix("k", check_int("k", self.k, 1))
         if self.epsilon is not None:
             fix("epsilon", float(check_epsilon(self.epsilon)))
         if self.time_range is not None:
             grid = BatchGrid.from_time_range(self.time_range, self.batch_size)
             fix("time_range", (grid.origin, grid.stop))
         if self.num_classes is not None:
-            fix("num_classes", _check_int("num_classes", self.num_classes, 1))
-        fix("seed", _check_int("seed", self.seed, 0))
+            fix("num_classes", check_int("num_classes", self.num_classes, 1))
+        fix("seed", check_int("seed", self.seed, 0))
         fix("noise_seed", check_noise_seed(self.noise_seed))
-        fix("n_starts", _check_int("n_starts", self.n_starts, 1))
-        fix("n_init", _check_int("n_init", self.n_init, 1))
+        fix("n_starts", check_int("n_starts", self.n_starts, 1))
+        fix("n_init", check_int("n_init", self.n_init, 1))
         floor = float(self.floor)
         if not math.isfinite(floor) or floor <= 0:
             raise ValueError(f"floor must be a finite number > 0, got {self.floor!r}")
@@ -145,8 +140,8 @@ class LLPConfig:
         if self.own_proportions not in OWN_PROPORTIONS:
             raise ValueError(f"own_proportions must be one of {OWN_PROPORTIONS}, got {self.own_proportions!r}")
         fix("estimator", check_estimator(self.estimator))
-        fix("kmeans_max_iter", _check_int("kmeans_max_iter", self.kmeans_max_iter, 1))
-        fix("search_max_iter", _check_int("search_max_iter", self.search_max_iter, 0))
+        fix("kmeans_max_iter", check_int("kmeans_max_iter", self.kmeans_max_iter, 1))
+        fix("search_max_iter", check_int("search_max_iter", self.search_max_iter, 0))
 
     @classmethod
     def from_settings(cls, config: LLPConfig | None, settings: dict, owner: str) -> LLPConfig:
@@ -234,8 +229,8 @@ def node_generator(seed: int, node_index: int, device: torch.device | str = "cpu
     device : torch.device or str, default "cpu"
         Device of the generator (draws for CUDA tensors need a CUDA generator).
     """
-    seed = _check_int("seed", seed, 0)
-    node_index = _check_int("node_index", node_index, 0)
+    seed = check_int("seed", seed, 0)
+    node_index = check_int("node_index", node_index, 0)
     gen = torch.Generator(device=torch.device(device))
     gen.manual_seed(_derived_seed(seed, node_index))
     return gen
@@ -266,7 +261,7 @@ def node_noise_generator(
     device : torch.device or str, default "cpu"
     warn : bool, default True
     """
-    node_index = _check_int("node_index", node_index, 0)
+    node_index = check_int("node_index", node_index, 0)
     if noise_seed is None:
         return fresh_generator(torch.device(device))
     noise_seed = check_noise_seed(noise_seed)
@@ -365,7 +360,7 @@ class LLPNode:
                  device: torch.device | str = "cpu") -> None:
         if config.time_range is None or config.num_classes is None:
             raise ValueError("LLPNode needs a config with time_range and num_classes (LLPConfig.resolve)")
-        self.index = _check_int("index", index, 0)
+        self.index = check_int("index", index, 0)
         self.config = config
         self.device = torch.device(device)
         self.name = node_name(index, data)

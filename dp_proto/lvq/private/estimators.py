@@ -28,7 +28,6 @@ from dp_proto.lvq.estimators import GLVQ, GMLVQ, LGMLVQ
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes
 from dp_proto.lvq.private.dpsgd import fit_dp_sgd
-from dp_proto.privacy.calibration import check_epsilon
 from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.domain import PublicBoundsScaler, public_classes
 from dp_proto.privacy.dpsgd_plan import DPSGDPlan
@@ -45,7 +44,6 @@ class _DPMixin:
         torch_dtype(self.dtype)
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr!r}")
-        check_epsilon(self.epsilon)
         if not 0 < self.init_fraction < 1:
             raise ValueError(f"init_fraction must lie in (0, 1), got {self.init_fraction!r}")
         self.dp_sgd_plan()  # epsilon, delta, sampling_rate, epochs, calibration
