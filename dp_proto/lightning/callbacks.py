@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import uuid
 import weakref
-from dataclasses import asdict
 from typing import Any
 
 import lightning as L
@@ -40,19 +39,20 @@ __all__ = ["PrivacySpendCallback", "save_ledger", "restore_ledger", "PRIVACY_SCO
 PRIVACY_SCOPE = ("the (epsilon, delta) guarantee covers the training split only; the split (drawn on all records "
                  "and labels) and the validation/test metrics (computed on held-out records) are not private")
 
-_MECHANISM_FIELDS = ("kind", "noise_multiplier", "epsilon", "sampling_rate", "name", "sensitivity", "delta")
 # ledger -> {"id": its identity, "absorbed": {identity: {mechanism: count}}} of the
 # releases it took over from checkpoints of other ledgers
 _ORIGINS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _mechanism(event: PrivacyEvent | dict) -> tuple:
-    values = event if isinstance(event, dict) else asdict(event)
-    return tuple(values.get(name) for name in _MECHANISM_FIELDS)
+def _mechanism(event: PrivacyEvent | dict) -> PrivacyEvent:
+    """The event's mechanism: the event itself with ``count`` 1 (a hashable key)."""
+    if isinstance(event, dict):
+        event = PrivacyEvent.from_dict({**event, "count": 1})
+    return event.with_count(1)
 
 
-def _tally(events) -> dict[tuple, int]:
-    out: dict[tuple, int] = {}
+def _tally(events) -> dict[PrivacyEvent, int]:
+    out: dict[PrivacyEvent, int] = {}
     for event in events:
         count = event["count"] if isinstance(event, dict) else event.count
         key = _mechanism(event)
@@ -68,11 +68,12 @@ def _origins(ledger: PrivacyLedger) -> dict[str, Any]:
     return record
 
 
-def _encode(tally: dict[tuple, int]) -> list:
-    return [[dict(zip(_MECHANISM_FIELDS, key, strict=True)), count] for key, count in tally.items() if count > 0]
+def _encode(tally: dict[PrivacyEvent, int]) -> list:
+    return [[{k: v for k, v in key.to_dict().items() if k != "count"}, count]
+            for key, count in tally.items() if count > 0]
 
 
-def _decode(items: list) -> dict[tuple, int]:
+def _decode(items: list) -> dict[PrivacyEvent, int]:
     return {_mechanism(mechanism): int(count) for mechanism, count in items}
 
 
@@ -103,7 +104,7 @@ def restore_ledger(checkpoint: dict[str, Any], ledger: PrivacyLedger) -> int:
         digest = hashlib.sha256(repr(state["events"]).encode()).hexdigest()[:16]
         origins = {f"legacy-{digest}": _encode(_tally(state["events"]))}
     record = _origins(ledger)
-    new: dict[tuple, int] = {}
+    new: dict[PrivacyEvent, int] = {}
     for oid, items in origins.items():
         if oid == record["id"]:  # this ledger wrote it: it recorded those releases itself
             continue
@@ -117,13 +118,8 @@ def restore_ledger(checkpoint: dict[str, Any], ledger: PrivacyLedger) -> int:
     if not new:
         return 0
     # the new releases as events, in the checkpoint's order (composition is commutative)
-    meta = {}
-    for event in state["events"]:
-        meta.setdefault(_mechanism(event), event.get("meta", {}))
     order = [*dict.fromkeys(_mechanism(e) for e in state["events"]), *new]
-    events = [asdict(PrivacyEvent(**dict(zip(_MECHANISM_FIELDS, key, strict=True)), count=new[key],
-                                  meta=meta.get(key, {})))
-              for key in dict.fromkeys(order) if new.get(key, 0) > 0]
+    events = [key.with_count(new[key]).to_dict() for key in dict.fromkeys(order) if new.get(key, 0) > 0]
     # Releases made in this process before resuming (if any) are kept after the
     # checkpoint's history: both happened, both count. A budget given to this ledger
     # stays (the checkpoint's applies to a ledger without one).

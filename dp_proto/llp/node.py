@@ -47,7 +47,8 @@ from dp_proto.llp.proportions import (
 )
 from dp_proto.privacy.calibration import check_epsilon
 from dp_proto.privacy.curator import curator_log
-from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
+from dp_proto.privacy.events import NonPrivateEvent
+from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.randomness import check_noise_seed, fresh_generator, seeded_generator
 
 __all__ = ["LLPConfig", "LLPNode", "node_generator", "node_noise_generator"]
@@ -400,7 +401,7 @@ class LLPNode:
         if cfg.private:
             noise = node_noise_generator(cfg.noise_seed, i, self.device, warn=False)
         else:
-            self.ledger.spend(PrivacyEvent("non_private", name=f"llp/node{i}/label_proportions"))
+            self.ledger.spend(NonPrivateEvent(name=f"llp/node{i}/label_proportions"))
         release = private_label_proportions(
             counts, cfg.epsilon, batch_sizes=cfg.batch_size, floor=cfg.floor, ledger=self.ledger,
             generator=noise, name=f"llp/node{i}/label_counts", estimator=cfg.estimator,

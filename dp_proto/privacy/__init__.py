@@ -1,8 +1,8 @@
 """The model-free privacy core: mechanisms, noise, calibration, the privacy ledger, the
 public data domain, and the tools that check releases (audit, neighbour check).
 
-Mechanisms (:mod:`.mechanisms`) add calibrated noise and record every release in a
-:class:`PrivacyLedger`, which composes all releases of a run with a real accountant
+Mechanisms (:mod:`.mechanisms`) add calibrated noise and record every release, as one
+typed event per mechanism (:mod:`.events`), in a :class:`PrivacyLedger`, which composes all releases of a run with a real accountant
 (privacy loss distributions by default, Renyi DP optionally). Neighbouring relation
 everywhere: add/remove one record.
 
@@ -32,7 +32,19 @@ from dp_proto.privacy.dpsgd_plan import (
     paper_noise_multiplier,
     sgd_steps,
 )
-from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger, dp_sgd_event
+from dp_proto.privacy.events import (
+    ApproxEvent,
+    DiscreteGaussianEvent,
+    DiscreteLaplaceEvent,
+    GaussianEvent,
+    LaplaceEvent,
+    NonPrivateEvent,
+    PrivacyEvent,
+    PureEvent,
+    SubsampledGaussianEvent,
+    dp_sgd_event,
+)
+from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import (
     GaussianPlan,
     gaussian_mechanism,
@@ -53,7 +65,9 @@ from dp_proto.privacy.noise import (
 )
 
 __all__ = [
-    "PrivacyEvent", "PrivacyLedger", "dp_sgd_event",
+    "PrivacyLedger", "PrivacyEvent", "dp_sgd_event",
+    "LaplaceEvent", "DiscreteLaplaceEvent", "GaussianEvent", "DiscreteGaussianEvent", "PureEvent", "ApproxEvent",
+    "SubsampledGaussianEvent", "NonPrivateEvent",
     "laplace_mechanism", "gaussian_mechanism", "gaussian_sigma", "GaussianPlan", "plan_gaussian",
     "renyi_noise_multiplier", "noisy_count", "noisy_histogram",
     "report_noisy_max", "noisy_majority_vote",

@@ -25,32 +25,30 @@ import functools
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from dp_accounting import dp_event as dpe
-from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld
 from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
 from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.privacy.calibration import check_delta, check_epsilon
+from dp_proto.privacy.events import (
+    MAX_EVENT_EPSILON,
+    PLD_DISCRETISATION,
+    EventKind,
+    PrivacyEvent,
+    dp_sgd_event,
+)
 
-__all__ = ["PrivacyEvent", "PrivacyLedger", "EventKind", "dp_sgd_event", "renyi_epsilon"]
+__all__ = ["PrivacyEvent", "PrivacyLedger", "EventKind", "dp_sgd_event", "renyi_epsilon", "MAX_EVENT_EPSILON"]
 
-EventKind = Literal["laplace", "discrete_laplace", "gaussian", "discrete_gaussian", "pure", "approx",
-                    "subsampled_gaussian", "non_private"]
-_KINDS = ("laplace", "discrete_laplace", "gaussian", "discrete_gaussian", "pure", "approx", "subsampled_gaussian",
-          "non_private")
 # Fractions of delta given to the discrete Gaussian releases when the PLD accountant
 # composes them with the rest by basic composition (any split is valid; the best is kept).
 _DELTA_SPLITS = tuple(1.0 / (1.0 + math.exp(-z / 4.0)) for z in range(-40, 41))
-_PLD_DISCRETISATION = 1e-4
 _NOISE_SOURCES = ("fresh", "secure", "reproducible")
-# dp-accounting builds the PLD of an (epsilon, delta) event from exp(epsilon), which
-# overflows a float above about 709. Such releases protect nothing; the ledger composes
-# them with the rest by basic composition (see PrivacyLedger._epsilon).
-MAX_EVENT_EPSILON = 700.0
+# Sizes of each ledger's caches of compositions and epsilons.
+_COMPOSED_CACHE_SIZE = 16
+_EPSILON_CACHE_SIZE = 512
 
 
 def renyi_epsilon(events: Sequence[PrivacyEvent], delta: float) -> float:
@@ -76,195 +74,6 @@ def _quiet_absl():
         absl_logging.set_verbosity(level)
 
 
-@functools.lru_cache(maxsize=256)
-def _event_pld(kind: str, noise_multiplier: float | None, epsilon: float | None,
-               sampling_rate: float | None, count: int,
-               discretization: float = _PLD_DISCRETISATION,
-               delta: float | None = None, grid_steps: int | None = None) -> pld.PrivacyLossDistribution:
-    """PLD of ``count`` identical releases (pessimistic: a coarser ``discretization`` only
-    over-estimates epsilon); cached, PLDs are immutable."""
-    if kind == "discrete_gaussian":
-        raise ValueError("a discrete Gaussian release has no exact privacy loss distribution here; "
-                         "the ledger accounts it by its Renyi-DP curve")
-    if kind == "discrete_laplace":  # P(k) ~ exp(-|k| epsilon / s), sensitivity s grid steps
-        one = pld.from_discrete_laplace_mechanism(epsilon / grid_steps, sensitivity=grid_steps,
-                                                  value_discretization_interval=discretization)
-    elif kind == "laplace":
-        one = pld.from_laplace_mechanism(noise_multiplier, value_discretization_interval=discretization)
-    elif kind == "gaussian":
-        one = pld.from_gaussian_mechanism(noise_multiplier, value_discretization_interval=discretization)
-    elif kind == "subsampled_gaussian":
-        one = pld.from_gaussian_mechanism(noise_multiplier, sampling_prob=sampling_rate,
-                                          value_discretization_interval=discretization)
-    elif epsilon > MAX_EVENT_EPSILON:
-        raise ValueError(f"no PLD for an event of epsilon {epsilon:g} > {MAX_EVENT_EPSILON:g} (exp overflows); "
-                         "compose it by basic composition")
-    else:  # worst case of any (epsilon, delta)-DP mechanism (delta 0: pure)
-        one = pld.from_privacy_parameters(pld_common.DifferentialPrivacyParameters(epsilon, delta or 0.0),
-                                          value_discretization_interval=discretization)
-    return one.self_compose(count) if count > 1 else one
-
-
-def _has_pld(event: PrivacyEvent) -> bool:
-    return event.kind != "discrete_gaussian"
-
-
-# Compositions shared across ledgers (PLDs are immutable): a run's final get_epsilon
-# finds the composition its budget check built, and repeated runs (cross-validation
-# folds) with equal events compose once.
-_COMPOSED_CACHE: OrderedDict[tuple, pld.PrivacyLossDistribution] = OrderedDict()
-_COMPOSED_CACHE_SIZE = 16
-# Epsilons of whole event sequences (immutable events; the accountant is deterministic).
-_EPSILON_CACHE: OrderedDict[tuple, float] = OrderedDict()
-
-
-@dataclass(frozen=True)
-class PrivacyEvent:
-    """One release (or ``count`` identical releases) and its privacy parameters.
-
-    Attributes
-    ----------
-    kind : {"laplace", "discrete_laplace", "gaussian", "pure", "approx", "subsampled_gaussian", "non_private"}
-        ``laplace``: additive ``Lap(b)`` on a query whose change under add/remove
-        of one record moves a *single* coordinate by at most the sensitivity
-        (a scalar or a histogram); ``noise_multiplier = b / sensitivity``.
-        ``discrete_laplace``: integer noise ``P(k) ~ exp(-|k| epsilon / s)`` on a query
-        on a public grid that one record moves by at most ``s = grid_steps`` steps in a
-        single coordinate (counts: ``s = 1``); ``epsilon`` is its pure epsilon.
-        ``gaussian``: additive ``N(0, sigma^2 I)``, ``noise_multiplier = sigma / Delta_2``
-        (exact for any dimension).
-        ``discrete_gaussian``: additive i.i.d. discrete Gaussian noise on a query on a
-        public grid, ``noise_multiplier = sigma / Delta_2`` with both in grid steps
-        (the rounding slack included). Accounted by its Renyi-DP curve, which is at most
-        the continuous Gaussian's, ``alpha / (2 noise_multiplier^2)`` (Canonne, Kamath &
-        Steinke 2020: ``(Delta^2 / 2 sigma^2)``-zCDP for integer shifts, and Renyi
-        divergences of independent coordinates add). Its privacy loss distribution is
-        not the Gaussian's, so the PLD accountant composes these releases with the others
-        by basic composition over the best of a fixed grid of splits of delta.
-        ``pure``: any epsilon-DP release (``epsilon``), for example Laplace noise on a
-        vector whose l1 change may spread over coordinates, or report-noisy-max; accounted
-        by its worst-case privacy loss distribution.
-        ``approx``: any ``(epsilon, delta)``-DP release known only by its parameters
-        (e.g. smooth-sensitivity noise); accounted by the worst-case privacy loss
-        distribution of an ``(epsilon, delta)`` mechanism (PLD accountant only).
-        ``subsampled_gaussian``: one DP-SGD step, Poisson sampling with
-        ``sampling_rate`` and Gaussian noise ``noise_multiplier`` (sigma / C).
-        ``non_private``: a release without noise (e.g. a noise-free debugging run); the
-        ledger then reports epsilon = inf.
-    noise_multiplier : float or None
-    epsilon : float or None
-        For ``pure`` and ``approx`` events; for ``laplace`` it is derived
-        (``1 / noise_multiplier``).
-    delta : float or None
-        For ``approx`` events.
-    sampling_rate : float or None
-    count : int
-        Number of identical releases (e.g. DP-SGD steps).
-    name : str
-        What was released, e.g. ``"dp_init/class_counts"``.
-    sensitivity : float or None
-        For the record: the sensitivity the mechanism was calibrated to.
-    """
-
-    kind: EventKind
-    noise_multiplier: float | None = None
-    epsilon: float | None = None
-    sampling_rate: float | None = None
-    count: int = 1
-    name: str = ""
-    sensitivity: float | None = None
-    delta: float | None = None
-    grid_steps: int | None = None
-    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
-
-    def __post_init__(self) -> None:
-        if self.kind not in _KINDS:
-            raise ValueError(f"unknown event kind {self.kind!r}; expected one of {_KINDS}")
-        if not isinstance(self.count, int) or self.count < 1:
-            raise ValueError(f"count must be a positive int, got {self.count!r}")
-        if self.kind == "discrete_laplace":
-            check_epsilon(self.epsilon if self.epsilon is not None else -1.0, "event epsilon")
-            if isinstance(self.grid_steps, bool) or not isinstance(self.grid_steps, int) or self.grid_steps < 1:
-                raise ValueError(f"discrete_laplace event needs grid_steps >= 1, got {self.grid_steps!r}")
-        elif self.kind in ("pure", "approx"):
-            check_epsilon(self.epsilon if self.epsilon is not None else -1.0, "event epsilon")
-            if self.kind == "approx" and not (self.delta is not None and 0 < self.delta < 1):
-                raise ValueError(f"approx event needs delta in (0, 1), got {self.delta!r}")
-        elif self.kind != "non_private":
-            nm = self.noise_multiplier
-            if nm is None or not math.isfinite(nm) or nm <= 0:
-                raise ValueError(f"{self.kind} event needs noise_multiplier > 0, got {nm!r}")
-        if self.kind == "subsampled_gaussian":
-            q = self.sampling_rate
-            if q is None or not 0 < q <= 1:
-                raise ValueError(f"sampling_rate must lie in (0, 1], got {q!r}")
-
-    @property
-    def pure_epsilon(self) -> float | None:
-        """Epsilon of one release if the event is pure DP, else None."""
-        if self.kind in ("pure", "discrete_laplace"):
-            return self.epsilon
-        if self.kind == "laplace":
-            return 1.0 / float(self.noise_multiplier)  # type: ignore[arg-type]
-        if self.kind == "non_private":
-            return math.inf
-        return None
-
-    def same_mechanism(self, other: PrivacyEvent) -> bool:
-        return (self.kind, self.noise_multiplier, self.epsilon, self.sampling_rate, self.name,
-                self.sensitivity, self.delta, self.grid_steps) == (other.kind, other.noise_multiplier, other.epsilon,
-                                                                   other.sampling_rate, other.name, other.sensitivity,
-                                                                   other.delta, other.grid_steps)
-
-    # -- accounting -------------------------------------------------------------------
-    def to_pld(self, discretization: float = _PLD_DISCRETISATION) -> pld.PrivacyLossDistribution:
-        """Privacy loss distribution of all ``count`` releases (pessimistic)."""
-        return _event_pld(self.kind, self.noise_multiplier, self.epsilon, self.sampling_rate, self.count,
-                          discretization, self.delta, self.grid_steps)
-
-    def to_dp_event(self) -> dpe.DpEvent:
-        """The dp-accounting event (for the RDP accountant)."""
-        if self.kind == "laplace":
-            one: dpe.DpEvent = dpe.LaplaceDpEvent(self.noise_multiplier)
-        elif self.kind in ("gaussian", "discrete_gaussian"):  # discrete: an upper bound (see kind)
-            one = dpe.GaussianDpEvent(self.noise_multiplier)
-        elif self.kind == "subsampled_gaussian":
-            one = dpe.PoissonSampledDpEvent(self.sampling_rate, dpe.GaussianDpEvent(self.noise_multiplier))
-        elif self.kind == "approx":
-            raise ValueError(f"{self.name or 'approx'}: an (epsilon, delta) event has no Renyi-DP "
-                             "curve; use the ledger's PLD accountant")
-        else:  # epsilon-DP implies (epsilon^2 / 2)-zCDP (Bun & Steinke 2016)
-            one = dpe.ZCDpEvent(self.epsilon**2 / 2)
-        return dpe.SelfComposedDpEvent(one, self.count) if self.count > 1 else one
-
-    def describe(self) -> str:
-        parts = [f"{self.name or self.kind}: {self.kind}"]
-        if self.noise_multiplier is not None:
-            parts.append(f"noise multiplier {self.noise_multiplier:.4g}")
-        if self.pure_epsilon is not None:
-            parts.append(f"epsilon {self.pure_epsilon:.4g} each")
-        if self.grid_steps is not None:
-            parts.append(f"{self.grid_steps} grid step(s)")
-        if self.kind == "approx":
-            parts.append(f"epsilon {self.epsilon:.4g}, delta {self.delta:.3g} each")
-        if self.sampling_rate is not None:
-            parts.append(f"sampling rate {self.sampling_rate:.4g}")
-        if self.sensitivity is not None:
-            parts.append(f"sensitivity {self.sensitivity:.4g}")
-        parts.append(f"x{self.count}")
-        return ", ".join(parts)
-
-
-def dp_sgd_event(noise_multiplier: float, sampling_rate: float, steps: int) -> PrivacyEvent:
-    """``steps`` DP-SGD steps: Poisson subsampling at rate ``sampling_rate``, then the
-    Gaussian mechanism with ``noise_multiplier`` (a noise-free debugging run,
-    ``noise_multiplier == 0``, is recorded as ``non_private``: epsilon is inf)."""
-    if noise_multiplier == 0:
-        return PrivacyEvent("non_private", count=steps, name="sgd_without_noise")
-    return PrivacyEvent("subsampled_gaussian", noise_multiplier=noise_multiplier,
-                        sampling_rate=sampling_rate, count=steps, name="dp_sgd")
-
-
 class PrivacyLedger:
     """Records every release of a run and composes them into one guarantee.
 
@@ -280,7 +89,7 @@ class PrivacyLedger:
     Example
     -------
     >>> ledger = PrivacyLedger(budget=(1.0, 1e-5))
-    >>> ledger.spend(PrivacyEvent("laplace", noise_multiplier=5.0, name="counts"))
+    >>> ledger.spend(LaplaceEvent(5.0, name="counts"))
     >>> round(ledger.get_epsilon(), 3)
     0.2
     """
@@ -304,6 +113,11 @@ class PrivacyLedger:
             budget[1] if budget is not None else 1e-5)
         self._events: list[PrivacyEvent] = []
         self._cache: dict[float, float] = {}
+        # This ledger's compositions (recorded events + a tail -> PLD) and epsilons
+        # (events, delta, accountant -> epsilon); a check() and the spend() after it, or a
+        # run's final get_epsilon after its budget check, compose once.
+        self._composed: OrderedDict[tuple, pld.PrivacyLossDistribution] = OrderedDict()
+        self._epsilons: OrderedDict[tuple, float] = OrderedDict()
         self._total_pld: pld.PrivacyLossDistribution | None = None  # PLD of self._events
         # (new events, PLD of self._events + them) of the last composition, valid until
         # self._events changes
@@ -323,7 +137,7 @@ class PrivacyLedger:
         out = list(events)
         if out and out[-1].same_mechanism(event):  # merge repeats, e.g. consecutive SGD steps
             last = out.pop()
-            event = PrivacyEvent(**{**asdict(last), "count": last.count + event.count})
+            event = last.with_count(last.count + event.count)
         out.append(event)
         return out
 
@@ -373,7 +187,7 @@ class PrivacyLedger:
         if prechecked and (self._last_composed is None or self._last_composed[0] != tuple(events)):
             self._total_pld = None  # recomposed lazily from the (merged) events when asked
         elif self._total_pld is not None and self.accountant == "pld" \
-                and not any(e.kind == "non_private" for e in events):
+                and all(e.is_private for e in events):
             self._total_pld = self._composed_pld(events)  # keep the cached composition current
         for event in events:
             self._events = self._append(self._events, event)
@@ -411,7 +225,7 @@ class PrivacyLedger:
         """PLD of the recorded events followed by ``new`` (composition is commutative,
         so merging a repeat into the last event gives the same distribution); discrete
         Gaussian releases left out (None if nothing is left)."""
-        if any(e.kind == "non_private" for e in (*self._events, *new)):
+        if not all(e.is_private for e in (*self._events, *new)):
             return None
         key = tuple(new)
         if self._last_composed is not None and self._last_composed[0] == key:
@@ -420,20 +234,20 @@ class PrivacyLedger:
         for event in new:
             merged = self._append(merged, event)
         shared_key = tuple(merged)
-        if shared_key in _COMPOSED_CACHE:
-            _COMPOSED_CACHE.move_to_end(shared_key)
-            self._last_composed = (key, _COMPOSED_CACHE[shared_key])
-            return _COMPOSED_CACHE[shared_key]
+        if shared_key in self._composed:
+            self._composed.move_to_end(shared_key)
+            self._last_composed = (key, self._composed[shared_key])
+            return self._composed[shared_key]
         if self._total_pld is None:
-            for e in filter(_has_pld, self._events):
+            for e in (e for e in self._events if e.has_pld):
                 self._total_pld = e.to_pld() if self._total_pld is None else self._total_pld.compose(e.to_pld())
         total = self._total_pld
-        for e in filter(_has_pld, new):
+        for e in (e for e in new if e.has_pld):
             total = e.to_pld() if total is None else total.compose(e.to_pld())
         self._last_composed = (key, total)
-        _COMPOSED_CACHE[shared_key] = total
-        while len(_COMPOSED_CACHE) > _COMPOSED_CACHE_SIZE:
-            _COMPOSED_CACHE.popitem(last=False)
+        self._composed[shared_key] = total
+        while len(self._composed) > _COMPOSED_CACHE_SIZE:
+            self._composed.popitem(last=False)
         return total
 
     def _epsilon(self, new: Sequence[PrivacyEvent], delta: float) -> float:
@@ -443,19 +257,19 @@ class PrivacyLedger:
         if not events:
             return 0.0
         key = (tuple(events), float(delta), self.accountant)
-        if key in _EPSILON_CACHE:
-            _EPSILON_CACHE.move_to_end(key)
-            return _EPSILON_CACHE[key]
+        if key in self._epsilons:
+            self._epsilons.move_to_end(key)
+            return self._epsilons[key]
         eps = self._epsilon_uncached(events, new, delta)
-        _EPSILON_CACHE[key] = eps
-        while len(_EPSILON_CACHE) > 512:
-            _EPSILON_CACHE.popitem(last=False)
+        self._epsilons[key] = eps
+        while len(self._epsilons) > _EPSILON_CACHE_SIZE:
+            self._epsilons.popitem(last=False)
         return eps
 
     def _epsilon_uncached(self, events: list[PrivacyEvent], new: Sequence[PrivacyEvent], delta: float) -> float:
-        if any(e.kind == "non_private" for e in events):
+        if not all(e.is_private for e in events):
             return math.inf
-        huge = [e.kind in ("pure", "approx") and e.epsilon > MAX_EVENT_EPSILON for e in events]
+        huge = [e.basic_composition_only for e in events]
         if any(huge):
             return self._epsilon_with_huge_events(events, huge, delta)
         pure = [e.pure_epsilon for e in events]
@@ -465,7 +279,7 @@ class PrivacyLedger:
             return basic  # only pure releases compose to a finite epsilon at delta 0
         if self.accountant == "rdp":
             eps = renyi_epsilon(events, delta)
-        elif any(e.kind == "discrete_gaussian" for e in events):
+        elif not all(e.has_pld for e in events):
             eps = self._epsilon_with_discrete_gaussians(events, new, delta)
         else:
             eps = self._composed_pld(new).get_epsilon_for_delta(delta)
@@ -478,18 +292,18 @@ class PrivacyLedger:
         and the run is ``(eps_g + eps_r, delta)``-DP (basic composition) for every split;
         the smallest over a fixed grid of splits is reported. Without ``approx`` events the
         Renyi-DP composition of the whole run is valid too, and the smaller one is kept."""
-        gaussians = [e for e in events if e.kind == "discrete_gaussian"]
+        gaussians = [e for e in events if not e.has_pld]  # (all private here)
         rest = self._composed_pld(new)
         if rest is None:
             return renyi_epsilon(gaussians, delta)
         eps = min(renyi_epsilon(gaussians, delta * f) + rest.get_epsilon_for_delta(delta * (1.0 - f))
                   for f in _DELTA_SPLITS)
-        others = [e for e in events if e.kind != "discrete_gaussian"]
+        others = [e for e in events if e.has_pld]
         pure = [e.pure_epsilon for e in others]
         if all(p is not None for p in pure):  # the rest at delta 0: all of delta to the Gaussians
             eps = min(eps, renyi_epsilon(gaussians, delta) + sum(p * e.count for p, e in zip(pure, others,
                                                                                           strict=True)))
-        if not any(e.kind == "approx" for e in events):
+        if all(e.has_renyi_curve for e in events):
             eps = min(eps, renyi_epsilon(events, delta))
         return eps
 
@@ -501,8 +315,8 @@ class PrivacyLedger:
         """
         big = [e for e, h in zip(events, huge, strict=True) if h]
         rest = [e for e, h in zip(events, huge, strict=True) if not h]
-        big_epsilon = sum(e.epsilon * e.count for e in big)
-        rest_delta = delta - sum((e.delta or 0.0) * e.count for e in big)
+        big_epsilon = sum(e.epsilon * e.count for e in big)  # (pure or approx events)
+        rest_delta = delta - sum(e.delta_per_release * e.count for e in big)
         if not rest:
             return big_epsilon if rest_delta >= 0 else math.inf
         if rest_delta < 0 or (rest_delta == 0 and any(e.pure_epsilon is None for e in rest)):
@@ -511,15 +325,21 @@ class PrivacyLedger:
 
     @staticmethod
     def epsilon_of(events: Sequence[PrivacyEvent], delta: float, accountant: str = "pld",
-                   discretization: float = _PLD_DISCRETISATION) -> float:
+                   discretization: float = PLD_DISCRETISATION) -> float:
         """Epsilon at ``delta`` of ``events`` composed, without a ledger or a budget.
 
         ``discretization`` (PLD only) trades speed for tightness; the result stays an
-        upper bound for any value (pessimistic discretisation).
+        upper bound for any value (pessimistic discretisation). A pure function of
+        immutable events, memoised (plans and calibrations ask for the same run again).
         """
-        if accountant == "pld" and discretization != _PLD_DISCRETISATION \
-                and not any(e.kind == "discrete_gaussian" for e in events):
-            if not events or any(e.kind == "non_private" for e in events):
+        return _epsilon_of(tuple(events), float(delta), accountant, float(discretization))
+
+    @staticmethod
+    def _epsilon_of_uncached(events: tuple[PrivacyEvent, ...], delta: float, accountant: str,
+                             discretization: float) -> float:
+        if accountant == "pld" and discretization != PLD_DISCRETISATION \
+                and all(e.has_pld or not e.is_private for e in events):
+            if not events or not all(e.is_private for e in events):
                 return 0.0 if not events else math.inf
             total = events[0].to_pld(discretization)
             for e in events[1:]:
@@ -548,7 +368,7 @@ class PrivacyLedger:
             "neighbouring": "add/remove one record",
             "budget": list(self.budget) if self.budget else None,
             "noise": self.noise,
-            "events": [{k: v for k, v in asdict(e).items() if v not in (None, {})} for e in self._events],
+            "events": [{k: v for k, v in e.to_dict().items() if v is not None} for e in self._events],
         }
 
     def __str__(self) -> str:
@@ -571,7 +391,7 @@ class PrivacyLedger:
             "accountant": self.accountant,
             "default_delta": self.default_delta,
             "noise_sources": sorted(self._noise_sources),
-            "events": [asdict(e) for e in self._events],
+            "events": [e.to_dict() for e in self._events],
         }
 
     def load_state_dict(self, state: dict[str, Any], *, keep_current: bool = False) -> None:
@@ -596,7 +416,7 @@ class PrivacyLedger:
         self.default_delta = state["default_delta"]
         self._noise_sources |= set(state.get("noise_sources", ()))
         self._events = []
-        for event in [*(PrivacyEvent(**e) for e in state["events"]), *current]:
+        for event in [*(PrivacyEvent.from_dict(e) for e in state["events"]), *current]:
             self._events = self._append(self._events, event)
         self._total_pld = None
         self._last_composed = None
@@ -621,3 +441,8 @@ class PrivacyLedger:
         except AttributeError as err:  # pragma: no cover - exotic objects
             raise TypeError(f"cannot attach a privacy summary to {type(model).__name__}") from err
         return model
+
+
+@functools.lru_cache(maxsize=512)
+def _epsilon_of(events: tuple[PrivacyEvent, ...], delta: float, accountant: str, discretization: float) -> float:
+    return PrivacyLedger._epsilon_of_uncached(events, delta, accountant, discretization)

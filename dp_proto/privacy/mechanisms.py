@@ -33,7 +33,15 @@ from dp_proto.privacy.calibration import (
     classic_gaussian_sigma,
     laplace_scale,
 )
-from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger, renyi_epsilon
+from dp_proto.privacy.events import (
+    DiscreteGaussianEvent,
+    DiscreteLaplaceEvent,
+    GaussianEvent,
+    LaplaceEvent,
+    PrivacyEvent,
+    PureEvent,
+)
+from dp_proto.privacy.ledger import PrivacyLedger, renyi_epsilon
 from dp_proto.privacy.noise import (
     discrete_gaussian_noise,
     discrete_laplace_noise,
@@ -169,16 +177,16 @@ def laplace_mechanism(
         steps = math.ceil(sens / grid - 1e-12) + slack
         scale = steps / epsilon
         if sens > 0 and single_coordinate:  # exact discrete-Laplace privacy loss distribution
-            _record(ledger, PrivacyEvent("discrete_laplace", epsilon=epsilon, grid_steps=steps, name=name,
+            _record(ledger, DiscreteLaplaceEvent(epsilon, grid_steps=steps, name=name,
                                          sensitivity=sens))
         elif sens > 0:  # several coordinates: accounted as a generic epsilon-DP release
-            _record(ledger, PrivacyEvent("pure", epsilon=epsilon, name=name, sensitivity=sens))
+            _record(ledger, PureEvent(epsilon, name=name, sensitivity=sens))
     else:
         scale = laplace_scale(epsilon, sens)
         if sens > 0 and single_coordinate:
-            _record(ledger, PrivacyEvent("laplace", noise_multiplier=1.0 / epsilon, name=name, sensitivity=sens))
+            _record(ledger, LaplaceEvent(1.0 / epsilon, name=name, sensitivity=sens))
         elif sens > 0:
-            _record(ledger, PrivacyEvent("pure", epsilon=epsilon, name=name, sensitivity=sens))
+            _record(ledger, PureEvent(epsilon, name=name, sensitivity=sens))
     generator = noise_rng(ledger, generator, secure, value.device, name)
     if grid is not None:
         def draw() -> Tensor:
@@ -217,7 +225,7 @@ def renyi_noise_multiplier(epsilon: float, delta: float, *, rtol: float = 1e-9) 
     delta = check_delta(delta, allow_zero=False)
 
     def eps_of(nm: float) -> float:
-        return renyi_epsilon([PrivacyEvent("discrete_gaussian", noise_multiplier=nm)], delta)
+        return renyi_epsilon([DiscreteGaussianEvent(nm)], delta)
     lo, hi = 1.0, 1.0
     while eps_of(hi) > epsilon:
         lo, hi = hi, 2.0 * hi
@@ -274,7 +282,7 @@ def plan_gaussian(
         raise ValueError(f"grid must be a number > 0, 'auto' or None, got {grid!r}")
     if grid is None:
         sigma = gaussian_sigma(epsilon, delta, sens, calibration or "analytic")
-        event = PrivacyEvent("gaussian", noise_multiplier=sigma / sens, name=name, sensitivity=sens) if sens else None
+        event = GaussianEvent(sigma / sens, name=name, sensitivity=sens) if sens else None
         return GaussianPlan(sigma, None, None, event)
     if calibration is not None:
         raise ValueError("calibration applies to continuous noise (grid=None); the discrete Gaussian is "
@@ -291,7 +299,7 @@ def plan_gaussian(
         return GaussianPlan(0.0, float(grid), 0.0, None)
     steps = sens / grid + (0.0 if value_on_grid else math.sqrt(max(numel, 1)))
     multiplier = renyi_noise_multiplier(epsilon, delta)
-    event = PrivacyEvent("discrete_gaussian", noise_multiplier=multiplier, name=name, sensitivity=sens)
+    event = DiscreteGaussianEvent(multiplier, name=name, sensitivity=sens)
     return GaussianPlan(multiplier * steps * grid, float(grid), steps, event)
 
 
@@ -452,7 +460,7 @@ def report_noisy_max(
     counts = counts.to(torch.float64)
     if not torch.equal(torch.round(counts), counts):
         raise ValueError("report_noisy_max needs integer counts (counting queries over disjoint groups)")
-    _record(ledger, PrivacyEvent("pure", epsilon=epsilon, name=name, sensitivity=1.0))
+    _record(ledger, PureEvent(epsilon, name=name, sensitivity=1.0))
     generator = noise_rng(ledger, generator, secure, counts.device, name)
 
     def draw() -> Tensor:

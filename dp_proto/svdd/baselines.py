@@ -44,7 +44,8 @@ from sklearn.utils.validation import check_is_fitted
 from dp_proto.privacy.calibration import optional_epsilon
 from dp_proto.privacy.curator import curator_attach, curator_log
 from dp_proto.privacy.domain import public_classes
-from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
+from dp_proto.privacy.events import PureEvent
+from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import laplace_mechanism
 from dp_proto.privacy.randomness import (
     check_noise_seed,
@@ -607,8 +608,8 @@ class PrivateSVMOutput(_RFFSVMBase):
         if eps is None:
             return scores.cpu().numpy()
         m = scores.shape[0]
-        self.ledger_.spend(PrivacyEvent(
-            "pure", epsilon=eps, count=m, name="svm_output_queries", sensitivity=self.sensitivity_,
+        self.ledger_.spend(PureEvent(
+            eps, count=m, name="svm_output_queries", sensitivity=self.sensitivity_,
         ))
         if self._noise_state is None:
             generator = fresh_generator()  # fresh operating-system entropy

@@ -43,7 +43,8 @@ from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.privacy.calibration import optional_epsilon
 from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.domain import public_classes
-from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
+from dp_proto.privacy.events import NonPrivateEvent
+from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import noisy_count
 from dp_proto.privacy.randomness import check_noise_seed, noise_generator
 from dp_proto.svdd.cells import group_hypercubes, nearest_index
@@ -278,7 +279,7 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
                                              ledger=self.ledger_, generator=noise, name="svdd/radius")
         else:
             self.radius2_ = float(torch.quantile(scores.to(torch.float64), level))
-            self.ledger_.spend(PrivacyEvent("non_private", name="svdd/non_private"))
+            self.ledger_.spend(NonPrivateEvent(name="svdd/non_private"))
         self.offset_ = -self.radius2_
         return self
 
@@ -569,7 +570,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
             if not bool(keep.any()):
                 keep[counts.max(1).values.argmax()] = True
             idx, counts = idx[keep], counts[keep]
-            self.ledger_.spend(PrivacyEvent("non_private", name="svdd/non_private"))
+            self.ledger_.spend(NonPrivateEvent(name="svdd/non_private"))
         self.cubes_ = idx.to(X.device)
         self.cell_counts_ = counts.to(X.device)
         self.cell_labels_ = self.cell_counts_.argmax(1)
@@ -614,7 +615,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
                           "from training records: the model is not differentially private", PrivacyLeakWarning,
                           stacklevel=2)
             # recorded first: a ledger with a budget refuses the fit before the data are touched
-            self.ledger_.spend(PrivacyEvent("non_private", name="svdd/training_starts"))
+            self.ledger_.spend(NonPrivateEvent(name="svdd/training_starts"))
         noise = self._noise_generator() if private else None
         # a noisy record count for starts="auto" and for n_starts="auto" with random starts
         needs_count = mode == "auto" or (self.n_starts == "auto" and mode in ("normal", "uniform"))
@@ -670,7 +671,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
             flat = torch.bincount(train_cell * c + labels, minlength=num_cells * c)
             counts = flat.reshape(num_cells, c).to(torch.float64)
             min_count = self.min_count if self.min_count is not None else 0.5
-            self.ledger_.spend(PrivacyEvent("non_private", name="svdd/non_private"))
+            self.ledger_.spend(NonPrivateEvent(name="svdd/non_private"))
         self.cell_counts_ = counts
         totals = counts.sum(1)
         keep = totals >= min_count

@@ -46,7 +46,8 @@ import torch
 from torch import Tensor
 
 from dp_proto.privacy.calibration import check_epsilon
-from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
+from dp_proto.privacy.events import PureEvent
+from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.noise import discrete_laplace_noise, geometric_noise, uniform_open
 from dp_proto.privacy.testing import intercept
@@ -367,7 +368,7 @@ def sparse_noisy_histogram(cells: Tensor, labels: Tensor, grid: PublicGrid, num_
         raise ValueError(f"threshold {threshold:g} would release about {grid.num_cells * p_pass:.3g} empty cubes "
                          f"(more than {MAX_FALSE_CELLS}): raise it (see grid_threshold) or use fewer cubes")
     if ledger is not None:
-        ledger.spend(PrivacyEvent("pure", epsilon=epsilon, name=name, sensitivity=1.0))
+        ledger.spend(PureEvent(epsilon, name=name, sensitivity=1.0))
     generator = noise_rng(ledger, generator, False, "cpu", name)
     keys, occupied, counts = cube_counts(cells, labels, grid, num_classes)
 

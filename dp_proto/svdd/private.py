@@ -56,7 +56,8 @@ import torch
 from torch import Tensor
 
 from dp_proto.privacy.calibration import check_epsilon
-from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
+from dp_proto.privacy.events import PureEvent
+from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import laplace_mechanism, noise_rng
 from dp_proto.privacy.noise import uniform_open
 from dp_proto.privacy.testing import intercept
@@ -160,7 +161,7 @@ def private_quantile(scores: Tensor, level: float, epsilon: float, grid: Tensor,
     if grid.dim() != 1 or grid.numel() < 1:
         raise ValueError("grid must be a non-empty 1-D tensor")
     if ledger is not None:
-        ledger.spend(PrivacyEvent("pure", epsilon=epsilon, name=name, sensitivity=1.0))
+        ledger.spend(PureEvent(epsilon, name=name, sensitivity=1.0))
     generator = noise_rng(ledger, generator, False, grid.device, name)
     s = scores.detach().to(torch.float64).reshape(-1)
     g = grid.to(s)

@@ -9,9 +9,10 @@ from sklearn.datasets import load_iris
 
 from dp_proto.lightning import ArrayDataModule, LVQModule, PrivacySpendCallback
 from dp_proto.lvq import GLVQLayer, PrototypeModel
-from dp_proto.privacy import PrivacyEvent, PrivacyLedger
+from dp_proto.privacy import PrivacyLedger
+from dp_proto.privacy.events import SubsampledGaussianEvent
 
-STEP = PrivacyEvent("subsampled_gaussian", noise_multiplier=1.0, sampling_rate=0.1, name="sgd")
+STEP = SubsampledGaussianEvent(noise_multiplier=1.0, sampling_rate=0.1, name="sgd")
 
 
 class SpendingModule(LVQModule):

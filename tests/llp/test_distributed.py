@@ -133,7 +133,7 @@ def test_private_network_in_four_processes_equals_simulation(tmp_path):
     for r in results:
         (event,) = r.ledger.events
         assert event.kind == "discrete_laplace" and event.epsilon == eps and event.grid_steps == 1
-        assert event.noise_multiplier is None and r.ledger.get_epsilon(0.0) == pytest.approx(eps)
+        assert not hasattr(event, "noise_multiplier") and r.ledger.get_epsilon(0.0) == pytest.approx(eps)
         assert r.ledger.summary()["noise"] == "reproducible"  # noise_seed, through the pickled ledger
     assert elapsed < 60, f"4 processes took {elapsed:.1f} s"
 

@@ -13,8 +13,9 @@ from dp_accounting import dp_event as dpe
 from dp_accounting.rdp import rdp_privacy_accountant as rdp
 from scipy import stats
 
-from dp_proto.privacy import PrivacyEvent, PrivacyLedger, gaussian_mechanism, laplace_mechanism
+from dp_proto.privacy import PrivacyLedger, gaussian_mechanism, laplace_mechanism
 from dp_proto.privacy.calibration import analytic_gaussian_sigma
+from dp_proto.privacy.events import ApproxEvent, DiscreteGaussianEvent
 from dp_proto.privacy.mechanisms import plan_gaussian, renyi_noise_multiplier
 from dp_proto.privacy.noise import discrete_gaussian_noise
 
@@ -123,10 +124,10 @@ def test_ledger_composes_discrete_gaussians_with_the_rest():
     over a split of delta, never worse than either valid bound."""
     nm = renyi_noise_multiplier(1.0, 1e-5)
     only = PrivacyLedger()
-    only.spend(PrivacyEvent("discrete_gaussian", noise_multiplier=nm, name="sum"))
+    only.spend(DiscreteGaussianEvent(noise_multiplier=nm, name="sum"))
     assert only.get_epsilon(1e-5) == pytest.approx(1.0, rel=1e-6)
     rdp_ledger = PrivacyLedger(accountant="rdp")
-    rdp_ledger.spend(PrivacyEvent("discrete_gaussian", noise_multiplier=nm, name="sum"))
+    rdp_ledger.spend(DiscreteGaussianEvent(noise_multiplier=nm, name="sum"))
     assert rdp_ledger.get_epsilon(1e-5) == pytest.approx(1.0, rel=1e-6)
 
     mixed = PrivacyLedger()
@@ -135,11 +136,11 @@ def test_ledger_composes_discrete_gaussians_with_the_rest():
     eps = mixed.get_epsilon(1e-5)
     assert 1.0 < eps <= 1.5 + 1e-9  # at most basic composition of the two guarantees
     approx = PrivacyLedger()  # an (epsilon, delta) event has no Renyi curve: the split alone
-    approx.spend(PrivacyEvent("approx", epsilon=0.5, delta=1e-6, name="coa"))
-    approx.spend(PrivacyEvent("discrete_gaussian", noise_multiplier=nm, name="sum"))
+    approx.spend(ApproxEvent(epsilon=0.5, delta=1e-6, name="coa"))
+    approx.spend(DiscreteGaussianEvent(noise_multiplier=nm, name="sum"))
     assert 1.5 < approx.get_epsilon(1e-5) < 2.0
     state = approx.state_dict()
     assert PrivacyLedger.from_state_dict(state).get_epsilon(1e-5) == approx.get_epsilon(1e-5)
     assert PrivacyLedger.epsilon_of(approx.events, 1e-5, discretization=1e-3) == approx.get_epsilon(1e-5)
     with pytest.raises(ValueError, match="Renyi-DP"):
-        PrivacyEvent("discrete_gaussian", noise_multiplier=nm).to_pld()
+        DiscreteGaussianEvent(noise_multiplier=nm).to_pld()

@@ -52,7 +52,8 @@ from dp_proto.lvq.private.saa import (
     train_bin_models,
 )
 from dp_proto.privacy.calibration import check_delta, check_epsilon
-from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
+from dp_proto.privacy.events import ApproxEvent
+from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.testing import intercept
@@ -150,7 +151,7 @@ def centre_of_attention_mechanism(
         raise ValueError(f"points lie farther apart ({float(radii[:, -1].max()):.4g}) than the declared "
                          f"domain diameter {diameter:.4g}: clip them into the domain first")
     if ledger is not None:
-        ledger.spend(PrivacyEvent("approx", epsilon=epsilon, delta=delta, name=name))
+        ledger.spend(ApproxEvent(epsilon, delta, name=name))
     generator = noise_rng(ledger, generator, secure, pts.device, name)
     centre = pts[centre_of_attention(pts, t0, radii=radii)]
     std = smooth_sensitivity(pts, t0, beta, diameter, multiplicity, radii=radii) / alpha

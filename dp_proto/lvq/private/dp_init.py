@@ -28,7 +28,8 @@ from dp_proto.lvq.init import make_prototype_labels
 from dp_proto.privacy.calibration import check_epsilon
 from dp_proto.privacy.clipping import clip_box
 from dp_proto.privacy.domain import warn_clipped
-from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
+from dp_proto.privacy.events import DiscreteLaplaceEvent, PureEvent
+from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import laplace_mechanism, noisy_histogram
 from dp_proto.privacy.noise import gaussian_noise
 
@@ -94,9 +95,9 @@ def dp_class_mean_prototypes(
         raise ValueError(f"y must hold class indices in 0..{num_classes - 1}")
     d = x.shape[1]
     eps_counts, eps_sums = epsilon * count_fraction, epsilon * (1 - count_fraction)
-    counts_event = PrivacyEvent("discrete_laplace", epsilon=eps_counts, grid_steps=1, name=f"{name}/class_counts",
+    counts_event = DiscreteLaplaceEvent(eps_counts, grid_steps=1, name=f"{name}/class_counts",
                                 sensitivity=1.0)  # what noisy_histogram records (integer noise)
-    sums_event = PrivacyEvent("pure", epsilon=eps_sums, name=f"{name}/class_sums", sensitivity=float(d))
+    sums_event = PureEvent(eps_sums, name=f"{name}/class_sums", sensitivity=float(d))
     if ledger is not None:
         ledger.check(counts_event, sums_event)  # refuse both parts before releasing either
 

@@ -14,7 +14,8 @@ from dp_proto.lvq.private.coa import (
     smooth_sensitivity,
     t_radii,
 )
-from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
+from dp_proto.privacy.events import ApproxEvent
+from dp_proto.privacy.ledger import PrivacyLedger
 
 
 def test_t_radii_count_the_point_itself_first():
@@ -67,14 +68,14 @@ def test_release_noise_scale_and_ledger_event():
 
 def test_approx_events_compose_in_the_ledger():
     ledger = PrivacyLedger()
-    ledger.spend(PrivacyEvent("approx", epsilon=0.5, delta=1e-6, name="a"))
+    ledger.spend(ApproxEvent(epsilon=0.5, delta=1e-6, name="a"))
     assert ledger.get_epsilon(1e-6) == pytest.approx(0.5, rel=1e-3)
-    ledger.spend(PrivacyEvent("approx", epsilon=0.5, delta=1e-6, name="b"))
+    ledger.spend(ApproxEvent(epsilon=0.5, delta=1e-6, name="b"))
     assert ledger.get_epsilon(2e-6) <= 1.0 + 1e-3  # no worse than basic composition
     with pytest.raises(ValueError, match="delta"):
-        PrivacyEvent("approx", epsilon=1.0)
+        ApproxEvent(epsilon=1.0, delta=0.0)
     rdp = PrivacyLedger(accountant="rdp")
-    rdp.spend(PrivacyEvent("approx", epsilon=1.0, delta=1e-6))
+    rdp.spend(ApproxEvent(epsilon=1.0, delta=1e-6))
     with pytest.raises(ValueError, match="PLD"):
         rdp.get_epsilon(1e-5)
 

@@ -19,7 +19,8 @@ from dp_proto.lvq.private import (
     paper_noise_multiplier,
     sgd_steps,
 )
-from dp_proto.privacy import PrivacyEvent, PrivacyLedger, PublicBoundsScaler
+from dp_proto.privacy import PrivacyLedger, PublicBoundsScaler
+from dp_proto.privacy.events import LaplaceEvent, PureEvent, SubsampledGaussianEvent
 
 
 def test_paper_formula_and_what_the_ledger_certifies_for_it():
@@ -30,32 +31,32 @@ def test_paper_formula_and_what_the_ledger_certifies_for_it():
     from opacus.accountants import RDPAccountant
 
     rdp = PrivacyLedger(accountant="rdp")
-    rdp.spend(PrivacyEvent("subsampled_gaussian", noise_multiplier=sigma, sampling_rate=0.01, count=steps))
+    rdp.spend(SubsampledGaussianEvent(noise_multiplier=sigma, sampling_rate=0.01, count=steps))
     opacus = RDPAccountant()
     opacus.history = [(sigma, 0.01, steps)]
     # An RDP accountant with integer orders only certifies 0.580 for this sigma; finer orders
     # certify less.
     assert rdp.get_epsilon(1e-5) == pytest.approx(opacus.get_epsilon(1e-5), rel=0.05)
     pld = PrivacyLedger()
-    pld.spend(PrivacyEvent("subsampled_gaussian", noise_multiplier=sigma, sampling_rate=0.01, count=steps))
+    pld.spend(SubsampledGaussianEvent(noise_multiplier=sigma, sampling_rate=0.01, count=steps))
     assert pld.get_epsilon(1e-5) < rdp.get_epsilon(1e-5) < 0.8
 
 
 def test_calibration_meets_the_target_tightly():
-    prior = [PrivacyEvent("laplace", noise_multiplier=10.0), PrivacyEvent("pure", epsilon=0.1)]
+    prior = [LaplaceEvent(noise_multiplier=10.0), PureEvent(epsilon=0.1)]
     sigma = calibrate_noise_multiplier(1.0, 1e-5, 0.01, 5000, prior_events=prior)
     ledger = PrivacyLedger()
-    ledger.spend(*prior, PrivacyEvent("subsampled_gaussian", noise_multiplier=sigma, sampling_rate=0.01, count=5000))
+    ledger.spend(*prior, SubsampledGaussianEvent(noise_multiplier=sigma, sampling_rate=0.01, count=5000))
     assert 0.97 <= ledger.get_epsilon(1e-5) <= 1.0
     # a small budget, where the coarse search grid over-estimates most (Table B.1's 0.25)
-    small_prior = [PrivacyEvent("laplace", noise_multiplier=40.0), PrivacyEvent("pure", epsilon=0.025)]
+    small_prior = [LaplaceEvent(noise_multiplier=40.0), PureEvent(epsilon=0.025)]
     small = calibrate_noise_multiplier(0.25, 1e-5, 0.01, 5000, prior_events=small_prior)
-    eps = PrivacyLedger.epsilon_of([*small_prior, PrivacyEvent("subsampled_gaussian", noise_multiplier=small,
+    eps = PrivacyLedger.epsilon_of([*small_prior, SubsampledGaussianEvent(noise_multiplier=small,
                                                                 sampling_rate=0.01, count=5000)], 1e-5)
     assert 0.985 * 0.25 <= eps <= 0.25
     rdp_sigma = calibrate_noise_multiplier(0.8, 1e-5, 0.01, 5000, accountant="rdp")
     rdp = PrivacyLedger(accountant="rdp")
-    rdp.spend(PrivacyEvent("subsampled_gaussian", noise_multiplier=rdp_sigma, sampling_rate=0.01, count=5000))
+    rdp.spend(SubsampledGaussianEvent(noise_multiplier=rdp_sigma, sampling_rate=0.01, count=5000))
     assert 0.79 <= rdp.get_epsilon(1e-5) <= 0.8
     assert rdp_sigma < paper_noise_multiplier(0.8, 1e-5, 0.01, 5000)  # the paper's sigma is conservative here
     with pytest.raises(ValueError, match="initialisation alone spends"):
@@ -176,7 +177,7 @@ def test_audit_of_a_small_dp_glvq_training_stays_below_the_claim():
     d0 = (x0, y0)
     d1 = (torch.cat([x0, torch.tensor([[1.0]])]), torch.cat([y0, torch.tensor([0])]))
     claim = PrivacyLedger()
-    claim.spend(PrivacyEvent("subsampled_gaussian", noise_multiplier=2.0, sampling_rate=0.5, count=4))
+    claim.spend(SubsampledGaussianEvent(noise_multiplier=2.0, sampling_rate=0.5, count=4))
     claimed = claim.get_epsilon(1e-5)  # about 2.5
     private = audit_epsilon(_tiny_dp_glvq(2.0), d0, d1, n_trials=600, delta=1e-5, generator_seed=0)
     leaky = audit_epsilon(_tiny_dp_glvq(0.0), d0, d1, n_trials=600, delta=1e-5, generator_seed=0)

@@ -1,0 +1,450 @@
+"""Privacy events: one immutable class per mechanism.
+
+Each event describes one release (or ``count`` identical releases) and knows how to
+account for itself: its privacy loss distribution (:meth:`PrivacyEvent.to_pld`, for the
+PLD accountant), its dp-accounting ``DpEvent`` (:meth:`PrivacyEvent.to_dp_event`, for the
+Renyi-DP accountant) and, for pure-DP releases, its epsilon. The ledger composes events
+through these methods and a few capability flags (``has_pld``, ``has_renyi_curve``,
+``is_private``), never by looking at a kind string.
+
+=======================================  ===================================================
+event                                    release
+=======================================  ===================================================
+:class:`LaplaceEvent`                    ``Lap(b)`` on a query one record moves in a single
+                                         coordinate; ``noise_multiplier = b / sensitivity``
+:class:`DiscreteLaplaceEvent`            integer noise ``P(k) ~ exp(-|k| epsilon / s)`` on a
+                                         public grid, ``s = grid_steps``
+:class:`GaussianEvent`                   ``N(0, sigma^2 I)``, ``noise_multiplier = sigma / Delta_2``
+:class:`DiscreteGaussianEvent`           discrete Gaussian noise on a public grid
+:class:`PureEvent`                       any epsilon-DP release (report-noisy-max, l1 Laplace)
+:class:`ApproxEvent`                     any (epsilon, delta)-DP release known by its parameters
+:class:`SubsampledGaussianEvent`         one DP-SGD step: Poisson sampling, then Gaussian noise
+:class:`NonPrivateEvent`                 a release without noise (epsilon = inf)
+=======================================  ===================================================
+
+Neighbouring relation: add/remove one record. ``kind`` (a class constant) names the
+mechanism in summaries and in saved ledgers (:meth:`PrivacyEvent.to_dict` /
+:meth:`PrivacyEvent.from_dict`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import numbers
+import warnings
+from abc import ABCMeta, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from dp_accounting import dp_event as dpe
+from dp_accounting.pld import common as pld_common
+from dp_accounting.pld import privacy_loss_distribution as pld
+
+from dp_proto.privacy.calibration import check_epsilon
+
+__all__ = [
+    "PrivacyEvent", "LaplaceEvent", "DiscreteLaplaceEvent", "GaussianEvent", "DiscreteGaussianEvent",
+    "PureEvent", "ApproxEvent", "SubsampledGaussianEvent", "NonPrivateEvent", "EventKind", "dp_sgd_event",
+    "MAX_EVENT_EPSILON", "PLD_DISCRETISATION",
+]
+
+EventKind = Literal["laplace", "discrete_laplace", "gaussian", "discrete_gaussian", "pure", "approx",
+                    "subsampled_gaussian", "non_private"]
+#: Value discretisation of the privacy loss distributions (pessimistic: coarser only
+#: over-estimates epsilon).
+PLD_DISCRETISATION = 1e-4
+# dp-accounting builds the PLD of an (epsilon, delta) event from exp(epsilon), which
+# overflows a float above about 709. Such releases protect nothing; the ledger composes
+# them with the rest by basic composition.
+MAX_EVENT_EPSILON = 700.0
+
+_REGISTRY: dict[str, type[PrivacyEvent]] = {}
+# Fields of the single-class event of versions before typed events, absent from some kinds.
+_LEGACY_FIELDS = ("noise_multiplier", "epsilon", "sampling_rate", "delta", "grid_steps")
+
+
+class _EventType(ABCMeta):
+    """Metaclass that keeps the old constructor, ``PrivacyEvent("laplace", ...)``, working
+    for one release: it warns and builds the typed event."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is PrivacyEvent:
+            warnings.warn("PrivacyEvent(kind, ...) is deprecated: build the typed event (LaplaceEvent, PureEvent, "
+                          "...) or use PrivacyEvent.from_dict", DeprecationWarning, stacklevel=2)
+            if args:
+                kwargs = {"kind": args[0], **kwargs}
+            return PrivacyEvent.from_dict(kwargs)
+        return super().__call__(*args, **kwargs)
+
+
+def _check_positive(value: Any, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} must be a finite number > 0, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivacyEvent(metaclass=_EventType):
+    """One release, or ``count`` identical releases, of one mechanism (abstract).
+
+    Attributes common to every event
+    --------------------------------
+    count : int
+        Number of identical releases (e.g. DP-SGD steps).
+    name : str
+        What was released, e.g. ``"dp_init/class_counts"``.
+    sensitivity : float or None
+        For the record: the sensitivity the mechanism was calibrated to.
+    """
+
+    kind: ClassVar[str]
+    #: The event has an exact (pessimistic) privacy loss distribution.
+    has_pld: ClassVar[bool] = True
+    #: The event has a Renyi-DP curve (the RDP accountant can compose it).
+    has_renyi_curve: ClassVar[bool] = True
+    #: False only for releases without noise.
+    is_private: ClassVar[bool] = True
+
+    count: int = 1
+    name: str = ""
+    sensitivity: float | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__:
+            _REGISTRY[cls.kind] = cls
+
+    def __post_init__(self) -> None:
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
+            raise ValueError(f"count must be a positive int, got {self.count!r}")
+
+    # -- what each mechanism defines ---------------------------------------------------
+    @abstractmethod
+    def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
+        """PLD of a single release."""
+
+    @abstractmethod
+    def _one_dp_event(self) -> dpe.DpEvent:
+        """dp-accounting event of a single release."""
+
+    def _parameters(self) -> list[str]:
+        """The mechanism's parameters, for :meth:`describe`."""
+        return []
+
+    @property
+    def pure_epsilon(self) -> float | None:
+        """Epsilon of one release if the event is pure DP, else None."""
+        return None
+
+    @property
+    def basic_composition_only(self) -> bool:
+        """True for releases beyond the PLD's numeric range (epsilon above
+        :data:`MAX_EVENT_EPSILON`); the ledger composes those by basic composition."""
+        return False
+
+    @property
+    def delta_per_release(self) -> float:
+        """The delta of one release as an (epsilon, delta) mechanism (0 for pure DP)."""
+        return 0.0
+
+    # -- shared behaviour ---------------------------------------------------------------
+    def with_count(self, count: int) -> PrivacyEvent:
+        return dataclasses.replace(self, count=count)
+
+    def same_mechanism(self, other: PrivacyEvent) -> bool:
+        """Equal in everything but ``count`` (the ledger merges such repeats)."""
+        return type(self) is type(other) and self.with_count(other.count) == other
+
+    def to_pld(self, discretization: float = PLD_DISCRETISATION) -> pld.PrivacyLossDistribution:
+        """Privacy loss distribution of all ``count`` releases (pessimistic)."""
+        return _event_pld(self, discretization)
+
+    def to_dp_event(self) -> dpe.DpEvent:
+        """The dp-accounting event of all ``count`` releases (for the RDP accountant)."""
+        one = self._one_dp_event()
+        return dpe.SelfComposedDpEvent(one, self.count) if self.count > 1 else one
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"kind": ..., <the mechanism's fields>, "count", "name", "sensitivity"}``."""
+        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in ("count", "name", "sensitivity")}
+        return {"kind": self.kind, **own, "count": self.count, "name": self.name, "sensitivity": self.sensitivity}
+
+    @staticmethod
+    def from_dict(values: dict[str, Any]) -> PrivacyEvent:
+        """The event :meth:`to_dict` wrote; also reads the single-class events of earlier
+        versions (their unused fields must be None; their ``meta`` is dropped)."""
+        values = dict(values)
+        kind = values.pop("kind", None)
+        cls = _REGISTRY.get(kind)  # type: ignore[arg-type]
+        if cls is None:
+            raise ValueError(f"unknown event kind {kind!r}; expected one of {tuple(_REGISTRY)}")
+        values.pop("meta", None)
+        names = {f.name for f in dataclasses.fields(cls)}
+        extra = {k: v for k, v in values.items() if k not in names}
+        if any(k not in _LEGACY_FIELDS or v is not None for k, v in extra.items()):
+            raise ValueError(f"a {kind} event has no field(s) {sorted(extra)}")
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in values
+                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ValueError(f"a {kind} event needs {', '.join(missing)}")
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+    def describe(self) -> str:
+        parts = [f"{self.name or self.kind}: {self.kind}", *self._parameters()]
+        if self.sensitivity is not None:
+            parts.append(f"sensitivity {self.sensitivity:.4g}")
+        parts.append(f"x{self.count}")
+        return ", ".join(parts)
+
+
+@functools.lru_cache(maxsize=256)
+def _event_pld(event: PrivacyEvent, discretization: float) -> pld.PrivacyLossDistribution:
+    """PLD of one event's ``count`` releases. A pure function of an immutable value, so it
+    is memoised (compositions of several events are cached per ledger)."""
+    one = event._one_pld(discretization)
+    return one.self_compose(event.count) if event.count > 1 else one
+
+
+def _epsilon_dp_pld(epsilon: float, delta: float, discretization: float) -> pld.PrivacyLossDistribution:
+    """Worst-case PLD of any (epsilon, delta)-DP mechanism (delta 0: pure)."""
+    if epsilon > MAX_EVENT_EPSILON:
+        raise ValueError(f"no PLD for an event of epsilon {epsilon:g} > {MAX_EVENT_EPSILON:g} (exp overflows); "
+                         "compose it by basic composition")
+    return pld.from_privacy_parameters(pld_common.DifferentialPrivacyParameters(epsilon, delta),
+                                       value_discretization_interval=discretization)
+
+
+def _zcdp_of_pure(epsilon: float) -> dpe.DpEvent:
+    return dpe.ZCDpEvent(epsilon**2 / 2)  # epsilon-DP implies (epsilon^2 / 2)-zCDP (Bun & Steinke 2016)
+
+
+@dataclass(frozen=True)
+class _NoiseMultiplierEvent(PrivacyEvent):
+    """An additive-noise release described by ``noise_multiplier = scale / sensitivity``."""
+
+    noise_multiplier: float
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_positive(self.noise_multiplier, f"{self.kind} event noise_multiplier")
+
+    def _parameters(self) -> list[str]:
+        return [f"noise multiplier {self.noise_multiplier:.4g}"]
+
+
+@dataclass(frozen=True)
+class LaplaceEvent(_NoiseMultiplierEvent):
+    """Additive ``Lap(b)`` on a query whose change under add/remove of one record moves a
+    *single* coordinate by at most the sensitivity (a scalar or a histogram);
+    ``noise_multiplier = b / sensitivity``."""
+
+    kind: ClassVar[str] = "laplace"
+
+    @property
+    def pure_epsilon(self) -> float:
+        return 1.0 / float(self.noise_multiplier)
+
+    def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
+        return pld.from_laplace_mechanism(self.noise_multiplier, value_discretization_interval=discretization)
+
+    def _one_dp_event(self) -> dpe.DpEvent:
+        return dpe.LaplaceDpEvent(self.noise_multiplier)
+
+    def _parameters(self) -> list[str]:
+        return [*super()._parameters(), f"epsilon {self.pure_epsilon:.4g} each"]
+
+
+@dataclass(frozen=True)
+class GaussianEvent(_NoiseMultiplierEvent):
+    """Additive ``N(0, sigma^2 I)``, ``noise_multiplier = sigma / Delta_2`` (exact in any
+    dimension)."""
+
+    kind: ClassVar[str] = "gaussian"
+
+    def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
+        return pld.from_gaussian_mechanism(self.noise_multiplier, value_discretization_interval=discretization)
+
+    def _one_dp_event(self) -> dpe.DpEvent:
+        return dpe.GaussianDpEvent(self.noise_multiplier)
+
+
+@dataclass(frozen=True)
+class DiscreteGaussianEvent(_NoiseMultiplierEvent):
+    """Additive i.i.d. discrete Gaussian noise on a query on a public grid,
+    ``noise_multiplier = sigma / Delta_2`` with both in grid steps (the rounding slack
+    included).
+
+    Accounted by its Renyi-DP curve, at most the continuous Gaussian's,
+    ``alpha / (2 noise_multiplier^2)`` (Canonne, Kamath & Steinke 2020:
+    ``(Delta^2 / 2 sigma^2)``-zCDP for integer shifts; Renyi divergences of independent
+    coordinates add). Its privacy loss distribution is not the Gaussian's, so the PLD
+    accountant composes these releases with the others by basic composition over the
+    best of a fixed grid of splits of delta.
+    """
+
+    kind: ClassVar[str] = "discrete_gaussian"
+    has_pld: ClassVar[bool] = False
+
+    def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
+        raise ValueError("a discrete Gaussian release has no exact privacy loss distribution here; "
+                         "the ledger accounts it by its Renyi-DP curve")
+
+    def _one_dp_event(self) -> dpe.DpEvent:
+        return dpe.GaussianDpEvent(self.noise_multiplier)  # an upper bound (see the class)
+
+
+@dataclass(frozen=True)
+class SubsampledGaussianEvent(_NoiseMultiplierEvent):
+    """One DP-SGD step: Poisson sampling with ``sampling_rate``, then Gaussian noise with
+    ``noise_multiplier = sigma / C``."""
+
+    kind: ClassVar[str] = "subsampled_gaussian"
+    sampling_rate: float
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        q = self.sampling_rate
+        if isinstance(q, bool) or not isinstance(q, numbers.Real) or not 0 < q <= 1:
+            raise ValueError(f"sampling_rate must lie in (0, 1], got {q!r}")
+
+    def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
+        return pld.from_gaussian_mechanism(self.noise_multiplier, sampling_prob=self.sampling_rate,
+                                           value_discretization_interval=discretization)
+
+    def _one_dp_event(self) -> dpe.DpEvent:
+        return dpe.PoissonSampledDpEvent(self.sampling_rate, dpe.GaussianDpEvent(self.noise_multiplier))
+
+    def _parameters(self) -> list[str]:
+        return [*super()._parameters(), f"sampling rate {self.sampling_rate:.4g}"]
+
+
+@dataclass(frozen=True)
+class _EpsilonEvent(PrivacyEvent):
+    """A release known by its epsilon."""
+
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_epsilon(self.epsilon, f"{self.kind} event epsilon")
+
+
+@dataclass(frozen=True)
+class PureEvent(_EpsilonEvent):
+    """Any epsilon-DP release, for example Laplace noise on a vector whose l1 change may
+    spread over coordinates, or report-noisy-max; accounted by its worst-case privacy
+    loss distribution."""
+
+    kind: ClassVar[str] = "pure"
+
+    @property
+    def pure_epsilon(self) -> float:
+        return self.epsilon
+
+    @property
+    def basic_composition_only(self) -> bool:
+        return self.epsilon > MAX_EVENT_EPSILON
+
+    def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
+        return _epsilon_dp_pld(self.epsilon, 0.0, discretization)
+
+    def _one_dp_event(self) -> dpe.DpEvent:
+        return _zcdp_of_pure(self.epsilon)
+
+    def _parameters(self) -> list[str]:
+        return [f"epsilon {self.epsilon:.4g} each"]
+
+
+@dataclass(frozen=True)
+class DiscreteLaplaceEvent(_EpsilonEvent):
+    """Integer noise ``P(k) ~ exp(-|k| epsilon / s)`` on a query on a public grid that one
+    record moves by at most ``s = grid_steps`` steps in a single coordinate (counts:
+    ``s = 1``); ``epsilon`` is its pure epsilon."""
+
+    kind: ClassVar[str] = "discrete_laplace"
+    grid_steps: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        s = self.grid_steps
+        if isinstance(s, bool) or not isinstance(s, int) or s < 1:
+            raise ValueError(f"discrete_laplace event needs grid_steps >= 1, got {s!r}")
+
+    @property
+    def pure_epsilon(self) -> float:
+        return self.epsilon
+
+    def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
+        return pld.from_discrete_laplace_mechanism(self.epsilon / self.grid_steps, sensitivity=self.grid_steps,
+                                                   value_discretization_interval=discretization)
+
+    def _one_dp_event(self) -> dpe.DpEvent:
+        return _zcdp_of_pure(self.epsilon)
+
+    def _parameters(self) -> list[str]:
+        return [f"epsilon {self.epsilon:.4g} each", f"{self.grid_steps} grid step(s)"]
+
+
+@dataclass(frozen=True)
+class ApproxEvent(_EpsilonEvent):
+    """Any ``(epsilon, delta)``-DP release known only by its parameters (e.g.
+    smooth-sensitivity noise); accounted by the worst-case privacy loss distribution of
+    an ``(epsilon, delta)`` mechanism (PLD accountant only: it has no Renyi-DP curve)."""
+
+    kind: ClassVar[str] = "approx"
+    has_renyi_curve: ClassVar[bool] = False
+    delta: float
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.delta, bool) or not isinstance(self.delta, numbers.Real) or not 0 < self.delta < 1:
+            raise ValueError(f"approx event needs delta in (0, 1), got {self.delta!r}")
+
+    @property
+    def basic_composition_only(self) -> bool:
+        return self.epsilon > MAX_EVENT_EPSILON
+
+    @property
+    def delta_per_release(self) -> float:
+        return float(self.delta)
+
+    def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
+        return _epsilon_dp_pld(self.epsilon, self.delta, discretization)
+
+    def _one_dp_event(self) -> dpe.DpEvent:
+        raise ValueError(f"{self.name or 'approx'}: an (epsilon, delta) event has no Renyi-DP "
+                         "curve; use the ledger's PLD accountant")
+
+    def _parameters(self) -> list[str]:
+        return [f"epsilon {self.epsilon:.4g}, delta {self.delta:.3g} each"]
+
+
+@dataclass(frozen=True)
+class NonPrivateEvent(PrivacyEvent):
+    """A release without noise (e.g. a noise-free debugging run); the ledger then
+    reports epsilon = inf."""
+
+    kind: ClassVar[str] = "non_private"
+    has_pld: ClassVar[bool] = False
+    is_private: ClassVar[bool] = False
+
+    @property
+    def pure_epsilon(self) -> float:
+        return math.inf
+
+    def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
+        raise ValueError("a release without noise has no privacy loss distribution (epsilon is inf)")
+
+    def _one_dp_event(self) -> dpe.DpEvent:
+        return dpe.NonPrivateDpEvent()
+
+
+def dp_sgd_event(noise_multiplier: float, sampling_rate: float, steps: int) -> PrivacyEvent:
+    """``steps`` DP-SGD steps: Poisson subsampling at rate ``sampling_rate``, then the
+    Gaussian mechanism with ``noise_multiplier`` (a noise-free debugging run,
+    ``noise_multiplier == 0``, is recorded as a :class:`NonPrivateEvent`: epsilon is inf)."""
+    if noise_multiplier == 0:
+        return NonPrivateEvent(count=steps, name="sgd_without_noise")
+    return SubsampledGaussianEvent(noise_multiplier, sampling_rate, count=steps, name="dp_sgd")
