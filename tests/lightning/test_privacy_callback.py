@@ -134,3 +134,21 @@ def test_a_checkpoint_of_an_older_version_is_restored_once():
     fresh = PrivacyLedger()
     assert restore_ledger(checkpoint, fresh) == 2 and restore_ledger(checkpoint, fresh) == 0
     assert _count(fresh) == 2
+
+
+def test_a_new_process_takes_over_every_kind_of_release():
+    """Each mechanism's parameters survive the checkpoint's per-origin tally (before typed
+    events the discrete-Laplace grid steps were dropped, and such a run could not resume)."""
+    from dp_proto.lightning.callbacks import restore_ledger, save_ledger
+    from dp_proto.privacy import noisy_histogram
+    from dp_proto.privacy.events import ApproxEvent, DiscreteGaussianEvent, PureEvent
+
+    ledger = PrivacyLedger()
+    noisy_histogram(torch.tensor([0, 1, 1]), 2, 0.5, ledger=ledger)  # a discrete-Laplace release
+    ledger.spend(PureEvent(0.2, name="vote"), ApproxEvent(0.1, 1e-8, name="centre"),
+                 DiscreteGaussianEvent(8.0, name="sum"), STEP.with_count(10))
+    checkpoint: dict = {}
+    save_ledger(checkpoint, ledger)
+    fresh = PrivacyLedger()
+    assert restore_ledger(checkpoint, fresh) == 1 + 1 + 1 + 1 + 10
+    assert fresh.events == ledger.events and fresh.get_epsilon() == pytest.approx(ledger.get_epsilon())
