@@ -81,7 +81,7 @@ def _report(result: dict, *, as_json: bool) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from dp_proto.lightning.experiment import DEFAULT_CONFIG, merge_config, run_experiment
+    from dp_proto.experiments.lvq import DEFAULT_CONFIG, merge_config, run_experiment
 
     results = []
     for demo_config in (DEMO_DP_CONFIG, DEMO_CONFIG):
@@ -105,7 +105,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from dp_proto.lightning.experiment import load_config, run_experiment
+    from dp_proto.experiments.lvq import load_config, run_experiment
 
     config = load_config(args.config, args.overrides)
     if args.log_dir is not None:
@@ -117,7 +117,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_anonymize(args: argparse.Namespace) -> int:
-    from dp_proto.lightning.anonymizer_experiment import (
+    from dp_proto.experiments.anonymizer import (
         load_anonymizer_config,
         run_anonymizer_experiment,
     )
@@ -142,96 +142,80 @@ def _cmd_anonymize(args: argparse.Namespace) -> int:
     return 0
 
 
+# --flag -> config key of dp_proto.experiments.llp (a given flag overrides the file)
+_LLP_FLAGS = {"data_dir": "data.data_dir", "nodes": "data.nodes", "anchor": "data.anchor",
+              "neighbours": "data.neighbours", "folds": "data.folds", "fold": "data.fold",
+              "batch_size": "llp.batch_size", "k": "llp.k", "epsilon": "llp.epsilon", "estimator": "llp.estimator",
+              "n_starts": "llp.n_starts", "noise_seed": "llp.noise_seed", "seed": "seed",
+              "distributed": "run.distributed", "compare": "run.compare", "threads": "run.threads"}
+
+
 def _cmd_llp(args: argparse.Namespace) -> int:
-    """LLP on SCATS counts: ``--anchor`` and its nearest detectors, one cross-validation fold."""
-    import time
+    """LLP on SCATS counts: an anchor detector and its nearest detectors, one cross-validation fold."""
+    from dp_proto.experiments.config import merge_config
+    from dp_proto.experiments.llp import load_llp_config, run_llp_experiment
 
-    import torch
-
-    from dp_proto.data.traffic import (
-        load_scats_counts,
-        nearest_neighbours,
-        node_datasets,
-        time_block_folds,
-    )
-    from dp_proto.llp import LLPConfig, evaluate, simulate_network
-
-    if args.compare and not args.distributed:
-        raise ValueError("--compare needs --distributed (it compares the distributed run with the simulation)")
-    if args.compare and args.noise_seed is None and args.epsilon > 0:
-        raise ValueError("--compare needs --noise-seed: two runs with fresh noise release different tables")
-    torch.set_num_threads(args.threads)
-    network = load_scats_counts(args.data_dir)
-    all_nodes = node_datasets(network)
-    if not 0 <= args.anchor < len(all_nodes):
-        raise ValueError(f"--anchor must lie in 0..{len(all_nodes) - 1}")
-    group = [args.anchor] + nearest_neighbours(network.coordinates, args.nodes - 1)[args.anchor].tolist()
-    nodes = [all_nodes[i] for i in group]
-    nbrs = nearest_neighbours(network.coordinates[group], args.nodes - 1 if args.neighbours is None else args.neighbours)
-    time_range = (int(network.time[0]), int(network.time[-1]) + 1)
-    folds = [time_block_folds(n.time, args.folds, time_range=time_range, gap=5)[args.fold] for n in nodes]
-    train, test = [f[0] for f in folds], [f[1] for f in folds]
-    config = LLPConfig(batch_size=args.batch_size, k=args.k, epsilon=args.epsilon if args.epsilon > 0 else None,
-                       time_range=time_range, seed=args.seed, noise_seed=args.noise_seed, n_starts=args.n_starts,
-                       estimator=args.estimator)
-    t0 = time.perf_counter()
-    if args.distributed:
-        from dp_proto.llp.distributed import as_network_result, launch_network
-
-        results = launch_network(nodes, nbrs, config, train_masks=train, num_threads=args.threads)
-        result = as_network_result(results)
-    else:
-        result = simulate_network(nodes, nbrs, config, train_masks=train)
-    seconds = time.perf_counter() - t0
-    ev = evaluate(result, nodes, test)
-    how = "distributed (one process per node)" if args.distributed else "simulated (one process)"
-    print(f"nodes {[n.detector for n in nodes]}, neighbours {nbrs.tolist()}")
-    print(f"fold {args.fold}/{args.folds}, b={config.batch_size}, k={config.k}, epsilon={config.epsilon}")
-    for i, acc in enumerate(ev.node_accuracy):
-        line = f"  node {i}: accuracy {acc:.4f}, epsilon {result.ledgers[i].get_epsilon(0.0):g}"
-        if args.distributed:
-            r = results[i]
-            line += f", sent {r.bytes_sent} B to {r.subscribers}, received {r.bytes_received} B"
+    config = load_llp_config(args.config, args.overrides)
+    for flag, key in _LLP_FLAGS.items():
+        value = getattr(args, flag)
+        if value is not None:
+            nested = value
+            for part in reversed(key.split(".")):
+                nested = {part: nested}
+            config = merge_config(config, nested)
+    result = run_llp_experiment(config)
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k != "config"}))
+        return 0 if result.get("identical_to_simulation", True) else 1
+    cfg = result["config"]
+    how = "distributed (one process per node)" if result["distributed"] else "simulated (one process)"
+    print(f"nodes {result['detectors']}, neighbours {result['neighbours']}")
+    print(f"fold {cfg['data']['fold']}/{cfg['data']['folds']}, b={cfg['llp']['batch_size']}, k={cfg['llp']['k']}, "
+          f"epsilon={cfg['llp']['epsilon']}")
+    for i, node in enumerate(result["nodes"]):
+        line = f"  node {i}: accuracy {node['accuracy']:.4f}, epsilon {node['epsilon']:g}"
+        if "bytes_sent" in node:
+            line += f", sent {node['bytes_sent']} B to {node['subscribers']}, received {node['bytes_received']} B"
         print(line)
-    print(f"accuracy {ev.accuracy:.4f} (own models {ev.own_accuracy:.4f}), {seconds:.1f} s {how}")
-    if args.compare:
-        sim = simulate_network(nodes, nbrs, config, train_masks=train)
-        same = all(
-            torch.equal(a.centres, b.centres) and torch.equal(a.cluster_labels, b.cluster_labels)
-            for ms_d, ms_s in zip(result.models, sim.models, strict=True) for a, b in zip(ms_d, ms_s, strict=True)
-        ) and all(torch.equal(d.proportions, s.proportions)
-                  for d, s in zip(result.proportions, sim.proportions, strict=True))
-        print(f"simulation: accuracy {evaluate(sim, nodes, test).accuracy:.4f}, "
-              f"identical models and releases: {same}")
-        if not same:
+    print(f"accuracy {result['accuracy']:.4f} (own models {result['own_accuracy']:.4f}), "
+          f"{result['seconds']:.1f} s {how}")
+    if "identical_to_simulation" in result:
+        print(f"simulation: accuracy {result['simulation_accuracy']:.4f}, "
+              f"identical models and releases: {result['identical_to_simulation']}")
+        if not result["identical_to_simulation"]:
             return 1
     return 0
 
 
 def _add_llp_parser(sub) -> None:
     llp = sub.add_parser("llp", help="learning from (private) label proportions over SCATS sensor nodes: "
-                                     "a node and its nearest detectors, one cross-validation fold")
+                                     "a node and its nearest detectors, one cross-validation fold "
+                                     "(defaults: dp_proto.experiments.llp.LLP_DEFAULTS)")
+    llp.add_argument("--config", default=None, help="YAML file, e.g. training/configs/scats_llp.yaml")
+    llp.add_argument("overrides", nargs="*", help="key.subkey=value, e.g. llp.k=8")
     llp.add_argument("--data-dir", default=None, help="data directory (default: $DP_PROTO_DATA_DIR)")
-    llp.add_argument("--distributed", action="store_true",
+    llp.add_argument("--distributed", action="store_true", default=None,
                      help="one process per node, proportions exchanged by torch.distributed (gloo, localhost)")
-    llp.add_argument("--compare", action="store_true",
+    llp.add_argument("--compare", action="store_true", default=None,
                      help="with --distributed: also simulate in this process and compare models and releases")
-    llp.add_argument("--nodes", type=int, default=4, help="nodes: --anchor and its nearest detectors (4)")
-    llp.add_argument("--anchor", type=int, default=0, help="index of the first node's detector (0)")
+    llp.add_argument("--nodes", type=int, default=None, help="nodes: --anchor and its nearest detectors (4)")
+    llp.add_argument("--anchor", type=int, default=None, help="index of the first node's detector (0)")
     llp.add_argument("--neighbours", type=int, default=None, help="c, neighbours per node (default: nodes - 1)")
-    llp.add_argument("--batch-size", type=int, default=32, help="b, time slots per batch (32)")
-    llp.add_argument("--k", type=int, default=16, help="k-means clusters per node (16)")
-    llp.add_argument("--epsilon", type=float, default=0.1, help="per-node epsilon; <= 0: exact proportions (0.1)")
-    llp.add_argument("--estimator", default="clipped", choices=("clipped", "unbiased"),
+    llp.add_argument("--batch-size", type=int, default=None, help="b, time slots per batch (32)")
+    llp.add_argument("--k", type=int, default=None, help="k-means clusters per node (16)")
+    llp.add_argument("--epsilon", type=float, default=None, help="per-node epsilon; <= 0: exact proportions (0.1)")
+    llp.add_argument("--estimator", default=None, choices=("clipped", "unbiased"),
                      help="noisy counts -> proportions (clipped)")
-    llp.add_argument("--folds", type=int, default=10, help="time-block cross-validation folds (10)")
-    llp.add_argument("--fold", type=int, default=0, help="the fold to run (0)")
-    llp.add_argument("--seed", type=int, default=0, help="k-means seeding and local-search starts (never the noise)")
+    llp.add_argument("--folds", type=int, default=None, help="time-block cross-validation folds (10)")
+    llp.add_argument("--fold", type=int, default=None, help="the fold to run (0)")
+    llp.add_argument("--seed", type=int, default=None,
+                     help="k-means seeding and local-search starts, never the noise (0)")
     llp.add_argument("--noise-seed", type=int, default=None,
                      help="reproducible Laplace noise (not private against whoever knows it; "
                           "default: fresh operating-system entropy)")
-    llp.add_argument("--n-starts", type=int, default=32, help="local-search starts per source (32)")
-    llp.add_argument("--threads", type=int, default=1, help="intra-op threads per process (1)")
+    llp.add_argument("--n-starts", type=int, default=None, help="local-search starts per source (32)")
+    llp.add_argument("--threads", type=int, default=None, help="intra-op threads per process (1)")
+    llp.add_argument("--json", action="store_true", help="print one JSON line instead of text")
     llp.set_defaults(func=_cmd_llp)
 
 

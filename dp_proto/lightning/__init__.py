@@ -6,13 +6,21 @@
                           recorded once in a PrivacyLedger, the budget checked per epoch
 :class:`PrivacySpendCallback` epsilon per epoch in TensorBoard, the ledger in checkpoints
                           (resuming never resets the spend nor counts a step twice)
-:func:`run_experiment`    builds data, model and trainer from a config dict (YAML files in ``training/``)
+:mod:`.anonymizer`, :mod:`.dp_anonymizer` the anonymizer's training on Lightning
+
+Adapters only: the experiment runners (``run_experiment``, the config loader) live in
+:mod:`dp_proto.experiments`.
 """
 
+from dp_proto._deprecation import moved_names
 from dp_proto.lightning.callbacks import PrivacySpendCallback
 from dp_proto.lightning.datamodule import ArrayDataModule
 from dp_proto.lightning.dp_module import DPLVQModule
-from dp_proto.lightning.experiment import DEFAULT_CONFIG, load_config, run_experiment
 from dp_proto.lightning.module import LVQModule
 
-__all__ = ["ArrayDataModule", "DPLVQModule", "PrivacySpendCallback", "LVQModule", "DEFAULT_CONFIG", "load_config", "run_experiment"]
+__all__ = ["ArrayDataModule", "DPLVQModule", "PrivacySpendCallback", "LVQModule"]
+
+# The experiment runner moved to dp_proto.experiments.lvq (issue 21); the old names still
+# work for one release, with a DeprecationWarning.
+__getattr__ = moved_names(__name__, dict.fromkeys(("DEFAULT_CONFIG", "load_config", "run_experiment"),
+                                                  "dp_proto.experiments.lvq"))

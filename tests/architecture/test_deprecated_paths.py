@@ -17,6 +17,8 @@ MOVED_MODULES = {
     "dp_proto.privacy.estimators": "dp_proto.lvq.private.estimators",
     "dp_proto.privacy.bin_estimators": "dp_proto.lvq.private.saa_estimator",
     "dp_proto.llp.knn": "dp_proto._neighbours",
+    "dp_proto.lightning.experiment": "dp_proto.experiments.lvq",
+    "dp_proto.lightning.anonymizer_experiment": "dp_proto.experiments.anonymizer",
 }
 
 
@@ -35,6 +37,15 @@ def test_moved_names_of_dp_proto_privacy(name):
     import dp_proto.privacy as old
 
     with pytest.warns(DeprecationWarning, match=f"dp_proto.privacy.{name} moved to dp_proto.lvq.private"):
+        assert getattr(old, name) is getattr(new, name)
+
+
+@pytest.mark.parametrize("name", ["DEFAULT_CONFIG", "load_config", "run_experiment"])
+def test_the_experiment_runner_left_dp_proto_lightning(name):
+    import dp_proto.experiments.lvq as new
+    import dp_proto.lightning as old
+
+    with pytest.warns(DeprecationWarning, match=f"dp_proto.lightning.{name} moved to dp_proto.experiments.lvq"):
         assert getattr(old, name) is getattr(new, name)
 
 

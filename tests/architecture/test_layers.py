@@ -1,8 +1,9 @@
 """The package layers: imports run one way, and the model-free parts load no trainer.
 
 ``privacy`` (the model-free core) <- ``lvq`` / ``lvq.private`` / ``svdd`` / ``llp`` /
-``anonymizer`` <- ``lightning`` (adapters) <- ``cli``; ``data`` and the helpers of
-``base`` sit beside the core. Every ``import`` statement of the package, including those
+``anonymizer`` <- ``lightning`` (adapters) <- ``experiments`` (configs and runners) <-
+``cli``; ``data`` and the helpers of ``base`` sit beside the core (only the experiments
+load data sets). Every ``import`` statement of the package, including those
 inside functions, is checked against :data:`ALLOWED`. Deprecated aliases import by name
 (:mod:`dp_proto._deprecation`), not by an import statement, and are not edges.
 """
@@ -30,10 +31,11 @@ ALLOWED: dict[str, set[str]] = {
     "anonymizer": {BASE, "privacy"},
     "backbones": {BASE},
     "plotting": {BASE},
-    "lightning": {BASE, "privacy", "data", "lvq", "lvq.private", "svdd", "llp", "anonymizer", "backbones",
-                  "plotting"},
+    "lightning": {BASE, "privacy", "lvq", "lvq.private", "svdd", "llp", "anonymizer", "backbones", "plotting"},
+    "experiments": set(),  # filled below: everything below it
     "cli": set(),  # filled below: everything
 }
+ALLOWED["experiments"] = set(ALLOWED) - {"experiments", "cli"}
 ALLOWED["cli"] = set(ALLOWED) - {"cli"}
 
 def component(module: str) -> str:
@@ -111,6 +113,9 @@ def test_imports_follow_the_layers():
     ("dp_proto.lvq.model", "from dp_proto.lvq.private import DPGLVQ"),
     ("dp_proto.privacy.audit", "from ..lvq.private import dpsgd"),
     ("dp_proto.anonymizer.modules", "from dp_proto import lightning"),
+    ("dp_proto.lightning.module", "from dp_proto.experiments.config import read_config"),
+    ("dp_proto.lightning.datamodule", "from dp_proto.data import load_bundled"),
+    ("dp_proto.experiments.lvq", "from dp_proto.cli import main"),
 ])
 def test_the_checker_catches_an_arrow_added_back(module, source):
     assert violations(module, source), "the layer check missed an upward or side import"
@@ -119,7 +124,8 @@ def test_the_checker_catches_an_arrow_added_back(module, source):
 def test_allowed_imports_pass_the_checker():
     assert not violations("dp_proto.lvq.private.dpsgd", "from dp_proto.privacy.ledger import PrivacyLedger")
     assert not violations("dp_proto.svdd.estimators", "from dp_proto._neighbours import knn_predict")
-    assert not violations("dp_proto.lightning.experiment", "from dp_proto import data as datasets")
+    assert not violations("dp_proto.experiments.lvq", "from dp_proto import data as datasets")
+    assert not violations("dp_proto.experiments.anonymizer", "from dp_proto.lightning.anonymizer import AnonymizerModule")
 
 
 def test_model_free_packages_load_neither_opacus_nor_lightning():

@@ -12,8 +12,13 @@ import yaml
 
 from dp_proto.cli import main
 from dp_proto.exceptions import DataValidationError, PrivacyLeakWarning
-from dp_proto.lightning import DEFAULT_CONFIG, load_config, run_experiment
-from dp_proto.lightning.experiment import build_data, merge_config
+from dp_proto.experiments.lvq import (
+    DEFAULT_CONFIG,
+    build_data,
+    load_config,
+    merge_config,
+    run_experiment,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "training" / "configs").glob("*.yaml"))
@@ -81,10 +86,15 @@ def test_config_merging_and_overrides(tmp_path):
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_shipped_configs_are_valid(path):
     if path.stem.endswith("_anonymizer"):  # `dp-proto anonymize` configs have their own schema
-        from dp_proto.lightning.anonymizer_experiment import load_anonymizer_config
+        from dp_proto.experiments.anonymizer import load_anonymizer_config
 
         config = load_anonymizer_config(path)
         assert config["model"]["encoder"] in ("mlp", "cnn") and config["training"]["mode"] == "toggle"
+        return
+    if path.stem.endswith("_llp"):  # `dp-proto llp` configs
+        from dp_proto.experiments.llp import LLP_DEFAULTS, load_llp_config
+
+        assert load_llp_config(path) == LLP_DEFAULTS  # the shipped file spells out the defaults
         return
     config = load_config(path)
     assert config["model"]["type"] in ("glvq", "gmlvq", "lgmlvq")

@@ -17,8 +17,13 @@ from sklearn.datasets import load_iris
 
 from dp_proto.cli import main
 from dp_proto.exceptions import PrivacyLeakWarning
-from dp_proto.lightning import ArrayDataModule, DPLVQModule, PrivacySpendCallback, run_experiment
-from dp_proto.lightning.experiment import DEFAULT_CONFIG, build_private_module, merge_config
+from dp_proto.experiments.lvq import (
+    DEFAULT_CONFIG,
+    build_private_module,
+    merge_config,
+    run_experiment,
+)
+from dp_proto.lightning import ArrayDataModule, DPLVQModule, PrivacySpendCallback
 from dp_proto.lvq import GMLVQLayer, PrototypeModel
 from dp_proto.privacy import PrivacyLedger, PublicBoundsScaler, dp_sgd_event
 from dp_proto.privacy.randomness import noise_generator

@@ -47,10 +47,26 @@ def test_llp_distributed_equals_the_simulation(scats_dir, capsys):
 
 
 @pytest.mark.parametrize(("extra", "match"), [
-    (["--compare"], "--compare needs --distributed"),
-    (["--distributed", "--compare"], "--compare needs --noise-seed"),
-    (["--anchor", "9"], "--anchor must lie in"),
+    (["--compare"], "(--compare) needs run.distributed (--distributed"),
+    (["--distributed", "--compare"], "(--compare) needs llp.noise_seed (--noise-seed)"),
+    (["--anchor", "9"], "(--anchor) must lie in"),
+    (["llp.clusters=4"], "unknown config key 'llp.clusters'"),
 ])
 def test_llp_errors(scats_dir, capsys, extra, match):
     assert main(["llp", "--data-dir", str(scats_dir), *ARGS, *extra]) == 2
     assert match in capsys.readouterr().err
+
+
+def test_llp_config_file_overrides_and_flags(scats_dir, tmp_path, capsys):
+    """One loader: the file overlays the defaults, ``key=value`` overlays the file, a flag wins."""
+    import json
+
+    config = tmp_path / "llp.yaml"
+    config.write_text(f"data: {{data_dir: {scats_dir}, nodes: 3, folds: 3}}\n"
+                      "llp: {k: 4, batch_size: 16, n_starts: 4, epsilon: 0.5}\n")
+    assert main(["llp", "--config", str(config), "llp.epsilon=0.2", "--epsilon", "0.3", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [node["epsilon"] for node in result["nodes"]] == [0.3, 0.3, 0.3]
+    assert len(result["detectors"]) == 3 and 0.3 < result["accuracy"] <= 1.0
+    assert main(["llp", "--config", str(config), "llp.epsilon=0.2", "--json"]) == 0
+    assert [node["epsilon"] for node in json.loads(capsys.readouterr().out)["nodes"]] == [0.2, 0.2, 0.2]

@@ -1,0 +1,347 @@
+"""Run a training experiment described by a config (a nested dict, or a YAML file).
+
+The config has four sections; every key has a default (``DEFAULT_CONFIG``), and
+unknown keys are rejected so that typos do not pass silently::
+
+    seed: 0
+    data:     {source: bundled, name: digits, data_dir: null, val_size: 0.1, test_size: 0.2,
+               scaling: standard, pca: null, batch_size: 64, subsample: null}
+    model:    {type: gmlvq, prototypes_per_class: 1, rank: null, omega_init: identity,
+               normalize: true, backbone: null, backbone_features: 32}
+    training: {optimizer: adam, lr: 0.01, momentum: 0.9, metric_lr_scale: 1.0, max_epochs: 30,
+               max_lbfgs_iter: 20,
+               transfer_fn: identity, beta: 1.0, accelerator: auto, progress_bar: true}
+    logging:  {log_dir: runs, name: null, image_shape: null, image_every_n_epochs: 5}
+    privacy:  {epsilon: null, delta: 1.0e-5, sampling_rate: 0.01, max_grad_norm: 0.5,
+               init_fraction: 0.2, calibration: ledger, bounds: null, classes: null,
+               expected_batch_size: null, noise_seed: null}
+
+With ``privacy.epsilon`` set, the run is differentially private: features are mapped
+from the public ``privacy.bounds`` ``[lower, upper]`` onto ``[-1, 1]`` (``data.scaling``
+must be ``none`` and ``data.pca`` null: both would be fitted on private data), the
+prototypes get the DP class-mean initialisation (``init_fraction * epsilon``) and
+training is DP-SGD with Poisson sampling at ``sampling_rate``, the noise calibrated so
+that the whole run is ``(epsilon, delta)``-DP. ``privacy/epsilon`` is logged every epoch.
+``privacy.classes`` is the public label set (one prototype group per class, even for a
+class without records); left null, a private run reads it from the data and warns
+(:class:`~dp_proto.exceptions.PrivacyLeakWarning`).
+
+Scope of the guarantee
+    The ``(epsilon, delta)`` guarantee covers the **training split only** (add/remove
+    one of its records). The train/validation/test split is drawn on all records and
+    their labels (stratified), and the validation and test metrics (``val_acc``,
+    ``test_acc``) are computed without noise on the held-out records: they are not
+    private, and whoever publishes them publishes facts about those records. Nothing
+    computed on the training split without noise is logged (no training loss or
+    accuracy; the prototype and relevance pictures show the noisy model). A private run
+    prints this scope (``result["privacy_scope"]``) and writes it with the ledger to
+    TensorBoard.
+
+Randomness
+    ``seed`` governs the non-private randomness only: the split, the (non-private)
+    model initialisation and the jitter of several prototypes per class. Every noise
+    draw (the DP initialisation and every DP-SGD step) and every Poisson sampling coin
+    comes from fresh operating-system entropy, so two runs with the same ``seed`` give
+    different private models. ``privacy.noise_seed`` (an int) makes the noise and the
+    batches reproducible, for tests and benchmarks: it warns
+    :class:`~dp_proto.exceptions.PrivacyLeakWarning` and the ledger's summary records
+    ``"noise": "reproducible"``. No generator, its state or the noise seed is saved as a
+    hyperparameter or logged.
+
+Normaliser
+    DP-SGD divides the noisy gradient sum by a **public** expected batch size, never by
+    ``q * n`` (``n``, the number of training records, is private under add/remove):
+    ``privacy.expected_batch_size`` if given (a public number), else
+    ``q * max(n~, 1)`` with ``n~`` the sum of the noisy class counts the DP
+    initialisation releases (post-processing, free of charge). A run without the DP
+    initialisation (``model.backbone``) needs ``privacy.expected_batch_size``.
+
+``data.source`` is ``bundled`` (scikit-learn sets), ``uci`` or ``mnist`` (files in
+``data.data_dir`` or ``$DP_PROTO_DATA_DIR``) or ``synthetic`` (a generator of
+:mod:`dp_proto.data.synthetic`).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from dp_proto import data as datasets
+from dp_proto.backbones import small_cnn
+from dp_proto.exceptions import PrivacyLeakWarning
+from dp_proto.experiments.config import merge_config, read_config
+from dp_proto.lightning.callbacks import PRIVACY_SCOPE, PrivacySpendCallback
+from dp_proto.lightning.datamodule import ArrayDataModule, poisson_seed
+from dp_proto.lightning.dp_module import DPLVQModule
+from dp_proto.lightning.module import LVQModule
+from dp_proto.lvq.init import make_prototype_labels
+from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
+from dp_proto.lvq.model import PrototypeModel
+from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes
+from dp_proto.privacy.clipping import clip_box
+from dp_proto.privacy.curator import curator_log
+from dp_proto.privacy.dpsgd_plan import DPSGDPlan
+from dp_proto.privacy.ledger import PrivacyLedger
+from dp_proto.privacy.noise import gaussian_noise
+from dp_proto.privacy.opacus_noise import check_expected_batch_size
+from dp_proto.privacy.randomness import noise_generator
+
+__all__ = ["DEFAULT_CONFIG", "PRIVACY_SCOPE", "load_config", "merge_config", "build_data", "build_private_module",
+           "run_experiment"]
+
+DEFAULT_CONFIG: dict[str, Any] = {
+    "seed": 0,
+    "data": {
+        "source": "bundled", "name": "digits", "data_dir": None, "val_size": 0.1, "test_size": 0.2,
+        "scaling": "standard", "pca": None, "batch_size": 64, "subsample": None,
+    },
+    "model": {
+        "type": "gmlvq", "prototypes_per_class": 1, "rank": None, "omega_init": "identity",
+        "normalize": True, "backbone": None, "backbone_features": 32,
+    },
+    "training": {
+        "optimizer": "adam", "lr": 0.01, "momentum": 0.9, "metric_lr_scale": 1.0, "max_epochs": 30,
+        "max_lbfgs_iter": 20,
+        "transfer_fn": "identity", "beta": 1.0, "accelerator": "auto", "progress_bar": True,
+    },
+    "logging": {"log_dir": "runs", "name": None, "image_shape": None, "image_every_n_epochs": 5},
+    # DP-SGD (the DP-LVQ "SGD" scheme) when epsilon is set; see DPLVQModule.
+    # expected_batch_size: the public normaliser (null: q times the DP init's noisy count);
+    # noise_seed: null = fresh noise (an int makes the noise reproducible and warns).
+    "privacy": {
+        "epsilon": None, "delta": 1e-5, "sampling_rate": 0.01, "max_grad_norm": 0.5,
+        "init_fraction": 0.2, "calibration": "ledger", "bounds": None, "classes": None,
+        "expected_batch_size": None, "noise_seed": None,
+    },
+}
+
+_LAYERS = {"glvq": GLVQLayer, "gmlvq": GMLVQLayer, "lgmlvq": LGMLVQLayer}
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
+    """:data:`DEFAULT_CONFIG`, overlaid with a YAML file, overlaid with ``key.sub=value``
+    strings (values parsed as YAML, so ``model.rank=10`` gives an int)."""
+    return read_config(DEFAULT_CONFIG, path, overrides)
+
+
+def _load_arrays(cfg: Mapping[str, Any], seed: int) -> tuple[np.ndarray, np.ndarray]:
+    source, name = cfg["source"], cfg["name"]
+    data_dir = cfg["data_dir"] or datasets.default_data_dir()
+    if source == "bundled":
+        return datasets.load_bundled(name)
+    if source in ("uci", "mnist"):
+        if data_dir is None:
+            raise ValueError(f"data.source={source!r} needs data.data_dir or $DP_PROTO_DATA_DIR")
+        if source == "uci":
+            return datasets.load_uci(name, data_dir)
+        xs, ys = zip(*(datasets.load_mnist(data_dir, split=s) for s in ("train", "test")), strict=True)
+        x = np.concatenate(xs)[:, None].astype(np.float32)  # (n, 1, 28, 28)
+        return x, np.concatenate(ys)
+    if source == "synthetic":
+        generator = getattr(datasets, name, None)
+        if generator is None or name.startswith("_"):
+            raise ValueError(f"unknown synthetic generator {name!r}")
+        return generator(random_state=seed)
+    raise ValueError(f"unknown data.source {source!r}; expected bundled, uci, mnist or synthetic")
+
+
+def dp_sgd_plan(config: Mapping[str, Any]) -> DPSGDPlan | None:
+    """The :class:`~dp_proto.privacy.DPSGDPlan` of a private config (``None`` for a non-private
+    one): the Poisson loader's rate, the ledger, the steps and the noise multiplier all come
+    from it."""
+    privacy = config["privacy"]
+    if privacy["epsilon"] is None:
+        return None
+    return DPSGDPlan(float(privacy["epsilon"]), float(privacy["delta"]), float(privacy["sampling_rate"]),
+                     int(config["training"]["max_epochs"]), init_fraction=float(privacy["init_fraction"]),
+                     calibration=privacy["calibration"])
+
+
+def build_data(config: Mapping[str, Any]) -> ArrayDataModule:
+    """The :class:`ArrayDataModule` described by ``config['data']``."""
+    cfg, seed = config["data"], int(config["seed"])
+    x, y = _load_arrays(cfg, seed)
+    if config["model"]["backbone"] is None and x.ndim > 2:
+        x = x.reshape(len(x), -1)
+    privacy = config["privacy"]
+    if privacy["epsilon"] is not None:
+        if cfg["scaling"] != "none" or cfg["pca"]:
+            raise ValueError("a private run needs data.scaling: none and data.pca: null (both would be "
+                             "fitted on the private data); give public privacy.bounds instead")
+        if privacy["bounds"] is None:
+            raise ValueError("a private run needs privacy.bounds: [lower, upper], the public feature range")
+        from dp_proto.privacy.domain import PublicBoundsScaler
+
+        lower, upper = privacy["bounds"]
+        x = PublicBoundsScaler(lower, upper).fit_transform(x.reshape(len(x), -1)).reshape(x.shape)
+        if privacy["classes"] is None:
+            warnings.warn("privacy.classes is null: the label set is read from the private data, so the "
+                          "released model shows which labels occur; give the public label set",
+                          PrivacyLeakWarning, stacklevel=2)
+    if cfg["subsample"] and cfg["subsample"] < len(y):
+        from sklearn.model_selection import train_test_split
+
+        keep, _ = train_test_split(np.arange(len(y)), train_size=int(cfg["subsample"]),
+                                   random_state=seed, stratify=y)
+        x, y = x[keep], y[keep]
+    plan = dp_sgd_plan(config)
+    private = plan is not None
+    noise_seed = privacy["noise_seed"]
+    return ArrayDataModule(
+        x, y, val_size=cfg["val_size"], test_size=cfg["test_size"], scaling=cfg["scaling"],
+        pca=cfg["pca"], batch_size=cfg["batch_size"], seed=seed,
+        sampling_rate=plan.sampling_rate if private else None,
+        classes=privacy["classes"] if private else None,
+        # Poisson coins: fresh entropy, or a stream of their own derived from noise_seed
+        sampling_seed=poisson_seed(noise_seed) if private and noise_seed is not None else None,
+    )
+
+
+def build_model(config: Mapping[str, Any], dm: ArrayDataModule) -> PrototypeModel:
+    """The :class:`PrototypeModel` described by ``config['model']`` for the data of ``dm``."""
+    cfg, seed = config["model"], int(config["seed"])
+    kind = str(cfg["type"]).lower()
+    if kind not in _LAYERS:
+        raise ValueError(f"unknown model.type {cfg['type']!r}; expected one of {sorted(_LAYERS)}")
+    backbone = None
+    n_features = dm.num_features
+    if cfg["backbone"] == "cnn":
+        if len(dm.input_shape) != 3:
+            raise ValueError(f"the cnn backbone needs image input (C, H, W), got {dm.input_shape}")
+        backbone = small_cnn(dm.input_shape[0], cfg["backbone_features"])
+        n_features = cfg["backbone_features"]
+    elif cfg["backbone"] is not None:
+        raise ValueError(f"unknown model.backbone {cfg['backbone']!r}; expected null or 'cnn'")
+    ppc = cfg["prototypes_per_class"]
+    labels = make_prototype_labels(dm.num_classes, ppc)
+    kwargs: dict[str, Any] = {}
+    if kind != "glvq":
+        kwargs = {"rank": cfg["rank"], "omega_init": cfg["omega_init"], "normalize": cfg["normalize"],
+                  "generator": torch.Generator().manual_seed(seed)}
+    layer = _LAYERS[kind](n_features, len(labels), **kwargs)
+    return PrototypeModel(layer, labels, backbone=backbone)
+
+
+def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Train and test the model a config describes; returns accuracies, timing and the log dir.
+
+    A private run's guarantee covers the training split only (see the module docstring,
+    "Scope of the guarantee"); ``val_acc`` and ``test_acc`` are not private.
+
+    Returns
+    -------
+    dict with ``test_acc``, ``val_acc``, ``train_acc`` (NaN for a private run: not
+    logged), ``fit_seconds``, ``log_dir``, ``config``, the trained ``module`` and
+    ``datamodule``, and for a private run ``epsilon``, ``ledger`` and ``privacy_scope``.
+    """
+    config = merge_config(DEFAULT_CONFIG, config)
+    seed = int(config["seed"])
+    L.seed_everything(seed, workers=True, verbose=False)
+    dm = build_data(config)
+    dm.setup()
+    model = build_model(config, dm)
+    train, log = config["training"], config["logging"]
+    image_shape = log["image_shape"]
+    module_kwargs = dict(
+        optimizer=train["optimizer"], lr=train["lr"], momentum=train["momentum"],
+        metric_lr_scale=train["metric_lr_scale"], transfer_fn=train["transfer_fn"], beta=train["beta"],
+        image_shape=image_shape, image_every_n_epochs=log["image_every_n_epochs"],
+        display_transform=dm.inverse_transform if image_shape and dm.pca is None else None,
+    )
+    generator = torch.Generator().manual_seed(seed)  # non-private randomness only
+    private = config["privacy"]["epsilon"] is not None
+    callbacks: list[L.Callback] = []
+    ledger = None
+    if private:
+        x_train, y_train = dm.train_tensors()
+        module, ledger = build_private_module(config, x_train, y_train, dm.num_classes, model, module_kwargs)
+        callbacks.append(PrivacySpendCallback(ledger, scope=PRIVACY_SCOPE))
+    else:
+        module = LVQModule(model, max_lbfgs_iter=train["max_lbfgs_iter"], **module_kwargs)
+        if config["model"]["backbone"] is None:
+            x_train, y_train = dm.train_tensors()
+            module.init_prototypes(x_train, y_train, generator=generator)
+    if config["model"]["backbone"] is not None:
+        # Class means of an untrained backbone's features nearly coincide, which starts
+        # the cost on its mu = 0 plateau; standard-normal prototypes train (mnist_cnn_gmlvq).
+        # They are data-independent, so a private run spends nothing on them.
+        with torch.no_grad():
+            protos = model.layer.prototypes
+            protos.copy_(torch.randn(protos.shape, generator=generator, dtype=protos.dtype))
+    name = log["name"] or f"{config['data']['name']}_{config['model']['type']}"
+    logger = TensorBoardLogger(log["log_dir"], name=name, default_hp_metric=False)
+    trainer = L.Trainer(
+        max_epochs=train["max_epochs"], accelerator=train["accelerator"], devices=1, logger=logger,
+        enable_progress_bar=bool(train["progress_bar"]), enable_checkpointing=False,
+        enable_model_summary=False, log_every_n_steps=1, deterministic=False,
+        num_sanity_val_steps=0, callbacks=callbacks,
+    )
+    start = time.perf_counter()
+    trainer.fit(module, datamodule=dm)
+    fit_seconds = time.perf_counter() - start
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    test = trainer.test(module, datamodule=dm, verbose=False)[0]
+    return {
+        "test_acc": float(test["test_acc"]),
+        "val_acc": metrics.get("val_acc", float("nan")),
+        "train_acc": metrics.get("train_acc", float("nan")),
+        "fit_seconds": fit_seconds,
+        "log_dir": str(Path(logger.log_dir).resolve()),
+        "config": config,
+        "module": module,
+        "datamodule": dm,
+        "epsilon": ledger.get_epsilon(config["privacy"]["delta"]) if ledger is not None else None,
+        "ledger": ledger,
+        "privacy_scope": PRIVACY_SCOPE if ledger is not None else None,
+    }
+
+
+def build_private_module(config: Mapping[str, Any], x_train: torch.Tensor, y_train: torch.Tensor, num_classes: int,
+                         model: PrototypeModel, module_kwargs: Mapping[str, Any]) -> tuple[DPLVQModule, PrivacyLedger]:
+    """The DP class-mean initialisation of ``model`` and a calibrated :class:`DPLVQModule`
+    for the training split ``(x_train, y_train)`` (features already in ``[-1, 1]``).
+
+    Noise from fresh entropy (or ``privacy.noise_seed``); the DP-SGD normaliser is
+    ``privacy.expected_batch_size`` or ``q`` times the initialisation's noisy count
+    (public; see the module docstring). Only public settings raise; the training split's
+    size goes to the curator log (``dp_proto.curator``)."""
+    privacy = config["privacy"]
+    plan = dp_sgd_plan(config)  # public settings only
+    with_init = config["model"]["backbone"] is None
+    public_size = privacy["expected_batch_size"]
+    if public_size is not None:
+        public_size = check_expected_batch_size(public_size)
+    elif not with_init:
+        raise ValueError("a private run without the DP initialisation (model.backbone) needs the public "
+                         "privacy.expected_batch_size: q * n would divide by the private record count")
+    curator_log("private experiment: %d training records", len(y_train))
+    generator = noise_generator(privacy["noise_seed"], owner="the private experiment (privacy.noise_seed)")
+    ledger = plan.new_ledger()
+    expected_batch_size = public_size
+    if with_init:
+        init = dp_class_mean_prototypes(x_train.flatten(1), y_train, num_classes, plan.init_epsilon,
+                                        ledger=ledger, prototypes_per_class=1, generator=generator)
+        ppc = int(config["model"]["prototypes_per_class"])
+        prototypes = init.prototypes.to(torch.float64)[make_prototype_labels(num_classes, ppc)]
+        if ppc > 1:  # data-independent jitter of the copies: non-private, from the config seed
+            jitter = torch.Generator().manual_seed(int(config["seed"]))
+            prototypes = clip_box(prototypes + gaussian_noise(prototypes.shape, 0.05, generator=jitter)).values
+        with torch.no_grad():
+            model.layer.prototypes.copy_(prototypes.to(model.layer.prototypes.dtype))
+        from_release = plan.expected_batch_size(float(init.noisy_counts.sum()))  # post-processing of a release
+        if expected_batch_size is None:
+            expected_batch_size = from_release
+    module = DPLVQModule(
+        model, ledger=ledger, noise_multiplier=plan.noise_multiplier(ledger.events),
+        max_grad_norm=float(privacy["max_grad_norm"]), sampling_rate=plan.sampling_rate,
+        expected_batch_size=expected_batch_size, generator=generator, **module_kwargs,
+    )
+    return module, ledger
