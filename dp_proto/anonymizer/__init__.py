@@ -3,8 +3,12 @@
 :class:`Anonymizer`            encoder + regular-label branch + private-label branch
 :mod:`.losses`                 cross-entropies, the random-guessing term, the encoder objective,
                                the misclassification lower bound
-:mod:`.evaluation`             fresh attackers on frozen representations
-Training: :class:`dp_proto.lightning.AnonymizerModule` (toggle or simultaneous updates).
+:mod:`.training`               the procedure: phases, toggle or simultaneous schedule, the task of
+                               each step and its loss (batch, or per record for DP-SGD)
+:mod:`.evaluation`             fresh attackers on frozen representations, restart scores,
+                               the held-out evaluation
+Run by :mod:`dp_proto.lightning.anonymizer` (``fit_anonymizer``) and
+:mod:`dp_proto.lightning.dp_anonymizer` (``fit_dp_anonymizer``, DP-SGD through Opacus).
 """
 
 from dp_proto.anonymizer.losses import (
@@ -16,7 +20,8 @@ from dp_proto.anonymizer.losses import (
     regular_cross_entropy,
 )
 from dp_proto.anonymizer.modules import Anonymizer, ConvEncoder, MLPEncoder, MLPHead, mlp
+from dp_proto.anonymizer.training import AnonymizerSchedule
 
-__all__ = ["Anonymizer", "ConvEncoder", "MLPEncoder", "MLPHead", "mlp", "anonymizer_objective",
+__all__ = ["Anonymizer", "AnonymizerSchedule", "ConvEncoder", "MLPEncoder", "MLPHead", "mlp", "anonymizer_objective",
            "empirical_prior", "misclassification_lower_bound", "private_cross_entropy",
            "random_guess_cross_entropy", "regular_cross_entropy"]

@@ -14,7 +14,14 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["encode", "AttackerReport", "fresh_attacker_accuracy", "ATTACKERS"]
+from dp_proto.anonymizer.losses import (
+    misclassification_lower_bound,
+    private_cross_entropy,
+    random_guess_cross_entropy,
+)
+
+__all__ = ["encode", "AttackerReport", "fresh_attacker_accuracy", "ATTACKERS", "fresh_probes", "restart_score",
+           "evaluate_held_out"]
 
 ATTACKERS = ("logistic", "mlp", "knn")
 
@@ -101,3 +108,54 @@ def fresh_attacker_accuracy(z: Tensor | np.ndarray, s: Tensor | np.ndarray, *, f
     accuracies = {name: c / len(s) for name, c in correct.items()}
     best = max(accuracies, key=accuracies.get)
     return AttackerReport(accuracies, best, accuracies[best], float(counts.max() / len(s)), len(s))
+
+
+def fresh_probes(anonymizer, x: Tensor, regular: Tensor, private: Tensor, *, folds: int = 2, seed: int = 0):
+    """The frozen representation ``z (n, r)`` of ``x`` by ``anonymizer.encoder`` and the
+    cross-fitted fresh probes on it (:func:`fresh_attacker_accuracy`): ``(z, regular
+    report, private report)``; the same probes for both labels."""
+    z = encode(anonymizer.encoder, x)
+    return (z, fresh_attacker_accuracy(z, regular, folds=folds, seed=seed),
+            fresh_attacker_accuracy(z, private, folds=folds, seed=seed))
+
+
+def restart_score(anonymizer, x: Tensor, regular: Tensor, private: Tensor, *, lam: float, folds: int = 2,
+                  seed: int = 0) -> dict:
+    """How well a trained anonymizer trades the two labels off on its own training
+    records ``x (n, ...)``, as fresh probes see it: the cross-fitted accuracies of fresh
+    regular classifiers (``regular_accuracy``) and of fresh attackers
+    (``attacker_accuracy``; chance = the largest private class share) on the frozen
+    representation, and ``score = regular_accuracy - lam * max(attacker_accuracy -
+    chance, 0)``: the encoder objective's trade-off, in accuracies. Training restarts
+    are compared by it; it uses the training records only."""
+    _, probe_regular, attack = fresh_probes(anonymizer, x, regular, private, folds=folds, seed=seed)
+    leak = max(attack.accuracy - attack.chance, 0.0)
+    return {"regular_accuracy": probe_regular.accuracy, "attacker_accuracy": attack.accuracy,
+            "chance": attack.chance, "score": probe_regular.accuracy - lam * leak}
+
+
+def evaluate_held_out(anonymizer, prior: Tensor, x: Tensor, regular: Tensor, private: Tensor, *, folds: int = 2,
+                      seed: int = 0) -> dict:
+    """The honest evaluation on held-out records ``x (n, ...)``: the regular branch's
+    accuracy, fresh regular classifiers' and fresh attackers' cross-fitted accuracies on
+    the frozen representation, the jointly trained private branch's accuracy and
+    cross-entropies (``prior (K_p,)``: the private labels' prior of training), and the
+    Fano estimate from that cross-entropy (``fano_error_bound``; an estimate, not a
+    guarantee)."""
+    z, fresh_regular, attack = fresh_probes(anonymizer, x, regular, private, folds=folds, seed=seed)
+    with torch.no_grad():
+        regular_logits = anonymizer.regular_head(z)
+        private_logits = anonymizer.private_head(z)
+        ce_private = float(private_cross_entropy(private_logits, private))
+        ce_random = float(random_guess_cross_entropy(private_logits, prior.to(private_logits)))
+    return {
+        "regular_accuracy": float((regular_logits.argmax(1) == regular).float().mean()),
+        "fresh_regular_accuracy": fresh_regular.accuracy,
+        "attacker_accuracy": attack.accuracy,
+        "attacker_by_model": attack.accuracies,
+        "attacker_chance": attack.chance,
+        "branch_private_accuracy": float((private_logits.argmax(1) == private).float().mean()),
+        "ce_private": ce_private,
+        "ce_random": ce_random,
+        "fano_error_bound": float(misclassification_lower_bound(ce_private, int(prior.numel()))),
+    }

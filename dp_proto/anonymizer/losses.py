@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = ["check_labels", "empirical_prior", "regular_cross_entropy", "private_cross_entropy",
-           "random_guess_cross_entropy", "anonymizer_objective", "fano_function",
+           "random_guess_cross_entropy", "anonymizer_objective", "per_record_objective", "fano_function",
            "misclassification_lower_bound"]
 
 
@@ -81,6 +81,18 @@ def anonymizer_objective(ce_regular: Tensor, ce_private: Tensor, ce_random: Tens
     if not lam >= 0:  # also rejects NaN
         raise ValueError(f"lambda must be >= 0, got {lam}")
     return ce_regular + lam * (ce_private - ce_random).abs()
+
+
+def per_record_objective(regular_logits: Tensor, private_logits: Tensor, y: Tensor, s: Tensor, prior: Tensor,
+                         lam: float) -> Tensor:
+    """Mean over records of ``CE_regular_i + lam |CE_private_i - CE_random_i|``: the
+    encoder objective of DP training, a sum over records (the batch-level absolute value
+    of :func:`anonymizer_objective` is not, so its per-record gradient is undefined)."""
+    ce_regular = F.cross_entropy(regular_logits, y, reduction="none")
+    log_q = F.log_softmax(private_logits, dim=-1)
+    ce_private = -log_q.gather(1, s[:, None]).squeeze(1)
+    ce_random = -(log_q * prior.to(log_q)).sum(-1)
+    return (ce_regular + lam * (ce_private - ce_random).abs()).mean()
 
 
 def fano_function(p: Tensor, num_classes: int) -> Tensor:

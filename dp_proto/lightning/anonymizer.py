@@ -1,17 +1,10 @@
 """LightningModule for the adversarial anonymizer: manual optimisation, three phases.
 
-The procedure of Feutry et al. (2018, Sec. III):
-
-1. ``pretrain_regular_epochs``: encoder and regular branch on ``CE_regular``;
-2. ``pretrain_private_epochs``: encoder frozen, private branch on ``CE_private``;
-3. adversarial epochs, either
-
-   * ``mode="toggle"``: ``toggle_steps`` updates of both branches on their own
-     cross-entropies (encoder fixed), then ``toggle_steps`` (or ``encoder_steps``)
-     updates of the encoder on ``CE_regular + lam |CE_private - CE_random|`` (branches
-     fixed), and so on, ending with a branch block; or
-   * ``mode="simultaneous"``: every step updates the branches on their
-     cross-entropies and the encoder on the objective at once.
+An adapter: the procedure (phases, toggle or simultaneous updates, which parts each step
+trains on which loss) is :mod:`dp_proto.anonymizer.training` (Feutry et al. 2018,
+Sec. III); this module runs it with Lightning's optimisers, logging and checkpoints, and
+:func:`fit_anonymizer` drives a Trainer (with restarts chosen by
+:func:`~dp_proto.anonymizer.evaluation.restart_score`).
 
 The encoder has its own (lower) learning rate in phase 3; Nesterov SGD as in Feutry et al. (2018),
 or Adam. Logged every step (``train/...``) and every validation epoch (``val/...``):
@@ -30,22 +23,30 @@ import lightning as L
 import torch
 from torch import Tensor
 
+from dp_proto.anonymizer import evaluation
 from dp_proto.anonymizer.losses import (
     anonymizer_objective,
     check_labels,
     misclassification_lower_bound,
-    private_cross_entropy,
-    random_guess_cross_entropy,
-    regular_cross_entropy,
 )
 from dp_proto.anonymizer.modules import Anonymizer
+from dp_proto.anonymizer.training import (
+    PHASES,
+    TASK_PARTS,
+    AnonymizerSchedule,
+    anonymizer_losses,
+    check_optimizer,
+    check_prior,
+    default_anonymizer,
+    label_tensor,
+    make_optimizer,
+    task_logits,
+    task_loss,
+    training_labels,
+)
 
 __all__ = ["AnonymizerModule", "PHASES", "EpochTimer", "AnonymizerFit", "fit_anonymizer", "evaluate_held_out",
            "fresh_probes", "restart_score"]
-
-PHASES = ("pretrain_regular", "pretrain_private", "adversarial")
-MODES = ("toggle", "simultaneous")
-
 
 class AnonymizerModule(L.LightningModule):
     """Trains an :class:`~dp_proto.anonymizer.Anonymizer` (see the module docstring).
@@ -83,24 +84,14 @@ class AnonymizerModule(L.LightningModule):
                  optimizer: str = "nesterov", momentum: float = 0.9, weight_decay: float = 0.0,
                  encoder_steps: int | None = None, final_branch_block: bool = True) -> None:
         super().__init__()
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if optimizer not in ("nesterov", "adam"):
-            raise ValueError(f"optimizer must be 'nesterov' or 'adam', got {optimizer!r}")
         if not lam >= 0:  # also rejects NaN
             raise ValueError(f"lam must be >= 0, got {lam}")
-        if optimizer == "nesterov" and not momentum > 0:
-            raise ValueError(f"Nesterov SGD needs momentum > 0, got {momentum}; use optimizer='adam' or a momentum")
-        if min(pretrain_regular_epochs, pretrain_private_epochs) < 0:
-            raise ValueError("pre-training epochs must be >= 0")
-        for name, value in (("toggle_steps", toggle_steps), ("encoder_steps", encoder_steps)):
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1 or None, got {value}")
+        check_optimizer(optimizer, momentum)
         if not (lr > 0 and encoder_lr > 0):
             raise ValueError(f"learning rates must be > 0, got lr={lr}, encoder_lr={encoder_lr}")
-        prior = torch.as_tensor(prior, dtype=torch.float32)
-        if prior.dim() != 1 or prior.numel() < 2 or abs(float(prior.sum()) - 1) > 1e-4 or bool((prior < 0).any()):
-            raise ValueError("prior must be a probability vector over at least 2 private classes")
+        self.schedule = AnonymizerSchedule(pretrain_regular_epochs, pretrain_private_epochs, mode, toggle_steps,
+                                           encoder_steps, final_branch_block)
+        prior = check_prior(prior)
         self.anonymizer = anonymizer
         self.register_buffer("prior", prior)
         self.num_regular = num_regular
@@ -122,10 +113,7 @@ class AnonymizerModule(L.LightningModule):
 
     # -- set-up ------------------------------------------------------------------------
     def _optimizer(self, params, lr: float) -> torch.optim.Optimizer:
-        if self.optimizer_name == "adam":
-            return torch.optim.Adam(params, lr=lr, weight_decay=self.weight_decay)
-        return torch.optim.SGD(params, lr=lr, momentum=self.momentum, nesterov=True,
-                               weight_decay=self.weight_decay)
+        return make_optimizer(params, self.optimizer_name, lr, self.momentum, self.weight_decay)
 
     def configure_optimizers(self):
         a = self.anonymizer
@@ -134,12 +122,7 @@ class AnonymizerModule(L.LightningModule):
                 self._optimizer(a.private_head.parameters(), self.lr)]
 
     def phase(self, epoch: int | None = None) -> str:
-        epoch = self.current_epoch if epoch is None else epoch
-        if epoch < self.pretrain_regular_epochs:
-            return PHASES[0]
-        if epoch < self.pretrain_regular_epochs + self.pretrain_private_epochs:
-            return PHASES[1]
-        return PHASES[2]
+        return self.schedule.phase(self.current_epoch if epoch is None else epoch)
 
     def encoder_lr_now(self) -> float:
         """The encoder's learning rate in the current phase: ``lr`` while pre-training
@@ -158,9 +141,7 @@ class AnonymizerModule(L.LightningModule):
         check_labels(s, self.num_private, "private")
 
     def losses(self, regular_logits: Tensor, private_logits: Tensor, y: Tensor, s: Tensor) -> dict[str, Tensor]:
-        return {"ce_regular": regular_cross_entropy(regular_logits, y),
-                "ce_private": private_cross_entropy(private_logits, s),
-                "ce_random": random_guess_cross_entropy(private_logits, self.prior)}
+        return anonymizer_losses(regular_logits, private_logits, y, s, self.prior)
 
     def _log(self, prefix: str, losses: dict[str, Tensor], regular_logits: Tensor, private_logits: Tensor,
              y: Tensor, s: Tensor, **kwargs) -> None:
@@ -180,71 +161,47 @@ class AnonymizerModule(L.LightningModule):
         for opt in optimizers:
             opt.step()
 
+    def _task(self) -> str:
+        """This step's task (:meth:`AnonymizerSchedule.task`); counts adversarial steps."""
+        task = self.schedule.task(self.current_epoch, self.adversarial_step, self.trainer.num_training_batches,
+                                  self.trainer.max_epochs)
+        if task in ("encoder", "branches"):  # toggle blocks are counted in adversarial steps
+            self.adversarial_step += 1
+        return task
+
+    def _encoder_turn(self) -> bool:
+        """Whether the current adversarial step of a toggle run updates the encoder."""
+        return self.schedule.encoder_turn(self.adversarial_step, self.trainer.num_training_batches,
+                                          self.trainer.max_epochs)
+
     def training_step(self, batch, batch_idx: int) -> None:
         x, y, s = batch
         self._check_batch(y, s)
         enc_opt, reg_opt, priv_opt = self.optimizers()
-        a = self.anonymizer
-        phase = self.phase()
-        if phase == PHASES[0]:
-            z = a.encoder(x)
-            regular_logits = a.regular_head(z)
-            with torch.no_grad():
-                private_logits = a.private_head(z)
-            losses = self.losses(regular_logits, private_logits, y, s)
-            self._step((enc_opt, reg_opt), losses["ce_regular"], self.manual_backward)
-        elif phase == PHASES[1]:
-            with torch.no_grad():
-                z = a.encoder(x)
-                regular_logits = a.regular_head(z)
-            private_logits = a.private_head(z)
-            losses = self.losses(regular_logits, private_logits, y, s)
-            self._step((priv_opt,), losses["ce_private"], self.manual_backward)
-        elif self.mode == "toggle":
-            update_encoder = self._encoder_turn()
-            self.adversarial_step += 1
-            if update_encoder:
-                regular_logits, private_logits = a(x)
-                losses = self.losses(regular_logits, private_logits, y, s)
-                objective = anonymizer_objective(losses["ce_regular"], losses["ce_private"],
-                                                 losses["ce_random"], self.lam)
-                self._step((enc_opt,), objective, self.manual_backward)
-                for opt in (reg_opt, priv_opt):  # the branches' gradients of this update are discarded
-                    opt.zero_grad(set_to_none=True)
-            else:
-                z = a.encoder(x).detach()
-                regular_logits, private_logits = a.regular_head(z), a.private_head(z)
-                losses = self.losses(regular_logits, private_logits, y, s)
-                self._step((reg_opt, priv_opt), losses["ce_regular"] + losses["ce_private"], self.manual_backward)
-        else:
-            regular_logits, private_logits = a(x)
-            losses = self.losses(regular_logits, private_logits, y, s)
+        optimizers = {"encoder": enc_opt, "regular_head": reg_opt, "private_head": priv_opt}
+        task = self._task()
+        regular_logits, private_logits = task_logits(self.anonymizer, task, x)
+        losses = self.losses(regular_logits, private_logits, y, s)
+        if task == "simultaneous":  # the encoder on the objective, the branches on their losses, at once
             objective = anonymizer_objective(losses["ce_regular"], losses["ce_private"], losses["ce_random"],
                                              self.lam)
-            encoder_params = list(a.encoder.parameters())
-            branch_params = a.branch_parameters()
+            encoder_params = list(self.anonymizer.encoder.parameters())
+            branch_params = self.anonymizer.branch_parameters()
             encoder_grads = torch.autograd.grad(objective, encoder_params, retain_graph=True)
-            branch_grads = torch.autograd.grad(losses["ce_regular"] + losses["ce_private"], branch_params)
-            for opt in (enc_opt, reg_opt, priv_opt):
+            branch_grads = torch.autograd.grad(task_loss("branches", losses, self.lam), branch_params)
+            for opt in optimizers.values():
                 opt.zero_grad(set_to_none=True)
             for p, g in zip([*encoder_params, *branch_params], [*encoder_grads, *branch_grads], strict=True):
                 p.grad = g
-            for opt in (enc_opt, reg_opt, priv_opt):
+            for opt in optimizers.values():
                 opt.step()
+        else:
+            self._step([optimizers[part] for part in TASK_PARTS[task]], task_loss(task, losses, self.lam),
+                       self.manual_backward)
+            if task == "encoder":  # the branches' gradients of this update are discarded
+                for opt in (reg_opt, priv_opt):
+                    opt.zero_grad(set_to_none=True)
         self._log("train", losses, regular_logits, private_logits, y, s, on_step=True, on_epoch=True)
-
-    def _encoder_turn(self) -> bool:
-        """Toggle schedule: ``toggle_steps`` branch updates, then ``encoder_steps``
-        encoder updates (default: as many), repeated; ``None``: one epoch of batches.
-        The run always ends with a full branch block, so that the released regular
-        branch (and the private one) fit the final encoder."""
-        per_epoch = max(int(self.trainer.num_training_batches), 1)
-        branch = self.toggle_steps or per_epoch
-        encoder = self.encoder_steps or branch
-        adversarial_epochs = int(self.trainer.max_epochs) - self.pretrain_regular_epochs - self.pretrain_private_epochs
-        if self.final_branch_block and self.adversarial_step >= adversarial_epochs * per_epoch - branch:
-            return False
-        return self.adversarial_step % (branch + encoder) >= branch
 
     # -- evaluation --------------------------------------------------------------------
     def _evaluate(self, batch, prefix: str) -> None:
@@ -328,29 +285,7 @@ def _val_loader(val_data):
     from torch.utils.data import DataLoader, TensorDataset
 
     vx, vy, vs = val_data
-    return DataLoader(TensorDataset(vx, _label_tensor(vy, "regular"), _label_tensor(vs, "private")), batch_size=1024)
-
-
-def _label_tensor(labels, what: str) -> Tensor:
-    """Integer class indices as a long tensor; float labels are refused, not truncated."""
-    labels = torch.as_tensor(labels)
-    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
-        raise ValueError(f"{what} labels must be integer class indices, got dtype {labels.dtype}")
-    return labels.long()
-
-
-def training_labels(x: Tensor, regular, private) -> tuple[Tensor, Tensor]:
-    """Both label vectors as long tensors, checked for integer dtype and equal lengths."""
-    if not (len(x) == len(regular) == len(private)):
-        raise ValueError(f"x, regular and private labels differ in length: {len(x)}, {len(regular)}, {len(private)}")
-    return _label_tensor(regular, "regular"), _label_tensor(private, "private")
-
-
-def default_anonymizer(x: Tensor, num_regular: int, num_private: int) -> Anonymizer:
-    """:meth:`Anonymizer.cnn` for images ``(n, C, H, W)``, else :meth:`Anonymizer.mlp`."""
-    if x.dim() == 4:
-        return Anonymizer.cnn(tuple(x.shape[1:]), num_regular, num_private)
-    return Anonymizer.mlp(int(x[0].numel()), num_regular, num_private)
+    return DataLoader(TensorDataset(vx, label_tensor(vy, "regular"), label_tensor(vs, "private")), batch_size=1024)
 
 
 def train_module(module: AnonymizerModule, loader, val_data, *, max_epochs: int, accelerator: str, logger,
@@ -379,29 +314,14 @@ def _restart_logger(logger, k: int):
 
 def fresh_probes(module: AnonymizerModule, x: Tensor, regular: Tensor, private: Tensor, *, folds: int = 2,
                  seed: int = 0):
-    """The frozen representation ``z (n, r)`` of ``x`` and the cross-fitted fresh probes on
-    it (:func:`~dp_proto.anonymizer.evaluation.fresh_attacker_accuracy`): ``(z, regular
-    report, private report)``; the same probes for both labels."""
-    from dp_proto.anonymizer.evaluation import encode, fresh_attacker_accuracy
-
-    z = encode(module.anonymizer.encoder, x)
-    return (z, fresh_attacker_accuracy(z, regular, folds=folds, seed=seed),
-            fresh_attacker_accuracy(z, private, folds=folds, seed=seed))
+    """:func:`dp_proto.anonymizer.evaluation.fresh_probes` of a trained module's anonymizer."""
+    return evaluation.fresh_probes(module.anonymizer, x, regular, private, folds=folds, seed=seed)
 
 
 def restart_score(module: AnonymizerModule, x: Tensor, regular: Tensor, private: Tensor, *, lam: float,
                   folds: int = 2, seed: int = 0) -> dict:
-    """How well a trained anonymizer trades the two labels off on its own training
-    records ``x (n, ...)``, as fresh probes see it: the cross-fitted accuracies of fresh
-    regular classifiers (``regular_accuracy``) and of fresh attackers
-    (``attacker_accuracy``; chance = the largest private class share) on the frozen
-    representation (:func:`~dp_proto.anonymizer.evaluation.fresh_attacker_accuracy`),
-    and ``score = regular_accuracy - lam * max(attacker_accuracy - chance, 0)``: the
-    encoder objective's trade-off, in accuracies. Uses the training records only."""
-    _, probe_regular, attack = fresh_probes(module, x, regular, private, folds=folds, seed=seed)
-    leak = max(attack.accuracy - attack.chance, 0.0)
-    return {"regular_accuracy": probe_regular.accuracy, "attacker_accuracy": attack.accuracy,
-            "chance": attack.chance, "score": probe_regular.accuracy - lam * leak}
+    """:func:`dp_proto.anonymizer.evaluation.restart_score` of a trained module's anonymizer."""
+    return evaluation.restart_score(module.anonymizer, x, regular, private, lam=lam, folds=folds, seed=seed)
 
 
 def fit_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *,
@@ -480,25 +400,7 @@ def fit_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *,
 
 def evaluate_held_out(module: AnonymizerModule, x: Tensor, regular: Tensor, private: Tensor, *, folds: int = 2,
                       seed: int = 0) -> dict:
-    """The honest evaluation on held-out records ``x (n, ...)``: the regular branch's
-    accuracy, fresh regular classifiers' and fresh attackers' cross-fitted accuracies on
-    the frozen representation (:func:`~dp_proto.anonymizer.evaluation.fresh_attacker_accuracy`),
-    the jointly trained private branch's accuracy and cross-entropies, and the Fano
-    estimate from that cross-entropy (``fano_error_bound``; an estimate, not a guarantee)."""
-    z, fresh_regular, attack = fresh_probes(module, x, regular, private, folds=folds, seed=seed)
-    with torch.no_grad():
-        regular_logits = module.anonymizer.regular_head(z)
-        private_logits = module.anonymizer.private_head(z)
-        losses = module.losses(regular_logits, private_logits, regular, private)
-    ce_private = float(losses["ce_private"])
-    return {
-        "regular_accuracy": float((regular_logits.argmax(1) == regular).float().mean()),
-        "fresh_regular_accuracy": fresh_regular.accuracy,
-        "attacker_accuracy": attack.accuracy,
-        "attacker_by_model": attack.accuracies,
-        "attacker_chance": attack.chance,
-        "branch_private_accuracy": float((private_logits.argmax(1) == private).float().mean()),
-        "ce_private": ce_private,
-        "ce_random": float(losses["ce_random"]),
-        "fano_error_bound": float(misclassification_lower_bound(ce_private, module.num_private)),
-    }
+    """:func:`dp_proto.anonymizer.evaluation.evaluate_held_out` of a trained module (its
+    anonymizer and the prior it trained with) on held-out records ``x (n, ...)``."""
+    return evaluation.evaluate_held_out(module.anonymizer, module.prior, x, regular, private, folds=folds,
+                                        seed=seed)

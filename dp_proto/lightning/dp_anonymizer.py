@@ -44,26 +44,16 @@ from opacus.optimizers import DPOptimizer
 from torch import Tensor
 
 from dp_proto._deprecation import renamed_argument
-from dp_proto.anonymizer.losses import check_labels
+from dp_proto.anonymizer.losses import check_labels, per_record_objective
+from dp_proto.anonymizer.training import TASK_PARTS, dp_task_loss
 from dp_proto.exceptions import PrivacyLeakWarning
-from dp_proto.lightning.anonymizer import PHASES, AnonymizerModule
+from dp_proto.lightning.anonymizer import AnonymizerModule
 from dp_proto.lightning.dp_module import EpochBudgetMixin
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.opacus_noise import check_expected_batch_size
 
-__all__ = ["DPAnonymizerModule", "per_record_objective"]
-
-
-def per_record_objective(regular_logits: Tensor, private_logits: Tensor, y: Tensor, s: Tensor, prior: Tensor,
-                         lam: float) -> Tensor:
-    """Mean over records of ``CE_regular_i + lam |CE_private_i - CE_random_i|``."""
-    import torch.nn.functional as F
-
-    ce_regular = F.cross_entropy(regular_logits, y, reduction="none")
-    log_q = F.log_softmax(private_logits, dim=-1)
-    ce_private = -log_q.gather(1, s[:, None]).squeeze(1)
-    ce_random = -(log_q * prior.to(log_q)).sum(-1)
-    return (ce_regular + lam * (ce_private - ce_random).abs()).mean()
+__all__ = ["DPAnonymizerModule", "fit_dp_anonymizer", "per_record_objective"]  # per_record_objective: moved to
+# dp_proto.anonymizer.losses, re-exported
 
 
 class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
@@ -129,18 +119,8 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
 
     def training_step(self, batch, batch_idx: int) -> None:
         x, y, s = batch
-        a = self.anonymizer
-        phase = self.phase()
-        if phase == PHASES[0]:
-            task = "regular"
-            self._train_only(a.encoder, a.regular_head)
-        elif phase == PHASES[1]:
-            task = "private"
-            self._train_only(a.private_head)
-        else:
-            task = "encoder" if self._encoder_turn() else "branches"
-            self.adversarial_step += 1
-            self._train_only(a.encoder) if task == "encoder" else self._train_only(a.regular_head, a.private_head)
+        task = self._task()  # the shared schedule: regular, private, then branches / encoder blocks
+        self._train_only(*(getattr(self.anonymizer, part) for part in TASK_PARTS[task]))
         optimizer = self.optimizers()
         optimizer.zero_grad(set_to_none=True)
         if len(y) == 0:  # an empty Poisson batch still takes its step: noise only
@@ -150,19 +130,7 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
             return
         check_labels(y, self.num_regular, "regular")
         check_labels(s, self.num_private, "private")
-        cross_entropy = torch.nn.functional.cross_entropy
-        if task == "regular":
-            loss = cross_entropy(a.regular_head(a.encoder(x)), y)
-        elif task == "encoder":
-            z = a.encoder(x)
-            loss = per_record_objective(a.regular_head(z), a.private_head(z), y, s, self.prior, self.lam)
-        else:
-            with torch.no_grad():
-                z = a.encoder(x)
-            loss = cross_entropy(a.private_head(z), s)
-            if task == "branches":
-                loss = loss + cross_entropy(a.regular_head(z), y)
-        self.manual_backward(loss)
+        self.manual_backward(dp_task_loss(self.anonymizer, task, x, y, s, self.prior, self.lam))
         optimizer.step()
 
     def on_fit_end(self) -> None:
@@ -208,7 +176,8 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
     from opacus.data_loader import DPDataLoader
     from torch.utils.data import TensorDataset
 
-    from dp_proto.lightning.anonymizer import default_anonymizer, train_module, training_labels
+    from dp_proto.anonymizer.training import default_anonymizer, training_labels
+    from dp_proto.lightning.anonymizer import train_module
     from dp_proto.lightning.datamodule import poisson_seed, route_opacus_notices
     from dp_proto.privacy.dpsgd_plan import DPSGDPlan
     from dp_proto.privacy.mechanisms import noisy_histogram
