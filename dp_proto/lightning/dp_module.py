@@ -9,11 +9,11 @@ from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 
 from dp_proto._deprecation import renamed_argument
-from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.lightning.callbacks import restore_ledger, save_ledger
 from dp_proto.lightning.module import LVQModule
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the closed-form samplers)
+from dp_proto.privacy.dpsgd_plan import BudgetedEpochs
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger, dp_sgd_event
 from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.opacus_noise import check_expected_batch_size, make_noise_sound
@@ -43,7 +43,8 @@ def check_poisson_loader(loader, sampling_rate: float) -> None:
 class EpochBudgetMixin:
     """Privacy accounting for DP-SGD LightningModules with ``ledger``,
     ``noise_multiplier`` and ``sampling_rate``: every step is recorded exactly once, before
-    its noise is drawn, and the budget is checked epoch by epoch.
+    its noise is drawn, and the budget is checked epoch by epoch, through the same
+    :class:`~dp_proto.privacy.BudgetedEpochs` the estimators' epoch loop uses.
 
     * :meth:`reserve_epoch_steps` (call it from ``on_train_epoch_start``) checks that
       the epoch's ``num_training_batches`` steps fit the budget, recording nothing. If
@@ -60,7 +61,6 @@ class EpochBudgetMixin:
       pass the budget is refused before any of its noise is drawn.
     """
 
-    stopped_by_budget = False
     steps_recorded = 0  # steps this module recorded in the ledger (in this process)
 
     @staticmethod
@@ -89,9 +89,23 @@ class EpochBudgetMixin:
     def _step_event(self, steps: int) -> PrivacyEvent:
         return dp_sgd_event(self.noise_multiplier, self.sampling_rate, steps)
 
+    _budgeted: BudgetedEpochs | None = None
+
+    def _budget(self) -> BudgetedEpochs:
+        """This fit's budgeted steps (:class:`~dp_proto.privacy.BudgetedEpochs`, the object
+        the estimators' epoch loop uses too)."""
+        if self._budgeted is None:
+            self._budgeted = BudgetedEpochs(self.ledger, self.noise_multiplier, self.sampling_rate)
+        return self._budgeted
+
+    @property
+    def stopped_by_budget(self) -> bool:
+        """True once the budget refused an epoch or a step of this fit."""
+        return self._budgeted is not None and self._budgeted.stopped_by_budget
+
     def on_fit_start(self) -> None:
         super().on_fit_start()
-        self.stopped_by_budget = False
+        self._budgeted = None  # a new fit starts unstopped
 
     def on_train_start(self) -> None:
         super().on_train_start()
@@ -102,32 +116,19 @@ class EpochBudgetMixin:
         """Deprecated name of :attr:`sampling_rate` (read-only)."""
         return self.sampling_rate
 
-    def _stop_for_budget(self) -> None:
-        self.stopped_by_budget = True
-        self.trainer.should_stop = True
-
     def reserve_epoch_steps(self) -> None:
-        """Check the epoch's steps against the budget (nothing is recorded here)."""
-        if self.stopped_by_budget:
-            return
+        """Check the epoch's steps against the budget (nothing is recorded here); if they
+        do not fit, no step of the epoch runs and training stops cleanly."""
         steps = self.trainer.num_training_batches
         if not math.isfinite(steps) or steps < 1:
             return  # every step is still checked when it is recorded
-        try:
-            # Also without a budget: the checked plan lets the per-step records skip
-            # recomposing the privacy loss distribution.
-            self.ledger.check(self._step_event(int(steps)))
-        except PrivacyBudgetExceededError:  # stop cleanly: no step of this epoch runs
-            self._stop_for_budget()
+        if not self._budget().reserve(int(steps)):
+            self.trainer.should_stop = True
 
     def on_train_batch_start(self, batch, batch_idx: int):
-        if self.stopped_by_budget:
+        if not self._budget().record(1):  # before the optimizer draws this step's noise
+            self.trainer.should_stop = True
             return -1  # Lightning: -1 skips the rest of the epoch
-        try:
-            self.ledger.spend(self._step_event(1))  # before the optimizer draws this step's noise
-        except PrivacyBudgetExceededError:
-            self._stop_for_budget()
-            return -1
         self.steps_recorded += 1
         return None
 
@@ -222,7 +223,6 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         super().__init__(model, optimizer=optimizer, lr=lr, **kwargs)  # hparams: no ledger, no generator
         self.set_dp_settings(ledger, noise_multiplier, max_grad_norm, sampling_rate, expected_batch_size,
                              generator, secure_mode)
-        self.stopped_by_budget = False
         self.private_model = GradSampleModule(model)
 
     def forward(self, x):

@@ -313,30 +313,55 @@ class DPSGDPlan:
 
 
 class BudgetedEpochs:
-    """The epochs of a DP-SGD run, each recorded in the ledger before any of its steps runs.
+    """The budgeted steps of a DP-SGD run: every step is spent in the ledger before it runs,
+    and a step the budget refuses stops training cleanly.
 
     Iterating yields the step count of each epoch (``steps_per_epoch(q)``, the last one
-    shorter); before yielding, the epoch's ``Poisson-subsampled Gaussian`` steps are spent in
-    ``ledger``. When the budget refuses an epoch, iteration ends there and
-    :attr:`stopped_by_budget` is True: training stops cleanly between epochs, and the
-    ledger holds exactly the epochs that ran. Both DP-SGD engines of the private LVQ
-    estimators run this loop; the Lightning modules record the same events step by step
-    (so that a checkpoint in the middle of an epoch is exact).
+    shorter, ``steps`` in all); before yielding, the epoch's Poisson-subsampled Gaussian
+    steps are spent in ``ledger``. When the budget refuses an epoch, iteration ends there
+    and :attr:`stopped_by_budget` is True: the ledger holds exactly the epochs that ran.
+    Both DP-SGD engines of the private LVQ estimators run this loop. The Lightning modules
+    use the same object step by step (:meth:`reserve` an epoch's steps when it starts,
+    :meth:`record` each step before its noise is drawn), so that a checkpoint in the middle
+    of an epoch is exact.
     """
 
-    def __init__(self, ledger: PrivacyLedger, noise_multiplier: float, sampling_rate: float, steps: int) -> None:
+    def __init__(self, ledger: PrivacyLedger, noise_multiplier: float, sampling_rate: float,
+                 steps: int | None = None) -> None:
         self.ledger, self.noise_multiplier = ledger, float(noise_multiplier)
-        self.sampling_rate, self.steps = float(sampling_rate), int(steps)
+        self.sampling_rate = float(sampling_rate)
+        self.steps = None if steps is None else int(steps)
         self.stopped_by_budget = False
 
+    def reserve(self, count: int) -> bool:
+        """Whether ``count`` more steps fit the budget (records nothing; a refusal stops).
+        Also without a budget it pays: per-step records within the checked plan then need
+        no new composition."""
+        if self.stopped_by_budget:
+            return False
+        try:
+            self.ledger.check(dp_sgd_event(self.noise_multiplier, self.sampling_rate, count))
+        except PrivacyBudgetExceededError:
+            self.stopped_by_budget = True
+        return not self.stopped_by_budget
+
+    def record(self, count: int) -> bool:
+        """Spend ``count`` steps before they run; False (and stopped) if the budget refuses."""
+        if self.stopped_by_budget:
+            return False
+        try:
+            self.ledger.spend(dp_sgd_event(self.noise_multiplier, self.sampling_rate, count))
+        except PrivacyBudgetExceededError:
+            self.stopped_by_budget = True
+        return not self.stopped_by_budget
+
     def __iter__(self) -> Iterator[int]:
+        if self.steps is None:
+            raise TypeError("BudgetedEpochs without steps= has no epochs to iterate; use reserve() / record()")
         per_epoch, done = steps_per_epoch(self.sampling_rate), 0
         while done < self.steps:
             count = min(per_epoch, self.steps - done)
-            try:
-                self.ledger.spend(dp_sgd_event(self.noise_multiplier, self.sampling_rate, count))
-            except PrivacyBudgetExceededError:
-                self.stopped_by_budget = True
+            if not self.record(count):
                 return
             yield count
             done += count

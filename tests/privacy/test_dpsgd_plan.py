@@ -86,3 +86,17 @@ def test_the_estimator_runs_the_plan():
     init_events = [e for e in est.ledger_.events if e.kind != "subsampled_gaussian"]  # the DP initialisation
     assert est.noise_multiplier_ == pytest.approx(plan.noise_multiplier(init_events))
     assert np.isfinite(est.epsilon_) and est.epsilon_ <= 3.0 * 1.001
+
+
+def test_budgeted_steps_reserve_and_record_stop_cleanly():
+    """The step-by-step use of the Lightning modules: reserve an epoch, record each step."""
+    sigma = 1.0
+    budget = PrivacyLedger.epsilon_of([dp_sgd_event(sigma, 0.3, 5)], 1e-5)
+    ledger = PrivacyLedger(budget=(budget, 1e-5))
+    steps = BudgetedEpochs(ledger, sigma, 0.3)
+    assert steps.reserve(3) and ledger.events == ()  # reserving records nothing
+    assert all(steps.record(1) for _ in range(3)) and ledger.events[0].count == 3
+    assert not steps.reserve(3) and steps.stopped_by_budget  # 6 > 5 steps: refused before any runs
+    assert not steps.record(1) and ledger.events[0].count == 3  # stopped stays stopped
+    with pytest.raises(TypeError, match="no epochs to iterate"):
+        iter(BudgetedEpochs(ledger, sigma, 0.3)).__next__()
