@@ -8,6 +8,7 @@ with :class:`DeprecationWarning`.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 import warnings
@@ -53,3 +54,23 @@ def renamed_argument(owner: str, new: str, new_value: Any, old: str, old_value: 
     if required and new_value is None:
         raise TypeError(f"{owner}: missing the argument {new}=")
     return new_value
+
+
+def renamed_keyword(old: str, new: str) -> Callable:
+    """Decorator: the function's keyword ``new`` also answers to its old name ``old`` for
+    one release (a :class:`DeprecationWarning`; ``TypeError`` when both are given)."""
+
+    def decorate(function: Callable) -> Callable:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if old in kwargs:
+                if new in kwargs:
+                    raise TypeError(f"{function.__qualname__}: pass {new}= only ({old}= is its old name)")
+                warnings.warn(f"{function.__qualname__}: {old}= is now called {new}=; the old name will be "
+                              f"removed in {REMOVAL}", DeprecationWarning, stacklevel=2)
+                kwargs[new] = kwargs.pop(old)
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    return decorate

@@ -213,7 +213,7 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
     generator = None if secure_mode else noise_generator(noise_seed, owner="fit_dp_anonymizer (noise_seed)")
     if prior is None:
         counts = noisy_histogram(private, num_private, plan.init_epsilon, ledger=ledger, name="private_prior",
-                                 generator=generator, secure=secure_mode)
+                                 generator=generator, secure_mode=secure_mode)
         prior = counts.clamp_min(1.0) / counts.clamp_min(1.0).sum()
         from_release = plan.expected_batch_size(float(counts.sum()))  # post-processing of a release
         if expected_batch_size is None:

@@ -145,7 +145,7 @@ class EpochBudgetMixin:
         with ``secure_mode``) and the public normaliser, its source noted in the ledger."""
         generator = noise_rng(self.ledger, None if self.secure_mode else generator, self.secure_mode, None, name)
         return make_noise_sound(optimizer, expected_batch_size=self.expected_batch_size, generator=generator,
-                                secure=self.secure_mode, name=name)
+                                secure_mode=self.secure_mode, name=name)
 
 
 class DPLVQModule(EpochBudgetMixin, LVQModule):

@@ -9,7 +9,7 @@ Every mechanism here
    drawing noise, so a release over budget is refused without touching the data;
 3. draws noise from fresh operating-system entropy: a generator seeded from
    ``os.urandom`` when ``generator=None`` (the default), or ``os.urandom`` directly with
-   ``secure=True``. A caller's ``generator`` makes the noise reproducible: that warns
+   ``secure_mode=True``. A caller's ``generator`` makes the noise reproducible: that warns
    with :class:`~dp_proto.exceptions.PrivacyLeakWarning` and the ledger's summary says
    ``"noise": "reproducible"`` (:mod:`dp_proto.privacy.randomness`).
 
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from dp_proto._deprecation import renamed_keyword
 from dp_proto.privacy.calibration import (
     analytic_gaussian_sigma,
     check_delta,
@@ -95,13 +96,14 @@ def _record(ledger: PrivacyLedger | None, event: PrivacyEvent) -> None:
         ledger.spend(event)
 
 
-def noise_rng(ledger: PrivacyLedger | None, generator: torch.Generator | None, secure: bool,
+@renamed_keyword("secure", "secure_mode")
+def noise_rng(ledger: PrivacyLedger | None, generator: torch.Generator | None, secure_mode: bool,
               device: torch.device | str | None, owner: str) -> torch.Generator | None:
-    """The generator a release draws from (None with ``secure``), its source noted in the
+    """The generator a release draws from (None with ``secure_mode``), its source noted in the
     ledger: a fresh one for ``generator=None``; a caller's own warns (reproducible noise)."""
-    if secure:
+    if secure_mode:
         if generator is not None:
-            raise ValueError("secure=True draws from os.urandom; do not pass a generator as well")
+            raise ValueError("secure_mode=True draws from os.urandom; do not pass a generator as well")
         if ledger is not None:
             ledger.note_noise_source("secure")
         return None
@@ -112,6 +114,7 @@ def noise_rng(ledger: PrivacyLedger | None, generator: torch.Generator | None, s
     return generator
 
 
+@renamed_keyword("secure", "secure_mode")
 def laplace_mechanism(
     value: Tensor,
     l1_sensitivity: float,
@@ -120,7 +123,7 @@ def laplace_mechanism(
     ledger: PrivacyLedger | None = None,
     name: str = "laplace",
     generator: torch.Generator | None = None,
-    secure: bool = False,
+    secure_mode: bool = False,
     grid: float | str | None = "auto",
     value_on_grid: bool = False,
     single_coordinate: bool = False,
@@ -187,14 +190,14 @@ def laplace_mechanism(
             _record(ledger, LaplaceEvent(1.0 / epsilon, name=name, sensitivity=sens))
         elif sens > 0:
             _record(ledger, PureEvent(epsilon, name=name, sensitivity=sens))
-    generator = noise_rng(ledger, generator, secure, value.device, name)
+    generator = noise_rng(ledger, generator, secure_mode, value.device, name)
     if grid is not None:
         def draw() -> Tensor:
-            noise = discrete_laplace_noise(value.shape, scale, generator=generator, secure=secure, device=value.device)
+            noise = discrete_laplace_noise(value.shape, scale, generator=generator, secure_mode=secure_mode, device=value.device)
             return ((snapped + noise) * grid).to(dtype)
     else:
         def draw() -> Tensor:
-            noise = laplace_noise(value.shape, scale, generator=generator, secure=secure, device=value.device)
+            noise = laplace_noise(value.shape, scale, generator=generator, secure_mode=secure_mode, device=value.device)
             return (value.to(torch.float64) + noise).to(dtype)
     return intercept(name, value, sens, "l1", draw)
 
@@ -303,6 +306,7 @@ def plan_gaussian(
     return GaussianPlan(multiplier * steps * grid, float(grid), steps, event)
 
 
+@renamed_keyword("secure", "secure_mode")
 def gaussian_mechanism(
     value: Tensor,
     l2_sensitivity: float,
@@ -313,7 +317,7 @@ def gaussian_mechanism(
     ledger: PrivacyLedger | None = None,
     name: str = "gaussian",
     generator: torch.Generator | None = None,
-    secure: bool = False,
+    secure_mode: bool = False,
     grid: float | str | None = "auto",
     value_on_grid: bool = False,
 ) -> Tensor:
@@ -356,22 +360,23 @@ def gaussian_mechanism(
     if plan.event is not None:
         _record(ledger, plan.event)
     dtype = value.dtype if value.is_floating_point() else torch.float64
-    generator = noise_rng(ledger, generator, secure, value.device, name)
+    generator = noise_rng(ledger, generator, secure_mode, value.device, name)
     if snapped is None:
         def draw() -> Tensor:
-            noise = gaussian_noise(value.shape, plan.sigma, generator=generator, secure=secure, device=value.device)
+            noise = gaussian_noise(value.shape, plan.sigma, generator=generator, secure_mode=secure_mode, device=value.device)
             return (value.to(torch.float64) + noise).to(dtype)
         return intercept(name, value, sens, "l2", draw)
 
     def draw_discrete() -> Tensor:
         if plan.sigma == 0:
             return (snapped * plan.grid).to(dtype)
-        noise = discrete_gaussian_noise(value.shape, plan.sigma / plan.grid, generator=generator, secure=secure,
+        noise = discrete_gaussian_noise(value.shape, plan.sigma / plan.grid, generator=generator, secure_mode=secure_mode,
                                         device=value.device)
         return ((snapped + noise.to(torch.float64)) * plan.grid).to(dtype)
     return intercept(name, value, sens, "l2", draw_discrete)
 
 
+@renamed_keyword("secure", "secure_mode")
 def noisy_histogram(
     labels: Tensor,
     num_bins: int,
@@ -380,7 +385,7 @@ def noisy_histogram(
     ledger: PrivacyLedger | None = None,
     name: str = "histogram",
     generator: torch.Generator | None = None,
-    secure: bool = False,
+    secure_mode: bool = False,
     discrete: bool = True,
 ) -> Tensor:
     """Counts of ``labels (n,)`` in ``0..num_bins-1`` plus Laplace noise of scale
@@ -407,10 +412,11 @@ def noisy_histogram(
                          f"[{int(labels.min())}, {int(labels.max())}]")
     counts = torch.bincount(labels.long(), minlength=num_bins).to(torch.float64)
     return laplace_mechanism(counts, 1.0, epsilon, ledger=ledger, name=name, generator=generator,
-                             secure=secure, grid=1.0 if discrete else None, value_on_grid=discrete,
+                             secure_mode=secure_mode, grid=1.0 if discrete else None, value_on_grid=discrete,
                              single_coordinate=True)
 
 
+@renamed_keyword("secure", "secure_mode")
 def noisy_count(
     n: int | Tensor,
     epsilon: float,
@@ -418,18 +424,19 @@ def noisy_count(
     ledger: PrivacyLedger | None = None,
     name: str = "count",
     generator: torch.Generator | None = None,
-    secure: bool = False,
+    secure_mode: bool = False,
     discrete: bool = True,
 ) -> float:
     """``n + Lap(1/epsilon)``: epsilon-DP for a counting query (sensitivity 1 under
     add/remove); discrete (integer) noise by default, see :func:`noisy_histogram`."""
     value = torch.as_tensor(float(n), dtype=torch.float64).reshape(1)
     out = laplace_mechanism(value, 1.0, epsilon, ledger=ledger, name=name, generator=generator,
-                            secure=secure, grid=1.0 if discrete else None, value_on_grid=discrete,
+                            secure_mode=secure_mode, grid=1.0 if discrete else None, value_on_grid=discrete,
                             single_coordinate=True)
     return float(out[0])
 
 
+@renamed_keyword("secure", "secure_mode")
 def report_noisy_max(
     counts: Tensor,
     epsilon: float,
@@ -437,7 +444,7 @@ def report_noisy_max(
     ledger: PrivacyLedger | None = None,
     name: str = "report_noisy_max",
     generator: torch.Generator | None = None,
-    secure: bool = False,
+    secure_mode: bool = False,
 ) -> Tensor:
     """Index of the largest ``count + noise`` along the last dimension, noise discrete
     Laplace with ``P(k) ~ exp(-epsilon |k|)``; ties go to a uniformly random index.
@@ -461,17 +468,18 @@ def report_noisy_max(
     if not torch.equal(torch.round(counts), counts):
         raise ValueError("report_noisy_max needs integer counts (counting queries over disjoint groups)")
     _record(ledger, PureEvent(epsilon, name=name, sensitivity=1.0))
-    generator = noise_rng(ledger, generator, secure, counts.device, name)
+    generator = noise_rng(ledger, generator, secure_mode, counts.device, name)
 
     def draw() -> Tensor:
-        noise = discrete_laplace_noise(counts.shape, 1.0 / epsilon, generator=generator, secure=secure,
+        noise = discrete_laplace_noise(counts.shape, 1.0 / epsilon, generator=generator, secure_mode=secure_mode,
                                        device=counts.device)
         # a uniform in (0, 1) orders equal integers at random and never two different ones
-        tie_break = uniform_open(counts.shape, generator=generator, secure=secure, device=counts.device)
+        tie_break = uniform_open(counts.shape, generator=generator, secure_mode=secure_mode, device=counts.device)
         return (counts + noise.to(torch.float64) + tie_break).argmax(-1)
     return intercept(name, counts, 1.0, "l1", draw)
 
 
+@renamed_keyword("secure", "secure_mode")
 def noisy_majority_vote(
     votes: Tensor,
     num_classes: int,
@@ -480,7 +488,7 @@ def noisy_majority_vote(
     ledger: PrivacyLedger | None = None,
     name: str = "majority_vote",
     generator: torch.Generator | None = None,
-    secure: bool = False,
+    secure_mode: bool = False,
 ) -> int:
     """The class with the most votes after ``Lap(1/epsilon)`` noise on each count.
 
@@ -493,4 +501,4 @@ def noisy_majority_vote(
     if votes.numel() and (int(votes.min()) < 0 or int(votes.max()) >= num_classes):
         raise ValueError(f"votes must lie in 0..{num_classes - 1}")
     counts = torch.bincount(votes.long(), minlength=num_classes).to(torch.float64)
-    return int(report_noisy_max(counts, epsilon, ledger=ledger, name=name, generator=generator, secure=secure))
+    return int(report_noisy_max(counts, epsilon, ledger=ledger, name=name, generator=generator, secure_mode=secure_mode))

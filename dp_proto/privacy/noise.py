@@ -1,6 +1,6 @@
 """Noise samplers: seeded (reproducible) or secure (operating-system entropy).
 
-Every sampler takes ``generator`` (a ``torch.Generator``) or ``secure=True`` (bits from
+Every sampler takes ``generator`` (a ``torch.Generator``) or ``secure_mode=True`` (bits from
 ``os.urandom``; the generator must then be None). ``generator=None`` draws from a
 fresh generator seeded with 64 bits of operating-system entropy
 (:func:`~dp_proto.privacy.randomness.fresh_generator`), never from torch's global
@@ -46,7 +46,7 @@ would add a dependency. The remaining inexactness here, double rounding in one l
 (about 1e-16 relative in each probability), is far below any delta in use, so this
 sampler is the default.
 
-Use the seeded path for experiments and tests; use ``secure=True`` (and a grid
+Use the seeded path for experiments and tests; use ``secure_mode=True`` (and a grid
 for Laplace releases) when releasing to untrusted parties.
 """
 
@@ -59,6 +59,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from dp_proto._deprecation import renamed_keyword
 from dp_proto.privacy.randomness import fresh_generator
 
 __all__ = ["uniform_open", "laplace_noise", "gaussian_noise", "geometric_noise", "discrete_laplace_noise",
@@ -71,21 +72,22 @@ def _shape(shape) -> tuple[int, ...]:
     return (int(shape),) if isinstance(shape, int) else tuple(int(s) for s in shape)
 
 
+@renamed_keyword("secure", "secure_mode")
 def uniform_open(
-    shape, *, generator: torch.Generator | None = None, secure: bool = False,
+    shape, *, generator: torch.Generator | None = None, secure_mode: bool = False,
     device: torch.device | str | None = None,
 ) -> Tensor:
     """Uniform variates on the open interval ``(0, 1)``, float64 on a 53-bit lattice.
 
-    ``os.urandom`` (``secure``): ``(k + 0.5) / 2^53``, ``k`` a uniform 53-bit integer. A
+    ``os.urandom`` (``secure_mode``): ``(k + 0.5) / 2^53``, ``k`` a uniform 53-bit integer. A
     generator: torch's float64 ``rand`` (``k / 2^53``, the same 53 random bits) with
     ``k = 0`` moved to ``2^-54``. Either way the smallest value is ``2^-54``, which bounds
     the Gaussian sampler's largest output at ``sqrt(2 ln 2^54) ~ 8.65`` sigma."""
     shape = _shape(shape)
     n = math.prod(shape)
-    if secure:
+    if secure_mode:
         if generator is not None:
-            raise ValueError("secure=True draws from os.urandom; do not pass a generator as well")
+            raise ValueError("secure_mode=True draws from os.urandom; do not pass a generator as well")
         words = np.frombuffer(os.urandom(8 * n), dtype=np.uint64) >> np.uint64(11)
         k = torch.from_numpy(words.astype(np.float64)).reshape(shape)
         return ((k + 0.5) / _TWO_POW_53).to(device)
@@ -95,24 +97,26 @@ def uniform_open(
     return u.clamp_min_(0.5 / _TWO_POW_53).to(device)  # k = 0 -> 2^-54; every other k / 2^53 as drawn
 
 
+@renamed_keyword("secure", "secure_mode")
 def laplace_noise(
-    shape, scale: float, *, generator: torch.Generator | None = None, secure: bool = False,
+    shape, scale: float, *, generator: torch.Generator | None = None, secure_mode: bool = False,
     dtype: torch.dtype = torch.float64, device: torch.device | str | None = None,
 ) -> Tensor:
     """I.i.d. ``Lap(0, scale)``: density ``exp(-|x|/scale) / (2 scale)``, drawn as the
     difference of two exponential variables ``scale (log u2 - log u1)``."""
     if not scale >= 0:
         raise ValueError(f"Laplace scale must be >= 0, got {scale!r}")
-    u = uniform_open((2, *_shape(shape)), generator=generator, secure=secure, device=device)
+    u = uniform_open((2, *_shape(shape)), generator=generator, secure_mode=secure_mode, device=device)
     return (scale * (torch.log(u[1]) - torch.log(u[0]))).to(dtype)
 
 
+@renamed_keyword("secure", "secure_mode")
 def gaussian_noise(
-    shape, std: float, *, generator: torch.Generator | None = None, secure: bool = False,
+    shape, std: float, *, generator: torch.Generator | None = None, secure_mode: bool = False,
     dtype: torch.dtype = torch.float64, device: torch.device | str | None = None,
 ) -> Tensor:
     """I.i.d. ``N(0, std^2)`` by Box-Muller on 53-bit uniforms (see Tails above), from
-    ``generator`` (fresh entropy for None) or ``os.urandom`` (``secure``). Each pair of
+    ``generator`` (fresh entropy for None) or ``os.urandom`` (``secure_mode``). Each pair of
     uniforms gives two independent normals (``r cos t``, ``r sin t``). The radius, which
     carries the tails, is computed in float64; the angle's cosine and sine in the output
     dtype when that is narrower (the angle only rotates, it cannot cut a tail)."""
@@ -121,15 +125,16 @@ def gaussian_noise(
     shape = _shape(shape)
     n = math.prod(shape)
     work = torch.float64 if dtype == torch.float64 else torch.float32
-    u = uniform_open((2, (n + 1) // 2), secure=secure, generator=generator, device=device)
+    u = uniform_open((2, (n + 1) // 2), secure_mode=secure_mode, generator=generator, device=device)
     radius = torch.sqrt(-2.0 * torch.log(u[0])).mul_(std).to(work)
     angle = ((2.0 * math.pi) * u[1]).to(work)
     z = torch.cat([radius * torch.cos(angle), radius * torch.sin(angle)])[:n].reshape(shape)
     return z.to(dtype)
 
 
+@renamed_keyword("secure", "secure_mode")
 def discrete_laplace_noise(
-    shape, scale: float, *, generator: torch.Generator | None = None, secure: bool = False,
+    shape, scale: float, *, generator: torch.Generator | None = None, secure_mode: bool = False,
     device: torch.device | str | None = None,
 ) -> Tensor:
     """I.i.d. discrete Laplace integers: ``P(k) proportional to exp(-|k| / scale)``, int64.
@@ -140,12 +145,13 @@ def discrete_laplace_noise(
     """
     if not scale > 0:
         raise ValueError(f"discrete Laplace scale must be > 0, got {scale!r}")
-    geometric = geometric_noise((2, *_shape(shape)), scale, generator=generator, secure=secure, device=device)
+    geometric = geometric_noise((2, *_shape(shape)), scale, generator=generator, secure_mode=secure_mode, device=device)
     return geometric[0] - geometric[1]
 
 
+@renamed_keyword("secure", "secure_mode")
 def geometric_noise(
-    shape, scale: float, *, generator: torch.Generator | None = None, secure: bool = False,
+    shape, scale: float, *, generator: torch.Generator | None = None, secure_mode: bool = False,
     device: torch.device | str | None = None,
 ) -> Tensor:
     """I.i.d. geometric integers ``P(G = k) = (1 - p) p^k``, ``k >= 0``, ``p = exp(-1/scale)``,
@@ -153,12 +159,13 @@ def geometric_noise(
     logarithm only)."""
     if not scale > 0:
         raise ValueError(f"geometric scale must be > 0, got {scale!r}")
-    u = uniform_open(shape, generator=generator, secure=secure, device=device)
+    u = uniform_open(shape, generator=generator, secure_mode=secure_mode, device=device)
     return torch.floor(torch.log(u) / (-1.0 / scale)).to(torch.int64)
 
 
+@renamed_keyword("secure", "secure_mode")
 def discrete_gaussian_noise(
-    shape, sigma: float, *, generator: torch.Generator | None = None, secure: bool = False,
+    shape, sigma: float, *, generator: torch.Generator | None = None, secure_mode: bool = False,
     device: torch.device | str | None = None,
 ) -> Tensor:
     """I.i.d. discrete Gaussian integers: ``P(k) proportional to exp(-k^2 / (2 sigma^2))``, int64.
@@ -181,8 +188,8 @@ def discrete_gaussian_noise(
     filled = 0
     while filled < n or not chunks:
         batch = int(1.7 * (n - filled)) + 16
-        y = discrete_laplace_noise(batch, t, generator=generator, secure=secure, device=device)
-        u = uniform_open(batch, generator=generator, secure=secure, device=device)
+        y = discrete_laplace_noise(batch, t, generator=generator, secure_mode=secure_mode, device=device)
+        u = uniform_open(batch, generator=generator, secure_mode=secure_mode, device=device)
         kept = y[u < torch.exp(-((y.abs().to(torch.float64) - centre) ** 2) / two_var)][: n - filled]
         chunks.append(kept)  # on the draws' device (the generator's when device is None)
         filled += kept.numel()

@@ -13,7 +13,7 @@ Opacus' variants, per-layer and ghost clipping included):
 * noise from :func:`dp_proto.privacy.noise.gaussian_noise` (float64 Box-Muller on
   53-bit uniforms, then cast), from a generator seeded with fresh operating-system
   entropy unless the caller passes one (reproducible: see
-  :mod:`dp_proto.privacy.randomness`), or ``os.urandom`` with ``secure=True``;
+  :mod:`dp_proto.privacy.randomness`), or ``os.urandom`` with ``secure_mode=True``;
 * ``expected_batch_size`` set to the caller's public value;
 * every step's noisy sum passes through :func:`dp_proto.privacy.testing.intercept`.
 """
@@ -25,6 +25,7 @@ import functools
 import torch
 from opacus.optimizers.optimizer import DPOptimizer, _check_processed_flag, _mark_as_processed
 
+from dp_proto._deprecation import renamed_keyword
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.randomness import fresh_generator
 from dp_proto.privacy.testing import intercept
@@ -51,7 +52,7 @@ def _sound_add_noise(self) -> None:
         def draw(summed=summed) -> torch.Tensor:
             if std == 0:
                 return summed.clone()
-            noise = gaussian_noise(summed.shape, std, generator=self._sound_generator, secure=self._sound_secure,
+            noise = gaussian_noise(summed.shape, std, generator=self._sound_generator, secure_mode=self._sound_secure,
                                    dtype=summed.dtype, device=summed.device)
             return summed + noise
         p.grad = intercept(self._sound_name, summed, None, None, draw).view_as(p)
@@ -63,22 +64,23 @@ def _sound_class(base: type) -> type:
     return type(f"Sound{base.__name__}", (base,), {"add_noise": _sound_add_noise, "_dp_proto_sound": True})
 
 
+@renamed_keyword("secure", "secure_mode")
 def make_noise_sound(optimizer: DPOptimizer, *, expected_batch_size: float,
-                     generator: torch.Generator | None = None, secure: bool = False,
+                     generator: torch.Generator | None = None, secure_mode: bool = False,
                      name: str = "dp_sgd") -> DPOptimizer:
     """Make ``optimizer`` (an Opacus ``DPOptimizer``) draw float64 noise from fresh
-    entropy (or ``generator``, or ``os.urandom`` with ``secure``) and divide by the
+    entropy (or ``generator``, or ``os.urandom`` with ``secure_mode``) and divide by the
     public ``expected_batch_size``. Returns the same object; idempotent."""
     if not isinstance(optimizer, DPOptimizer):
         raise TypeError(f"expected an Opacus DPOptimizer, got {type(optimizer).__name__}")
-    if secure and generator is not None:
-        raise ValueError("secure=True draws from os.urandom; do not pass a generator as well")
+    if secure_mode and generator is not None:
+        raise ValueError("secure_mode=True draws from os.urandom; do not pass a generator as well")
     base = type(optimizer)
     if not getattr(base, "_dp_proto_sound", False):
         optimizer.__class__ = _sound_class(base)
     optimizer.expected_batch_size = check_expected_batch_size(expected_batch_size)
-    optimizer._sound_secure = bool(secure)
-    optimizer._sound_generator = None if secure else (generator if generator is not None else fresh_generator())
+    optimizer._sound_secure = bool(secure_mode)
+    optimizer._sound_generator = None if secure_mode else (generator if generator is not None else fresh_generator())
     optimizer._sound_name = name
     optimizer.generator = None  # Opacus' own sampler is never used
     return optimizer

@@ -4,7 +4,7 @@ A release is only as private as its noise is unpredictable. The rule of this pac
 
 * **Noise and sampling coins come from fresh operating-system entropy by default.**
   :func:`fresh_generator` seeds a ``torch.Generator`` with 64 bits from ``os.urandom``
-  (``secure=True`` on a sampler skips the generator and reads ``os.urandom`` directly).
+  (``secure_mode=True`` on a sampler skips the generator and reads ``os.urandom`` directly).
   A mechanism given ``generator=None`` uses a fresh generator, never torch's global one
   (which ``torch.manual_seed`` or Lightning's ``seed_everything`` make predictable).
 * **A seed governs only non-private randomness** (initial jitter, splits, k-means++
@@ -31,6 +31,7 @@ from typing import Literal
 
 import torch
 
+from dp_proto._deprecation import renamed_keyword
 from dp_proto.exceptions import PrivacyLeakWarning
 
 __all__ = ["fresh_generator", "seeded_generator", "noise_generator", "noise_source",
@@ -102,9 +103,10 @@ def noise_generator(noise_seed: int | None, device: torch.device | str | None = 
     return seeded_generator(noise_seed, device, owner=owner)
 
 
-def noise_source(generator: torch.Generator | None, secure: bool = False) -> NoiseSource:
-    """What a sampler called with ``generator`` / ``secure`` draws from."""
-    if secure:
+@renamed_keyword("secure", "secure_mode")
+def noise_source(generator: torch.Generator | None, secure_mode: bool = False) -> NoiseSource:
+    """What a sampler called with ``generator`` / ``secure_mode`` draws from."""
+    if secure_mode:
         return "secure"
     if generator is None or generator in _FRESH:
         return "fresh"

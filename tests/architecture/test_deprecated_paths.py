@@ -120,3 +120,14 @@ def test_renamed_dp_sgd_arguments_warn_for_one_release():
     with pytest.warns(DeprecationWarning, match="noise_generator= is now called generator="):
         module(sampling_rate=0.1, noise_generator=torch.Generator())
     assert "generator" not in module(sampling_rate=0.1).hparams  # never a hyperparameter
+
+
+def test_the_old_secure_keyword_still_works_with_a_warning():
+    """``secure=`` became ``secure_mode=`` across the library (one name per concept)."""
+    from dp_proto.privacy import gaussian_noise, noisy_count
+
+    with pytest.warns(DeprecationWarning, match="secure= is now called secure_mode="):
+        noise = gaussian_noise((3,), 1.0, secure=True)
+    assert noise.shape == (3,)
+    with pytest.raises(TypeError, match="pass secure_mode= only"):
+        noisy_count(5, 1.0, secure=True, secure_mode=True)

@@ -64,14 +64,14 @@ def test_uniform_is_open_and_uniform():
 @pytest.mark.parametrize("secure", [False, True])
 def test_laplace_noise_distribution(secure):
     gen = None if secure else torch.Generator().manual_seed(1)
-    x = laplace_noise(50_000, 2.5, generator=gen, secure=secure).numpy()
+    x = laplace_noise(50_000, 2.5, generator=gen, secure_mode=secure).numpy()
     assert stats.kstest(x, stats.laplace(scale=2.5).cdf).pvalue > ALPHA
 
 
 @pytest.mark.parametrize("secure", [False, True])
 def test_gaussian_noise_distribution(secure):
     gen = None if secure else torch.Generator().manual_seed(2)
-    x = gaussian_noise(50_000, 3.0, generator=gen, secure=secure).numpy()
+    x = gaussian_noise(50_000, 3.0, generator=gen, secure_mode=secure).numpy()
     assert stats.kstest(x, stats.norm(scale=3.0).cdf).pvalue > ALPHA
 
 
@@ -79,7 +79,7 @@ def test_gaussian_noise_distribution(secure):
 def test_discrete_laplace_distribution(secure):
     scale = 2.0
     gen = None if secure else torch.Generator().manual_seed(3)
-    k = discrete_laplace_noise(100_000, scale, generator=gen, secure=secure).numpy()
+    k = discrete_laplace_noise(100_000, scale, generator=gen, secure_mode=secure).numpy()
     assert k.dtype == np.int64
     values = np.arange(-12, 13)
     p = np.exp(-np.abs(values) / scale)
@@ -96,9 +96,9 @@ def test_seeded_noise_is_reproducible_and_secure_is_not():
     a = laplace_noise(10, 1.0, generator=torch.Generator().manual_seed(5))
     b = laplace_noise(10, 1.0, generator=torch.Generator().manual_seed(5))
     assert torch.equal(a, b)
-    assert not torch.equal(laplace_noise(10, 1.0, secure=True), laplace_noise(10, 1.0, secure=True))
+    assert not torch.equal(laplace_noise(10, 1.0, secure_mode=True), laplace_noise(10, 1.0, secure_mode=True))
     with pytest.raises(ValueError, match="os.urandom"):
-        laplace_noise(3, 1.0, secure=True, generator=torch.Generator())
+        laplace_noise(3, 1.0, secure_mode=True, generator=torch.Generator())
 
 
 def test_optional_epsilon_maps_none_and_inf_to_non_private():

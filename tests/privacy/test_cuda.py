@@ -15,7 +15,7 @@ def test_mechanisms_keep_the_device_and_match_cpu_noise():
     ref = laplace_mechanism(value.cpu(), 1.0, 1.0, generator=torch.Generator().manual_seed(0))
     assert out.device.type == "cuda"
     torch.testing.assert_close(out.cpu(), ref)
-    assert gaussian_mechanism(value, 1.0, 1.0, 1e-5, secure=True).device.type == "cuda"
+    assert gaussian_mechanism(value, 1.0, 1.0, 1e-5, secure_mode=True).device.type == "cuda"
 
 
 def test_dp_init_on_cuda():

@@ -42,7 +42,7 @@ def _chi_square_pvalue(draws: np.ndarray, sigma: float) -> float:
 @pytest.mark.parametrize("secure", [False, True])
 def test_discrete_gaussian_sampler_fits_the_exact_pmf(sigma, secure):
     gen = None if secure else torch.Generator().manual_seed(int(10 * sigma))
-    draws = discrete_gaussian_noise(200_000, sigma, generator=gen, secure=secure)
+    draws = discrete_gaussian_noise(200_000, sigma, generator=gen, secure_mode=secure)
     assert draws.dtype == torch.int64 and draws.shape == (200_000,)
     assert _chi_square_pvalue(draws.numpy(), sigma) > ALPHA
 

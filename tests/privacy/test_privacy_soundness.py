@@ -164,7 +164,7 @@ def test_finding3_a_callers_generator_warns_and_marks_the_ledger():
     assert ledger.summary()["noise"] == "reproducible"
     restored = PrivacyLedger.from_state_dict(ledger.state_dict())
     assert restored.summary()["noise"] == "reproducible"
-    assert noise_source(fresh_generator()) == "fresh" and noise_source(None, secure=True) == "secure"
+    assert noise_source(fresh_generator()) == "fresh" and noise_source(None, secure_mode=True) == "secure"
 
 
 # -- finding 6: the DP-SGD normaliser is public --------------------------------------------

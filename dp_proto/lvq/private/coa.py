@@ -45,6 +45,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from dp_proto._deprecation import renamed_keyword
 from dp_proto.lvq.private.saa import (
     bin_prototype_labels,
     project_to_domain,
@@ -118,6 +119,7 @@ class COAResult(NamedTuple):
     t0: int
 
 
+@renamed_keyword("secure", "secure_mode")
 def centre_of_attention_mechanism(
     points: Tensor,
     epsilon: float,
@@ -128,7 +130,7 @@ def centre_of_attention_mechanism(
     ledger: PrivacyLedger | None = None,
     name: str = "coa",
     generator: torch.Generator | None = None,
-    secure: bool = False,
+    secure_mode: bool = False,
 ) -> COAResult:
     """``(epsilon, delta)``-DP release of the centre of attention of ``points (m, D)``
     (each record in at most ``multiplicity`` of them; all in a domain of l2 ``diameter``).
@@ -152,18 +154,19 @@ def centre_of_attention_mechanism(
                          f"domain diameter {diameter:.4g}: clip them into the domain first")
     if ledger is not None:
         ledger.spend(ApproxEvent(epsilon, delta, name=name))
-    generator = noise_rng(ledger, generator, secure, pts.device, name)
+    generator = noise_rng(ledger, generator, secure_mode, pts.device, name)
     centre = pts[centre_of_attention(pts, t0, radii=radii)]
     std = smooth_sensitivity(pts, t0, beta, diameter, multiplicity, radii=radii) / alpha
 
     step = coa_grid(diameter, dim)
 
     def draw() -> Tensor:  # smooth sensitivity: no fixed sensitivity for the harness to check
-        noisy = centre + gaussian_noise(centre.shape, std, generator=generator, secure=secure, device=pts.device)
+        noisy = centre + gaussian_noise(centre.shape, std, generator=generator, secure_mode=secure_mode, device=pts.device)
         return torch.round(noisy / step) * step
     return COAResult(intercept(name, centre, None, None, draw), t0)
 
 
+@renamed_keyword("secure", "secure_mode")
 def coa_bin_models(
     bin_models: Tensor,
     epsilon: float,
@@ -176,7 +179,7 @@ def coa_bin_models(
     ledger: PrivacyLedger | None = None,
     name: str = "coa",
     generator: torch.Generator | None = None,
-    secure: bool = False,
+    secure_mode: bool = False,
 ) -> tuple[Tensor, COAResult]:
     """The private half of the scheme: project the bins' models ``(m, W, d)`` into the
     domain (the box ``[low, high]^d``, optionally intersected with the ball of
@@ -190,13 +193,14 @@ def coa_bin_models(
     projected = project_to_domain(bin_models.to(torch.float64), low, high, radius)
     diameter = saa_sensitivity(num_prototypes, d, low, high, radius)
     result = centre_of_attention_mechanism(projected.reshape(m, -1), epsilon, delta, diameter=diameter,
-                                           ledger=ledger, name=name, generator=generator, secure=secure)
+                                           ledger=ledger, name=name, generator=generator, secure_mode=secure_mode)
     prototypes = result.value.reshape(num_prototypes, d)
     if project_release:
         prototypes = project_to_domain(prototypes, low, high, radius)
     return prototypes, result
 
 
+@renamed_keyword("secure", "secure_mode")
 def coa_glvq(
     x: Tensor,
     y: Tensor,
@@ -216,7 +220,7 @@ def coa_glvq(
     radius: float | None = None,
     project_release: bool = True,
     generator: torch.Generator | None = None,
-    secure: bool = False,
+    secure_mode: bool = False,
     name: str = "coa",
 ) -> tuple[Tensor, Tensor, COAResult]:
     """GLVQ prototypes ``(W, d)`` by the centre of attention of ``num_bins`` disjoint
@@ -225,8 +229,8 @@ def coa_glvq(
     labels = bin_prototype_labels(x, y, num_classes, num_bins, prototypes_per_class, reference)
     models, _ = train_bin_models(x, y, labels, num_bins, reference=reference, epochs=epochs,
                                  batch_size=batch_size, lr=lr, low=low, high=high, radius=radius,
-                                 generator=generator, secure=secure)
+                                 generator=generator, secure_mode=secure_mode)
     prototypes, result = coa_bin_models(models, epsilon, delta, low=low, high=high, radius=radius,
                                         project_release=project_release, ledger=ledger, name=name,
-                                        generator=generator, secure=secure)
+                                        generator=generator, secure_mode=secure_mode)
     return prototypes.to(x.dtype), labels, result

@@ -24,6 +24,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from dp_proto._deprecation import renamed_keyword
 from dp_proto.lvq.init import make_prototype_labels
 from dp_proto.privacy.calibration import check_epsilon
 from dp_proto.privacy.clipping import clip_box
@@ -47,6 +48,7 @@ class DPInitResult(NamedTuple):
     num_clipped: int
 
 
+@renamed_keyword("secure", "secure_mode")
 def dp_class_mean_prototypes(
     x: Tensor,
     y: Tensor,
@@ -58,7 +60,7 @@ def dp_class_mean_prototypes(
     prototypes_per_class: int = 1,
     jitter: float = 0.05,
     generator: torch.Generator | None = None,
-    secure: bool = False,
+    secure_mode: bool = False,
     name: str = "dp_init",
 ) -> DPInitResult:
     """Noisy class means as initial prototypes: ``epsilon``-DP under add/remove one record.
@@ -108,15 +110,15 @@ def dp_class_mean_prototypes(
     sums = one_hot.T @ clipped.values  # (c, d)
 
     noisy_counts = noisy_histogram(y.long(), num_classes, eps_counts, ledger=ledger, name=counts_event.name,
-                                   generator=generator, secure=secure)
+                                   generator=generator, secure_mode=secure_mode)
     noisy_sums = laplace_mechanism(sums, float(d), eps_sums, ledger=ledger, name=sums_event.name,
-                                   generator=generator, secure=secure)
+                                   generator=generator, secure_mode=secure_mode)
     means = clip_box(noisy_sums / noisy_counts.clamp_min(1.0)[:, None]).values  # post-processing
 
     labels = make_prototype_labels(num_classes, prototypes_per_class).to(x.device)
     prototypes = means[labels].clone()
     if prototypes_per_class > 1 and jitter > 0:
-        noise = gaussian_noise(prototypes.shape, jitter, generator=generator, secure=secure, device=x.device)
+        noise = gaussian_noise(prototypes.shape, jitter, generator=generator, secure_mode=secure_mode, device=x.device)
         prototypes = clip_box(prototypes + noise).values
     dtype = x.dtype if x.is_floating_point() else torch.float64
     return DPInitResult(prototypes.to(dtype), labels, noisy_counts, clipped.num_clipped)

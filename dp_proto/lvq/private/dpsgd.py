@@ -238,7 +238,7 @@ def fit_dp_sgd(
     else:
         private_model, dp_opt, dp_loader = made
     # float64 noise with tails, from our generator; the public normaliser, not q * n
-    make_noise_sound(dp_opt, expected_batch_size=expected_batch_size, generator=generator, secure=secure_mode)
+    make_noise_sound(dp_opt, expected_batch_size=expected_batch_size, generator=generator, secure_mode=secure_mode)
     q = float(dp_loader.sample_rate)  # = sampling_rate
     private_model.train()
     epochs = BudgetedEpochs(ledger, noise_multiplier, q, steps)  # len(dp_loader) = int(1 / q) steps each

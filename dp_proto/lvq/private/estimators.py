@@ -117,7 +117,7 @@ class _DPMixin:
         init = dp_class_mean_prototypes(
             x_t, y_t, len(self.classes_), plan.init_epsilon, ledger=ledger,
             prototypes_per_class=counts[0], generator=None if self.secure_mode else generator,
-            secure=self.secure_mode,
+            secure_mode=self.secure_mode,
         )
         layer = self._make_layer(d, len(init.prototype_labels), init_generator, tdtype)
         with torch.no_grad():

@@ -310,7 +310,7 @@ def dp_sgd_step(
         def draw() -> Tensor:  # float64 Box-Muller noise (tails to ~8.6 sigma), then cast
             if noise_std == 0:
                 return summed.clone()
-            return summed + gaussian_noise(summed.shape, noise_std, generator=generator, secure=secure_mode,
+            return summed + gaussian_noise(summed.shape, noise_std, generator=generator, secure_mode=secure_mode,
                                            dtype=summed.dtype, device=summed.device)
         noisy = intercept("dp_sgd", summed, None, None, draw)  # subsampled: checked per step elsewhere
         offset = 0

@@ -40,6 +40,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from dp_proto._deprecation import renamed_keyword
 from dp_proto.lvq.init import make_prototype_labels
 from dp_proto.lvq.losses import glvq_loss
 from dp_proto.privacy.calibration import check_delta, check_epsilon
@@ -54,15 +55,16 @@ __all__ = ["assign_bins", "bin_shuffle_keys", "fit_glvq_bins", "match_to_referen
            "bin_prototype_labels", "train_bin_models", "SAAResult", "subsample_and_aggregate"]
 
 
+@renamed_keyword("secure", "secure_mode")
 def assign_bins(n: int, num_bins: int, *, generator: torch.Generator | None = None,
-                secure: bool = False, device: torch.device | str | None = None) -> Tensor:
+                secure_mode: bool = False, device: torch.device | str | None = None) -> Tensor:
     """I.i.d. uniform bin labels ``(n,)`` in ``0..num_bins-1`` (one coin per record, so
     removing a record leaves every other record's bin as it was)."""
     if num_bins < 1:
         raise ValueError(f"num_bins must be >= 1, got {num_bins}")
 
     def draw() -> Tensor:
-        u = uniform_open((n,), generator=generator, secure=secure, device=device)
+        u = uniform_open((n,), generator=generator, secure_mode=secure_mode, device=device)
         return (u * num_bins).floor().long().clamp_(max=num_bins - 1)
     return per_record_coins("bins", draw)
 
@@ -319,16 +321,17 @@ def bin_prototype_labels(x: Tensor, y: Tensor, num_classes: int, num_bins: int,
     return labels
 
 
+@renamed_keyword("secure", "secure_mode")
 def train_bin_models(
     x: Tensor, y: Tensor, labels: Tensor, num_bins: int, *, reference: Tensor | None = None,
     epochs: int = 30, batch_size: int = 64, lr: float = 0.01, low: float = -1.0, high: float = 1.0,
-    radius: float | None = None, generator: torch.Generator | None = None, secure: bool = False,
+    radius: float | None = None, generator: torch.Generator | None = None, secure_mode: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """The non-private half of the bin-based schemes: i.i.d. bin labels ``(n,)``, GLVQ on
     every bin, matching to ``reference`` (several prototypes per class), projection into
     the domain (:func:`project_to_domain`). Returns the bin models ``(m, W, d)`` (float64)
     and the bins."""
-    bins = assign_bins(x.shape[0], num_bins, generator=generator, secure=secure, device=x.device)
+    bins = assign_bins(x.shape[0], num_bins, generator=generator, secure_mode=secure_mode, device=x.device)
     trained = fit_glvq_bins(x.to(torch.float64), y.long(), bins, num_bins, labels, epochs=epochs,
                             batch_size=batch_size, lr=lr, generator=generator)
     if reference is not None and len(torch.unique(labels)) < len(labels):
@@ -336,6 +339,7 @@ def train_bin_models(
     return project_to_domain(trained, low, high, radius), bins
 
 
+@renamed_keyword("secure", "secure_mode")
 def aggregate_bin_models(
     bin_models: Tensor,
     epsilon: float,
@@ -348,7 +352,7 @@ def aggregate_bin_models(
     ledger: PrivacyLedger | None = None,
     name: str = "saa",
     generator: torch.Generator | None = None,
-    secure: bool = False,
+    secure_mode: bool = False,
 ) -> tuple[Tensor, float]:
     """The private half of subsample-and-aggregate: project every bin's model into the
     domain, sum over bins, add Gaussian noise for the sensitivity of
@@ -373,7 +377,7 @@ def aggregate_bin_models(
     sensitivity = saa_sensitivity(num_prototypes, d, low, high, radius)
     projected = project_to_domain(bin_models.to(torch.float64), low, high, radius)
     total = gaussian_mechanism(projected.sum(0), sensitivity, epsilon, delta, ledger=ledger, name=name,
-                               generator=generator, secure=secure)
+                               generator=generator, secure_mode=secure_mode)
     mean = project_to_domain(total / m, low, high, radius) if project_release else total / m
     return mean, plan_gaussian(epsilon, delta, sensitivity, projected[0].numel()).sigma / m
 
@@ -390,6 +394,7 @@ class SAAResult(NamedTuple):
     empty_bins: int
 
 
+@renamed_keyword("secure", "secure_mode")
 def subsample_and_aggregate(
     x: Tensor,
     y: Tensor,
@@ -409,7 +414,7 @@ def subsample_and_aggregate(
     radius: float | None = None,
     project_release: bool = True,
     generator: torch.Generator | None = None,
-    secure: bool = False,
+    secure_mode: bool = False,
     name: str = "saa",
 ) -> SAAResult:
     """(epsilon, delta)-DP GLVQ prototypes by subsample-and-aggregate.
@@ -449,9 +454,9 @@ def subsample_and_aggregate(
         ledger.check(plan.event)
     models, bins = train_bin_models(x, y, labels, num_bins, reference=reference, epochs=epochs,
                                     batch_size=batch_size, lr=lr, low=low, high=high, radius=radius,
-                                    generator=generator, secure=secure)
+                                    generator=generator, secure_mode=secure_mode)
     mean, noise_std = aggregate_bin_models(models, epsilon, delta, low=low, high=high, radius=radius,
-                                           project_release=project_release, ledger=ledger, name=name, generator=generator, secure=secure)
+                                           project_release=project_release, ledger=ledger, name=name, generator=generator, secure_mode=secure_mode)
     empty = int((torch.bincount(bins, minlength=num_bins) == 0).sum())
     dtype = x.dtype if x.is_floating_point() else torch.float64
     return SAAResult(mean.to(dtype), labels, noise_std, empty)

@@ -139,7 +139,7 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
         ledger = PrivacyLedger(budget=(self.epsilon, self.delta), default_delta=self.delta)
         common = dict(prototypes_per_class=counts, reference=reference, ledger=ledger, epochs=self.epochs,
                       batch_size=self.batch_size, lr=self.lr, radius=self.radius, generator=generator,
-                      secure=self.secure_mode)
+                      secure_mode=self.secure_mode)
         if self.aggregation == "mean":
             result = subsample_and_aggregate(x_t, y_t, len(self.classes_), self.num_bins, self.epsilon,
                                              self.delta, **common)
