@@ -351,8 +351,10 @@ class LLPNode:
     Raises
     ------
     ValueError
-        Fewer training windows than ``k``; fewer than ``batch_size`` in an exact run (a
-        private run logs it for the curator: an error would depend on single records).
+        Fewer training windows than ``k`` or ``batch_size`` in an exact run. A private run
+        logs both for the curator instead (an error before the release would depend on
+        single records) and :meth:`train`, which runs after the release, refuses fewer
+        than ``k``.
     DataValidationError
         NaN/inf features, labels outside the label set.
     """
@@ -383,7 +385,12 @@ class LLPNode:
                 raise ValueError(message)
             curator_log("%s", message)
         if x.shape[0] < config.k:
-            raise ValueError(f"{self.name} has {x.shape[0]} training windows, fewer than k={config.k} clusters")
+            message = f"{self.name} has {x.shape[0]} training windows, fewer than k={config.k} clusters"
+            if not config.private:
+                raise ValueError(message)
+            # Private: the release must not depend on whether one record more or less
+            # crosses k, so the node still releases; train() (local, after the release) refuses.
+            curator_log("%s", message)
         self.features, self.labels = x, y
         self.batch_ids = torch.as_tensor(self.grid.batch_ids(t), device=self.device)
 
@@ -421,6 +428,9 @@ class LLPNode:
         if self._own is None:
             raise RuntimeError(f"{self.name}: release() comes before train()")
         cfg = self.config
+        if self.features.shape[0] < cfg.k:
+            raise ValueError(f"{self.name} has {self.features.shape[0]} training windows, fewer than k={cfg.k} "
+                             "clusters (its proportions were released; its own models cannot be fitted)")
         sources = [self._own, *(r.to(self.device) for r in received)]
         try:
             return fit_node_models(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -127,6 +128,24 @@ def test_node_drops_windows_outside_the_grid_and_checks_its_data():
         LLPNode(0, data, LLPConfig(batch_size=16, k=400, time_range=(0, 320), num_classes=3))
     with pytest.raises(ValueError, match="needs a config with time_range"):
         LLPNode(0, data, LLPConfig(batch_size=16, k=4))
+
+
+def test_a_private_node_with_fewer_windows_than_k_still_releases(caplog):
+    """Whether a node has k windows can hang on one record: a private node releases either
+    way (same shape, same ledger) and only its local fit, after the release, refuses."""
+    import logging
+
+    data = _node(0)
+    config = LLPConfig(batch_size=16, k=400, time_range=(0, 320), num_classes=3, epsilon=1.0)
+    with caplog.at_level(logging.DEBUG, logger="dp_proto.curator"):
+        node = LLPNode(0, data, config)
+    assert any("fewer than k=400" in r.getMessage() for r in caplog.records)
+    release = node.release()
+    enough = LLPNode(0, data, dataclasses.replace(config, k=4))
+    assert release.proportions.shape == enough.release().proportions.shape
+    assert node.ledger.events == enough.ledger.events
+    with pytest.raises(ValueError, match="fewer than k=400 clusters .*proportions were released"):
+        node.train([])
 
 
 def test_simulate_network_accepts_a_config_or_keywords_alike():
