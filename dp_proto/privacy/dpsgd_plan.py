@@ -337,22 +337,18 @@ class BudgetedEpochs:
         """Whether ``count`` more steps fit the budget (records nothing; a refusal stops).
         Also without a budget it pays: per-step records within the checked plan then need
         no new composition."""
-        if self.stopped_by_budget:
-            return False
-        try:
-            self.ledger.check(dp_sgd_event(self.noise_multiplier, self.sampling_rate, count))
-        except PrivacyBudgetExceededError:
-            self.stopped_by_budget = True
-        return not self.stopped_by_budget
+        return self._within_budget(self.ledger.check, count)
 
     def record(self, count: int) -> bool:
         """Spend ``count`` steps before they run; False (and stopped) if the budget refuses."""
-        if self.stopped_by_budget:
-            return False
-        try:
-            self.ledger.spend(dp_sgd_event(self.noise_multiplier, self.sampling_rate, count))
-        except PrivacyBudgetExceededError:
-            self.stopped_by_budget = True
+        return self._within_budget(self.ledger.spend, count)
+
+    def _within_budget(self, ledger_call, count: int) -> bool:
+        if not self.stopped_by_budget:
+            try:
+                ledger_call(dp_sgd_event(self.noise_multiplier, self.sampling_rate, count))
+            except PrivacyBudgetExceededError:
+                self.stopped_by_budget = True
         return not self.stopped_by_budget
 
     def __iter__(self) -> Iterator[int]:
