@@ -155,7 +155,7 @@ def mnist(n: int, data_dir: Path, seed: int) -> tuple[Tensor, Tensor, Tensor, st
     try:
         from dp_proto.data import load_mnist
     except ImportError:
-        from dp_proto.data.files import load_mnist
+        from dp_proto.data.loaders.mnist import load_mnist
     try:
         X, y = load_mnist(data_dir, split="train", flatten=True)
         split = "train"

@@ -4,7 +4,7 @@ Reproduces the evaluation of Sachweh, Boiar & Liebig (2021), "Differentially pri
 from label proportions" (Sec. 4, Figures 2 and 3) on the VicRoads SCATS counts
 (Melbourne, October 2006; the paper used Dublin SCATS, January 2013, which is not public
 here): windows of w = 5 fifteen-minute counts, label = flow class of the next count
-(r = 1, the six classes of :data:`dp_proto.data.traffic.FLOW_BIN_EDGES`), c = 3 nearest
+(r = 1, the six classes of :data:`dp_proto.data.sensors.FLOW_BIN_EDGES`), c = 3 nearest
 neighbours per node, 10-fold cross-validation over contiguous time blocks.
 
 Settings
@@ -74,13 +74,9 @@ except ImportError:  # imported as benchmarks.llp_accuracy
     )
 
 from dp_proto._neighbours import knn_predict
-from dp_proto.data.traffic import (
-    FLOW_BIN_EDGES,
-    load_scats_counts,
-    nearest_neighbours,
-    node_datasets,
-    time_block_folds,
-)
+from dp_proto.data.geometry import nearest_neighbours
+from dp_proto.data.loaders.scats import load_scats_counts
+from dp_proto.data.sensors import FLOW_BIN_EDGES, node_datasets, time_block_folds
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.llp import evaluate, simulate_network
 

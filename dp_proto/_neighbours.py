@@ -12,7 +12,7 @@ square root, which does not change the order), the ``k`` smallest by
 Ties are resolved deterministically, so CPU and CUDA give the same answer:
 
 * equal distances at the ``k``-th place go to the lower training index (as
-  :func:`~dp_proto.data.traffic.nearest_neighbours`); integer-valued features such
+  :func:`~dp_proto.data.geometry.nearest_neighbours`); integer-valued features such
   as traffic counts have many exactly equal distances, computed exactly in float64;
 * classes with the same number of votes go to the class of the nearest of their
   neighbours (scikit-learn's ``KNeighborsClassifier`` takes the smallest label instead;

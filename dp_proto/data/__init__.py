@@ -1,4 +1,5 @@
-"""Data sets: scikit-learn's bundled sets, benchmark files in a data directory, synthetic data.
+"""Data sets by kind: scikit-learn's bundled sets, loaders of files in a data directory
+(:mod:`.loaders`), sensor-network windows and geometry, synthetic data (:mod:`.synthetic`).
 
 Nothing here downloads implicitly; the ``download_*`` functions must be called
 explicitly and are the only ones that use the network.
@@ -8,8 +9,8 @@ Bundled (:mod:`dp_proto.data.bundled`)
 ``load_bundled(name)``
     "digits", "iris", "wine", "breast_cancer" -> ``(X float64, y int64)``.
 
-Files in a data directory (:mod:`dp_proto.data.files`)
-------------------------------------------------------
+Files in a data directory (:mod:`dp_proto.data.loaders`: ``common``, ``mnist``, ``uci``)
+------------------------------------------------------------------------------------
 ``default_data_dir()``
     ``Path($DP_PROTO_DATA_DIR)`` or ``None``.
 ``read_idx(path)``
@@ -29,8 +30,8 @@ Downloads (:mod:`dp_proto.data.download`)
 ``download_uci(name, data_dir, url, opener=None, ...)``
     A TSV table from ``url`` into ``data_dir/uci/<name>.tsv.gz``.
 
-Two-label images for anonymization (:mod:`dp_proto.data.faces`)
------------------------------------------------------------------
+Two-label images for anonymization (:mod:`dp_proto.data.loaders.images`)
+--------------------------------------------------------------------------
 ``load_image_folder(directory, pattern, size=None, grayscale=True, crop=None)``
     Images whose file names match ``pattern`` (groups ``regular``, ``private``)
     -> ``TwoLabelImages`` (images float32 (n, c, h, w) in [0, 1], label indices, names).
@@ -40,10 +41,11 @@ Two-label images for anonymization (:mod:`dp_proto.data.faces`)
     Yale faces from ``data_dir/faces/yale/``: private = subject, regular = condition;
     ``crop=YALE_FACE_CROP, size=YALE_FACE_SIZE`` centres each face (``FaceCrop``).
 ``make_entangled_task(n, num_regular=4, num_private=8, entanglement=0.5, ...)``
-    Synthetic features with a known label dependence -> ``EntangledTask``.
+    (:mod:`dp_proto.data.synthetic.entangled`) Synthetic features with a known label dependence -> ``EntangledTask``.
 
-Traffic counts for learning from label proportions (:mod:`dp_proto.data.traffic`)
------------------------------------------------------------------------------------
+Traffic counts for learning from label proportions (:mod:`dp_proto.data.loaders.scats`,
+:mod:`dp_proto.data.sensors`, :mod:`dp_proto.data.geometry`)
+----------------------------------------------------------------------------------------
 ``load_scats_counts(data_dir=None, min_days=14)``
     SCATS loop-detector counts -> ``TrafficNetwork`` (one 15-minute series per detector,
     coordinates, dropped detectors with the reason).
@@ -53,8 +55,8 @@ Traffic counts for learning from label proportions (:mod:`dp_proto.data.traffic`
     Flow classes (``FLOW_BIN_EDGES``), geographic neighbours, time-aligned folds (the batch
     grid of the LLP protocol is :class:`dp_proto.llp.BatchGrid`).
 
-Synthetic (:mod:`dp_proto.data.synthetic`), all ``-> (X float64, y int64)``
---------------------------------------------------------------------------
+Synthetic (:mod:`dp_proto.data.synthetic.toy`), all ``-> (X float64, y int64)``
+------------------------------------------------------------------------------
 ``two_gaussians_with_outlier(setting="extreme", n_per_class=50, random_state=None)``
 ``noisy_xor(n_per_cluster=300, extra_bottom_left=0, std=1.0, random_state=None)``
 ``noisy_xor_unbalanced(n_per_cluster=300, std=1.0, random_state=None)``
@@ -62,8 +64,8 @@ Synthetic (:mod:`dp_proto.data.synthetic`), all ``-> (X float64, y int64)``
 ``three_moons(n_samples=400, noise=0.1, random_state=None)``
 ``five_gaussians(n_per_class=1500, random_state=None, *, n_samples=None)``
 
-Class merging and subsampling (also in :mod:`dp_proto.data.synthetic`)
-----------------------------------------------------------------------
+Class merging (:mod:`dp_proto.data.loaders.uci`) and subsampling (:mod:`dp_proto.data.sampling`)
+---------------------------------------------------------------------------------------------
 ``merge_classes(y, mapping)``
     Relabel through a mapping -> int64 labels.
 ``load_shuttle_3class(data_dir=None, mapping=SHUTTLE_3CLASS_MAPPING)``
@@ -82,60 +84,72 @@ from dp_proto.data.download import (
     download_mnist,
     download_uci,
 )
-from dp_proto.data.faces import (
+from dp_proto.data.geometry import (
+    haversine_distances,
+    nearest_neighbours,
+)
+from dp_proto.data.loaders.common import (
+    DATA_DIR_ENV_VAR,
+    default_data_dir,
+)
+from dp_proto.data.loaders.images import (
     YALE_CONDITIONS,
     YALE_DEFAULT_CROP,
     YALE_DEFAULT_SIZE,
     YALE_FACE_CROP,
     YALE_FACE_SIZE,
     YALE_PATTERN,
-    EntangledTask,
     FaceCrop,
     TwoLabelImages,
-    entangled_label_joint,
     load_image_folder,
     load_two_label_csv,
     load_yale_faces,
-    make_entangled_task,
 )
-from dp_proto.data.files import (
-    DATA_DIR_ENV_VAR,
-    UCI_DATASETS,
-    default_data_dir,
+from dp_proto.data.loaders.mnist import (
     load_mnist,
-    load_uci,
     read_idx,
-    read_tsv,
 )
-from dp_proto.data.synthetic import (
-    FIVE_GAUSSIANS_MEANS,
-    OUTLIER_MEANS,
+from dp_proto.data.loaders.scats import (
+    TrafficNetwork,
+    load_scats_counts,
+)
+from dp_proto.data.loaders.uci import (
     SHUTTLE_3CLASS_MAPPING,
     SHUTTLE_CLASS_NAMES,
+    UCI_DATASETS,
+    load_shuttle_3class,
+    load_uci,
+    merge_classes,
+    read_tsv,
+)
+from dp_proto.data.sampling import (
+    stratified_subsample,
+)
+from dp_proto.data.sensors import (
+    FLOW_BIN_EDGES,
+    NodeData,
+    discretize_flow,
+    node_datasets,
+    sliding_windows,
+    time_block_folds,
+)
+from dp_proto.data.synthetic.entangled import (
+    EntangledTask,
+    entangled_label_joint,
+    make_entangled_task,
+)
+from dp_proto.data.synthetic.toy import (
+    FIVE_GAUSSIANS_MEANS,
+    OUTLIER_MEANS,
     XOR_CENTERS,
     five_gaussians,
     five_gaussians_covariances,
-    load_shuttle_3class,
-    merge_classes,
     noisy_xor,
     noisy_xor_unbalanced,
-    stratified_subsample,
     three_gaussians,
     three_gaussians_means,
     three_moons,
     two_gaussians_with_outlier,
-)
-from dp_proto.data.traffic import (
-    FLOW_BIN_EDGES,
-    NodeData,
-    TrafficNetwork,
-    discretize_flow,
-    haversine_distances,
-    load_scats_counts,
-    nearest_neighbours,
-    node_datasets,
-    sliding_windows,
-    time_block_folds,
 )
 
 #: ``time_batches`` is the LLP protocol's batch grid now (:mod:`dp_proto.llp.grid`).

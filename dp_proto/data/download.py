@@ -19,7 +19,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from dp_proto.data.files import MNIST_FILES, _check_name, read_tsv
+from dp_proto.data.loaders.common import _check_name
+from dp_proto.data.loaders.mnist import MNIST_FILES
+from dp_proto.data.loaders.uci import read_tsv
 
 __all__ = [
     "DEFAULT_MNIST_MIRROR",

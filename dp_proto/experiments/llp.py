@@ -56,12 +56,9 @@ def run_llp_experiment(config: dict[str, Any]) -> dict[str, Any]:
     its test windows. Returns the detectors, the neighbour table, per-node accuracy and
     epsilon (and bytes exchanged, distributed), the network's accuracy, the wall time and,
     with ``run.compare``, the simulation's accuracy and whether it matched."""
-    from dp_proto.data.traffic import (
-        load_scats_counts,
-        nearest_neighbours,
-        node_datasets,
-        time_block_folds,
-    )
+    from dp_proto.data.geometry import nearest_neighbours
+    from dp_proto.data.loaders.scats import load_scats_counts
+    from dp_proto.data.sensors import node_datasets, time_block_folds
     from dp_proto.llp import LLPConfig, evaluate, simulate_network
 
     config = merge_config(LLP_DEFAULTS, config)

@@ -178,7 +178,7 @@ def check_neighbours(neighbours: np.ndarray | Sequence[Sequence[int]], n_nodes: 
     """Neighbour lists as ``list[list[int]]``, checked.
 
     ``neighbours`` is an ``(N, c)`` array (e.g. from
-    :func:`~dp_proto.data.traffic.nearest_neighbours`) or ``N`` sequences of
+    :func:`~dp_proto.data.geometry.nearest_neighbours`) or ``N`` sequences of
     possibly different lengths. An empty list is allowed: that node trains its
     own model only (and its vote is that model's prediction).
 
@@ -231,7 +231,7 @@ def simulate_network(
     nodes : sequence of NodeData-like
         Objects with ``features (m, d)``, ``labels (m,)`` (int in ``0 ..
         num_classes - 1``) and ``time (m,)`` (global slot), e.g. from
-        :func:`~dp_proto.data.traffic.node_datasets`.
+        :func:`~dp_proto.data.sensors.node_datasets`.
     neighbours : (N, c) array or N sequences
         ``neighbours[i]``: the nodes whose proportions node ``i`` receives. See
         :func:`check_neighbours` (a node without neighbours trains its own model only).
@@ -247,7 +247,7 @@ def simulate_network(
     train_masks : sequence of bool arrays, optional
         ``train_masks[i] (m_i,)``: node ``i``'s training windows (default: all).
         Pass time-aligned masks (e.g. the same fold of
-        :func:`~dp_proto.data.traffic.time_block_folds` with a common
+        :func:`~dp_proto.data.sensors.time_block_folds` with a common
         ``time_range``) so that the batches of different nodes cover the same
         training time.
     device : torch.device or str, default "cpu"

@@ -157,7 +157,7 @@ def batch_label_counts(
         Class of each record, ``0 .. num_classes - 1``.
     batch_ids : Tensor of shape (m,), integer
         Batch of each record, ``0 .. num_batches - 1`` (e.g. from
-        :func:`dp_proto.data.traffic.time_batches`), on the device of ``labels``.
+        :func:`dp_proto.llp.grid.time_batches`), on the device of ``labels``.
     num_batches, num_classes : int
         Size of the table; both >= 1.
 

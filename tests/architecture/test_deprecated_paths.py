@@ -63,6 +63,23 @@ def test_old_style_imports_still_work():
     assert saa_audit_setup is current_setup
 
 
+@pytest.mark.parametrize(("old", "name", "new"), [
+    ("dp_proto.data.files", "load_mnist", "dp_proto.data.loaders.mnist"),
+    ("dp_proto.data.files", "DATA_DIR_ENV_VAR", "dp_proto.data.loaders.common"),
+    ("dp_proto.data.faces", "load_yale_faces", "dp_proto.data.loaders.images"),
+    ("dp_proto.data.faces", "make_entangled_task", "dp_proto.data.synthetic.entangled"),
+    ("dp_proto.data.traffic", "load_scats_counts", "dp_proto.data.loaders.scats"),
+    ("dp_proto.data.traffic", "node_datasets", "dp_proto.data.sensors"),
+    ("dp_proto.data.traffic", "nearest_neighbours", "dp_proto.data.geometry"),
+    ("dp_proto.data.synthetic", "load_shuttle_3class", "dp_proto.data.loaders.uci"),
+    ("dp_proto.data.synthetic", "stratified_subsample", "dp_proto.data.sampling"),
+])
+def test_the_data_modules_split_by_kind_keep_their_old_names(old, name, new):
+    module = importlib.import_module(old)
+    with pytest.warns(DeprecationWarning, match=f"{old}.{name} moved to {new}"):
+        assert getattr(module, name) is getattr(importlib.import_module(new), name)
+
+
 def test_unknown_names_still_raise():
     import dp_proto.privacy
 

@@ -1,4 +1,4 @@
-"""Tests of dp_proto.data.faces: two-label image loaders and the entangled synthetic task."""
+"""Tests of dp_proto.data.loaders.images and dp_proto.data.synthetic.entangled: two-label image loaders and the entangled synthetic task."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests of dp_proto.data.files: idx / MNIST and TSV / UCI readers."""
+"""Tests of dp_proto.data.loaders (mnist, uci): idx / MNIST and TSV / UCI readers."""
 
 from __future__ import annotations
 

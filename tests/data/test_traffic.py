@@ -1,4 +1,4 @@
-"""Tests of dp_proto.data.traffic: SCATS counts, flow classes, windows, neighbours, time folds."""
+"""Tests of dp_proto.data.loaders.scats, .sensors and .geometry: SCATS counts, flow classes, windows, neighbours, time folds."""
 
 from __future__ import annotations
 
@@ -10,18 +10,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dp_proto.data.traffic import (
-    EARTH_RADIUS_KM,
-    FLOW_BIN_EDGES,
-    FLOW_CLASS_NAMES,
+from dp_proto.data.geometry import EARTH_RADIUS_KM, haversine_distances, nearest_neighbours
+from dp_proto.data.loaders.scats import (
     SCATS_COUNTS_FILE,
     SLOTS_PER_DAY,
-    NodeData,
     TrafficNetwork,
-    discretize_flow,
-    haversine_distances,
     load_scats_counts,
-    nearest_neighbours,
+)
+from dp_proto.data.sensors import (
+    FLOW_BIN_EDGES,
+    FLOW_CLASS_NAMES,
+    NodeData,
+    discretize_flow,
     node_datasets,
     sliding_windows,
     time_block_folds,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dp_proto.cli import main
-from dp_proto.data.traffic import SCATS_COUNTS_FILE
+from dp_proto.data.loaders.scats import SCATS_COUNTS_FILE
 from tests.data.test_traffic import _row, _write
 
 

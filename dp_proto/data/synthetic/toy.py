@@ -9,42 +9,18 @@ Every generator takes ``random_state`` (an int seed, a
 of shape (n_samples,). Rows are ordered by component (not shuffled); the order
 is documented per generator.
 
-It also holds the small helpers the kernel-support (SVDD) experiments of Park
-(2022) need besides the generators: :func:`merge_classes`,
-:func:`load_shuttle_3class` (UCI shuttle merged to 3 classes) and
-:func:`stratified_subsample` (the 10% / 30% shuttle variants of Table 7.3).
+The shuttle helpers of Park (2022) are in :mod:`dp_proto.data.loaders.uci` and the
+stratified subsampler in :mod:`dp_proto.data.sampling`.
 """
 
 from __future__ import annotations
 
-import numbers
-import os
-from collections.abc import Mapping
-
 import numpy as np
 
-from dp_proto.data.files import load_uci
+from dp_proto.data._checks import RandomState, _check_count, _check_positive, _rng
 
-__all__ = [
-    "FIVE_GAUSSIANS_MEANS",
-    "OUTLIER_MEANS",
-    "SHUTTLE_3CLASS_MAPPING",
-    "SHUTTLE_CLASS_NAMES",
-    "XOR_CENTERS",
-    "five_gaussians",
-    "five_gaussians_covariances",
-    "load_shuttle_3class",
-    "merge_classes",
-    "noisy_xor",
-    "noisy_xor_unbalanced",
-    "stratified_subsample",
-    "three_gaussians",
-    "three_gaussians_means",
-    "three_moons",
-    "two_gaussians_with_outlier",
-]
+__all__ = ["OUTLIER_MEANS", "XOR_CENTERS", "FIVE_GAUSSIANS_MEANS", "two_gaussians_with_outlier", "noisy_xor", "noisy_xor_unbalanced", "three_gaussians_means", "three_gaussians", "three_moons", "five_gaussians_covariances", "five_gaussians"]
 
-RandomState = int | np.random.Generator | None
 
 #: Mean of the single class-1 outlier of :func:`two_gaussians_with_outlier`.
 OUTLIER_MEANS: dict[str, tuple[float, float]] = {
@@ -52,6 +28,7 @@ OUTLIER_MEANS: dict[str, tuple[float, float]] = {
     "medium": (10.0, 5.0),
     "weak": (10.0, 2.0),
 }
+
 
 #: Cluster centres of :func:`noisy_xor` -> class label (XOR of the signs).
 XOR_CENTERS: dict[tuple[float, float], int] = {
@@ -61,6 +38,7 @@ XOR_CENTERS: dict[tuple[float, float], int] = {
     (-10.0, -10.0): 1,  # bottom left
 }
 
+
 #: Means of the five classes of :func:`five_gaussians`.
 FIVE_GAUSSIANS_MEANS: tuple[tuple[float, float], ...] = (
     (2.0, 3.0),
@@ -69,39 +47,14 @@ FIVE_GAUSSIANS_MEANS: tuple[tuple[float, float], ...] = (
     (-1.0, 3.0),
     (4.5, 3.0),
 )
+
+
 # Rotation angle per class (None: identity covariance).
 _FIVE_ANGLES: tuple[float | None, ...] = (np.pi / 4, np.pi / 4, None, np.pi / 8, np.pi / 4)
+
+
 # Axis variances before rotation: our choice, the source does not give them.
 _FIVE_AXIS_VARIANCES = (1.0, 0.25)
-
-
-def _rng(random_state: RandomState) -> np.random.Generator:
-    if random_state is None or isinstance(random_state, np.random.Generator):
-        return np.random.default_rng(random_state)
-    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
-        if random_state < 0:
-            raise ValueError(f"random_state must be a non-negative int, got {random_state}")
-        return np.random.default_rng(int(random_state))
-    raise TypeError(
-        "random_state must be an int, a numpy.random.Generator or None, "
-        f"got {type(random_state).__name__}"
-    )
-
-
-def _check_count(name: str, value: int, minimum: int = 0) -> int:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
-def _check_positive(name: str, value: float, allow_zero: bool = False) -> float:
-    value = float(value)
-    if not np.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be finite and {bound}, got {value}")
-    return value
 
 
 def two_gaussians_with_outlier(
@@ -405,198 +358,3 @@ def five_gaussians(
         parts.append(np.asarray(mean) + rng.standard_normal((count, 2)) @ chol.T)
     y = np.repeat(np.arange(5, dtype=np.int64), counts)
     return np.concatenate(parts), y
-
-
-# --------------------------------------------------------------------------- class merging
-#: Names of the seven classes of the UCI Statlog shuttle data (labels 1..7).
-SHUTTLE_CLASS_NAMES: dict[int, str] = {
-    1: "Rad Flow",
-    2: "Fpv Close",
-    3: "Fpv Open",
-    4: "High",
-    5: "Bypass",
-    6: "Bpv Close",
-    7: "Bpv Open",
-}
-
-#: Shuttle label (1..7) -> merged label (0..2) of :func:`load_shuttle_3class`.
-#: Park (2022, Section 7.2) "divided shuttle into three classes to alleviate the
-#: class imbalance" without giving the mapping. We keep the two large classes and
-#: pool the rest: 0 = Rad Flow (1; 45586 rows), 1 = High (4; 8903 rows),
-#: 2 = Bypass (5; 3267) with the four rare classes Fpv Close, Fpv Open,
-#: Bpv Close, Bpv Open (2, 3, 6, 7; 244 rows together) -> 3511 rows.
-SHUTTLE_3CLASS_MAPPING: dict[int, int] = {1: 0, 4: 1, 5: 2, 2: 2, 3: 2, 6: 2, 7: 2}
-
-
-def merge_classes(y: np.ndarray, mapping: Mapping[object, int]) -> np.ndarray:
-    """Relabel ``y`` through ``mapping`` (several old labels may share a new one).
-
-    Parameters
-    ----------
-    y : array-like of shape (n_samples,)
-        Labels (ints or strings).
-    mapping : mapping old label -> new int label
-        Must cover every label that occurs in ``y``; new labels must be ints.
-
-    Returns
-    -------
-    ndarray of shape (n_samples,), dtype int64
-
-    Raises
-    ------
-    ValueError
-        If ``y`` is not 1-D, or holds a label that ``mapping`` does not cover
-        (the message lists them).
-    TypeError
-        If a new label is not an int.
-    """
-    y = np.asarray(y)
-    if y.ndim != 1:
-        raise ValueError(f"y must be 1-D, got shape {y.shape}")
-    for old, new in mapping.items():
-        if not isinstance(new, numbers.Integral) or isinstance(new, bool):
-            raise TypeError(f"mapping values must be ints, got {new!r} for label {old!r}")
-    classes, inverse = np.unique(y, return_inverse=True)
-    keys = [c.item() for c in classes]  # numpy scalars -> Python int / float / str
-    missing = [k for k in keys if k not in mapping]
-    if missing:
-        raise ValueError(
-            f"labels {missing} occur in y but are not in the mapping (covers {list(mapping)})"
-        )
-    lookup = np.array([int(mapping[k]) for k in keys], dtype=np.int64)
-    return lookup[inverse.reshape(-1)]
-
-
-def load_shuttle_3class(
-    data_dir: str | os.PathLike | None = None,
-    mapping: Mapping[int, int] | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """UCI Statlog shuttle with its 7 classes merged to 3 (Park 2022, Section 7.2).
-
-    Reads ``data_dir/uci/shuttle.tsv.gz`` through :func:`dp_proto.data.load_uci`
-    (58000 x 9; rows 0..43499 are the original ``shuttle.trn`` file, rows
-    43500.. ``shuttle.tst``) and relabels with :data:`SHUTTLE_3CLASS_MAPPING`:
-    0 = Rad Flow (45586 rows), 1 = High (8903), 2 = Bypass and the four rare
-    classes (3511). Park (2022) does not state its mapping; this one is ours
-    (documented in ``benchmarks/svdd_protocol.py``).
-
-    Parameters
-    ----------
-    data_dir : str, os.PathLike or None
-        The data directory; ``None`` uses ``$DP_PROTO_DATA_DIR``.
-    mapping : mapping int -> int, optional
-        Another merge of the labels 1..7 (default :data:`SHUTTLE_3CLASS_MAPPING`).
-
-    Returns
-    -------
-    X : ndarray of shape (58000, 9), dtype float64
-        The raw (unscaled) features, in file order.
-    y : ndarray of shape (58000,), dtype int64
-        Merged labels.
-
-    Raises
-    ------
-    FileNotFoundError
-        If the shuttle file is not in the data directory.
-    DataValidationError
-        If the file is malformed.
-    ValueError
-        If the file holds a label the mapping does not cover.
-    """
-    X, y = load_uci("shuttle", data_dir)
-    return np.asarray(X, dtype=np.float64), merge_classes(y, mapping or SHUTTLE_3CLASS_MAPPING)
-
-
-# --------------------------------------------------------------------------- subsampling
-def stratified_subsample(
-    X: np.ndarray,
-    y: np.ndarray,
-    fraction: float | None = None,
-    random_state: RandomState = None,
-    *,
-    n_samples: int | None = None,
-    return_indices: bool = False,
-) -> tuple[np.ndarray, ...]:
-    """A class-stratified random subset of the rows, without replacement.
-
-    The subset size is ``m = round(fraction * n)`` (or ``n_samples``). Class
-    ``k`` with ``n_k`` rows gets ``floor(m * n_k / n)`` rows, and the
-    ``m - sum(floor)`` rows left go to the classes with the largest remainders
-    (ties: smaller label first), so class proportions are kept as closely as
-    integers allow. Within a class the rows are drawn uniformly. The returned
-    rows keep their original order.
-
-    Parameters
-    ----------
-    X : array-like of shape (n, ...)
-        Features (any dtype; preserved).
-    y : array-like of shape (n,)
-        Labels used for stratification (preserved).
-    fraction : float in (0, 1], optional
-        Fraction of the rows to keep, e.g. 0.1 and 0.3 for Table 7.3 of Park (2022).
-    random_state : int, numpy.random.Generator or None
-        Seed or generator.
-    n_samples : int, keyword-only, optional
-        Number of rows to keep (1..n) instead of ``fraction``.
-    return_indices : bool, keyword-only, default False
-        Also return the sorted row indices of the subset.
-
-    Returns
-    -------
-    X_sub : ndarray of shape (m, ...)
-    y_sub : ndarray of shape (m,)
-    indices : ndarray of shape (m,), dtype int64
-        Only if ``return_indices``.
-
-    Raises
-    ------
-    ValueError
-        Neither or both of ``fraction`` and ``n_samples``; ``fraction`` not in
-        (0, 1]; ``n_samples`` not in 1..n; ``X`` and ``y`` of different length;
-        ``y`` not 1-D; empty input; a fraction that keeps no row.
-    """
-    X = np.asarray(X)
-    y = np.asarray(y)
-    if y.ndim != 1:
-        raise ValueError(f"y must be 1-D, got shape {y.shape}")
-    if X.ndim == 0 or len(X) != len(y):
-        raise ValueError(
-            f"X and y must have the same number of rows, got X shape {X.shape} and y shape "
-            f"{y.shape}"
-        )
-    n = len(y)
-    if n == 0:
-        raise ValueError("cannot subsample an empty data set")
-    if (fraction is None) == (n_samples is None):
-        raise ValueError(
-            f"give exactly one of fraction and n_samples (got fraction={fraction}, "
-            f"n_samples={n_samples})"
-        )
-    if fraction is not None:
-        fraction = float(fraction)
-        if not np.isfinite(fraction) or not 0.0 < fraction <= 1.0:
-            raise ValueError(f"fraction must be in (0, 1], got {fraction}")
-        m = int(round(fraction * n))
-        if m == 0:
-            raise ValueError(f"fraction {fraction} of {n} rows keeps no row")
-    else:
-        m = _check_count("n_samples", n_samples, minimum=1)
-        if m > n:
-            raise ValueError(f"n_samples must be <= the number of rows {n}, got {m}")
-    rng = _rng(random_state)
-    classes, inverse, counts = np.unique(y, return_inverse=True, return_counts=True)
-    inverse = inverse.reshape(-1)
-    quota = m * counts / n
-    take = np.floor(quota).astype(np.int64)
-    left = m - int(take.sum())
-    if left:
-        order = np.lexsort((np.arange(len(classes)), -(quota - take)))
-        take[order[:left]] += 1
-    chosen = []
-    for k, t in enumerate(take):
-        rows = np.flatnonzero(inverse == k)
-        chosen.append(rng.permutation(rows)[:t])
-    idx = np.sort(np.concatenate(chosen)).astype(np.int64)
-    if return_indices:
-        return X[idx], y[idx], idx
-    return X[idx], y[idx]

@@ -1,0 +1,34 @@
+"""Synthetic data: the toy sets of the implemented papers (:mod:`.toy`) and the two-label
+task with a known label dependence (:mod:`.entangled`)."""
+
+from dp_proto._deprecation import moved_names
+from dp_proto.data.synthetic.entangled import (
+    EntangledTask,
+    entangled_label_joint,
+    make_entangled_task,
+)
+from dp_proto.data.synthetic.toy import (
+    FIVE_GAUSSIANS_MEANS,
+    OUTLIER_MEANS,
+    XOR_CENTERS,
+    five_gaussians,
+    five_gaussians_covariances,
+    noisy_xor,
+    noisy_xor_unbalanced,
+    three_gaussians,
+    three_gaussians_means,
+    three_moons,
+    two_gaussians_with_outlier,
+)
+
+__all__ = ["OUTLIER_MEANS", "XOR_CENTERS", "FIVE_GAUSSIANS_MEANS", "two_gaussians_with_outlier", "noisy_xor",
+           "noisy_xor_unbalanced", "three_gaussians_means", "three_gaussians", "three_moons",
+           "five_gaussians_covariances", "five_gaussians", "EntangledTask", "entangled_label_joint",
+           "make_entangled_task"]
+
+# The shuttle helpers and the subsampler lived in the old module dp_proto.data.synthetic.
+__getattr__ = moved_names(__name__, {
+    "SHUTTLE_CLASS_NAMES": "dp_proto.data.loaders.uci", "SHUTTLE_3CLASS_MAPPING": "dp_proto.data.loaders.uci",
+    "merge_classes": "dp_proto.data.loaders.uci", "load_shuttle_3class": "dp_proto.data.loaders.uci",
+    "stratified_subsample": "dp_proto.data.sampling",
+})
