@@ -152,17 +152,14 @@ _LLP_FLAGS = {"data_dir": "data.data_dir", "nodes": "data.nodes", "anchor": "dat
 
 def _cmd_llp(args: argparse.Namespace) -> int:
     """LLP on SCATS counts: an anchor detector and its nearest detectors, one cross-validation fold."""
-    from dp_proto.experiments.config import merge_config
+    from dp_proto.experiments.config import merge_config, nested
     from dp_proto.experiments.llp import load_llp_config, run_llp_experiment
 
     config = load_llp_config(args.config, args.overrides)
     for flag, key in _LLP_FLAGS.items():
         value = getattr(args, flag)
         if value is not None:
-            nested = value
-            for part in reversed(key.split(".")):
-                nested = {part: nested}
-            config = merge_config(config, nested)
+            config = merge_config(config, nested(key, value))
     result = run_llp_experiment(config)
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "config"}))

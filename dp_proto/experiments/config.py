@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["merge_config", "read_config", "parse_override", "load_yaml"]
+__all__ = ["merge_config", "read_config", "parse_override", "nested", "load_yaml"]
 
 
 class _Loader(yaml.SafeLoader):
@@ -52,15 +52,20 @@ def merge_config(base: Mapping[str, Any], override: Mapping[str, Any], path: str
     return out
 
 
+def nested(dotted: str, value: Any) -> dict[str, Any]:
+    """``nested("model.rank", 10)`` -> ``{"model": {"rank": 10}}``."""
+    out: Any = value
+    for part in reversed(dotted.split(".")):
+        out = {part: out}
+    return out
+
+
 def parse_override(item: str) -> dict[str, Any]:
     """``"model.rank=10"`` -> ``{"model": {"rank": 10}}`` (the value parsed as YAML)."""
     dotted, sep, raw = item.partition("=")
     if not sep or not dotted or any(not part for part in dotted.split(".")):
         raise ValueError(f"override {item!r} must look like key.subkey=value")
-    nested: Any = load_yaml(raw)
-    for part in reversed(dotted.split(".")):
-        nested = {part: nested}
-    return nested
+    return nested(dotted, load_yaml(raw))
 
 
 def read_config(defaults: Mapping[str, Any], path: str | Path | None = None,

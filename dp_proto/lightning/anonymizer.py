@@ -25,7 +25,6 @@ from torch import Tensor
 
 from dp_proto.anonymizer import evaluation
 from dp_proto.anonymizer.losses import (
-    anonymizer_objective,
     check_labels,
     misclassification_lower_bound,
 )
@@ -97,12 +96,6 @@ class AnonymizerModule(L.LightningModule):
         self.num_regular = num_regular
         self.num_private = prior.numel()
         self.lam = float(lam)
-        self.mode = mode
-        self.pretrain_regular_epochs = pretrain_regular_epochs
-        self.pretrain_private_epochs = pretrain_private_epochs
-        self.toggle_steps = toggle_steps
-        self.encoder_steps = encoder_steps
-        self.final_branch_block = final_branch_block
         self.lr, self.encoder_lr = lr, encoder_lr
         self.optimizer_name, self.momentum, self.weight_decay = optimizer, momentum, weight_decay
         self.automatic_optimization = False
@@ -110,6 +103,14 @@ class AnonymizerModule(L.LightningModule):
         # Never hyperparameters: the networks, and a DP subclass's ledger and noise generator
         # (whose state would replay the noise from hparams.yaml or a checkpoint).
         self.save_hyperparameters(ignore=["anonymizer", "prior", "ledger", "generator", "noise_generator"])
+
+    # The schedule's settings, read from the one schedule (never a second copy).
+    mode = property(lambda self: self.schedule.mode)
+    pretrain_regular_epochs = property(lambda self: self.schedule.pretrain_regular_epochs)
+    pretrain_private_epochs = property(lambda self: self.schedule.pretrain_private_epochs)
+    toggle_steps = property(lambda self: self.schedule.toggle_steps)
+    encoder_steps = property(lambda self: self.schedule.encoder_steps)
+    final_branch_block = property(lambda self: self.schedule.final_branch_block)
 
     # -- set-up ------------------------------------------------------------------------
     def _optimizer(self, params, lr: float) -> torch.optim.Optimizer:
@@ -169,11 +170,6 @@ class AnonymizerModule(L.LightningModule):
             self.adversarial_step += 1
         return task
 
-    def _encoder_turn(self) -> bool:
-        """Whether the current adversarial step of a toggle run updates the encoder."""
-        return self.schedule.encoder_turn(self.adversarial_step, self.trainer.num_training_batches,
-                                          self.trainer.max_epochs)
-
     def training_step(self, batch, batch_idx: int) -> None:
         x, y, s = batch
         self._check_batch(y, s)
@@ -183,8 +179,7 @@ class AnonymizerModule(L.LightningModule):
         regular_logits, private_logits = task_logits(self.anonymizer, task, x)
         losses = self.losses(regular_logits, private_logits, y, s)
         if task == "simultaneous":  # the encoder on the objective, the branches on their losses, at once
-            objective = anonymizer_objective(losses["ce_regular"], losses["ce_private"], losses["ce_random"],
-                                             self.lam)
+            objective = task_loss("encoder", losses, self.lam)
             encoder_params = list(self.anonymizer.encoder.parameters())
             branch_params = self.anonymizer.branch_parameters()
             encoder_grads = torch.autograd.grad(objective, encoder_params, retain_graph=True)

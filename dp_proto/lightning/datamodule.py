@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from dp_proto._validation import check_finite_rows
 from dp_proto.exceptions import DataValidationError, PrivacyLeakWarning
+from dp_proto.privacy.calibration import check_sampling_rate
 from dp_proto.privacy.curator import curator_log
 from dp_proto.privacy.domain import public_classes
 from dp_proto.privacy.randomness import check_noise_seed, fresh_generator, seeded_generator
@@ -128,9 +129,7 @@ class ArrayDataModule(L.LightningDataModule):
             raise ValueError(f"val_size + test_size must be < 1, got {val_size + test_size}")
         if scaling not in ("standard", "minmax", "none"):
             raise ValueError(f"scaling must be 'standard', 'minmax' or 'none', got {scaling!r}")
-        if sampling_rate is not None and not 0 < sampling_rate <= 1:
-            raise ValueError(f"sampling_rate must lie in (0, 1], got {sampling_rate!r}")
-        self.sampling_rate = sampling_rate
+        self.sampling_rate = None if sampling_rate is None else check_sampling_rate(sampling_rate)
         if sampling_seed is not None and sampling_rate is not None:
             seeded_generator(sampling_seed, warn=False)  # checks the seed
             warnings.warn("ArrayDataModule: sampling_seed makes the Poisson batches reproducible; whoever knows it "

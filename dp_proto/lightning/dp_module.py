@@ -14,7 +14,7 @@ from dp_proto.lightning.module import LVQModule
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the closed-form samplers)
 from dp_proto.privacy.dpsgd_plan import BudgetedEpochs
-from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger, dp_sgd_event
+from dp_proto.privacy.ledger import PrivacyLedger, dp_sgd_event
 from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.opacus_noise import check_expected_batch_size, make_noise_sound
 
@@ -85,9 +85,6 @@ class EpochBudgetMixin:
         self.expected_batch_size = check_expected_batch_size(expected_batch_size)
         self._noise_generator = generator
         self.secure_mode = bool(secure_mode)
-
-    def _step_event(self, steps: int) -> PrivacyEvent:
-        return dp_sgd_event(self.noise_multiplier, self.sampling_rate, steps)
 
     _budgeted: BudgetedEpochs | None = None
 

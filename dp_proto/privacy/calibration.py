@@ -11,7 +11,9 @@ import numbers
 from scipy.special import log_ndtr
 
 __all__ = [
+    "check_positive",
     "check_epsilon",
+    "check_sampling_rate",
     "optional_epsilon",
     "check_delta",
     "check_sensitivity",
@@ -31,11 +33,24 @@ def _as_real(value, name: str) -> float:
     return float(value)
 
 
+def check_positive(value: float, name: str) -> float:
+    """``value`` must be a finite number > 0 (an epsilon, a noise multiplier, a scale)."""
+    number = _as_real(value, name)
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return number
+
+
 def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
     """``epsilon`` must be a finite number > 0."""
-    value = _as_real(epsilon, name)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {epsilon!r}")
+    return check_positive(epsilon, name)
+
+
+def check_sampling_rate(sampling_rate: float, name: str = "sampling_rate") -> float:
+    """A Poisson sampling rate ``q`` must lie in ``(0, 1]``."""
+    value = _as_real(sampling_rate, name)
+    if not 0 < value <= 1:
+        raise ValueError(f"{name} must lie in (0, 1], got {sampling_rate!r}")
     return value
 
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from dp_proto.exceptions import PrivacyBudgetExceededError
-from dp_proto.privacy.calibration import check_delta, check_epsilon
+from dp_proto.privacy.calibration import check_delta, check_epsilon, check_sampling_rate
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger, dp_sgd_event
 
 __all__ = [
@@ -43,15 +43,9 @@ __all__ = [
 CALIBRATIONS = ("ledger", "paper")
 
 
-def _check_sampling_rate(sampling_rate: float) -> float:
-    if isinstance(sampling_rate, bool) or not isinstance(sampling_rate, (int, float)) or not 0 < sampling_rate <= 1:
-        raise ValueError(f"sampling_rate must lie in (0, 1], got {sampling_rate!r}")
-    return float(sampling_rate)
-
-
 def steps_per_epoch(sampling_rate: float) -> int:
     """``int(1 / q)``: the steps of one epoch, as many as Opacus' Poisson loader yields per pass."""
-    return max(int(1 / _check_sampling_rate(sampling_rate)), 1)
+    return max(int(1 / check_sampling_rate(sampling_rate)), 1)
 
 
 def sgd_steps(epochs: float, sampling_rate: float) -> int:
@@ -215,7 +209,7 @@ def check_dp_sgd_settings(epsilon: float, delta: float, sampling_rate: float) ->
     the same checks on a released (noisy) record count."""
     check_epsilon(epsilon)
     check_delta(delta, allow_zero=False)
-    _check_sampling_rate(sampling_rate)
+    check_sampling_rate(sampling_rate)
 
 
 def warn_noisy_size(noisy_n: float, sampling_rate: float, delta: float, *, stacklevel: int = 3) -> None:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import numbers
 import warnings
 from abc import ABCMeta, abstractmethod
 from dataclasses import dataclass
@@ -42,7 +41,12 @@ from dp_accounting import dp_event as dpe
 from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld
 
-from dp_proto.privacy.calibration import check_epsilon
+from dp_proto.privacy.calibration import (
+    check_delta,
+    check_epsilon,
+    check_positive,
+    check_sampling_rate,
+)
 
 __all__ = [
     "PrivacyEvent", "LaplaceEvent", "DiscreteLaplaceEvent", "GaussianEvent", "DiscreteGaussianEvent",
@@ -79,11 +83,6 @@ class _EventType(ABCMeta):
         return super().__call__(*args, **kwargs)
 
 
-def _check_positive(value: Any, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{what} must be a finite number > 0, got {value!r}")
-
-
 @dataclass(frozen=True, kw_only=True)
 class PrivacyEvent(metaclass=_EventType):
     """One release, or ``count`` identical releases, of one mechanism (abstract).
@@ -118,6 +117,10 @@ class PrivacyEvent(metaclass=_EventType):
     def __post_init__(self) -> None:
         if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
             raise ValueError(f"count must be a positive int, got {self.count!r}")
+
+    def _set(self, field_name: str, value: Any) -> None:
+        """Store a checked parameter as a Python float (events are frozen, hashable values)."""
+        object.__setattr__(self, field_name, value)
 
     # -- what each mechanism defines ---------------------------------------------------
     @abstractmethod
@@ -228,7 +231,7 @@ class _NoiseMultiplierEvent(PrivacyEvent):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_positive(self.noise_multiplier, f"{self.kind} event noise_multiplier")
+        self._set("noise_multiplier", check_positive(self.noise_multiplier, f"{self.kind} event noise_multiplier"))
 
     def _parameters(self) -> list[str]:
         return [f"noise multiplier {self.noise_multiplier:.4g}"]
@@ -305,9 +308,7 @@ class SubsampledGaussianEvent(_NoiseMultiplierEvent):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        q = self.sampling_rate
-        if isinstance(q, bool) or not isinstance(q, numbers.Real) or not 0 < q <= 1:
-            raise ValueError(f"sampling_rate must lie in (0, 1], got {q!r}")
+        self._set("sampling_rate", check_sampling_rate(self.sampling_rate))
 
     def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
         return pld.from_gaussian_mechanism(self.noise_multiplier, sampling_prob=self.sampling_rate,
@@ -328,7 +329,7 @@ class _EpsilonEvent(PrivacyEvent):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_epsilon(self.epsilon, f"{self.kind} event epsilon")
+        self._set("epsilon", check_epsilon(self.epsilon, f"{self.kind} event epsilon"))
 
 
 @dataclass(frozen=True)
@@ -399,8 +400,7 @@ class ApproxEvent(_EpsilonEvent):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.delta, bool) or not isinstance(self.delta, numbers.Real) or not 0 < self.delta < 1:
-            raise ValueError(f"approx event needs delta in (0, 1), got {self.delta!r}")
+        self._set("delta", check_delta(self.delta, "approx event delta", allow_zero=False))
 
     @property
     def basic_composition_only(self) -> bool:
