@@ -272,9 +272,7 @@ class PrivacyLedger:
         huge = [e.basic_composition_only for e in events]
         if any(huge):
             return self._epsilon_with_huge_events(events, huge, delta)
-        pure = [e.pure_epsilon for e in events]
-        basic = sum(p * e.count for p, e in zip(pure, events, strict=True)) \
-            if all(p is not None for p in pure) else math.inf
+        basic = _basic_epsilon(events)
         if delta == 0:
             return basic  # only pure releases compose to a finite epsilon at delta 0
         if self.accountant == "rdp":
@@ -299,10 +297,9 @@ class PrivacyLedger:
         eps = min(renyi_epsilon(gaussians, delta * f) + rest.get_epsilon_for_delta(delta * (1.0 - f))
                   for f in _DELTA_SPLITS)
         others = [e for e in events if e.has_pld]
-        pure = [e.pure_epsilon for e in others]
-        if all(p is not None for p in pure):  # the rest at delta 0: all of delta to the Gaussians
-            eps = min(eps, renyi_epsilon(gaussians, delta) + sum(p * e.count for p, e in zip(pure, others,
-                                                                                          strict=True)))
+        others_basic = _basic_epsilon(others)
+        if math.isfinite(others_basic):  # the rest at delta 0: all of delta to the Gaussians
+            eps = min(eps, renyi_epsilon(gaussians, delta) + others_basic)
         if all(e.has_renyi_curve for e in events):
             eps = min(eps, renyi_epsilon(events, delta))
         return eps
@@ -333,24 +330,6 @@ class PrivacyLedger:
         immutable events, memoised (plans and calibrations ask for the same run again).
         """
         return _epsilon_of(tuple(events), float(delta), accountant, float(discretization))
-
-    @staticmethod
-    def _epsilon_of_uncached(events: tuple[PrivacyEvent, ...], delta: float, accountant: str,
-                             discretization: float) -> float:
-        if accountant == "pld" and discretization != PLD_DISCRETISATION \
-                and all(e.has_pld or not e.is_private for e in events):
-            if not events or not all(e.is_private for e in events):
-                return 0.0 if not events else math.inf
-            total = events[0].to_pld(discretization)
-            for e in events[1:]:
-                total = total.compose(e.to_pld(discretization))
-            pure = [e.pure_epsilon for e in events]
-            basic = sum(p * e.count for p, e in zip(pure, events, strict=True)) \
-                if all(p is not None for p in pure) else math.inf
-            return float(min(total.get_epsilon_for_delta(delta), basic))
-        ledger = PrivacyLedger(accountant=accountant)  # type: ignore[arg-type]
-        ledger._events = list(events)
-        return ledger._epsilon((), delta)
 
     def remaining(self) -> float:
         """Budget epsilon left (inf without a budget)."""
@@ -443,6 +422,25 @@ class PrivacyLedger:
         return model
 
 
+def _basic_epsilon(events: Sequence[PrivacyEvent]) -> float:
+    """Basic composition of pure releases, ``sum count * epsilon`` (inf if any is not pure)."""
+    pure = [e.pure_epsilon for e in events]
+    if any(p is None for p in pure):
+        return math.inf
+    return sum(p * e.count for p, e in zip(pure, events, strict=True))
+
+
 @functools.lru_cache(maxsize=512)
 def _epsilon_of(events: tuple[PrivacyEvent, ...], delta: float, accountant: str, discretization: float) -> float:
-    return PrivacyLedger._epsilon_of_uncached(events, delta, accountant, discretization)
+    """:meth:`PrivacyLedger.epsilon_of`, memoised (a pure function of immutable values)."""
+    if accountant == "pld" and discretization != PLD_DISCRETISATION \
+            and all(e.has_pld or not e.is_private for e in events):
+        if not events or not all(e.is_private for e in events):
+            return 0.0 if not events else math.inf
+        total = events[0].to_pld(discretization)
+        for e in events[1:]:
+            total = total.compose(e.to_pld(discretization))
+        return float(min(total.get_epsilon_for_delta(delta), _basic_epsilon(events)))
+    ledger = PrivacyLedger(accountant=accountant)  # type: ignore[arg-type]
+    ledger._events = list(events)
+    return ledger._epsilon((), delta)
