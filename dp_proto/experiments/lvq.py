@@ -64,7 +64,6 @@ Normaliser
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -74,10 +73,9 @@ import numpy as np
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from dp_proto import data as datasets
 from dp_proto.backbones import small_cnn
-from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.experiments.config import merge_config, read_config
+from dp_proto.experiments.data import load_arrays, scale_to_public_bounds, warn_classes_from_data
 from dp_proto.lightning.callbacks import PRIVACY_SCOPE, PrivacySpendCallback
 from dp_proto.lightning.datamodule import ArrayDataModule, poisson_seed
 from dp_proto.lightning.dp_module import DPLVQModule
@@ -132,27 +130,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return read_config(DEFAULT_CONFIG, path, overrides)
 
 
-def _load_arrays(cfg: Mapping[str, Any], seed: int) -> tuple[np.ndarray, np.ndarray]:
-    source, name = cfg["source"], cfg["name"]
-    data_dir = cfg["data_dir"] or datasets.default_data_dir()
-    if source == "bundled":
-        return datasets.load_bundled(name)
-    if source in ("uci", "mnist"):
-        if data_dir is None:
-            raise ValueError(f"data.source={source!r} needs data.data_dir or $DP_PROTO_DATA_DIR")
-        if source == "uci":
-            return datasets.load_uci(name, data_dir)
-        xs, ys = zip(*(datasets.load_mnist(data_dir, split=s) for s in ("train", "test")), strict=True)
-        x = np.concatenate(xs)[:, None].astype(np.float32)  # (n, 1, 28, 28)
-        return x, np.concatenate(ys)
-    if source == "synthetic":
-        generator = getattr(datasets, name, None)
-        if generator is None or name.startswith("_"):
-            raise ValueError(f"unknown synthetic generator {name!r}")
-        return generator(random_state=seed)
-    raise ValueError(f"unknown data.source {source!r}; expected bundled, uci, mnist or synthetic")
-
-
 def dp_sgd_plan(config: Mapping[str, Any]) -> DPSGDPlan | None:
     """The :class:`~dp_proto.privacy.DPSGDPlan` of a private config (``None`` for a non-private
     one): the Poisson loader's rate, the ledger, the steps and the noise multiplier all come
@@ -168,7 +145,7 @@ def dp_sgd_plan(config: Mapping[str, Any]) -> DPSGDPlan | None:
 def build_data(config: Mapping[str, Any]) -> ArrayDataModule:
     """The :class:`ArrayDataModule` described by ``config['data']``."""
     cfg, seed = config["data"], int(config["seed"])
-    x, y = _load_arrays(cfg, seed)
+    x, y = load_arrays(cfg, seed)
     if config["model"]["backbone"] is None and x.ndim > 2:
         x = x.reshape(len(x), -1)
     privacy = config["privacy"]
@@ -176,16 +153,9 @@ def build_data(config: Mapping[str, Any]) -> ArrayDataModule:
         if cfg["scaling"] != "none" or cfg["pca"]:
             raise ValueError("a private run needs data.scaling: none and data.pca: null (both would be "
                              "fitted on the private data); give public privacy.bounds instead")
-        if privacy["bounds"] is None:
-            raise ValueError("a private run needs privacy.bounds: [lower, upper], the public feature range")
-        from dp_proto.privacy.domain import PublicBoundsScaler
-
-        lower, upper = privacy["bounds"]
-        x = PublicBoundsScaler(lower, upper).fit_transform(x.reshape(len(x), -1)).reshape(x.shape)
+        x = scale_to_public_bounds(x, privacy["bounds"])
         if privacy["classes"] is None:
-            warnings.warn("privacy.classes is null: the label set is read from the private data, so the "
-                          "released model shows which labels occur; give the public label set",
-                          PrivacyLeakWarning, stacklevel=2)
+            warn_classes_from_data()
     if cfg["subsample"] and cfg["subsample"] < len(y):
         from sklearn.model_selection import train_test_split
 

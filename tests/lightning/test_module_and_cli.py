@@ -1,6 +1,7 @@
 """LVQModule, the experiment runner, the dp-proto CLI and the training configs."""
 
 import json
+import logging
 import subprocess
 import sys
 import warnings
@@ -96,6 +97,12 @@ def test_shipped_configs_are_valid(path):
 
         assert load_llp_config(path) == LLP_DEFAULTS  # the shipped file spells out the defaults
         return
+    if path.stem.endswith("_svdd"):  # `dp-proto svdd` configs
+        from dp_proto.experiments.svdd import load_svdd_config
+
+        config = load_svdd_config(path)
+        assert config["privacy"]["epsilon"] is None or config["data"]["scaling"] == "none"
+        return
     config = load_config(path)
     assert config["model"]["type"] in ("glvq", "gmlvq", "lgmlvq")
 
@@ -171,6 +178,16 @@ def test_private_config_takes_its_label_set_from_privacy_classes():
     # a public class without records keeps its place (labels are indices into the public set)
     dm = build_data(load_config(path, ["privacy.classes=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"]))
     assert dm.num_classes == 11
+
+
+def test_private_data_clipped_into_the_bounds_raise_no_warning(caplog):
+    """How many records the public bounds clip depends on the private data: the count goes
+    to the curator log, never to a warning (one record outside the bounds must not show)."""
+    path = ROOT / "training/configs/digits_dp_gmlvq.yaml"
+    with warnings.catch_warnings(), caplog.at_level(logging.DEBUG, logger="dp_proto.curator"):
+        warnings.simplefilter("error")
+        build_data(load_config(path, ["privacy.bounds=[0, 8]"]))  # digits' pixels reach 16
+    assert any("clipped" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.data
