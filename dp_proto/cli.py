@@ -2,7 +2,9 @@
 
     dp-proto demo [--quick] [--log-dir runs]        DP-GMLVQ vs GMLVQ on scikit-learn's digits
     dp-proto train --config FILE [key.sub=value ...]  any experiment in training/configs
+    dp-proto anonymize [--config FILE] [key.sub=value ...]  the adversarial anonymizer
     dp-proto llp --data-dir DIR [--distributed]     LLP over SCATS sensor nodes, 4-node setting
+    dp-proto svdd [--config FILE] [key.sub=value ...]  the (private) SVDD classifier, one split
     dp-proto version
 """
 
@@ -184,6 +186,30 @@ def _cmd_llp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_svdd(args: argparse.Namespace) -> int:
+    """The (private) SVDD equilibrium-point classifier on one stratified split."""
+    from dp_proto.experiments.svdd import load_svdd_config, run_svdd_experiment
+
+    result = run_svdd_experiment(load_svdd_config(args.config, args.overrides))
+    shown = {k: v for k, v in result.items() if k not in ("config", "estimator", "ledger")}
+    if args.json:
+        print(json.dumps(shown))
+        return 0
+    cfg = result["config"]
+    private = result["epsilon"] is not None
+    print(f"model      {'private ' if private else ''}SVDD equilibrium-point classifier on "
+          f"{cfg['data']['source']}:{cfg['data']['name']} ({result['starts']} starts, "
+          f"{result['labelled_points']} labelled equilibrium points)")
+    train = "not computed (private)" if private else f"{result['train_acc']:.4f}"
+    print(f"test acc   {result['test_acc']:.4f}   (train {train})")
+    print(f"fit time   {result['fit_seconds']:.2f} s")
+    if private:
+        print(f"privacy    {result['epsilon']:.4g}-DP, certified by the ledger:")
+        print("\n".join("  " + line for line in str(result["ledger"]).splitlines()[1:]))
+        print(f"scope      {result['privacy_scope']}")
+    return 0
+
+
 def _add_llp_parser(sub) -> None:
     llp = sub.add_parser("llp", help="learning from (private) label proportions over SCATS sensor nodes: "
                                      "a node and its nearest detectors, one cross-validation fold "
@@ -237,6 +263,13 @@ def build_parser() -> argparse.ArgumentParser:
     anonymize.set_defaults(func=_cmd_anonymize)
 
     _add_llp_parser(sub)
+
+    svdd = sub.add_parser("svdd", help="the (private) SVDD equilibrium-point classifier on one split "
+                                       "(defaults: dp_proto.experiments.svdd.SVDD_DEFAULTS)")
+    svdd.add_argument("--config", default=None, help="YAML file, e.g. training/configs/five_gaussians_svdd.yaml")
+    svdd.add_argument("overrides", nargs="*", help="key.subkey=value overrides, e.g. svdd.gamma=50")
+    svdd.add_argument("--json", action="store_true", help="print one JSON line instead of text")
+    svdd.set_defaults(func=_cmd_svdd)
 
     for p, default in ((demo, "runs"), (train, None), (anonymize, None)):
         p.add_argument("--log-dir", default=default, help="TensorBoard log folder (default: runs)")
