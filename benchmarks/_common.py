@@ -10,8 +10,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cpu_model", "die", "emit_json", "load_benchmark_sets", "machine_description",
-           "resolve_data_dir", "run_metadata"]
+__all__ = [
+    "cpu_model",
+    "die",
+    "emit_json",
+    "load_benchmark_sets",
+    "machine_description",
+    "resolve_data_dir",
+    "run_metadata",
+]
 
 #: Environment variable that the loaders of :mod:`dp_proto.data` also honour.
 DATA_DIR_ENV_VAR = "DP_PROTO_DATA_DIR"
@@ -84,8 +91,10 @@ def load_benchmark_sets(names, data_dir: Path) -> dict[str, tuple[Any, Any]]:
         try:
             if name == "mnist":
                 parts = [load_mnist(data_dir, split=s, flatten=True) for s in ("train", "test")]
-                data[name] = (np.concatenate([x for x, _ in parts]).astype(np.float64),
-                              np.concatenate([y for _, y in parts]))
+                data[name] = (
+                    np.concatenate([x for x, _ in parts]).astype(np.float64),
+                    np.concatenate([y for _, y in parts]),
+                )
             else:
                 X, y = load_uci(name, data_dir)
                 data[name] = (np.asarray(X, dtype=np.float64), np.asarray(y))
@@ -101,9 +110,11 @@ def run_metadata(started: float) -> dict[str, Any]:
     since ``started`` (a ``time.perf_counter()`` value), for a benchmark's JSON payload."""
     import time
 
-    return {"machine": machine_description(),
-            "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-            "elapsed_s": round(time.perf_counter() - started, 1)}
+    return {
+        "machine": machine_description(),
+        "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "elapsed_s": round(time.perf_counter() - started, 1),
+    }
 
 
 def emit_json(payload: dict[str, Any], out: str | os.PathLike | None = None) -> None:

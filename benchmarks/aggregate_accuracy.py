@@ -125,8 +125,9 @@ def _error(prototypes: torch.Tensor, x_test: torch.Tensor, y_test: np.ndarray) -
     return float(np.mean(predicted != y_test))
 
 
-def release_cells(models: torch.Tensor, x_test: torch.Tensor, y_test: np.ndarray, domains: dict,
-                  epsilons, key: tuple) -> dict:
+def release_cells(
+    models: torch.Tensor, x_test: torch.Tensor, y_test: np.ndarray, domains: dict, epsilons, key: tuple
+) -> dict:
     """Errors of every (scheme, domain, epsilon) release of the same bin ``models``."""
     out: dict = {}
     for domain, radius in domains.items():
@@ -145,9 +146,16 @@ def release_cells(models: torch.Tensor, x_test: torch.Tensor, y_test: np.ndarray
 
 
 def _bins(x: torch.Tensor, y: np.ndarray, m: int, seed: int) -> torch.Tensor:
-    models, _ = train_bin_models(x, torch.as_tensor(y, dtype=torch.long), torch.arange(int(y.max()) + 1), m,
-                                 epochs=BIN_EPOCHS, batch_size=BIN_BATCH, lr=BIN_LR,
-                                 generator=torch.Generator().manual_seed(seed))
+    models, _ = train_bin_models(
+        x,
+        torch.as_tensor(y, dtype=torch.long),
+        torch.arange(int(y.max()) + 1),
+        m,
+        epochs=BIN_EPOCHS,
+        batch_size=BIN_BATCH,
+        lr=BIN_LR,
+        generator=torch.Generator().manual_seed(seed),
+    )
     return models
 
 
@@ -158,8 +166,9 @@ def _to_domain(X: np.ndarray, bound: float, clip: bool) -> torch.Tensor:
 
 def _collect(store: dict, name: str, cells: dict, m: int) -> None:
     for (scheme, domain, eps), err in cells.items():
-        store.setdefault(name, {}).setdefault(scheme, {}).setdefault(domain, {}).setdefault(
-            str(m), {}).setdefault(eps_key(eps), []).append(err)
+        store.setdefault(name, {}).setdefault(scheme, {}).setdefault(domain, {}).setdefault(str(m), {}).setdefault(
+            eps_key(eps), []
+        ).append(err)
 
 
 def run_artificial(args, bar, raw: dict, reference: dict) -> None:
@@ -173,16 +182,20 @@ def run_artificial(args, bar, raw: dict, reference: dict) -> None:
             x, x_test = _to_domain(X, ARTIFICIAL_BOUND, True), _to_domain(X_test, ARTIFICIAL_BOUND, False)
             for m in args.bins:
                 models = _bins(x, y, m, _seed(args.seed, dim, rep, m))
-                _collect(raw, name, release_cells(models, x_test, y_test, domains, args.epsilons,
-                                                  (args.seed, dim, rep, m)), m)
+                _collect(
+                    raw,
+                    name,
+                    release_cells(models, x_test, y_test, domains, args.epsilons, (args.seed, dim, rep, m)),
+                    m,
+                )
                 reference.setdefault(name, {}).setdefault(f"bin mean m={m}", []).append(
-                    _error(models.mean(0), x_test, y_test))
+                    _error(models.mean(0), x_test, y_test)
+                )
                 bar.update(1)
             bar.set_postfix_str(f"{name} rep {rep}")
 
 
-def run_real(name: str, X: np.ndarray, y: np.ndarray, args, bar, raw: dict, reference: dict,
-             timings: dict) -> None:
+def run_real(name: str, X: np.ndarray, y: np.ndarray, args, bar, raw: dict, reference: dict, timings: dict) -> None:
     domains = {"box": None, **{f"ball r={r:g}": r for r in REAL_RADII}}
     classes, y_index = np.unique(y, return_inverse=True)
     folds = StratifiedKFold(n_splits=args.folds, shuffle=True, random_state=args.seed)
@@ -199,18 +212,27 @@ def run_real(name: str, X: np.ndarray, y: np.ndarray, args, bar, raw: dict, refe
             models = _bins(x, y_tr, m, _seed(args.seed, name, fold, m))
             reference[name].setdefault(f"bin training s m={m}", []).append(time.perf_counter() - start)
             reference[name].setdefault(f"bin mean m={m}", []).append(_error(models.mean(0), x_test, y_te))
-            _collect(raw, name, release_cells(models, x_test, y_te, domains, args.epsilons,
-                                              (args.seed, name, fold, m)), m)
+            _collect(
+                raw, name, release_cells(models, x_test, y_te, domains, args.epsilons, (args.seed, name, fold, m)), m
+            )
             bar.update(1)
         for eps in args.epsilons if args.dpsgd else ():
-            dp = make_private("GLVQ", epsilon=eps, calibration="ledger", bound=REAL_BOUND, lr=None, seed=fold,
-                              classes=np.arange(len(classes)))
+            dp = make_private(
+                "GLVQ",
+                epsilon=eps,
+                calibration="ledger",
+                bound=REAL_BOUND,
+                lr=None,
+                seed=fold,
+                classes=np.arange(len(classes)),
+            )
             with warnings.catch_warnings():
                 # the benchmark opts in to reproducible noise (noise_seed, set by make_private)
                 warnings.simplefilter("ignore", PrivacyLeakWarning)
                 dp.fit(Z_tr, y_tr)
-            raw.setdefault(name, {}).setdefault("dp_sgd", {}).setdefault("box", {}).setdefault(
-                "-", {}).setdefault(eps_key(eps), []).append(1 - dp.score(Z_te, y_te))
+            raw.setdefault(name, {}).setdefault("dp_sgd", {}).setdefault("box", {}).setdefault("-", {}).setdefault(
+                eps_key(eps), []
+            ).append(1 - dp.score(Z_te, y_te))
             bar.update(1)
         bar.set_postfix_str(f"{name} fold {fold}")
 
@@ -226,9 +248,17 @@ def measure_speed(name: str, x: torch.Tensor, Z: np.ndarray, y: np.ndarray, args
         start = time.perf_counter()
         GLVQ(solver="adam", max_iter=BIN_EPOCHS, batch_size=BIN_BATCH, lr=BIN_LR, random_state=r).fit(Z, y)
         single_s.append(time.perf_counter() - start)
-    return {"dataset": name, "records": int(len(y)), "features": int(Z.shape[1]), "bins": 50,
-            "epochs": BIN_EPOCHS, "bins_s": min(bins_s), "single_fit_s": min(single_s),
-            "ratio": min(bins_s) / min(single_s), "threads": torch.get_num_threads()}
+    return {
+        "dataset": name,
+        "records": int(len(y)),
+        "features": int(Z.shape[1]),
+        "bins": 50,
+        "epochs": BIN_EPOCHS,
+        "bins_s": min(bins_s),
+        "single_fit_s": min(single_s),
+        "ratio": min(bins_s) / min(single_s),
+        "threads": torch.get_num_threads(),
+    }
 
 
 def summarise(raw: dict) -> dict:
@@ -236,6 +266,7 @@ def summarise(raw: dict) -> dict:
         if isinstance(node, list):
             return [round(float(np.mean(node)), 4), round(float(np.std(node)), 4)]
         return {k: walk(v) for k, v in node.items()}
+
     return walk(raw)
 
 
@@ -252,11 +283,13 @@ def print_tables(results: dict, reference: dict) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--data-dir", default=None, help="shared data directory (real data sets)")
-    p.add_argument("--datasets", nargs="+", default=["artificial", *REAL_DATASETS],
-                   choices=["artificial", *REAL_DATASETS])
+    p.add_argument(
+        "--datasets", nargs="+", default=["artificial", *REAL_DATASETS], choices=["artificial", *REAL_DATASETS]
+    )
     p.add_argument("--dims", nargs="+", type=int, default=list(DIMS))
     p.add_argument("--bins", nargs="+", type=int, default=list(BINS))
     p.add_argument("--epsilons", nargs="+", type=float, default=list(EPSILONS))
@@ -284,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     raw: dict = {}
     reference: dict = {}
     timings: dict = {}
-    total = (len(args.dims) * args.repeats * len(args.bins) if "artificial" in args.datasets else 0)
+    total = len(args.dims) * args.repeats * len(args.bins) if "artificial" in args.datasets else 0
     total += len(real) * args.folds * (len(args.bins) + (len(args.epsilons) if args.dpsgd else 0))
     with tqdm(total=total, desc=BENCHMARK, unit="cell", file=sys.stderr, dynamic_ncols=True) as bar:
         if "artificial" in args.datasets:
@@ -303,13 +336,18 @@ def main(argv: list[str] | None = None) -> int:
         except KeyError:
             return None
 
-    headline = {"sa_error_d2_eps1.25_m50": cell("ball"), "sa_error_d2_eps1.25_m50_box": cell("box"),
-                "bins_vs_single_fit_time_ratio": timings.get("ratio"),
-                "bins_vs_single_fit_dataset": timings.get("dataset")}
+    headline = {
+        "sa_error_d2_eps1.25_m50": cell("ball"),
+        "sa_error_d2_eps1.25_m50_box": cell("box"),
+        "bins_vs_single_fit_time_ratio": timings.get("ratio"),
+        "bins_vs_single_fit_dataset": timings.get("dataset"),
+    }
     if timings:
-        print(f"\nspeed ({timings['dataset']}, {timings['records']} records): all 50 bins "
-              f"{timings['bins_s']:.2f} s, one full-data GLVQ fit {timings['single_fit_s']:.2f} s, "
-              f"ratio {timings['ratio']:.3f}")
+        print(
+            f"\nspeed ({timings['dataset']}, {timings['records']} records): all 50 bins "
+            f"{timings['bins_s']:.2f} s, one full-data GLVQ fit {timings['single_fit_s']:.2f} s, "
+            f"ratio {timings['ratio']:.3f}"
+        )
     print(f"headline: {headline}")
     notes = [
         "errors: misclassification rate on held-out data (artificial: a fresh test set from the "
@@ -330,15 +368,27 @@ def main(argv: list[str] | None = None) -> int:
         "converges to as epsilon grows); 'GLVQ L-BFGS' = non-private GLVQ on the full training fold",
     ]
     payload = {
-        "benchmark": BENCHMARK, "results": results, "headline": headline,
-        "reference": {k: {label: round(float(np.mean(v)), 4) for label, v in refs.items()}
-                      for k, refs in reference.items()},
+        "benchmark": BENCHMARK,
+        "results": results,
+        "headline": headline,
+        "reference": {
+            k: {label: round(float(np.mean(v)), 4) for label, v in refs.items()} for k, refs in reference.items()
+        },
         "speed": timings,
-        "settings": {"delta": DELTA, "epsilons": args.epsilons, "bins": args.bins, "dims": args.dims,
-                     "repeats": args.repeats, "folds": args.folds, "seed": args.seed, "quick": args.quick,
-                     "threads": args.threads, "bin_training": {"epochs": BIN_EPOCHS, "batch_size": BIN_BATCH,
-                                                               "lr": BIN_LR, "optimizer": "adam"}},
-        **run_metadata(started), "notes": notes,
+        "settings": {
+            "delta": DELTA,
+            "epsilons": args.epsilons,
+            "bins": args.bins,
+            "dims": args.dims,
+            "repeats": args.repeats,
+            "folds": args.folds,
+            "seed": args.seed,
+            "quick": args.quick,
+            "threads": args.threads,
+            "bin_training": {"epochs": BIN_EPOCHS, "batch_size": BIN_BATCH, "lr": BIN_LR, "optimizer": "adam"},
+        },
+        **run_metadata(started),
+        "notes": notes,
     }
     emit_json(payload, args.out)
     return 0

@@ -69,14 +69,33 @@ MODES = ("toggle", "simultaneous")
 #: the one scoring best on its own training records is kept), chosen on development splits
 #: 100-105 where single fits ended bimodally (identity kept, or everything dropped).
 SETTINGS = {
-    "yale": {"architecture": {"representation_dim": 8, "encoder_hidden": (256,), "head_hidden": (64,)},
-             "restarts": 3,
-             "fit": {"pretrain_regular_epochs": 40, "pretrain_private_epochs": 20, "adversarial_epochs": 300,
-                     "toggle_steps": 60, "encoder_steps": 12, "batch_size": 16, "lr": 0.01,
-                     "encoder_lr": 0.001, "optimizer": "nesterov"}},
-    "synthetic": {"architecture": {"representation_dim": 16, "encoder_hidden": (64,), "head_hidden": (32,)},
-                  "fit": {"pretrain_regular_epochs": 10, "pretrain_private_epochs": 5, "adversarial_epochs": 30,
-                          "batch_size": 64, "lr": 0.05, "encoder_lr": 0.01, "optimizer": "nesterov"}},
+    "yale": {
+        "architecture": {"representation_dim": 8, "encoder_hidden": (256,), "head_hidden": (64,)},
+        "restarts": 3,
+        "fit": {
+            "pretrain_regular_epochs": 40,
+            "pretrain_private_epochs": 20,
+            "adversarial_epochs": 300,
+            "toggle_steps": 60,
+            "encoder_steps": 12,
+            "batch_size": 16,
+            "lr": 0.01,
+            "encoder_lr": 0.001,
+            "optimizer": "nesterov",
+        },
+    },
+    "synthetic": {
+        "architecture": {"representation_dim": 16, "encoder_hidden": (64,), "head_hidden": (32,)},
+        "fit": {
+            "pretrain_regular_epochs": 10,
+            "pretrain_private_epochs": 5,
+            "adversarial_epochs": 30,
+            "batch_size": 64,
+            "lr": 0.05,
+            "encoder_lr": 0.01,
+            "optimizer": "nesterov",
+        },
+    },
 }
 SYNTHETIC = {"n": 3000, "num_regular": 4, "num_private": 8, "entanglement": 0.5, "dim": 20}
 
@@ -87,16 +106,25 @@ def load(name: str, args) -> dict:
         from dp_proto.data import load_yale_faces
 
         faces = load_yale_faces(resolve_data_dir(args.data_dir))
-        return {"x": torch.as_tensor(faces.images).flatten(1), "regular": torch.as_tensor(faces.regular),
-                "private": torch.as_tensor(faces.private), "num_regular": len(faces.regular_names),
-                "num_private": len(faces.private_names), "image_shape": list(faces.images.shape[1:])}
+        return {
+            "x": torch.as_tensor(faces.images).flatten(1),
+            "regular": torch.as_tensor(faces.regular),
+            "private": torch.as_tensor(faces.private),
+            "num_regular": len(faces.regular_names),
+            "num_private": len(faces.private_names),
+            "image_shape": list(faces.images.shape[1:]),
+        }
     from dp_proto.data import make_entangled_task
 
     task = make_entangled_task(seed=args.seed, **SYNTHETIC)
-    return {"x": torch.as_tensor(task.x), "regular": torch.as_tensor(task.regular),
-            "private": torch.as_tensor(task.private), "num_regular": SYNTHETIC["num_regular"],
-            "num_private": SYNTHETIC["num_private"],
-            "best_private_accuracy_given_regular": float(task.best_private_accuracy_given_regular)}
+    return {
+        "x": torch.as_tensor(task.x),
+        "regular": torch.as_tensor(task.regular),
+        "private": torch.as_tensor(task.private),
+        "num_regular": SYNTHETIC["num_regular"],
+        "num_private": SYNTHETIC["num_private"],
+        "best_private_accuracy_given_regular": float(task.best_private_accuracy_given_regular),
+    }
 
 
 def run_one(data: dict, name: str, lam: float, mode: str, seed: int, settings: dict | None = None) -> dict:
@@ -109,13 +137,23 @@ def run_one(data: dict, name: str, lam: float, mode: str, seed: int, settings: d
     def model() -> Anonymizer:
         return Anonymizer.mlp(x.shape[1], data["num_regular"], data["num_private"], **settings["architecture"])
 
-    fit = fit_anonymizer(x[train], y[train], s[train], anonymizer=model, lam=lam, mode=mode, seed=seed,
-                         restarts=settings.get("restarts", 1), **settings["fit"])
+    fit = fit_anonymizer(
+        x[train],
+        y[train],
+        s[train],
+        anonymizer=model,
+        lam=lam,
+        mode=mode,
+        seed=seed,
+        restarts=settings.get("restarts", 1),
+        **settings["fit"],
+    )
     result = evaluate_held_out(fit.module, x[held], y[held], s[held], folds=2, seed=seed)
     result.pop("attacker_chance")
     return {
         **result,
-        "restarts": fit.restarts, "chosen_restart": fit.chosen,
+        "restarts": fit.restarts,
+        "chosen_restart": fit.chosen,
         "chance": float(fit.module.prior.max()),
         "epoch_times": {phase: float(np.mean(t)) for phase, t in fit.epoch_times.items()},
     }
@@ -141,11 +179,13 @@ def run_all(tasks: list[tuple], data: dict, jobs: int, threads: int) -> list[dic
     (with ``--quick``'s changes)."""
     runs: list[dict | None] = [None] * len(tasks)
     with tqdm(total=len(tasks), desc=BENCHMARK, unit="fit", file=sys.stderr, dynamic_ncols=True) as bar:
+
         def done(i: int, run: dict) -> None:
             runs[i] = run
             name, mode, lam, _ = tasks[i]
-            bar.set_postfix_str(f"{name} {mode} lam={lam:g} reg={run['regular_accuracy']:.2f} "
-                                f"att={run['attacker_accuracy']:.2f}")
+            bar.set_postfix_str(
+                f"{name} {mode} lam={lam:g} reg={run['regular_accuracy']:.2f} att={run['attacker_accuracy']:.2f}"
+            )
             bar.update(1)
 
         if jobs == 1:
@@ -165,19 +205,33 @@ def run_all(tasks: list[tuple], data: dict, jobs: int, threads: int) -> list[dic
 
 def summarise(runs: list[dict]) -> dict:
     out = {}
-    for key in ("regular_accuracy", "fresh_regular_accuracy", "attacker_accuracy", "branch_private_accuracy", "ce_private", "ce_random",
-                "fano_error_bound", "chance"):
+    for key in (
+        "regular_accuracy",
+        "fresh_regular_accuracy",
+        "attacker_accuracy",
+        "branch_private_accuracy",
+        "ce_private",
+        "ce_random",
+        "fano_error_bound",
+        "chance",
+    ):
         values = np.array([r[key] for r in runs])
         out[key] = [round(float(values.mean()), 4), round(float(values.std()), 4)]
     out["attacker_error"] = [round(1 - out["attacker_accuracy"][0], 4), out["attacker_accuracy"][1]]
-    out["attacker_by_model"] = {m: round(float(np.mean([r["attacker_by_model"][m] for r in runs])), 4)
-                                for m in runs[0]["attacker_by_model"]}
+    out["attacker_by_model"] = {
+        m: round(float(np.mean([r["attacker_by_model"][m] for r in runs])), 4) for m in runs[0]["attacker_by_model"]
+    }
     out["per_seed"] = [[round(r["regular_accuracy"], 4), round(r["attacker_accuracy"], 4)] for r in runs]
     if runs[0].get("restarts"):  # per seed: the kept restart and every restart's training-record probes
-        out["restarts"] = [{"chosen": r["chosen_restart"],
-                            "train_regular_attacker_score": [[round(q[k], 4) for k in
-                                                              ("regular_accuracy", "attacker_accuracy", "score")]
-                                                             for q in r["restarts"]]} for r in runs]
+        out["restarts"] = [
+            {
+                "chosen": r["chosen_restart"],
+                "train_regular_attacker_score": [
+                    [round(q[k], 4) for k in ("regular_accuracy", "attacker_accuracy", "score")] for q in r["restarts"]
+                ],
+            }
+            for r in runs
+        ]
     return out
 
 
@@ -189,8 +243,13 @@ def best_tradeoff(curve: dict, tolerance: float = 0.10, regular: str = "regular_
     candidates = [lam for lam, c in curve.items() if c[regular][0] >= base - tolerance]
     lam = min(candidates, key=lambda k: (curve[k]["attacker_accuracy"][0], float(k)))
     c = curve[lam]
-    return {"lambda": float(lam), "regular_accuracy": c[regular][0], "regular_accuracy_lambda0": base,
-            "attacker_accuracy": c["attacker_accuracy"][0], "chance": c["chance"][0]}
+    return {
+        "lambda": float(lam),
+        "regular_accuracy": c[regular][0],
+        "regular_accuracy_lambda0": base,
+        "attacker_accuracy": c["attacker_accuracy"][0],
+        "chance": c["chance"][0],
+    }
 
 
 def intermediate_points(curve: dict, margin: float = 0.05) -> int:
@@ -279,14 +338,21 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     _set_up_process(args.threads)
     data = {name: load(name, args) for name in args.datasets}
-    tasks = [(name, mode, lam, args.seed * 1000 + k) for name in args.datasets for mode in args.modes
-             for lam in args.lambdas for k in range(args.seeds)]
+    tasks = [
+        (name, mode, lam, args.seed * 1000 + k)
+        for name in args.datasets
+        for mode in args.modes
+        for lam in args.lambdas
+        for k in range(args.seeds)
+    ]
     runs = run_all(tasks, data, args.jobs, args.threads)
     raw: dict = {}
     for (name, mode, lam, _), run in zip(tasks, runs, strict=True):  # in task order, whatever the jobs
         raw.setdefault(name, {}).setdefault(mode, {}).setdefault(f"{lam:g}", []).append(run)
-    results = {name: {mode: {lam: summarise(runs) for lam, runs in curve.items()} for mode, curve in by_mode.items()}
-               for name, by_mode in raw.items()}
+    results = {
+        name: {mode: {lam: summarise(runs) for lam, runs in curve.items()} for mode, curve in by_mode.items()}
+        for name, by_mode in raw.items()
+    }
     times = {}
     for name, by_mode in raw.items():
         for mode, curve in by_mode.items():
@@ -294,21 +360,27 @@ def main(argv=None) -> int:
             adv = [r["epoch_times"].get("adversarial") for runs in curve.values() for r in runs]
             plain, adv = [t for t in plain if t], [t for t in adv if t]
             if plain and adv:
-                times.setdefault(name, {})[mode] = {"plain_epoch_s": float(np.mean(plain)),
-                                                    "adversarial_epoch_s": float(np.mean(adv)),
-                                                    "ratio": float(np.mean(adv) / np.mean(plain))}
+                times.setdefault(name, {})[mode] = {
+                    "plain_epoch_s": float(np.mean(plain)),
+                    "adversarial_epoch_s": float(np.mean(adv)),
+                    "ratio": float(np.mean(adv) / np.mean(plain)),
+                }
     for name, by_mode in results.items():
         print(f"\n== {name} ==")
         for mode, curve in by_mode.items():
             print(f"  {mode}:")
             for lam, c in curve.items():
-                print(f"    lambda {lam:>5}: regular {c['regular_accuracy'][0]:.3f}  attacker "
-                      f"{c['attacker_accuracy'][0]:.3f} {c['attacker_by_model']}  (error {c['attacker_error'][0]:.3f}"
-                      f" >= Fano estimate {c['fano_error_bound'][0]:.3f}?)  branch {c['branch_private_accuracy'][0]:.3f}"
-                      f"  chance {c['chance'][0]:.3f}")
+                print(
+                    f"    lambda {lam:>5}: regular {c['regular_accuracy'][0]:.3f}  attacker "
+                    f"{c['attacker_accuracy'][0]:.3f} {c['attacker_by_model']}  (error {c['attacker_error'][0]:.3f}"
+                    f" >= Fano estimate {c['fano_error_bound'][0]:.3f}?)  branch {c['branch_private_accuracy'][0]:.3f}"
+                    f"  chance {c['chance'][0]:.3f}"
+                )
         for mode, t in times.get(name, {}).items():
-            print(f"  epoch time {mode}: plain {t['plain_epoch_s']:.3f} s, adversarial "
-                  f"{t['adversarial_epoch_s']:.3f} s, ratio {t['ratio']:.2f}")
+            print(
+                f"  epoch time {mode}: plain {t['plain_epoch_s']:.3f} s, adversarial "
+                f"{t['adversarial_epoch_s']:.3f} s, ratio {t['ratio']:.2f}"
+            )
     headline: dict = {}
     if "yale" in results and "toggle" in results["yale"]:
         headline["yale_best"] = best_tradeoff(results["yale"]["toggle"])
@@ -324,23 +396,48 @@ def main(argv=None) -> int:
         headline["epoch_time_ratio"] = timed["toggle"]["ratio"]
     if "simultaneous" in timed:
         headline["epoch_time_ratio_simultaneous"] = timed["simultaneous"]["ratio"]
-    headline["intermediate_points"] = {f"{name} {mode}": intermediate_points(curve)
-                                       for name, by_mode in results.items() for mode, curve in by_mode.items()}
-    headline["intermediate_run_fraction"] = {f"{name} {mode}": round(intermediate_run_fraction(curve), 3)
-                                             for name, by_mode in raw.items() for mode, curve in by_mode.items()}
+    headline["intermediate_points"] = {
+        f"{name} {mode}": intermediate_points(curve)
+        for name, by_mode in results.items()
+        for mode, curve in by_mode.items()
+    }
+    headline["intermediate_run_fraction"] = {
+        f"{name} {mode}": round(intermediate_run_fraction(curve), 3)
+        for name, by_mode in raw.items()
+        for mode, curve in by_mode.items()
+    }
     print(f"\nheadline: {headline}")
     if args.figure:
-        floors = {name: d["best_private_accuracy_given_regular"] for name, d in data.items()
-                  if "best_private_accuracy_given_regular" in d}
+        floors = {
+            name: d["best_private_accuracy_given_regular"]
+            for name, d in data.items()
+            if "best_private_accuracy_given_regular" in d
+        }
         plot(results, args.figure, floors, {name: 2 / d["num_private"] for name, d in data.items()})
     payload = {
-        "benchmark": BENCHMARK, "results": results, "headline": headline, "epoch_times": times,
-        "settings": {"lambdas": args.lambdas, "modes": args.modes, "seeds": args.seeds, "seed": args.seed,
-                     "quick": args.quick, "threads": args.threads, "jobs": args.jobs,
-                     "per_dataset": {k: {"architecture": {a: list(v) if isinstance(v, tuple) else v
-                                                          for a, v in SETTINGS[k]["architecture"].items()},
-                                         "fit": SETTINGS[k]["fit"]} for k in args.datasets},
-                     "synthetic": SYNTHETIC},
+        "benchmark": BENCHMARK,
+        "results": results,
+        "headline": headline,
+        "epoch_times": times,
+        "settings": {
+            "lambdas": args.lambdas,
+            "modes": args.modes,
+            "seeds": args.seeds,
+            "seed": args.seed,
+            "quick": args.quick,
+            "threads": args.threads,
+            "jobs": args.jobs,
+            "per_dataset": {
+                k: {
+                    "architecture": {
+                        a: list(v) if isinstance(v, tuple) else v for a, v in SETTINGS[k]["architecture"].items()
+                    },
+                    "fit": SETTINGS[k]["fit"],
+                }
+                for k in args.datasets
+            },
+            "synthetic": SYNTHETIC,
+        },
         "data": {name: {k: v for k, v in d.items() if not isinstance(v, torch.Tensor)} for name, d in data.items()},
         **run_metadata(started),
         "notes": [

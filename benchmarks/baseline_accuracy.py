@@ -80,14 +80,19 @@ TRANSFER_CANDIDATES: dict[str, dict[str, object]] = {
 }
 
 
-def make_pipeline(model: str, n_features: int, *, max_iter: int, seed: int,
-                  transfer: str = "identity") -> Pipeline:
+def make_pipeline(model: str, n_features: int, *, max_iter: int, seed: int, transfer: str = "identity") -> Pipeline:
     """z-scoring, PCA to 30 dimensions if ``n_features > 30``, then the estimator."""
     steps: list[tuple[str, object]] = [("scale", StandardScaler())]
     if n_features > PCA_DIM:
         steps.append(("pca", PCA(n_components=PCA_DIM, random_state=seed)))
-    steps.append(("lvq", MODELS[model](prototypes_per_class=1, max_iter=max_iter,
-                                       random_state=seed, **TRANSFER_CANDIDATES[transfer])))
+    steps.append(
+        (
+            "lvq",
+            MODELS[model](
+                prototypes_per_class=1, max_iter=max_iter, random_state=seed, **TRANSFER_CANDIDATES[transfer]
+            ),
+        )
+    )
     return Pipeline(steps)
 
 
@@ -95,14 +100,25 @@ def select_transfer(model: str, X: np.ndarray, y: np.ndarray, *, max_iter: int, 
     """The transfer function with the best accuracy on an inner stratified 80/20 split of
     the *training* fold (nested model selection: the test fold is never seen)."""
     a, b, ya, yb = train_test_split(X, y, test_size=0.2, stratify=y, random_state=seed)
-    scores = {name: make_pipeline(model, X.shape[1], max_iter=max_iter, seed=seed, transfer=name)
-              .fit(a, ya).score(b, yb) for name in TRANSFER_CANDIDATES}
+    scores = {
+        name: make_pipeline(model, X.shape[1], max_iter=max_iter, seed=seed, transfer=name).fit(a, ya).score(b, yb)
+        for name in TRANSFER_CANDIDATES
+    }
     return max(scores, key=scores.get)
 
 
-def cross_validate(key: str, X: np.ndarray, y: np.ndarray, models: list[str], *,
-                   repeats: int, folds: int, max_iter: int, seed: int,
-                   transfer: str = "identity") -> dict[str, dict]:
+def cross_validate(
+    key: str,
+    X: np.ndarray,
+    y: np.ndarray,
+    models: list[str],
+    *,
+    repeats: int,
+    folds: int,
+    max_iter: int,
+    seed: int,
+    transfer: str = "identity",
+) -> dict[str, dict]:
     """Test accuracy, fit time and L-BFGS iterations of every model on every fold.
 
     ``transfer="select"`` chooses the transfer function per fold and model by
@@ -121,8 +137,11 @@ def cross_validate(key: str, X: np.ndarray, y: np.ndarray, models: list[str], *,
     with tqdm(total=total, desc=key, unit="fit", file=sys.stderr, dynamic_ncols=True) as bar:
         for train, test in cv.split(X, y):
             for m in models:
-                chosen = transfer if transfer != "select" else select_transfer(
-                    m, X[train], y[train], max_iter=max_iter, seed=seed)
+                chosen = (
+                    transfer
+                    if transfer != "select"
+                    else select_transfer(m, X[train], y[train], max_iter=max_iter, seed=seed)
+                )
                 pipe = make_pipeline(m, X.shape[1], max_iter=max_iter, seed=seed, transfer=chosen)
                 start = time.perf_counter()
                 pipe.fit(X[train], y[train])
@@ -139,27 +158,36 @@ def cross_validate(key: str, X: np.ndarray, y: np.ndarray, models: list[str], *,
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description="GLVQ / GMLVQ / LGMLVQ baseline accuracy (Brinkrolf 2023, Table 2.2).")
-    p.add_argument("--data-dir", default=None,
-                   help="directory holding uci/*.tsv.gz and mnist/*-ubyte.gz "
-                        "(default: $DP_PROTO_DATA_DIR)")
-    p.add_argument("--quick", action="store_true",
-                   help=f"MNIST: stratified subsample of {QUICK_MNIST_SAMPLES} points and "
-                        f"{QUICK_MNIST_REPEATS} repeat of the k folds (UCI sets unchanged)")
+    p = argparse.ArgumentParser(description="GLVQ / GMLVQ / LGMLVQ baseline accuracy (Brinkrolf 2023, Table 2.2).")
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="directory holding uci/*.tsv.gz and mnist/*-ubyte.gz (default: $DP_PROTO_DATA_DIR)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"MNIST: stratified subsample of {QUICK_MNIST_SAMPLES} points and "
+        f"{QUICK_MNIST_REPEATS} repeat of the k folds (UCI sets unchanged)",
+    )
     p.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS))
     p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     p.add_argument("--repeats", type=int, default=5, help="repeats of the k-fold split")
     p.add_argument("--folds", type=int, default=5, help="k of the stratified k-fold split")
     p.add_argument("--max-iter", type=int, default=500, help="L-BFGS iterations (max_iter)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads (default: torch's choice, one per core)")
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice, one per core)"
+    )
     p.add_argument("--out", default=None, help="also write the JSON summary to this file")
-    p.add_argument("--transfer", choices=[*TRANSFER_CANDIDATES, "select"], default="identity",
-                   help="GLVQ transfer function; 'select' picks identity or sigmoid (beta 5) per "
-                        "fold on an inner split of the training fold (default: identity, as in "
-                        "Brinkrolf 2023)")
+    p.add_argument(
+        "--transfer",
+        choices=[*TRANSFER_CANDIDATES, "select"],
+        default="identity",
+        help="GLVQ transfer function; 'select' picks identity or sigmoid (beta 5) per "
+        "fold on an inner split of the training fold (default: identity, as in "
+        "Brinkrolf 2023)",
+    )
     args = p.parse_args(argv)
     if args.threads is not None and args.threads < 1:
         p.error("--threads must be >= 1")
@@ -186,8 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     notes = [
         "one prototype per class; estimator defaults (L-BFGS, float64, identity Omega init, "
         f"LGMLVQ without local normalisation), max_iter={args.max_iter}, transfer={args.transfer}"
-        + (" (chosen per fold on an inner 80/20 split of the training fold; test folds unseen)"
-           if args.transfer == "select" else ", no hyperparameter tuning"),
+        + (
+            " (chosen per fold on an inner 80/20 split of the training fold; test folds unseen)"
+            if args.transfer == "select"
+            else ", no hyperparameter tuning"
+        ),
         f"StandardScaler and PCA({PCA_DIM}, only if >{PCA_DIM} features) fitted on the training "
         "folds inside a sklearn Pipeline",
         "fit_time_s: mean wall-clock seconds of Pipeline.fit (scaler + PCA + estimator) per fold",
@@ -207,8 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         repeats = args.repeats
         key = name
         if name == "mnist" and args.quick:
-            X, _, y, _ = train_test_split(X, y, train_size=QUICK_MNIST_SAMPLES, stratify=y,
-                                          random_state=args.seed)
+            X, _, y, _ = train_test_split(X, y, train_size=QUICK_MNIST_SAMPLES, stratify=y, random_state=args.seed)
             repeats = QUICK_MNIST_REPEATS
             key = f"mnist (quick: {QUICK_MNIST_SAMPLES} samples, {repeats}x{args.folds} folds)"
             notes.append(
@@ -219,29 +249,49 @@ def main(argv: list[str] | None = None) -> int:
         elif (repeats, args.folds) != (5, 5):  # not the Table 2.2 protocol: say so in the key
             key = f"{name} ({repeats}x{args.folds} folds)"
         dims = f"{X.shape[1]}->{PCA_DIM}" if X.shape[1] > PCA_DIM else str(X.shape[1])
-        print(f"\n{key}: {X.shape[0]} samples, {len(np.unique(y))} classes, dims {dims}, "
-              f"{repeats}x{args.folds}-fold CV", flush=True)
-        per_model = cross_validate(key, X, y, models, repeats=repeats, folds=args.folds,
-                                   max_iter=args.max_iter, seed=args.seed, transfer=args.transfer)
-        results[key] = {m: [round(float(np.mean(r["acc"])), 4), round(float(np.std(r["acc"])), 4)]
-                        for m, r in per_model.items()}
+        print(
+            f"\n{key}: {X.shape[0]} samples, {len(np.unique(y))} classes, dims {dims}, {repeats}x{args.folds}-fold CV",
+            flush=True,
+        )
+        per_model = cross_validate(
+            key,
+            X,
+            y,
+            models,
+            repeats=repeats,
+            folds=args.folds,
+            max_iter=args.max_iter,
+            seed=args.seed,
+            transfer=args.transfer,
+        )
+        results[key] = {
+            m: [round(float(np.mean(r["acc"])), 4), round(float(np.std(r["acc"])), 4)] for m, r in per_model.items()
+        }
         fit_time[key] = {m: round(float(np.mean(r["fit_s"])), 3) for m, r in per_model.items()}
-        fit_median[key] = {m: round(float(np.median(r["fit_s"])), 3)
-                           for m, r in per_model.items()}
+        fit_median[key] = {m: round(float(np.median(r["fit_s"])), 3) for m, r in per_model.items()}
         targets[key] = {m: TARGETS[name][m] for m in models}
-        n_iter[key] = {m: [float(np.mean(r["n_iter"])), int(np.min(r["n_iter"])),
-                           int(np.max(r["n_iter"]))] for m, r in per_model.items()}
-        per_fold[key] = {m: {"acc": [round(a, 4) for a in r["acc"]],
-                             "fit_s": [round(t, 2) for t in r["fit_s"]],
-                             "transfer": r["transfer"]}
-                         for m, r in per_model.items()}
-        protocol[key] = {"n_samples": int(X.shape[0]), "n_features": int(X.shape[1]),
-                         "repeats": repeats, "folds": args.folds}
+        n_iter[key] = {
+            m: [float(np.mean(r["n_iter"])), int(np.min(r["n_iter"])), int(np.max(r["n_iter"]))]
+            for m, r in per_model.items()
+        }
+        per_fold[key] = {
+            m: {
+                "acc": [round(a, 4) for a in r["acc"]],
+                "fit_s": [round(t, 2) for t in r["fit_s"]],
+                "transfer": r["transfer"],
+            }
+            for m, r in per_model.items()
+        }
+        protocol[key] = {
+            "n_samples": int(X.shape[0]),
+            "n_features": int(X.shape[1]),
+            "repeats": repeats,
+            "folds": args.folds,
+        }
         for m, r in per_model.items():
             hits = sum(k >= args.max_iter for k in r["n_iter"])
             if hits:
-                notes.append(f"{key} {m}: L-BFGS reached max_iter={args.max_iter} in "
-                             f"{hits}/{len(r['n_iter'])} folds")
+                notes.append(f"{key} {m}: L-BFGS reached max_iter={args.max_iter} in {hits}/{len(r['n_iter'])} folds")
 
     if load_start is not None:
         load_end = os.getloadavg()
@@ -253,17 +303,21 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     # Human-readable table.
-    header = (f"{'dataset':<44} {'model':<7} {'ours mean (std)':>16} {'target':>7} "
-              f"{'diff':>7} {'fit s mean':>10} {'median':>7} {'L-BFGS iters mean [min,max]':>28}")
+    header = (
+        f"{'dataset':<44} {'model':<7} {'ours mean (std)':>16} {'target':>7} "
+        f"{'diff':>7} {'fit s mean':>10} {'median':>7} {'L-BFGS iters mean [min,max]':>28}"
+    )
     print("\n" + header)
     print("-" * len(header))
     for key, by_model in results.items():
         for m, (mean, std) in by_model.items():
             tgt = targets[key][m]
             it = n_iter[key][m]
-            print(f"{key:<44} {m:<7} {f'{mean:.3f} ({std:.3f})':>16} {tgt:>7.3f} "
-                  f"{mean - tgt:>+7.3f} {fit_time[key][m]:>10.2f} {fit_median[key][m]:>7.2f} "
-                  f"{f'{it[0]:.0f} [{it[1]},{it[2]}]':>28}")
+            print(
+                f"{key:<44} {m:<7} {f'{mean:.3f} ({std:.3f})':>16} {tgt:>7.3f} "
+                f"{mean - tgt:>+7.3f} {fit_time[key][m]:>10.2f} {fit_median[key][m]:>7.2f} "
+                f"{f'{it[0]:.0f} [{it[1]},{it[2]}]':>28}"
+            )
 
     payload: dict[str, object] = {
         "benchmark": BENCHMARK,
@@ -283,10 +337,12 @@ def main(argv: list[str] | None = None) -> int:
     if "optdigits" in fit_time and "GMLVQ" in fit_time["optdigits"]:
         gm = fit_time["optdigits"]["GMLVQ"]
         payload["gmlvq_lbfgs_optdigits_fit_s"] = gm
-        print(f"\nGMLVQ (L-BFGS) on optdigits, PCA {PCA_DIM}: {gm:.2f} s per fit (mean; median "
-              f"{fit_median['optdigits']['GMLVQ']:.2f} s) "
-              f"({protocol['optdigits']['n_samples'] * (args.folds - 1) // args.folds} "
-              f"training points)")
+        print(
+            f"\nGMLVQ (L-BFGS) on optdigits, PCA {PCA_DIM}: {gm:.2f} s per fit (mean; median "
+            f"{fit_median['optdigits']['GMLVQ']:.2f} s) "
+            f"({protocol['optdigits']['n_samples'] * (args.folds - 1) // args.folds} "
+            f"training points)"
+        )
     print()
     emit_json(payload, args.out)
     return 0

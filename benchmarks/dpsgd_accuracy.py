@@ -99,16 +99,46 @@ PCA_DIM = 30
 #: Brinkrolf (2023), Table B.1: misclassification rate, mean (std), 5x5-fold CV.
 _B1_COLUMNS = ("0.25", "0.75", "1", "1.5", "2.5", "5", "non-DP SGD", "non-DP BFGS")
 _B1_ROWS = {
-    ("mnist", "GLVQ"): [(0.186, 0.0038), (0.186, 0.0038), (0.186, 0.0037), (0.186, 0.0036),
-                        (0.186, 0.0037), (0.186, 0.0036), (0.185, 0.0033), (0.184, 0.0037)],
-    ("mnist", "GMLVQ"): [(0.191, 0.0096), (0.165, 0.0038), (0.165, 0.0033), (0.165, 0.0033),
-                         (0.165, 0.0036), (0.165, 0.0033), (0.158, 0.0030), (0.148, 0.0029)],
-    ("segmentation", "GLVQ"): [(0.823, 0.0658), (0.646, 0.0918), (0.497, 0.0942),
-                               (0.251, 0.0541), (0.188, 0.0126), (0.183, 0.0099),
-                               (0.167, 0.0103), (0.167, 0.0105)],
-    ("segmentation", "GMLVQ"): [(0.691, 0.0621), (0.321, 0.0592), (0.237, 0.0251),
-                                (0.169, 0.0224), (0.144, 0.0224), (0.134, 0.0168),
-                                (0.092, 0.0136), (0.089, 0.0131)],
+    ("mnist", "GLVQ"): [
+        (0.186, 0.0038),
+        (0.186, 0.0038),
+        (0.186, 0.0037),
+        (0.186, 0.0036),
+        (0.186, 0.0037),
+        (0.186, 0.0036),
+        (0.185, 0.0033),
+        (0.184, 0.0037),
+    ],
+    ("mnist", "GMLVQ"): [
+        (0.191, 0.0096),
+        (0.165, 0.0038),
+        (0.165, 0.0033),
+        (0.165, 0.0033),
+        (0.165, 0.0036),
+        (0.165, 0.0033),
+        (0.158, 0.0030),
+        (0.148, 0.0029),
+    ],
+    ("segmentation", "GLVQ"): [
+        (0.823, 0.0658),
+        (0.646, 0.0918),
+        (0.497, 0.0942),
+        (0.251, 0.0541),
+        (0.188, 0.0126),
+        (0.183, 0.0099),
+        (0.167, 0.0103),
+        (0.167, 0.0105),
+    ],
+    ("segmentation", "GMLVQ"): [
+        (0.691, 0.0621),
+        (0.321, 0.0592),
+        (0.237, 0.0251),
+        (0.169, 0.0224),
+        (0.144, 0.0224),
+        (0.134, 0.0168),
+        (0.092, 0.0136),
+        (0.089, 0.0131),
+    ],
 }
 TARGETS: dict[str, dict[str, dict[str, list[float]]]] = {}
 for (_ds, _m), _row in _B1_ROWS.items():
@@ -128,8 +158,9 @@ def eps_key(eps: float) -> str:
 PIXEL_DATASETS = ("mnist", "optdigits")
 
 
-def preprocess(X_train: np.ndarray, X_test: np.ndarray, seed: int, *,
-               pixels: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def preprocess(
+    X_train: np.ndarray, X_test: np.ndarray, seed: int, *, pixels: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """Fitted on ``X_train`` only (NOT private). Without ``pixels``: z-scoring, then
     PCA(30) if there are more than 30 features; with ``pixels``: PCA(30) on the raw
     values, then z-scoring of the components."""
@@ -159,33 +190,45 @@ def _gmlvq_defaults() -> str:
     """DPGMLVQ's clipping and Omega settings, read from the estimator (not restated)."""
     p = DPGMLVQ().get_params()
     omega = "renormalised to trace 1" if p["normalize_omega"] else "kept at the identity's scale"
-    return (f"clipping={p['clipping']} (C/sqrt(2) each when per_parameter), Omega {omega} at "
-            f"{p['metric_lr_scale']:g} x lr")
+    return (
+        f"clipping={p['clipping']} (C/sqrt(2) each when per_parameter), Omega {omega} at {p['metric_lr_scale']:g} x lr"
+    )
 
 
-def make_private(model: str, *, epsilon: float, calibration: str, bound: float,
-                 lr: float | None, seed: int, classes: np.ndarray):
+def make_private(
+    model: str, *, epsilon: float, calibration: str, bound: float, lr: float | None, seed: int, classes: np.ndarray
+):
     """The private estimator of one cell; ``classes``: the data set's label set (public).
 
     ``seed`` (>= 0) becomes ``noise_seed``: the benchmark opts in to reproducible noise,
     so fit it inside ``warnings.catch_warnings()`` ignoring ``PrivacyLeakWarning``."""
-    params = dict(prototypes_per_class=1, epsilon=epsilon, delta=DELTA,
-                  sampling_rate=SAMPLING_RATE, max_grad_norm=MAX_GRAD_NORM, epochs=EPOCHS,
-                  init_fraction=INIT_FRACTION, calibration=calibration,
-                  bounds=(-bound, bound), classes=classes, noise_seed=seed, random_state=seed)
+    params = dict(
+        prototypes_per_class=1,
+        epsilon=epsilon,
+        delta=DELTA,
+        sampling_rate=SAMPLING_RATE,
+        max_grad_norm=MAX_GRAD_NORM,
+        epochs=EPOCHS,
+        init_fraction=INIT_FRACTION,
+        calibration=calibration,
+        bounds=(-bound, bound),
+        classes=classes,
+        noise_seed=seed,
+        random_state=seed,
+    )
     if lr is not None:
         params["lr"] = lr
     return MODELS[model][0](**params)
 
 
-def cross_validate(key: str, X: np.ndarray, y: np.ndarray, args: argparse.Namespace,
-                   repeats: int, pixels: bool = False) -> tuple[dict, dict, list[float]]:
+def cross_validate(
+    key: str, X: np.ndarray, y: np.ndarray, args: argparse.Namespace, repeats: int, pixels: bool = False
+) -> tuple[dict, dict, list[float]]:
     """Per-fold errors etc. of every private cell and of the non-private baselines."""
     cv = RepeatedStratifiedKFold(n_splits=args.folds, n_repeats=repeats, random_state=args.seed)
     cells = [(m, c, e) for m in args.models for c in args.calibrations for e in args.epsilons]
     classes = np.unique(y)  # the data set's label set, public
-    private = {cell: {"err": [], "eps": [], "sigma": [], "fit_s": [], "steps": []}
-               for cell in cells}
+    private = {cell: {"err": [], "eps": [], "sigma": [], "fit_s": [], "steps": []} for cell in cells}
     nonprivate = {m: {"err": [], "fit_s": []} for m in args.models}
     clipped: list[float] = []
     total = cv.get_n_splits() * (len(cells) + len(args.models))
@@ -204,8 +247,9 @@ def cross_validate(key: str, X: np.ndarray, y: np.ndarray, args: argparse.Namesp
                 bar.set_postfix_str(f"{m} L-BFGS err={err:.3f}")
                 bar.update(1)
             for m, cal, eps in cells:
-                est = make_private(m, epsilon=eps, calibration=cal, bound=args.bound,
-                                   lr=args.lr, seed=fold_seed, classes=classes)
+                est = make_private(
+                    m, epsilon=eps, calibration=cal, bound=args.bound, lr=args.lr, seed=fold_seed, classes=classes
+                )
                 with warnings.catch_warnings():
                     # the benchmark opts in to reproducible noise (noise_seed)
                     warnings.simplefilter("ignore", PrivacyLeakWarning)
@@ -231,29 +275,40 @@ def cross_validate(key: str, X: np.ndarray, y: np.ndarray, args: argparse.Namesp
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description="DP-SGD GLVQ / GMLVQ misclassification rates (Brinkrolf 2023, Table B.1).")
-    p.add_argument("--data-dir", default=None,
-                   help="directory holding uci/*.tsv.gz and mnist/*-ubyte.gz "
-                        "(default: $DP_PROTO_DATA_DIR)")
+    p = argparse.ArgumentParser(description="DP-SGD GLVQ / GMLVQ misclassification rates (Brinkrolf 2023, Table B.1).")
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="directory holding uci/*.tsv.gz and mnist/*-ubyte.gz (default: $DP_PROTO_DATA_DIR)",
+    )
     p.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS))
     p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     p.add_argument("--calibrations", nargs="+", choices=CALIBRATIONS, default=list(CALIBRATIONS))
-    p.add_argument("--epsilons", nargs="+", type=float, default=list(EPSILONS),
-                   help="total budgets epsilon (default: the Table B.1 columns)")
+    p.add_argument(
+        "--epsilons",
+        nargs="+",
+        type=float,
+        default=list(EPSILONS),
+        help="total budgets epsilon (default: the Table B.1 columns)",
+    )
     p.add_argument("--repeats", type=int, default=5, help="repeats of the k-fold split")
     p.add_argument("--folds", type=int, default=5, help="k of the stratified k-fold split")
     p.add_argument("--quick", action="store_true", help="1 repeat of the k folds")
-    p.add_argument("--mnist-samples", type=int, default=None,
-                   help="stratified MNIST subsample of this size (default: all 70000)")
-    p.add_argument("--bound", type=float, default=3.0,
-                   help="public bounds (-B, B) of the z-scored / PCA features, mapped onto "
-                        "[-1, 1]; records outside are clipped (default 3.0)")
-    p.add_argument("--lr", type=float, default=None,
-                   help="DP-SGD learning rate (default: the estimator's default)")
+    p.add_argument(
+        "--mnist-samples", type=int, default=None, help="stratified MNIST subsample of this size (default: all 70000)"
+    )
+    p.add_argument(
+        "--bound",
+        type=float,
+        default=3.0,
+        help="public bounds (-B, B) of the z-scored / PCA features, mapped onto "
+        "[-1, 1]; records outside are clipped (default 3.0)",
+    )
+    p.add_argument("--lr", type=float, default=None, help="DP-SGD learning rate (default: the estimator's default)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads (default: torch's choice, one per core)")
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice, one per core)"
+    )
     p.add_argument("--out", default=None, help="also write the JSON summary to this file")
     args = p.parse_args(argv)
     if args.threads is not None and args.threads < 1:
@@ -324,8 +379,10 @@ def main(argv: list[str] | None = None) -> int:
         "Table B.1 has no optdigits row (its third set is Motion Tracking, not available here)",
     ]
     if repeats != args.repeats:
-        notes.append(f"--quick: {repeats}x{args.folds}-fold CV instead of "
-                     f"{args.repeats}x{args.folds}; not the Table B.1 protocol (5x5)")
+        notes.append(
+            f"--quick: {repeats}x{args.folds}-fold CV instead of "
+            f"{args.repeats}x{args.folds}; not the Table B.1 protocol (5x5)"
+        )
     print(f"machine: {machine}")
     print(f"data dir: {data_dir}")
 
@@ -343,56 +400,71 @@ def main(argv: list[str] | None = None) -> int:
         X, y = data[name]
         tags = []
         if name == "mnist" and args.mnist_samples is not None and args.mnist_samples < len(y):
-            X, _, y, _ = train_test_split(X, y, train_size=args.mnist_samples, stratify=y,
-                                          random_state=args.seed)
+            X, _, y, _ = train_test_split(X, y, train_size=args.mnist_samples, stratify=y, random_state=args.seed)
             tags.append(f"{args.mnist_samples} samples")
-            notes.append(f"MNIST: stratified subsample of {args.mnist_samples} of the 70000 "
-                         f"points (seed {args.seed}); not comparable one-to-one with Table B.1")
+            notes.append(
+                f"MNIST: stratified subsample of {args.mnist_samples} of the 70000 "
+                f"points (seed {args.seed}); not comparable one-to-one with Table B.1"
+            )
         if args.quick:
             tags.insert(0, "quick")
         if (repeats, args.folds) != (5, 5):
             tags.append(f"{repeats}x{args.folds} folds")
-        key = name if not tags else (
-            f"{name} ({tags[0]}: {', '.join(tags[1:])})" if args.quick and len(tags) > 1
-            else f"{name} ({', '.join(tags)})")
+        key = (
+            name
+            if not tags
+            else (
+                f"{name} ({tags[0]}: {', '.join(tags[1:])})"
+                if args.quick and len(tags) > 1
+                else f"{name} ({', '.join(tags)})"
+            )
+        )
         dims = f"{X.shape[1]}->{PCA_DIM}" if X.shape[1] > PCA_DIM else str(X.shape[1])
-        print(f"\n{key}: {X.shape[0]} samples, {len(np.unique(y))} classes, dims {dims}, "
-              f"{repeats}x{args.folds}-fold CV", flush=True)
+        print(
+            f"\n{key}: {X.shape[0]} samples, {len(np.unique(y))} classes, dims {dims}, {repeats}x{args.folds}-fold CV",
+            flush=True,
+        )
         private, base, clipped = cross_validate(key, X, y, args, repeats, pixels=name in PIXEL_DATASETS)
         results[key], certified[key], sigmas[key], fit_time[key], per_fold[key] = {}, {}, {}, {}, {}
         for (m, cal, eps), rec in private.items():
             ek = eps_key(eps)
             results[key].setdefault(m, {}).setdefault(cal, {})[ek] = _ms(rec["err"])
-            certified[key].setdefault(m, {}).setdefault(cal, {})[ek] = round(
-                float(np.mean(rec["eps"])), 4)
-            sigmas[key].setdefault(m, {}).setdefault(cal, {})[ek] = round(
-                float(np.mean(rec["sigma"])), 4)
-            fit_time[key].setdefault(m, {}).setdefault(cal, {})[ek] = round(
-                float(np.mean(rec["fit_s"])), 2)
-            per_fold[key].setdefault(m, {}).setdefault(cal, {})[ek] = [
-                round(e, 4) for e in rec["err"]]
+            certified[key].setdefault(m, {}).setdefault(cal, {})[ek] = round(float(np.mean(rec["eps"])), 4)
+            sigmas[key].setdefault(m, {}).setdefault(cal, {})[ek] = round(float(np.mean(rec["sigma"])), 4)
+            fit_time[key].setdefault(m, {}).setdefault(cal, {})[ek] = round(float(np.mean(rec["fit_s"])), 2)
+            per_fold[key].setdefault(m, {}).setdefault(cal, {})[ek] = [round(e, 4) for e in rec["err"]]
         nonprivate[key] = {m: _ms(r["err"]) for m, r in base.items()}
-        nonprivate_fit_time[key] = {m: round(float(np.mean(r["fit_s"])), 3)
-                                    for m, r in base.items()}
+        nonprivate_fit_time[key] = {m: round(float(np.mean(r["fit_s"])), 3) for m, r in base.items()}
         clipped_fraction[key] = round(float(np.mean(clipped)), 4) if clipped else None
         if name in TARGETS:
-            targets[key] = {m: {c: v for c, v in TARGETS[name][m].items()
-                                if c in {eps_key(e) for e in args.epsilons}
-                                or c.startswith("non-DP")}
-                            for m in args.models}
-        protocol[key] = {"n_samples": int(X.shape[0]), "n_features": int(X.shape[1]),
-                         "repeats": repeats, "folds": args.folds}
+            targets[key] = {
+                m: {
+                    c: v
+                    for c, v in TARGETS[name][m].items()
+                    if c in {eps_key(e) for e in args.epsilons} or c.startswith("non-DP")
+                }
+                for m in args.models
+            }
+        protocol[key] = {
+            "n_samples": int(X.shape[0]),
+            "n_features": int(X.shape[1]),
+            "repeats": repeats,
+            "folds": args.folds,
+        }
 
     if load_start is not None:
         load_end = os.getloadavg()
         notes.append(
             f"1-min load average {load_start[0]:.2f} at start, {load_end[0]:.2f} at end "
             f"({os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads); fit_time_s "
-            "is wall-clock seconds per estimator fit")
+            "is wall-clock seconds per estimator fit"
+        )
 
     # Human-readable table.
-    header = (f"{'dataset':<34} {'model':<6} {'calib':<7} {'eps':>5} {'error mean (std)':>17} "
-              f"{'target':>15} {'diff':>7} {'cert eps':>8} {'sigma':>7} {'fit s':>7}")
+    header = (
+        f"{'dataset':<34} {'model':<6} {'calib':<7} {'eps':>5} {'error mean (std)':>17} "
+        f"{'target':>15} {'diff':>7} {'cert eps':>8} {'sigma':>7} {'fit s':>7}"
+    )
     print("\n" + header)
     print("-" * len(header))
     for key, by_model in results.items():
@@ -403,20 +475,25 @@ def main(argv: list[str] | None = None) -> int:
                     t = tgt.get(ek)
                     t_txt = f"{t[0]:.3f} ({t[1]:.3f})" if t else "-"
                     d_txt = f"{mean - t[0]:+.3f}" if t else "-"
-                    print(f"{key:<34} {m:<6} {cal:<7} {ek:>5} "
-                          f"{f'{mean:.3f} ({std:.3f})':>17} {t_txt:>15} {d_txt:>7} "
-                          f"{certified[key][m][cal][ek]:>8.3f} {sigmas[key][m][cal][ek]:>7.3f} "
-                          f"{fit_time[key][m][cal][ek]:>7.1f}")
+                    print(
+                        f"{key:<34} {m:<6} {cal:<7} {ek:>5} "
+                        f"{f'{mean:.3f} ({std:.3f})':>17} {t_txt:>15} {d_txt:>7} "
+                        f"{certified[key][m][cal][ek]:>8.3f} {sigmas[key][m][cal][ek]:>7.3f} "
+                        f"{fit_time[key][m][cal][ek]:>7.1f}"
+                    )
             mean, std = nonprivate[key][m]
             t = tgt.get("non-DP BFGS")
             t_txt = f"{t[0]:.3f} ({t[1]:.3f})" if t else "-"
             d_txt = f"{mean - t[0]:+.3f}" if t else "-"
-            print(f"{key:<34} {m:<6} {'L-BFGS':<7} {'inf':>5} {f'{mean:.3f} ({std:.3f})':>17} "
-                  f"{t_txt:>15} {d_txt:>7} {'-':>8} {'-':>7} "
-                  f"{nonprivate_fit_time[key][m]:>7.1f}")
+            print(
+                f"{key:<34} {m:<6} {'L-BFGS':<7} {'inf':>5} {f'{mean:.3f} ({std:.3f})':>17} "
+                f"{t_txt:>15} {d_txt:>7} {'-':>8} {'-':>7} "
+                f"{nonprivate_fit_time[key][m]:>7.1f}"
+            )
         if clipped_fraction[key] is not None:
-            print(f"{key}: mean fraction of clipped training rows (bounds +-{args.bound:g}): "
-                  f"{clipped_fraction[key]:.3f}")
+            print(
+                f"{key}: mean fraction of clipped training rows (bounds +-{args.bound:g}): {clipped_fraction[key]:.3f}"
+            )
 
     payload: dict[str, object] = {
         "benchmark": BENCHMARK,
@@ -431,10 +508,16 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine,
         "notes": notes,
         "protocol": protocol,
-        "settings": {"delta": DELTA, "sampling_rate": SAMPLING_RATE,
-                     "max_grad_norm": MAX_GRAD_NORM, "epochs": EPOCHS,
-                     "init_fraction": INIT_FRACTION, "bound": args.bound, "lr": args.lr,
-                     "seed": args.seed},
+        "settings": {
+            "delta": DELTA,
+            "sampling_rate": SAMPLING_RATE,
+            "max_grad_norm": MAX_GRAD_NORM,
+            "epochs": EPOCHS,
+            "init_fraction": INIT_FRACTION,
+            "bound": args.bound,
+            "lr": args.lr,
+            "seed": args.seed,
+        },
         "per_fold": per_fold,
     }
     print()

@@ -67,8 +67,13 @@ CONFIGS: dict[str, tuple[dict, bool]] = {
     "trace 1, C 0.5, lr 0.05, Omega x1, noise free": (_TRACE1 | {"metric_lr_scale": 1.0}, True),
     "trace 1, C 0.5, lr 0.005, Omega x1, noise free": (_TRACE1 | {"metric_lr_scale": 1.0, "lr": 0.005}, True),
     "trace 1, C 100, lr 0.005, Omega x1, noise free": (
-        _TRACE1 | {"metric_lr_scale": 1.0, "lr": 0.005, "max_grad_norm": 100.0}, True),
-    "trace 1, C 1.5, lr 0.002, Omega x1": (_TRACE1 | {"metric_lr_scale": 1.0, "lr": 0.002, "max_grad_norm": 1.5}, False),
+        _TRACE1 | {"metric_lr_scale": 1.0, "lr": 0.005, "max_grad_norm": 100.0},
+        True,
+    ),
+    "trace 1, C 1.5, lr 0.002, Omega x1": (
+        _TRACE1 | {"metric_lr_scale": 1.0, "lr": 0.002, "max_grad_norm": 1.5},
+        False,
+    ),
     "trace 1, C 5, lr 0.002, Omega x1": (_TRACE1 | {"metric_lr_scale": 1.0, "lr": 0.002, "max_grad_norm": 5.0}, False),
     "identity scale, C 0.5, lr 0.05, Omega x1 (default)": (_IDENTITY, False),
     "identity scale, C 0.5, lr 0.05, Omega x1, noise free": (_IDENTITY, True),
@@ -93,8 +98,7 @@ _FIT_DP_SGD = dp_estimators.fit_dp_sgd
 def _splits(X, y, n_splits: int):
     for seed in range(n_splits):
         train, _test = next(StratifiedKFold(5, shuffle=True, random_state=seed).split(X, y))
-        Xa, Xv, ya, yv = train_test_split(X[train], y[train], test_size=0.25, stratify=y[train],
-                                          random_state=seed)
+        Xa, Xv, ya, yv = train_test_split(X[train], y[train], test_size=0.25, stratify=y[train], random_state=seed)
         scaler = StandardScaler().fit(Xa)
         yield seed, scaler.transform(Xa), scaler.transform(Xv), ya, yv
 
@@ -105,8 +109,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--epsilons", nargs="+", type=float, default=[1.5, 2.5, 5.0])
     parser.add_argument("--splits", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS), metavar="NAME",
-                        help="run only these configurations (default: all of CONFIGS)")
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        choices=list(CONFIGS),
+        default=list(CONFIGS),
+        metavar="NAME",
+        help="run only these configurations (default: all of CONFIGS)",
+    )
     args = parser.parse_args(argv)
     configs = {name: CONFIGS[name] for name in args.configs}
     torch.set_num_threads(args.threads)
@@ -128,20 +138,30 @@ def main(argv: list[str] | None = None) -> dict:
                     with mock.patch.object(dp_estimators, "fit_dp_sgd", fit):
                         # the diagnosis is of the identity transfer (the cost of Brinkrolf 2023)
                         params = {"transfer_fn": "identity", **overrides}
-                        model = dp_estimators.DPGMLVQ(epsilon=eps, bounds=(-3.0, 3.0), classes=classes,
-                                                      noise_seed=seed, random_state=seed, **params).fit(Xa, ya)
+                        model = dp_estimators.DPGMLVQ(
+                            epsilon=eps,
+                            bounds=(-3.0, 3.0),
+                            classes=classes,
+                            noise_seed=seed,
+                            random_state=seed,
+                            **params,
+                        ).fit(Xa, ya)
                     errors[name].setdefault(f"{eps:g}", []).append(1 - model.score(Xv, yv))
                     bar.update()
 
     results = {name: {eps: float(np.mean(v)) for eps, v in by_eps.items()} for name, by_eps in errors.items()}
-    print(f"\nvalidation error, mean of {args.splits} splits (non-private L-BFGS GMLVQ: "
-          f"{np.mean(nonprivate):.3f})")
+    print(f"\nvalidation error, mean of {args.splits} splits (non-private L-BFGS GMLVQ: {np.mean(nonprivate):.3f})")
     print(f"{'configuration':<64}" + "".join(f"  eps {e:<6g}" for e in args.epsilons))
     for name, by_eps in results.items():
         print(f"{name:<64}" + "".join(f"  {by_eps[f'{e:g}']:<10.3f}" for e in args.epsilons))
-    payload = {"benchmark": "dpsgd_gmlvq_diagnosis", "results": results,
-               "nonprivate": float(np.mean(nonprivate)), "splits": args.splits,
-               "seconds": round(time.perf_counter() - start, 1), "machine": machine_description()}
+    payload = {
+        "benchmark": "dpsgd_gmlvq_diagnosis",
+        "results": results,
+        "nonprivate": float(np.mean(nonprivate)),
+        "splits": args.splits,
+        "seconds": round(time.perf_counter() - start, 1),
+        "machine": machine_description(),
+    }
     emit_json(payload)
     return payload
 

@@ -185,8 +185,7 @@ def make_model(name: str, X: Tensor, y: Tensor) -> tuple[PrototypeModel, GLVQLay
     if name.startswith("glvq"):
         layer: GLVQLayer = GLVQLayer(d, NUM_CLASSES, prototypes=protos)
     elif name.startswith("gmlvq"):
-        layer = GMLVQLayer(d, NUM_CLASSES, rank=d, prototypes=protos, omega_init="identity",
-                           normalize=True)
+        layer = GMLVQLayer(d, NUM_CLASSES, rank=d, prototypes=protos, omega_init="identity", normalize=True)
     elif name.startswith("lgmlvq"):
         layer = LGMLVQLayer(d, NUM_CLASSES, rank=d, prototypes=protos, omega_init="identity")
     else:
@@ -212,8 +211,7 @@ class GLVQCriterion(nn.Module):
 class Setup:
     """Model, optimizer, criterion and loader of one (model, mode) pair."""
 
-    def __init__(self, model_name: str, mode: str, X: Tensor, y: Tensor, batch_size: int,
-                 seed: int) -> None:
+    def __init__(self, model_name: str, mode: str, X: Tensor, y: Tensor, batch_size: int, seed: int) -> None:
         torch.manual_seed(seed)
         model, self.layer = make_model(model_name, X, y)
         ModuleValidator.validate(model, strict=True)  # raises if Opacus would refuse it
@@ -227,36 +225,49 @@ class Setup:
             self.loader = PoissonBatches(X, y, batch_size / len(y), len(y) // batch_size, gen)
             return
         if mode == "nonprivate":
-            self.loader = DataLoader(dataset, batch_size=batch_size, shuffle=True,
-                                     collate_fn=keep_batch, generator=gen)
+            self.loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, collate_fn=keep_batch, generator=gen)
             self.model, self.optimizer, self.criterion = model, optimizer, criterion
             return
         loader = DataLoader(dataset, batch_size=batch_size, collate_fn=keep_batch, generator=gen)
         kwargs: dict[str, Any] = dict(
-            module=model, optimizer=optimizer, data_loader=loader,
-            noise_multiplier=NOISE_MULTIPLIER, max_grad_norm=MAX_GRAD_NORM,
-            poisson_sampling=True, grad_sample_mode=mode.removeprefix("dp_"),
+            module=model,
+            optimizer=optimizer,
+            data_loader=loader,
+            noise_multiplier=NOISE_MULTIPLIER,
+            max_grad_norm=MAX_GRAD_NORM,
+            poisson_sampling=True,
+            grad_sample_mode=mode.removeprefix("dp_"),
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # secure_mode / RNG advice
             engine = PrivacyEngine()
             if mode == "dp_ghost":
                 self.model, self.optimizer, self.criterion, self.loader = engine.make_private(
-                    criterion=criterion, **kwargs)
+                    criterion=criterion, **kwargs
+                )
             else:
                 self.model, self.optimizer, self.loader = engine.make_private(**kwargs)
                 self.criterion = criterion
         # the library's Opacus engine: float64 noise, the public expected batch as normaliser
-        make_noise_sound(self.optimizer, expected_batch_size=batch_size,
-                         generator=torch.Generator().manual_seed(seed + 1))
+        make_noise_sound(
+            self.optimizer, expected_batch_size=batch_size, generator=torch.Generator().manual_seed(seed + 1)
+        )
         self.engine = engine
 
     def step(self, xb: Tensor, yb: Tensor) -> None:
         if self.mode == "dp_fused":
             # labels checked once up front, as in fit_dp_sgd (no host sync per step)
-            dp_sgd_step(self.model, xb, yb, self.optimizer, max_grad_norm=MAX_GRAD_NORM,
-                        noise_std=NOISE_MULTIPLIER * MAX_GRAD_NORM, expected_batch=self.loader.expected_batch,
-                        generator=self.loader.generator, check_labels=False)
+            dp_sgd_step(
+                self.model,
+                xb,
+                yb,
+                self.optimizer,
+                max_grad_norm=MAX_GRAD_NORM,
+                noise_std=NOISE_MULTIPLIER * MAX_GRAD_NORM,
+                expected_batch=self.loader.expected_batch,
+                generator=self.loader.generator,
+                check_labels=False,
+            )
             self.layer.normalize_()
             return
         self.optimizer.zero_grad()
@@ -304,8 +315,9 @@ def _failure(out: dict[str, Any], exc: BaseException) -> None:
     out["out_of_memory"] = oom
 
 
-def time_model(model_name: str, modes: list[str], X: Tensor, y: Tensor, args: argparse.Namespace,
-               log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+def time_model(
+    model_name: str, modes: list[str], X: Tensor, y: Tensor, args: argparse.Namespace, log: Callable[[str], None]
+) -> dict[str, dict[str, Any]]:
     """Seconds per epoch of every mode of one model, median over up to ``args.repeats`` epochs.
 
     The modes take turns (round robin: epoch 1 of every mode, then epoch 2, ...), so that a
@@ -317,8 +329,7 @@ def time_model(model_name: str, modes: list[str], X: Tensor, y: Tensor, args: ar
     outs: dict[str, dict[str, Any]] = {}
     setups: dict[str, Setup] = {}
     for mode in modes:
-        out = outs[mode] = {"seconds": None, "cpu_seconds": None, "epochs_s": [],
-                            "epochs_cpu_s": [], "status": "ok"}
+        out = outs[mode] = {"seconds": None, "cpu_seconds": None, "epochs_s": [], "epochs_cpu_s": [], "status": "ok"}
         try:
             setups[mode] = Setup(model_name, mode, X, y, args.batch_size, args.seed)
             warm_s, _, warm_steps, _ = setups[mode].run(max_steps=args.warmup_steps)
@@ -344,11 +355,14 @@ def time_model(model_name: str, modes: list[str], X: Tensor, y: Tensor, args: ar
             out["epochs_s"].append(sec)
             out["epochs_cpu_s"].append(cpu)
             out["steps"], out["mean_batch"] = steps, samples / max(steps, 1)
-            log(f"  {model_name:11s} {mode:13s} epoch {r + 1}/{args.repeats}: {sec:8.3f} s wall, "
-                f"{cpu:8.3f} s CPU ({steps} steps, mean batch {samples / max(steps, 1):.1f})")
+            log(
+                f"  {model_name:11s} {mode:13s} epoch {r + 1}/{args.repeats}: {sec:8.3f} s wall, "
+                f"{cpu:8.3f} s CPU ({steps} steps, mean batch {samples / max(steps, 1):.1f})"
+            )
             if r + 1 < args.repeats and sum(out["epochs_s"]) + sec > args.mode_budget_s:
-                out["status"] = (f"ok, {r + 1} of {args.repeats} epochs (one more would pass "
-                                 f"--mode-budget-s {args.mode_budget_s:g})")
+                out["status"] = (
+                    f"ok, {r + 1} of {args.repeats} epochs (one more would pass --mode-budget-s {args.mode_budget_s:g})"
+                )
                 log(f"  {model_name:11s} {mode:13s} stops after {r + 1} epoch(s) (time budget)")
                 del setups[mode]  # frees its per-sample gradients
     for out in outs.values():
@@ -374,6 +388,7 @@ def _labelled(fn: Callable, label: str) -> Callable:
     def wrapper(*a, **k):
         with torch.profiler.record_function(label):
             return fn(*a, **k)
+
     return wrapper
 
 
@@ -383,9 +398,11 @@ def profile(model_name: str, X: Tensor, y: Tensor, args: argparse.Namespace) -> 
     from torch.profiler import ProfilerActivity, record_function
     from torch.profiler import profile as tprofile
 
-    for registry, kind in ((GradSampleHooks.GRAD_SAMPLERS, "grad_sampler"),
-                           (GradSampleHooksFastGradientClipping.GRAD_SAMPLERS, "grad_sampler"),
-                           (GradSampleHooksFastGradientClipping.NORM_SAMPLERS, "norm_sampler")):
+    for registry, kind in (
+        (GradSampleHooks.GRAD_SAMPLERS, "grad_sampler"),
+        (GradSampleHooksFastGradientClipping.GRAD_SAMPLERS, "grad_sampler"),
+        (GradSampleHooksFastGradientClipping.NORM_SAMPLERS, "norm_sampler"),
+    ):
         for cls in (GLVQLayer, GMLVQLayer, LGMLVQLayer):
             if cls in registry:
                 registry[cls] = _labelled(registry[cls], f"## {cls.__name__}.{kind}")
@@ -410,44 +427,54 @@ def profile(model_name: str, X: Tensor, y: Tensor, args: argparse.Namespace) -> 
                     setup.optimizer.step()
                 with record_function("## step.normalize"):
                     setup.layer.normalize_()
-        print(f"\n[profile] {model_name} {mode}: {args.profile_steps} steps, "
-              f"torch threads {torch.get_num_threads()}")
+        print(f"\n[profile] {model_name} {mode}: {args.profile_steps} steps, torch threads {torch.get_num_threads()}")
         table = prof.key_averages(group_by_input_shape=True).table(
-            sort_by="cpu_time_total", row_limit=args.profile_rows, max_name_column_width=48,
-            max_shapes_column_width=60)
+            sort_by="cpu_time_total", row_limit=args.profile_rows, max_name_column_width=48, max_shapes_column_width=60
+        )
         print(table)
 
 
 # -- main ------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help=f"n = {QUICK_N}, 1 warm-up step, --mode-budget-s 10 (under a minute)")
-    p.add_argument("--n", type=int, default=None,
-                   help=f"training samples (default {DEFAULT_N}, 9984 with --data-dir, "
-                        f"--quick {QUICK_N})")
-    p.add_argument("--batch-size", type=int, default=256,
-                   help="batch size = expected Poisson batch (default 256)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--quick", action="store_true", help=f"n = {QUICK_N}, 1 warm-up step, --mode-budget-s 10 (under a minute)"
+    )
+    p.add_argument(
+        "--n",
+        type=int,
+        default=None,
+        help=f"training samples (default {DEFAULT_N}, 9984 with --data-dir, --quick {QUICK_N})",
+    )
+    p.add_argument("--batch-size", type=int, default=256, help="batch size = expected Poisson batch (default 256)")
     p.add_argument("--repeats", type=int, default=3, help="timed epochs (default 3)")
-    p.add_argument("--warmup-steps", type=int, default=None,
-                   help="untimed steps first (default 3, --quick 1)")
-    p.add_argument("--mode-budget-s", type=float, default=None,
-                   help="a mode stops repeating when one more epoch would take its timed "
-                        "epochs past this many seconds (default 180, --quick 10; keeps the "
-                        "slow modes at d = 784 from dominating the run)")
+    p.add_argument("--warmup-steps", type=int, default=None, help="untimed steps first (default 3, --quick 1)")
+    p.add_argument(
+        "--mode-budget-s",
+        type=float,
+        default=None,
+        help="a mode stops repeating when one more epoch would take its timed "
+        "epochs past this many seconds (default 180, --quick 10; keeps the "
+        "slow modes at d = 784 from dominating the run)",
+    )
     p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
-    p.add_argument("--data-dir", default=None,
-                   help="use MNIST pixels from this data directory (default: synthetic data)")
+    p.add_argument(
+        "--data-dir", default=None, help="use MNIST pixels from this data directory (default: synthetic data)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    p.add_argument("--profile", choices=MODELS, default=None,
-                   help="instead of timing, print a torch.profiler table per mode of this model")
+    p.add_argument(
+        "--profile",
+        choices=MODELS,
+        default=None,
+        help="instead of timing, print a torch.profiler table per mode of this model",
+    )
     p.add_argument("--profile-steps", type=int, default=5)
     p.add_argument("--profile-rows", type=int, default=25)
-    p.add_argument("--profile-functorch", action="store_true",
-                   help="also profile functorch mode at d = 784 (slow)")
+    p.add_argument("--profile-functorch", action="store_true", help="also profile functorch mode at d = 784 (slow)")
     p.add_argument("--out", default=None, help="also write the JSON summary to this file")
     args = p.parse_args(argv)
     if args.n is None:
@@ -482,8 +509,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_dir is not None:
         X784, y784, X30, split = mnist(args.n, resolve_data_dir(args.data_dir), args.seed)
         y30 = y784
-        data_desc = (f"MNIST {split}: {args.n} images of a seeded permutation, pixels/255; "
-                     "their PCA(30), z-scored, for d=30")
+        data_desc = (
+            f"MNIST {split}: {args.n} images of a seeded permutation, pixels/255; their PCA(30), z-scored, for d=30"
+        )
     else:
         X784, y784 = synthetic(args.n, 784, args.seed)
         X30, y30 = synthetic(args.n, 30, args.seed + 1)
@@ -498,9 +526,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     steps_per_epoch = math.ceil(args.n / args.batch_size)
-    log(f"{BENCHMARK}: n={args.n}, batch {args.batch_size}, {steps_per_epoch} steps/epoch, "
+    log(
+        f"{BENCHMARK}: n={args.n}, batch {args.batch_size}, {steps_per_epoch} steps/epoch, "
         f"{args.repeats} timed epoch(s) after {args.warmup_steps} warm-up steps, "
-        f"{args.threads} thread(s), load average {load_start}")
+        f"{args.threads} thread(s), load average {load_start}"
+    )
     raw: dict[str, dict[str, dict[str, Any]]] = {}
     for model_name in args.models:
         X, y = data[model_name]
@@ -508,8 +538,10 @@ def main(argv: list[str] | None = None) -> int:
     load_end = os.getloadavg()
     wall = time.perf_counter() - t_start
 
-    results = {m: {mode: (None if r["seconds"] is None else round(r["seconds"], 4))
-                   for mode, r in per.items()} for m, per in raw.items()}
+    results = {
+        m: {mode: (None if r["seconds"] is None else round(r["seconds"], 4)) for mode, r in per.items()}
+        for m, per in raw.items()
+    }
 
     def dp_best(m: str, table: dict = results) -> float | None:
         r = table.get(m, {})
@@ -543,8 +575,10 @@ def main(argv: list[str] | None = None) -> int:
 
     # -- table ---------------------------------------------------------------------
     print()
-    print(f"DP-SGD speed, seconds per epoch (median of {args.repeats}; n={args.n}, "
-          f"batch {args.batch_size}, {steps_per_epoch} steps; x = over non-private)")
+    print(
+        f"DP-SGD speed, seconds per epoch (median of {args.repeats}; n={args.n}, "
+        f"batch {args.batch_size}, {steps_per_epoch} steps; x = over non-private)"
+    )
     header = f"{'model':12s}" + "".join(f"{m:>22s}" for m in args.modes)
     print(header)
     print("-" * len(header))
@@ -564,8 +598,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{m:12s}" + "".join(f"{c:>22s}" for c in cells))
     print("\nCPU seconds per epoch (time.process_time, median)")
     for m, per in raw.items():
-        cells = ["-" if per[mode]["cpu_seconds"] is None else f"{per[mode]['cpu_seconds']:.3f} s"
-                 for mode in args.modes]
+        cells = [
+            "-" if per[mode]["cpu_seconds"] is None else f"{per[mode]['cpu_seconds']:.3f} s" for mode in args.modes
+        ]
         print(f"{m:12s}" + "".join(f"{c:>22s}" for c in cells))
     print()
     print("markdown:")
@@ -586,12 +621,18 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for key, value in headline.items():
         target = TARGETS.get(key)
-        suffix = "" if target is None else f"   target {target[0]} {target[1]:g}: " \
+        suffix = (
+            ""
+            if target is None
+            else f"   target {target[0]} {target[1]:g}: "
             f"{ {True: 'met', False: 'NOT met', None: 'n/a'}[targets_met[key]] }"
+        )
         print(f"{key:32s} {value}{suffix}")
     print("same ratios from CPU time: " + ", ".join(f"{k} {v}" for k, v in headline_cpu.items()))
-    print(f"load average: start {tuple(round(v, 2) for v in load_start)}, "
-          f"end {tuple(round(v, 2) for v in load_end)}; wall clock {wall:.0f} s")
+    print(
+        f"load average: start {tuple(round(v, 2) for v in load_start)}, "
+        f"end {tuple(round(v, 2) for v in load_end)}; wall clock {wall:.0f} s"
+    )
 
     notes = [
         f"data: {data_desc}; d=784 for GLVQ/GMLVQ (GMLVQ full rank r=784), d=30 for LGMLVQ (r=30); "
@@ -628,19 +669,30 @@ def main(argv: list[str] | None = None) -> int:
         "headline_cpu": headline_cpu,
         "targets": {k: f"{op} {b:g}" for k, (op, b) in TARGETS.items()},
         "targets_met": targets_met,
-        "epochs_s": {m: {mode: [round(s, 4) for s in r["epochs_s"]] for mode, r in per.items()}
-                     for m, per in raw.items()},
-        "peak_rss_mib_so_far": {m: {mode: r.get("peak_rss_mib_so_far") for mode, r in per.items()}
-                                for m, per in raw.items()},
-        "cpu_s_per_epoch": {m: {mode: (None if r["cpu_seconds"] is None else round(r["cpu_seconds"], 4))
-                                for mode, r in per.items()} for m, per in raw.items()},
-        "config": {"n": args.n, "batch_size": args.batch_size, "steps_per_epoch": steps_per_epoch,
-                   "repeats": args.repeats, "warmup_steps": args.warmup_steps,
-                   "threads": args.threads, "quick": args.quick, "seed": args.seed,
-                   "data": "mnist" if args.data_dir else "synthetic",
-                   "opacus": opacus.__version__, "torch": torch.__version__},
-        "load_average": {"start": [round(v, 2) for v in load_start],
-                         "end": [round(v, 2) for v in load_end]},
+        "epochs_s": {
+            m: {mode: [round(s, 4) for s in r["epochs_s"]] for mode, r in per.items()} for m, per in raw.items()
+        },
+        "peak_rss_mib_so_far": {
+            m: {mode: r.get("peak_rss_mib_so_far") for mode, r in per.items()} for m, per in raw.items()
+        },
+        "cpu_s_per_epoch": {
+            m: {mode: (None if r["cpu_seconds"] is None else round(r["cpu_seconds"], 4)) for mode, r in per.items()}
+            for m, per in raw.items()
+        },
+        "config": {
+            "n": args.n,
+            "batch_size": args.batch_size,
+            "steps_per_epoch": steps_per_epoch,
+            "repeats": args.repeats,
+            "warmup_steps": args.warmup_steps,
+            "threads": args.threads,
+            "quick": args.quick,
+            "seed": args.seed,
+            "data": "mnist" if args.data_dir else "synthetic",
+            "opacus": opacus.__version__,
+            "torch": torch.__version__,
+        },
+        "load_average": {"start": [round(v, 2) for v in load_start], "end": [round(v, 2) for v in load_end]},
         "wall_s": round(wall, 1),
         "machine": machine_description(),
         "notes": notes,

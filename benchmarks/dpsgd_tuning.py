@@ -57,9 +57,9 @@ def _grid(model: str, args: argparse.Namespace) -> list[dict]:
     normalize = args.normalize_omega if model == "gmlvq" else [None]
     out = []
     betas = args.sigmoid_betas if args.sigmoid_betas is not None else [None]
-    for solver, beta, lr, scale, avg, clip, norm in itertools.product(args.solvers, betas, args.lrs,
-                                                                      scales, args.average_last, clippings,
-                                                                      normalize):
+    for solver, beta, lr, scale, avg, clip, norm in itertools.product(
+        args.solvers, betas, args.lrs, scales, args.average_last, clippings, normalize
+    ):
         cfg = {"lr": lr, "average_last": avg}
         # None: the estimator's transfer (out of the label); otherwise always passed and named
         if beta is not None:
@@ -98,19 +98,38 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--datasets", nargs="+", default=list(DEV_SETS))
     parser.add_argument("--epsilons", nargs="+", type=float, default=[1.0, 2.5])
     parser.add_argument("--splits", type=int, default=2)
-    parser.add_argument("--solvers", nargs="+", choices=("sgd", "adam"), default=["sgd"],
-                        help="optimizer applied to the noisy clipped gradient (post-processing; default: sgd)")
-    parser.add_argument("--sigmoid-betas", nargs="+", type=float, default=None,
-                        help="slopes of the sigmoid transfer of the cost, 0 for the identity "
-                             "(default: the estimator's own transfer)")
+    parser.add_argument(
+        "--solvers",
+        nargs="+",
+        choices=("sgd", "adam"),
+        default=["sgd"],
+        help="optimizer applied to the noisy clipped gradient (post-processing; default: sgd)",
+    )
+    parser.add_argument(
+        "--sigmoid-betas",
+        nargs="+",
+        type=float,
+        default=None,
+        help="slopes of the sigmoid transfer of the cost, 0 for the identity (default: the estimator's own transfer)",
+    )
     parser.add_argument("--lrs", nargs="+", type=float, default=[0.05, 0.2])
     parser.add_argument("--metric-lr-scales", nargs="+", type=float, default=[1.0, 0.1, 0.01])
     parser.add_argument("--average-last", nargs="+", type=float, default=[0.0, 0.5])
-    parser.add_argument("--clippings", nargs="+", choices=("joint", "per_parameter"), default=["joint"],
-                        help="GMLVQ: joint or per-parameter clipping (default: joint)")
-    parser.add_argument("--normalize-omega", nargs="+", choices=("yes", "no"), default=["yes"],
-                        help="GMLVQ: renormalise Omega to trace(Lambda) = 1 after every step "
-                             "(default: yes) or keep Omega at its identity scale")
+    parser.add_argument(
+        "--clippings",
+        nargs="+",
+        choices=("joint", "per_parameter"),
+        default=["joint"],
+        help="GMLVQ: joint or per-parameter clipping (default: joint)",
+    )
+    parser.add_argument(
+        "--normalize-omega",
+        nargs="+",
+        choices=("yes", "no"),
+        default=["yes"],
+        help="GMLVQ: renormalise Omega to trace(Lambda) = 1 after every step "
+        "(default: yes) or keep Omega at its identity scale",
+    )
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     args.normalize_omega = [v == "yes" for v in args.normalize_omega]
@@ -134,8 +153,9 @@ def main(argv: list[str] | None = None) -> dict:
         for name, split, eps in tqdm(jobs, desc=f"tuning DP-{args.model.upper()}"):
             Xtr, Xte, ytr, yte = _prepare(*data[name], seed=split)
             for cfg in grid:
-                model = estimator(epsilon=eps, bounds=(-3.0, 3.0), classes=classes[name], noise_seed=split,
-                                  random_state=split, **cfg).fit(Xtr, ytr)
+                model = estimator(
+                    epsilon=eps, bounds=(-3.0, 3.0), classes=classes[name], noise_seed=split, random_state=split, **cfg
+                ).fit(Xtr, ytr)
                 err = 1.0 - model.score(Xte, yte)
                 errors[_name(cfg)].append(err)
                 per_set[_name(cfg)].setdefault(f"{name}@{eps:g}", []).append(err)
@@ -146,10 +166,18 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{'config':42s} {'mean':>6s} " + " ".join(f"{c:>16s}" for c in cols))
     for k in ranked:
         print(f"{k:42s} {means[k]:6.3f} " + " ".join(f"{np.mean(per_set[k][c]):16.3f}" for c in cols))
-    out = {"benchmark": "dpsgd_tuning", "model": args.model, "datasets": args.datasets,
-           "epsilons": args.epsilons, "splits": args.splits, "results": means, "best": ranked[0],
-           "per_set": {k: {c: float(np.mean(v)) for c, v in d.items()} for k, d in per_set.items()},
-           "seconds": round(time.time() - start, 1), "machine": machine_description()}
+    out = {
+        "benchmark": "dpsgd_tuning",
+        "model": args.model,
+        "datasets": args.datasets,
+        "epsilons": args.epsilons,
+        "splits": args.splits,
+        "results": means,
+        "best": ranked[0],
+        "per_set": {k: {c: float(np.mean(v)) for c, v in d.items()} for k, d in per_set.items()},
+        "seconds": round(time.time() - start, 1),
+        "machine": machine_description(),
+    }
     emit_json(out)
     return out
 

@@ -133,8 +133,7 @@ BENCHMARK = "leakage"
 #: Outlier means of the three settings (Brinkrolf 2023, Sec. 3.3.2).
 OUTLIERS = {"extreme": (10.0, 10.0), "medium": (10.0, 5.0), "weak": (10.0, 2.0)}
 #: The results of Brinkrolf (2023): setting -> (mean upward shift, p-value); XOR fractions.
-THESIS_OUTLIER = {"extreme": (0.1119, 5.6776e-25), "medium": (0.0843, 2.2345e-16),
-                  "weak": (0.0368, 4.4007e-4)}
+THESIS_OUTLIER = {"extreme": (0.1119, 5.6776e-25), "medium": (0.0843, 2.2345e-16), "weak": (0.0368, 4.4007e-4)}
 THESIS_XOR = (0.5, 1.0)
 #: XOR cluster centres and classes (class 0: top-left, bottom-right; class 1: bottom-left, top-right).
 XOR_CLUSTERS = (((-10.0, 10.0), 0), ((10.0, -10.0), 0), ((-10.0, -10.0), 1), ((10.0, 10.0), 1))
@@ -223,8 +222,9 @@ def dp_sgd_from_pieces(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) ->
     d = x_t.shape[1]
     num_classes = len(setup.prototypes_per_class)
     ledger = PrivacyLedger(budget=(setup.epsilon, setup.delta), default_delta=setup.delta)
-    init = dp_class_mean_prototypes(x_t, y_t, num_classes, setup.dp_init_fraction * setup.epsilon,
-                                    ledger=ledger, generator=generator)
+    init = dp_class_mean_prototypes(
+        x_t, y_t, num_classes, setup.dp_init_fraction * setup.epsilon, ledger=ledger, generator=generator
+    )
     labels = torch.as_tensor(setup.labels)
     prototypes = init.prototypes.to(torch.float64)[labels].clone()
     copies = torch.as_tensor([setup.prototypes_per_class[k] > 1 for k in setup.labels])
@@ -240,12 +240,34 @@ def dp_sgd_from_pieces(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) ->
     # the public normaliser of the noisy sum, DPGLVQ's rule: q times the released noisy count
     expected_batch = q * max(float(init.noisy_counts.sum()), 1.0)
     sigma = noise_multiplier_for("ledger", setup.epsilon, setup.delta, q, steps, prior_events=ledger.events)
-    fit_dp_sgd(model, x_t, y_t, ledger=ledger, noise_multiplier=sigma, sampling_rate=q,
-               max_grad_norm=setup.dp_clip, steps=steps, expected_batch_size=expected_batch, lr=setup.dp_lr,
-               optimizer="sgd", clipping="joint", engine="fused", generator=generator, delta=setup.delta)
+    fit_dp_sgd(
+        model,
+        x_t,
+        y_t,
+        ledger=ledger,
+        noise_multiplier=sigma,
+        sampling_rate=q,
+        max_grad_norm=setup.dp_clip,
+        steps=steps,
+        expected_batch_size=expected_batch,
+        lr=setup.dp_lr,
+        optimizer="sgd",
+        clipping="joint",
+        engine="fused",
+        generator=generator,
+        delta=setup.delta,
+    )
     out = scaler.inverse_transform(layer.prototypes.detach().numpy())
-    return Fit(out, setup.labels, {"noise_multiplier": sigma, "sample_rate": q, "steps": steps,
-                                   "certified_epsilon": ledger.get_epsilon(setup.delta)})
+    return Fit(
+        out,
+        setup.labels,
+        {
+            "noise_multiplier": sigma,
+            "sample_rate": q,
+            "steps": steps,
+            "certified_epsilon": ledger.get_epsilon(setup.delta),
+        },
+    )
 
 
 def train_dp_sgd(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
@@ -256,14 +278,31 @@ def train_dp_sgd(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
         warnings.simplefilter("ignore", PrivacyLeakWarning)
         if not setup.equal_counts:
             return dp_sgd_from_pieces(X, y, setup, seed)
-        model = DPGLVQ(setup.prototypes_per_class[0], epsilon=setup.epsilon, delta=setup.delta,
-                       sampling_rate=setup.dp_sampling_rate, max_grad_norm=setup.dp_clip,
-                       epochs=setup.dp_epochs, init_fraction=setup.dp_init_fraction, bounds=setup.bounds,
-                       solver="sgd", lr=setup.dp_lr, transfer_fn="identity", classes=np.unique(setup.labels),
-                       noise_seed=seed).fit(X, y)
-    return Fit(model.prototypes_, np.asarray(model.prototype_labels_),
-               {"noise_multiplier": model.noise_multiplier_, "sample_rate": model.sampling_rate_,
-                "steps": model.n_iter_, "certified_epsilon": model.epsilon_})
+        model = DPGLVQ(
+            setup.prototypes_per_class[0],
+            epsilon=setup.epsilon,
+            delta=setup.delta,
+            sampling_rate=setup.dp_sampling_rate,
+            max_grad_norm=setup.dp_clip,
+            epochs=setup.dp_epochs,
+            init_fraction=setup.dp_init_fraction,
+            bounds=setup.bounds,
+            solver="sgd",
+            lr=setup.dp_lr,
+            transfer_fn="identity",
+            classes=np.unique(setup.labels),
+            noise_seed=seed,
+        ).fit(X, y)
+    return Fit(
+        model.prototypes_,
+        np.asarray(model.prototype_labels_),
+        {
+            "noise_multiplier": model.noise_multiplier_,
+            "sample_rate": model.sampling_rate_,
+            "steps": model.n_iter_,
+            "certified_epsilon": model.epsilon_,
+        },
+    )
 
 
 def _reference(setup: Setup, scaler: PublicBoundsScaler) -> torch.Tensor | None:
@@ -281,11 +320,18 @@ def train_coa(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
     with warnings.catch_warnings():
         # the benchmark opts in to reproducible noise (a seeded generator)
         warnings.simplefilter("ignore", PrivacyLeakWarning)
-        prototypes, labels, result = coa_glvq(x, torch.as_tensor(y, dtype=torch.long),
-                                              len(setup.prototypes_per_class), setup.saa_bins, setup.epsilon,
-                                              setup.delta, prototypes_per_class=list(setup.prototypes_per_class),
-                                              reference=_reference(setup, scaler), epochs=setup.saa_epochs,
-                                              generator=torch.Generator().manual_seed(seed))
+        prototypes, labels, result = coa_glvq(
+            x,
+            torch.as_tensor(y, dtype=torch.long),
+            len(setup.prototypes_per_class),
+            setup.saa_bins,
+            setup.epsilon,
+            setup.delta,
+            prototypes_per_class=list(setup.prototypes_per_class),
+            reference=_reference(setup, scaler),
+            epochs=setup.saa_epochs,
+            generator=torch.Generator().manual_seed(seed),
+        )
     out = scaler.inverse_transform(prototypes.numpy())
     # no noise std: COA's S(Z)/alpha depends on the bins' models without noise and is not released
     return Fit(out, labels.numpy(), {"bins": setup.saa_bins, "t0": result.t0})
@@ -299,16 +345,26 @@ def train_saa(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
     with warnings.catch_warnings():
         # the benchmark opts in to reproducible noise (a seeded generator)
         warnings.simplefilter("ignore", PrivacyLeakWarning)
-        res = subsample_and_aggregate(x, torch.as_tensor(y, dtype=torch.long), len(setup.prototypes_per_class),
-                                      setup.saa_bins, setup.epsilon, setup.delta,
-                                      prototypes_per_class=list(setup.prototypes_per_class),
-                                      reference=_reference(setup, scaler), epochs=setup.saa_epochs,
-                                      generator=torch.Generator().manual_seed(seed))
+        res = subsample_and_aggregate(
+            x,
+            torch.as_tensor(y, dtype=torch.long),
+            len(setup.prototypes_per_class),
+            setup.saa_bins,
+            setup.epsilon,
+            setup.delta,
+            prototypes_per_class=list(setup.prototypes_per_class),
+            reference=_reference(setup, scaler),
+            epochs=setup.saa_epochs,
+            generator=torch.Generator().manual_seed(seed),
+        )
     out = scaler.inverse_transform(res.prototypes.numpy())
     half_width = (setup.bounds[1] - setup.bounds[0]) / 2
     # noise_std: public (epsilon, delta, W, d, domain, m); empty_bins: curator-only (the benchmark is the curator)
-    return Fit(out, res.prototype_labels.numpy(), {"bins": setup.saa_bins, "empty_bins": res.empty_bins,
-                                                   "noise_std_data_units": res.noise_std * half_width})
+    return Fit(
+        out,
+        res.prototype_labels.numpy(),
+        {"bins": setup.saa_bins, "empty_bins": res.empty_bins, "noise_std_data_units": res.noise_std * half_width},
+    )
 
 
 #: The registry: name -> train(X, y, setup, seed) -> Fit. "vanilla" is the non-private
@@ -326,8 +382,9 @@ PRIVATE_SCHEMES = tuple(name for name in SCHEMES if name != "vanilla")
 # -- data -------------------------------------------------------------------------------------
 def outlier_base(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Data set A: 50 points per class around (-10, 0) and (10, 0)."""
-    X = np.concatenate([rng.normal((-10.0, 0.0), 1.0, (OUTLIER_PER_CLASS, 2)),
-                        rng.normal((10.0, 0.0), 1.0, (OUTLIER_PER_CLASS, 2))])
+    X = np.concatenate(
+        [rng.normal((-10.0, 0.0), 1.0, (OUTLIER_PER_CLASS, 2)), rng.normal((10.0, 0.0), 1.0, (OUTLIER_PER_CLASS, 2))]
+    )
     return X, np.repeat([0, 1], OUTLIER_PER_CLASS)
 
 
@@ -376,8 +433,9 @@ def run_outlier(name: str, setup: Setup, args: argparse.Namespace) -> dict[str, 
     y_b = {s: np.empty(args.pairs) for s in OUTLIERS}
     acc = np.empty(args.pairs)
     info: dict[str, Any] = {}
-    for i in tqdm(range(args.pairs), desc=f"outlier {name}", unit="pair", file=sys.stderr,
-                  dynamic_ncols=True, leave=False):
+    for i in tqdm(
+        range(args.pairs), desc=f"outlier {name}", unit="pair", file=sys.stderr, dynamic_ncols=True, leave=False
+    ):
         rng = np.random.default_rng([args.seed, TAG_OUTLIER, i])
         X, y = outlier_base(rng)
         fit_a = train(X, y, setup, _seed(args.seed, TAG_OUTLIER, tag, i, 0))
@@ -394,8 +452,10 @@ def run_outlier(name: str, setup: Setup, args: argparse.Namespace) -> dict[str, 
             "outlier_mean": list(mean),
             "mean_shift": float(diff.mean()),
             "sd_shift": float(diff.std(ddof=1)),
-            "mean_y_A": float(y_a.mean()), "sd_y_A": float(y_a.std(ddof=1)),
-            "mean_y_B": float(b.mean()), "sd_y_B": float(b.std(ddof=1)),
+            "mean_y_A": float(y_a.mean()),
+            "sd_y_A": float(y_a.std(ddof=1)),
+            "mean_y_B": float(b.mean()),
+            "sd_y_B": float(b.std(ddof=1)),
             "welch_p": _finite(stats.ttest_ind(b, y_a, equal_var=False).pvalue),
             "mannwhitney_p": _finite(stats.mannwhitneyu(b, y_a, alternative="two-sided").pvalue),
             "paired_t_p": _finite(stats.ttest_rel(b, y_a).pvalue),
@@ -415,8 +475,14 @@ def run_xor(name: str, setup: Setup, args: argparse.Namespace) -> dict[str, Any]
     for c, extra in enumerate((0, XOR_EXTRA)):
         hits = np.empty(args.runs, dtype=bool)
         accs, offs = np.empty(args.runs), np.empty(args.runs)
-        for r in tqdm(range(args.runs), desc=f"xor {name} {'unbalanced' if extra else 'balanced'}",
-                      unit="run", file=sys.stderr, dynamic_ncols=True, leave=False):
+        for r in tqdm(
+            range(args.runs),
+            desc=f"xor {name} {'unbalanced' if extra else 'balanced'}",
+            unit="run",
+            file=sys.stderr,
+            dynamic_ncols=True,
+            leave=False,
+        ):
             X, y = xor_data(np.random.default_rng([args.seed, TAG_XOR, c, r]), extra)
             fit = train(X, y, setup, _seed(args.seed, TAG_XOR, tag, c, r))
             centroid = fit.prototypes[fit.labels == 1].mean(0)
@@ -448,8 +514,9 @@ def run_audit(name: str, setup: Setup, args: argparse.Namespace) -> dict[str, An
     d0, d1 = (X, y), add_record(X, y, CANARY, 1)
     private = name in PRIVATE_SCHEMES
     cache: dict[int, float] = {}
-    bar = tqdm(total=2 * args.audit_trials, desc=f"audit {name}", unit="run", file=sys.stderr,
-               dynamic_ncols=True, leave=False)
+    bar = tqdm(
+        total=2 * args.audit_trials, desc=f"audit {name}", unit="run", file=sys.stderr, dynamic_ncols=True, leave=False
+    )
 
     def mechanism(dataset, generator: torch.Generator) -> float:
         bar.update()
@@ -461,9 +528,16 @@ def run_audit(name: str, setup: Setup, args: argparse.Namespace) -> dict[str, An
         return value
 
     delta = setup.delta if private else 0.0
-    res = audit_epsilon(mechanism, d0, d1, statistic=float, n_trials=args.audit_trials, delta=delta,
-                        confidence=args.confidence, generator_seed=_seed(args.seed, TAG_AUDIT,
-                                                                          _scheme_tag(name)))
+    res = audit_epsilon(
+        mechanism,
+        d0,
+        d1,
+        statistic=float,
+        n_trials=args.audit_trials,
+        delta=delta,
+        confidence=args.confidence,
+        generator_seed=_seed(args.seed, TAG_AUDIT, _scheme_tag(name)),
+    )
     bar.close()
     summary = res.summary()
     return {
@@ -474,7 +548,8 @@ def run_audit(name: str, setup: Setup, args: argparse.Namespace) -> dict[str, An
         "n_trials": args.audit_trials,
         "confidence": args.confidence,
         "test": f"guess B iff y {summary['direction']} {summary['threshold']:.4g}",
-        "fpr": summary["fpr"], "fnr": summary["fnr"],
+        "fpr": summary["fpr"],
+        "fnr": summary["fnr"],
         "mean_statistic": [float(res.statistics_0.mean()), float(res.statistics_1.mean())],
         "violation_detected": bool(private and res.epsilon_lower_bound > setup.epsilon),
     }
@@ -490,10 +565,12 @@ def verdicts(results: dict[str, Any], schemes: list[str]) -> list[str]:
     for name in schemes:
         sig = [s for s in OUTLIERS if (results["outlier_shift"][name][s]["welch_p"] or 1.0) < ALPHA]
         xor_p = results["xor"][name]["fisher_p"]
-        lines.append(f"{name}: outlier shift significant (Welch, {ALPHA:g}) for "
-                     f"{', '.join(sig) if sig else 'no setting'}; XOR fractions "
-                     f"{'differ' if (xor_p or 1.0) < ALPHA else 'do not differ'} significantly "
-                     f"(Fisher p = {'n/a' if xor_p is None else format(xor_p, '.2g')})")
+        lines.append(
+            f"{name}: outlier shift significant (Welch, {ALPHA:g}) for "
+            f"{', '.join(sig) if sig else 'no setting'}; XOR fractions "
+            f"{'differ' if (xor_p or 1.0) < ALPHA else 'do not differ'} significantly "
+            f"(Fisher p = {'n/a' if xor_p is None else format(xor_p, '.2g')})"
+        )
     return lines
 
 
@@ -503,39 +580,55 @@ def _p(p: float | None) -> str:
 
 def print_tables(results: dict[str, Any], schemes: list[str], args: argparse.Namespace) -> None:
     out, xor, audit = results["outlier_shift"], results["xor"], results["audit"]
-    print(f"\nOutlier shift: {args.pairs} pairs per setting; statistic = y of the class-1 prototype; "
-          f"private schemes at epsilon = {args.epsilon:g}, delta = {args.delta:g}")
-    header = (f"{'scheme':<8} {'setting':<8} {'outlier':>9} {'shift':>8} {'sd(y_A)':>8} {'Welch p':>9} "
-              f"{'MWU p':>9} {'paired p':>9} {'acc(A)':>6}  thesis shift / p")
+    print(
+        f"\nOutlier shift: {args.pairs} pairs per setting; statistic = y of the class-1 prototype; "
+        f"private schemes at epsilon = {args.epsilon:g}, delta = {args.delta:g}"
+    )
+    header = (
+        f"{'scheme':<8} {'setting':<8} {'outlier':>9} {'shift':>8} {'sd(y_A)':>8} {'Welch p':>9} "
+        f"{'MWU p':>9} {'paired p':>9} {'acc(A)':>6}  thesis shift / p"
+    )
     print(header)
     print("-" * len(header))
     for name in schemes:
         for setting, mean in OUTLIERS.items():
             r = out[name][setting]
             ref = f"{THESIS_OUTLIER[setting][0]:.4f} / {THESIS_OUTLIER[setting][1]:.1e}" if name == "vanilla" else ""
-            print(f"{name:<8} {setting:<8} {str(tuple(int(v) for v in mean)):>9} {r['mean_shift']:>8.4f} "
-                  f"{r['sd_y_A']:>8.3f} {_p(r['welch_p'])} {_p(r['mannwhitney_p'])} {_p(r['paired_t_p'])} "
-                  f"{out[name]['train_accuracy_A']:>6.3f}  {ref}")
+            print(
+                f"{name:<8} {setting:<8} {str(tuple(int(v) for v in mean)):>9} {r['mean_shift']:>8.4f} "
+                f"{r['sd_y_A']:>8.3f} {_p(r['welch_p'])} {_p(r['mannwhitney_p'])} {_p(r['paired_t_p'])} "
+                f"{out[name]['train_accuracy_A']:>6.3f}  {ref}"
+            )
 
-    print(f"\nXOR symmetry breaking: {args.runs} runs per condition; fraction of runs with the class-1 "
-          f"prototype nearer the bottom-left centre (thesis: {THESIS_XOR[0]:.0%} / {THESIS_XOR[1]:.0%})")
-    header = (f"{'scheme':<8} {'prototypes':<11} {'balanced':>9} {'unbalanced':>10} {'Fisher p':>9} "
-              f"{'acc':>6} {'offset':>7}")
+    print(
+        f"\nXOR symmetry breaking: {args.runs} runs per condition; fraction of runs with the class-1 "
+        f"prototype nearer the bottom-left centre (thesis: {THESIS_XOR[0]:.0%} / {THESIS_XOR[1]:.0%})"
+    )
+    header = (
+        f"{'scheme':<8} {'prototypes':<11} {'balanced':>9} {'unbalanced':>10} {'Fisher p':>9} {'acc':>6} {'offset':>7}"
+    )
     print(header)
     print("-" * len(header))
     for name in schemes:
         r = xor[name]
-        print(f"{name:<8} {'2+1':<11} {r['balanced_fraction']:>9.3f} {r['unbalanced_fraction']:>10.3f} "
-              f"{_p(r['fisher_p'])} {r['train_accuracy']['balanced']:>6.3f} "
-              f"{r['class1_diagonal_offset']['balanced']:>7.2f}")
-    print("(acc: training accuracy, balanced condition; offset: mean distance of the class-1 "
-          "prototype from the anti-diagonal x + y = 0,\n about 10.5 when it sits in a cluster as in "
-          "vanilla GLVQ, near 0 when it stays at its start near the origin)")
+        print(
+            f"{name:<8} {'2+1':<11} {r['balanced_fraction']:>9.3f} {r['unbalanced_fraction']:>10.3f} "
+            f"{_p(r['fisher_p'])} {r['train_accuracy']['balanced']:>6.3f} "
+            f"{r['class1_diagonal_offset']['balanced']:>7.2f}"
+        )
+    print(
+        "(acc: training accuracy, balanced condition; offset: mean distance of the class-1 "
+        "prototype from the anti-diagonal x + y = 0,\n about 10.5 when it sits in a cluster as in "
+        "vanilla GLVQ, near 0 when it stays at its start near the origin)"
+    )
 
-    print(f"\nAudit: {args.confidence:.0%} lower bound on epsilon; A (n = 100) vs A + canary at "
-          f"{CANARY} (class 1); statistic = y of the class-1 prototype; {args.audit_trials} runs per set")
-    header = (f"{'scheme':<8} {'claimed':>7} {'delta':>7} {'lower bound':>11} {'estimate':>8} "
-              f"{'mean y (A, B)':>16}  verdict")
+    print(
+        f"\nAudit: {args.confidence:.0%} lower bound on epsilon; A (n = 100) vs A + canary at "
+        f"{CANARY} (class 1); statistic = y of the class-1 prototype; {args.audit_trials} runs per set"
+    )
+    header = (
+        f"{'scheme':<8} {'claimed':>7} {'delta':>7} {'lower bound':>11} {'estimate':>8} {'mean y (A, B)':>16}  verdict"
+    )
     print(header)
     print("-" * len(header))
     for name in schemes:
@@ -547,24 +640,28 @@ def print_tables(results: dict[str, Any], schemes: list[str], args: argparse.Nam
         else:
             verdict = "VIOLATION (bound > claim)" if r["violation_detected"] else "ok (below claim)"
         means = f"{r['mean_statistic'][0]:.3f}, {r['mean_statistic'][1]:.3f}"
-        print(f"{name:<8} {claimed:>7} {r['delta']:>7g} {r['audited_lower_bound']:>11.3f} {est:>8} "
-              f"{means:>16}  {verdict}")
+        print(
+            f"{name:<8} {claimed:>7} {r['delta']:>7g} {r['audited_lower_bound']:>11.3f} {est:>8} {means:>16}  {verdict}"
+        )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help="tiny run for smoke tests: 20 pairs, 20 runs, 40 audit trials")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--quick", action="store_true", help="tiny run for smoke tests: 20 pairs, 20 runs, 40 audit trials")
     p.add_argument("--pairs", type=int, default=None, help="data-set pairs per outlier setting (400)")
     p.add_argument("--runs", type=int, default=None, help="XOR runs per condition (400)")
-    p.add_argument("--audit-trials", type=int, default=None,
-                   help="audit runs per data set (default 1000; >= 20)")
+    p.add_argument("--audit-trials", type=int, default=None, help="audit runs per data set (default 1000; >= 20)")
     p.add_argument("--epsilon", type=float, default=1.0, help="epsilon of the private schemes (1)")
-    p.add_argument("--delta", type=float, default=1e-5,
-                   help="delta of the private schemes (1e-5; must be < 1/101)")
-    p.add_argument("--schemes", nargs="+", default=list(PRIVATE_SCHEMES), choices=list(PRIVATE_SCHEMES),
-                   help="private schemes to run besides vanilla GLVQ")
+    p.add_argument("--delta", type=float, default=1e-5, help="delta of the private schemes (1e-5; must be < 1/101)")
+    p.add_argument(
+        "--schemes",
+        nargs="+",
+        default=list(PRIVATE_SCHEMES),
+        choices=list(PRIVATE_SCHEMES),
+        help="private schemes to run besides vanilla GLVQ",
+    )
     p.add_argument("--confidence", type=float, default=0.95, help="confidence of the audit bound")
     p.add_argument("--seed", type=int, default=0, help="seed of all data and training (reproducible)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
@@ -587,8 +684,9 @@ def main(argv: list[str] | None = None) -> int:
     schemes = ["vanilla", *args.schemes]
     base = Setup((1, 1), epsilon=args.epsilon, delta=args.delta)
     outlier_setup = replace(base, saa_bins=10)
-    xor_setup = replace(base, prototypes_per_class=(2, 1), saa_bins=30,
-                        reference=((-10.0, 10.0), (10.0, -10.0), (0.0, 0.0)))
+    xor_setup = replace(
+        base, prototypes_per_class=(2, 1), saa_bins=30, reference=((-10.0, 10.0), (10.0, -10.0), (0.0, 0.0))
+    )
 
     results: dict[str, Any] = {"outlier_shift": {}, "xor": {}, "audit": {}, "seconds": {}}
     for name in schemes:
@@ -599,10 +697,8 @@ def main(argv: list[str] | None = None) -> int:
         t2 = time.perf_counter()
         results["audit"][name] = run_audit(name, outlier_setup, args)
         t3 = time.perf_counter()
-        results["seconds"][name] = {"outlier": round(t1 - t0, 1), "xor": round(t2 - t1, 1),
-                                    "audit": round(t3 - t2, 1)}
-        print(f"{name}: outlier {t1 - t0:.0f} s, xor {t2 - t1:.0f} s, audit {t3 - t2:.0f} s",
-              file=sys.stderr)
+        results["seconds"][name] = {"outlier": round(t1 - t0, 1), "xor": round(t2 - t1, 1), "audit": round(t3 - t2, 1)}
+        print(f"{name}: outlier {t1 - t0:.0f} s, xor {t2 - t1:.0f} s, audit {t3 - t2:.0f} s", file=sys.stderr)
     results["reference"] = {
         "outlier_shift": {s: {"mean_shift": v[0], "p": v[1]} for s, v in THESIS_OUTLIER.items()},
         "xor_fraction": list(THESIS_XOR),
@@ -618,21 +714,33 @@ def main(argv: list[str] | None = None) -> int:
     headline = {
         "outlier_extreme_vanilla_p": results["outlier_shift"]["vanilla"]["extreme"]["welch_p"],
         "outlier_extreme_private_p": {s: results["outlier_shift"][s]["extreme"]["welch_p"] for s in private},
-        "xor_vanilla_fraction": [results["xor"]["vanilla"]["balanced_fraction"],
-                                 results["xor"]["vanilla"]["unbalanced_fraction"]],
-        "xor_private_fraction": {s: [results["xor"][s]["balanced_fraction"],
-                                     results["xor"][s]["unbalanced_fraction"]] for s in private},
-        "audit": {s: [results["audit"][s]["claimed"], results["audit"][s]["audited_lower_bound"]]
-                  for s in private},
+        "xor_vanilla_fraction": [
+            results["xor"]["vanilla"]["balanced_fraction"],
+            results["xor"]["vanilla"]["unbalanced_fraction"],
+        ],
+        "xor_private_fraction": {
+            s: [results["xor"][s]["balanced_fraction"], results["xor"][s]["unbalanced_fraction"]] for s in private
+        },
+        "audit": {s: [results["audit"][s]["claimed"], results["audit"][s]["audited_lower_bound"]] for s in private},
     }
     settings = {
-        "seed": args.seed, "quick": args.quick, "pairs": args.pairs, "runs": args.runs,
-        "audit_trials": args.audit_trials, "confidence": args.confidence, "epsilon": args.epsilon,
-        "delta": args.delta, "schemes": schemes, "threads": args.threads,
-        "outlier_setup": asdict(outlier_setup), "xor_setup": asdict(xor_setup),
-        "canary": list(CANARY), "xor_extra_points": XOR_EXTRA,
+        "seed": args.seed,
+        "quick": args.quick,
+        "pairs": args.pairs,
+        "runs": args.runs,
+        "audit_trials": args.audit_trials,
+        "confidence": args.confidence,
+        "epsilon": args.epsilon,
+        "delta": args.delta,
+        "schemes": schemes,
+        "threads": args.threads,
+        "outlier_setup": asdict(outlier_setup),
+        "xor_setup": asdict(xor_setup),
+        "canary": list(CANARY),
+        "xor_extra_points": XOR_EXTRA,
     }
-    notes = [*summary,
+    notes = [
+        *summary,
         "p-values: Welch t-test and Mann-Whitney U on the unpaired samples of class-1 prototype "
         "y-coordinates (A vs B; this reproduces the p-values of Brinkrolf 2023); paired_t_p is the "
         "paired t-test on the same pairs, for information.",
@@ -664,15 +772,18 @@ def main(argv: list[str] | None = None) -> int:
         "says the attack is weak, not that the claim is tight. Vanilla GLVQ is deterministic: "
         "its bound is the most the trial count can certify.",
     ]
-    emit_json({
-        "benchmark": BENCHMARK,
-        "results": results,
-        "headline": headline,
-        "settings": settings,
-        "machine": machine_description(),
-        "elapsed_s": round(elapsed, 1),
-        "notes": notes,
-    }, args.out)
+    emit_json(
+        {
+            "benchmark": BENCHMARK,
+            "results": results,
+            "headline": headline,
+            "settings": settings,
+            "machine": machine_description(),
+            "elapsed_s": round(elapsed, 1),
+            "notes": notes,
+        },
+        args.out,
+    )
     return 0
 
 

@@ -98,8 +98,12 @@ SETTING_LABELS = {"four_nodes": "4 nodes", "network": "whole network"}
 #: key, table column, plot label, plot style).
 VARIANTS = {
     "unbiased": ("pllp_unbiased", "unbiased", "p-LLP (unbiased release)", "^--"),
-    "clipped+released": ("pllp_released_own", "as paper", "p-LLP (own model on its noisy release, as the paper)",
-                         "v--"),
+    "clipped+released": (
+        "pllp_released_own",
+        "as paper",
+        "p-LLP (own model on its noisy release, as the paper)",
+        "v--",
+    ),
     "unbiased+released": ("pllp_unbiased_released_own", "paper+unb", "p-LLP (as the paper, unbiased release)", "D:"),
 }
 VARIANT_COLOURS = ("tab:orange", "tab:red", "tab:purple")
@@ -143,14 +147,28 @@ class Setting:
             with warnings.catch_warnings():
                 # noise_seed: the deliberate opt-in to reproducible noise of a benchmark
                 warnings.simplefilter("ignore", PrivacyLeakWarning)
-                result = simulate_network(self.nodes, self.neighbours, batch_size=b, k=k, epsilon=eps,
-                                          train_masks=train, seed=seed, noise_seed=seed,
-                                          device=self.device, time_range=self.time_range,
-                                          estimator=estimator, own_proportions=own or "exact")
+                result = simulate_network(
+                    self.nodes,
+                    self.neighbours,
+                    batch_size=b,
+                    k=k,
+                    epsilon=eps,
+                    train_masks=train,
+                    seed=seed,
+                    noise_seed=seed,
+                    device=self.device,
+                    time_range=self.time_range,
+                    estimator=estimator,
+                    own_proportions=own or "exact",
+                )
             seconds = time.perf_counter() - t0
             ev = evaluate(result, self.nodes, test)
-            self.cache[key] = {"accuracy": float(ev.accuracy), "own": float(ev.own_accuracy),
-                               "node": ev.node_accuracy.astype(float), "seconds": seconds}
+            self.cache[key] = {
+                "accuracy": float(ev.accuracy),
+                "own": float(ev.own_accuracy),
+                "node": ev.node_accuracy.astype(float),
+                "seconds": seconds,
+            }
         return self.cache[key]
 
     def knn(self, fold: int, fraction: float, seed: int) -> float:
@@ -190,8 +208,9 @@ def spread_folds(n_folds: int, count: int | None) -> list[int]:
     return sorted({int(round(v)) for v in np.linspace(0, n_folds - 1, count)})
 
 
-def run_setting(setting: Setting, sweeps: dict, seeds: int, args, bar, knn_fraction: float,
-                fold_ids: list[int]) -> dict:
+def run_setting(
+    setting: Setting, sweeps: dict, seeds: int, args, bar, knn_fraction: float, fold_ids: list[int]
+) -> dict:
     configs = list(dict.fromkeys(c for cs in sweeps.values() for c in cs))
     per_fold: dict = {c: [] for c in configs}  # per fold: seed-averaged accuracy, own accuracy, node acc
     knn = []
@@ -200,16 +219,20 @@ def run_setting(setting: Setting, sweeps: dict, seeds: int, args, bar, knn_fract
         for cfg in configs:
             runs = []
             for s in range(seeds):
-                bar.set_postfix_str(f"{setting.name} fold {fold} b={cfg[0]} k={cfg[1]} eps={eps_key(cfg[2])}"
-                                    + ("" if cfg[3] == "clipped" else f" {cfg[3]}"))
+                bar.set_postfix_str(
+                    f"{setting.name} fold {fold} b={cfg[0]} k={cfg[1]} eps={eps_key(cfg[2])}"
+                    + ("" if cfg[3] == "clipped" else f" {cfg[3]}")
+                )
                 runs.append(setting.run(fold, *cfg, seed=1000 * fold + s))
                 bar.update(1)
-            per_fold[cfg].append({
-                "accuracy": float(np.mean([r["accuracy"] for r in runs])),
-                "own": float(np.mean([r["own"] for r in runs])),
-                "node": np.nanmean(np.stack([r["node"] for r in runs]), axis=0),
-                "seconds": float(np.mean([r["seconds"] for r in runs])),
-            })
+            per_fold[cfg].append(
+                {
+                    "accuracy": float(np.mean([r["accuracy"] for r in runs])),
+                    "own": float(np.mean([r["own"] for r in runs])),
+                    "node": np.nanmean(np.stack([r["node"] for r in runs]), axis=0),
+                    "seconds": float(np.mean([r["seconds"] for r in runs])),
+                }
+            )
         bar.set_postfix_str(f"{setting.name} fold {fold} kNN")
         knn.append(setting.knn(fold, knn_fraction, seed=args.knn_seed))
         bar.update(1)
@@ -217,34 +240,54 @@ def run_setting(setting: Setting, sweeps: dict, seeds: int, args, bar, knn_fract
     def summary(cfg) -> dict:
         acc = [f["accuracy"] for f in per_fold[cfg]]
         own = [f["own"] for f in per_fold[cfg]]
-        return {"accuracy": round(float(np.mean(acc)), 4), "std": round(float(np.std(acc)), 4),
-                "own_accuracy": round(float(np.mean(own)), 4),
-                "folds": [round(a, 4) for a in acc], "own_folds": [round(a, 4) for a in own],
-                "seconds_per_run": round(float(np.mean([f["seconds"] for f in per_fold[cfg]])), 3)}
+        return {
+            "accuracy": round(float(np.mean(acc)), 4),
+            "std": round(float(np.std(acc)), 4),
+            "own_accuracy": round(float(np.mean(own)), 4),
+            "folds": [round(a, 4) for a in acc],
+            "own_folds": [round(a, 4) for a in own],
+            "seconds_per_run": round(float(np.mean([f["seconds"] for f in per_fold[cfg]])), 3),
+        }
 
     out: dict = {
         "detectors": [list(map(int, setting.nodes[i].detector)) for i in range(len(setting.nodes))],
         "n_nodes": len(setting.nodes),
         "n_windows": int(sum(len(n) for n in setting.nodes)),
-        "folds": len(fold_ids), "fold_ids": fold_ids, "of_folds": len(setting.folds), "seeds": seeds,
+        "folds": len(fold_ids),
+        "fold_ids": fold_ids,
+        "of_folds": len(setting.folds),
+        "seeds": seeds,
         "chance": {"majority_share": round(setting.majority_share(), 4), "uniform": round(1 / NUM_CLASSES, 4)},
-        "knn": {"accuracy": round(float(np.mean(knn)), 4), "std": round(float(np.std(knn)), 4),
-                "folds": [round(a, 4) for a in knn], "k": KNN_K, "test_fraction": knn_fraction},
+        "knn": {
+            "accuracy": round(float(np.mean(knn)), 4),
+            "std": round(float(np.std(knn)), 4),
+            "folds": [round(a, 4) for a in knn],
+            "k": KNN_K,
+            "test_fraction": knn_fraction,
+        },
     }
     if len(setting.nodes) <= 8:
         out["neighbours"] = setting.neighbours.tolist()
     if "batch" in sweeps:
-        out["batch_sweep"] = {"k": K_AT_B_SWEEP, "epsilon": EPS_MAIN,
-                              "llp": {str(b): summary((b, K_AT_B_SWEEP, None, "clipped")) for b in args.batch_sizes},
-                              "pllp": {str(b): summary((b, K_AT_B_SWEEP, EPS_MAIN, "clipped"))
-                                       for b in args.batch_sizes}}
-        out["cluster_sweep"] = {"b": B_AT_K_SWEEP, "epsilon": EPS_MAIN,
-                                "llp": {str(k): summary((B_AT_K_SWEEP, k, None, "clipped")) for k in args.cluster_counts},
-                                "pllp": {str(k): summary((B_AT_K_SWEEP, k, EPS_MAIN, "clipped"))
-                                         for k in args.cluster_counts}}
+        out["batch_sweep"] = {
+            "k": K_AT_B_SWEEP,
+            "epsilon": EPS_MAIN,
+            "llp": {str(b): summary((b, K_AT_B_SWEEP, None, "clipped")) for b in args.batch_sizes},
+            "pllp": {str(b): summary((b, K_AT_B_SWEEP, EPS_MAIN, "clipped")) for b in args.batch_sizes},
+        }
+        out["cluster_sweep"] = {
+            "b": B_AT_K_SWEEP,
+            "epsilon": EPS_MAIN,
+            "llp": {str(k): summary((B_AT_K_SWEEP, k, None, "clipped")) for k in args.cluster_counts},
+            "pllp": {str(k): summary((B_AT_K_SWEEP, k, EPS_MAIN, "clipped")) for k in args.cluster_counts},
+        }
     main_np = (B_MAIN, K_MAIN, None, "clipped")
-    out["epsilon_sweep"] = {"b": B_MAIN, "k": K_MAIN, "llp": summary(main_np),
-                            "pllp": {eps_key(e): summary((B_MAIN, K_MAIN, e, "clipped")) for e in args.epsilons}}
+    out["epsilon_sweep"] = {
+        "b": B_MAIN,
+        "k": K_MAIN,
+        "llp": summary(main_np),
+        "pllp": {eps_key(e): summary((B_MAIN, K_MAIN, e, "clipped")) for e in args.epsilons},
+    }
     for variant, (key, *_) in VARIANTS.items():
         if any(c[3] == variant for c in sweeps["epsilon"]):
             out["epsilon_sweep"][key] = {eps_key(e): summary((B_MAIN, K_MAIN, e, variant)) for e in args.epsilons}
@@ -274,12 +317,19 @@ def targets(res: dict) -> dict:
     out = {}
     if "0.1" in sweep["pllp"]:
         p = sweep["pllp"]["0.1"]["accuracy"]
-        out["pllp_eps0.1_within_4_points"] = {"llp": llp, "pllp": p, "difference_points": round(100 * (llp - p), 2),
-                                             "met": _within_4_points(llp, p)}
+        out["pllp_eps0.1_within_4_points"] = {
+            "llp": llp,
+            "pllp": p,
+            "difference_points": round(100 * (llp - p), 2),
+            "met": _within_4_points(llp, p),
+        }
     if "0.01" in sweep["pllp"]:
         p = sweep["pllp"]["0.01"]["accuracy"]
         out["pllp_eps0.01_collapse"] = {
-            "pllp": p, "llp": llp, "majority_share": chance, "uniform": res["chance"]["uniform"],
+            "pllp": p,
+            "llp": llp,
+            "majority_share": chance,
+            "uniform": res["chance"]["uniform"],
             "above_majority_share_points": round(100 * (p - chance), 2),
             "closer_to_chance_than_to_llp": _collapsed(llp, p, chance),
         }
@@ -288,24 +338,31 @@ def targets(res: dict) -> dict:
     for key in ["pllp", *(v[0] for v in VARIANTS.values())]:
         curve = sweep.get(key, {})
         if "0.1" in curve and "0.01" in curve:
-            shape[key] = {"within_4_points_at_0.1": _within_4_points(llp, curve["0.1"]["accuracy"]),
-                          "collapse_at_0.01": _collapsed(llp, curve["0.01"]["accuracy"], chance)}
+            shape[key] = {
+                "within_4_points_at_0.1": _within_4_points(llp, curve["0.1"]["accuracy"]),
+                "collapse_at_0.01": _collapsed(llp, curve["0.01"]["accuracy"], chance),
+            }
     if shape:
         out["paper_shape_by_variant"] = shape
     return out
 
 
 def print_tables(name: str, res: dict, seconds: float | None) -> None:
-    folds = f"{res['folds']} folds" if res["folds"] == res["of_folds"] else \
-        f"folds {res['fold_ids']} of {res['of_folds']}"
-    print(f"\n=== {SETTING_LABELS[name]}: {res['n_nodes']} nodes, {res['n_windows']} windows, "
-          f"{folds} x {res['seeds']} seed(s) ===")
+    folds = (
+        f"{res['folds']} folds" if res["folds"] == res["of_folds"] else f"folds {res['fold_ids']} of {res['of_folds']}"
+    )
+    print(
+        f"\n=== {SETTING_LABELS[name]}: {res['n_nodes']} nodes, {res['n_windows']} windows, "
+        f"{folds} x {res['seeds']} seed(s) ==="
+    )
     if res["n_nodes"] <= 8:
         print("detectors (site, approach):", ", ".join(f"{s}/{a}" for s, a in res["detectors"]))
     knn = res["knn"]
     frac = "" if knn["test_fraction"] >= 1 else f" (on {knn['test_fraction']:.0%} of the test windows)"
-    print(f"kNN (k={KNN_K}, all labels){frac}: {knn['accuracy']:.4f} +- {knn['std']:.4f};  chance: majority class "
-          f"share {res['chance']['majority_share']:.4f}, uniform {res['chance']['uniform']:.4f}")
+    print(
+        f"kNN (k={KNN_K}, all labels){frac}: {knn['accuracy']:.4f} +- {knn['std']:.4f};  chance: majority class "
+        f"share {res['chance']['majority_share']:.4f}, uniform {res['chance']['uniform']:.4f}"
+    )
     cols = f"{'LLP':>8}{'p-LLP':>8}{'LLP own':>9}{'p-LLP own':>10}"
     for sweep, var, fixed in (("batch_sweep", "b", f"k={K_AT_B_SWEEP}"), ("cluster_sweep", "k", f"b={B_AT_K_SWEEP}")):
         if sweep not in res:
@@ -315,19 +372,25 @@ def print_tables(name: str, res: dict, seconds: float | None) -> None:
         print(f"{var:>5}" + cols)
         for key in s["llp"]:
             a, p = s["llp"][key], s["pllp"][key]
-            print(f"{key:>5}{a['accuracy']:>8.4f}{p['accuracy']:>8.4f}{a['own_accuracy']:>9.4f}{p['own_accuracy']:>10.4f}")
+            print(
+                f"{key:>5}{a['accuracy']:>8.4f}{p['accuracy']:>8.4f}{a['own_accuracy']:>9.4f}{p['own_accuracy']:>10.4f}"
+            )
     s = res["epsilon_sweep"]
     variants = [(column, s[key]) for key, column, *_ in VARIANTS.values() if key in s]
-    print(f"\naccuracy vs epsilon (b={B_MAIN}, k={K_MAIN}); LLP (non-private): {s['llp']['accuracy']:.4f} "
-          f"(own model {s['llp']['own_accuracy']:.4f})")
+    print(
+        f"\naccuracy vs epsilon (b={B_MAIN}, k={K_MAIN}); LLP (non-private): {s['llp']['accuracy']:.4f} "
+        f"(own model {s['llp']['own_accuracy']:.4f})"
+    )
     print(f"{'eps':>6}{'p-LLP':>8}{'+-':>7}{'own':>8}" + "".join(f"{column:>10}{'own':>8}" for column, _ in variants))
     for key, p in s["pllp"].items():
         line = f"{key:>6}{p['accuracy']:>8.4f}{p['std']:>7.4f}{p['own_accuracy']:>8.4f}"
         line += "".join(f"{v[key]['accuracy']:>10.4f}{v[key]['own_accuracy']:>8.4f}" for _, v in variants)
         print(line)
     if seconds is not None:
-        print(f"whole-network training, one simulate_network call (b={B_MAIN}, k={K_MAIN}, eps={EPS_MAIN:g}): "
-              f"{seconds:.1f} s")
+        print(
+            f"whole-network training, one simulate_network call (b={B_MAIN}, k={K_MAIN}, eps={EPS_MAIN:g}): "
+            f"{seconds:.1f} s"
+        )
 
 
 def plot(results: dict, path: Path) -> None:
@@ -343,17 +406,29 @@ def plot(results: dict, path: Path) -> None:
         knn, chance = res["knn"]["accuracy"], res["chance"]["majority_share"]
         for ax, sweep, var in ((row[0], "batch_sweep", "batch size b"), (row[1], "cluster_sweep", "clusters k")):
             if sweep not in res:
-                ax.text(0.5, 0.5, f"{var} sweep not run\n(--network-sweeps)", ha="center", va="center",
-                        transform=ax.transAxes, fontsize=9)
+                ax.text(
+                    0.5,
+                    0.5,
+                    f"{var} sweep not run\n(--network-sweeps)",
+                    ha="center",
+                    va="center",
+                    transform=ax.transAxes,
+                    fontsize=9,
+                )
                 ax.set_axis_off()
                 continue
             s = res[sweep]
             xs = [int(v) for v in s["llp"]]
             ax.plot(xs, [s["llp"][str(v)]["accuracy"] for v in xs], "o-", color="tab:blue", label="LLP")
-            ax.plot(xs, [s["pllp"][str(v)]["accuracy"] for v in xs], "s-", color="k",
-                    label=f"p-LLP (eps={EPS_MAIN:g})")
-            ax.plot(xs, [s["llp"][str(v)]["own_accuracy"] for v in xs], "o:", color="tab:blue", alpha=0.5,
-                    label="LLP, own model only")
+            ax.plot(xs, [s["pllp"][str(v)]["accuracy"] for v in xs], "s-", color="k", label=f"p-LLP (eps={EPS_MAIN:g})")
+            ax.plot(
+                xs,
+                [s["llp"][str(v)]["own_accuracy"] for v in xs],
+                "o:",
+                color="tab:blue",
+                alpha=0.5,
+                label="LLP, own model only",
+            )
             ax.axhline(knn, color="tab:green", ls="--", label=f"kNN (k={KNN_K})")
             ax.axhline(chance, color="grey", ls=":", lw=0.8, label="majority class")
             ax.set_xscale("log", base=2)
@@ -368,8 +443,14 @@ def plot(results: dict, path: Path) -> None:
         for (key, _, label, style), colour in zip(VARIANTS.values(), VARIANT_COLOURS, strict=True):
             if key in s:
                 ax.plot(eps, [p["accuracy"] for p in s[key].values()], style, color=colour, label=label)
-        ax.plot(eps, [p["own_accuracy"] for p in s["pllp"].values()], "s:", color="k", alpha=0.4,
-                label="p-LLP, own model only")
+        ax.plot(
+            eps,
+            [p["own_accuracy"] for p in s["pllp"].values()],
+            "s:",
+            color="k",
+            alpha=0.4,
+            label="p-LLP, own model only",
+        )
         ax.axhline(s["llp"]["accuracy"], color="tab:blue", label="LLP (non-private)")
         ax.axhline(s["llp"]["own_accuracy"], color="tab:blue", ls=":", alpha=0.5, label="LLP, own model only")
         ax.axhline(knn, color="tab:green", ls="--", label=f"kNN (k={KNN_K})")
@@ -390,8 +471,7 @@ def plot(results: dict, path: Path) -> None:
         for h, lab in zip(*a.get_legend_handles_labels(), strict=True):
             handles.setdefault(lab, h)
     fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=5, fontsize=8, frameon=False)
-    fig.suptitle("LLP / p-LLP on SCATS traffic nodes (pooled test accuracy, mean over time-block folds)",
-                 fontsize=10)
+    fig.suptitle("LLP / p-LLP on SCATS traffic nodes (pooled test accuracy, mean over time-block folds)", fontsize=10)
     fig.tight_layout(rect=(0, 0.07 / len(names) + 0.02, 1, 0.97))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -399,22 +479,38 @@ def plot(results: dict, path: Path) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--data-dir", default=None, help="shared data directory (holds traffic/scats_vicroads_2006)")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run: 3 folds, 1 seed, b {8, 32}, k {8, 16}, eps {0.01, 0.1, 1}, 4 nodes only")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 3 folds, 1 seed, b {8, 32}, k {8, 16}, eps {0.01, 0.1, 1}, 4 nodes only",
+    )
     p.add_argument("--folds", type=int, default=None, help="time-block folds (default 10; --quick: 3)")
     p.add_argument("--noise-seeds", type=int, default=None, help="runs per configuration and fold, 4 nodes (3)")
     p.add_argument("--network-noise-seeds", type=int, default=1, help="runs per configuration and fold, network")
     p.add_argument("--network-sweeps", action="store_true", help="also the b and k sweeps on the whole network")
-    p.add_argument("--network-folds", type=int, default=5,
-                   help="folds (of --folds, spread evenly, fold 0 first) evaluated on the network (default 5)")
-    p.add_argument("--network-knn-fraction", type=float, default=0.05,
-                   help="share of the test windows the network's kNN predicts (seeded; default 0.05)")
+    p.add_argument(
+        "--network-folds",
+        type=int,
+        default=5,
+        help="folds (of --folds, spread evenly, fold 0 first) evaluated on the network (default 5)",
+    )
+    p.add_argument(
+        "--network-knn-fraction",
+        type=float,
+        default=0.05,
+        help="share of the test windows the network's kNN predicts (seeded; default 0.05)",
+    )
     p.add_argument("--knn-seed", type=int, default=0)
-    p.add_argument("--no-unbiased", dest="unbiased", action="store_false",
-                   help="skip the secondary epsilon curves of VARIANTS (4 nodes)")
+    p.add_argument(
+        "--no-unbiased",
+        dest="unbiased",
+        action="store_false",
+        help="skip the secondary epsilon curves of VARIANTS (4 nodes)",
+    )
     p.add_argument("--skip-network", action="store_true", help="4-node setting only")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
@@ -453,18 +549,31 @@ def main(argv: list[str] | None = None) -> int:
     nodes = node_datasets(net, window=WINDOW, horizon=HORIZON)
     time_range = (int(net.time[0]), int(net.time[-1]) + 1)
     group = mutual_group(net.coordinates, C_NEIGHBOURS + 1)
-    print(f"4-node setting: detectors {[net.detectors[i] for i in group]} (indices {group}; "
-          f"{net.locations[group[0]]} ...), the first group of 4 mutually 3-nearest detectors (haversine)")
+    print(
+        f"4-node setting: detectors {[net.detectors[i] for i in group]} (indices {group}; "
+        f"{net.locations[group[0]]} ...), the first group of 4 mutually 3-nearest detectors (haversine)"
+    )
 
-    settings = {"four_nodes": (Setting("four_nodes", nodes, group, net.coordinates, args.folds, time_range,
-                                       args.device), args.noise_seeds, 1.0, list(range(args.folds)))}
+    settings = {
+        "four_nodes": (
+            Setting("four_nodes", nodes, group, net.coordinates, args.folds, time_range, args.device),
+            args.noise_seeds,
+            1.0,
+            list(range(args.folds)),
+        )
+    }
     if not args.skip_network:
-        settings["network"] = (Setting("network", nodes, range(len(nodes)), net.coordinates, args.folds,
-                                       time_range, args.device), args.network_noise_seeds, args.network_knn_fraction,
-                               spread_folds(args.folds, args.network_folds))
+        settings["network"] = (
+            Setting("network", nodes, range(len(nodes)), net.coordinates, args.folds, time_range, args.device),
+            args.network_noise_seeds,
+            args.network_knn_fraction,
+            spread_folds(args.folds, args.network_folds),
+        )
     sweeps = {name: plan(args, name == "network") for name in settings}
-    total = sum(len(ids) * (seeds * len(dict.fromkeys(c for cs in sweeps[name].values() for c in cs)) + 1)
-                for name, (_, seeds, _, ids) in settings.items())
+    total = sum(
+        len(ids) * (seeds * len(dict.fromkeys(c for cs in sweeps[name].values() for c in cs)) + 1)
+        for name, (_, seeds, _, ids) in settings.items()
+    )
     results: dict = {}
     with tqdm(total=total, desc=BENCHMARK, unit="run", file=sys.stderr, dynamic_ncols=True) as bar:
         for name, (setting, seeds, knn_fraction, fold_ids) in settings.items():
@@ -476,7 +585,8 @@ def main(argv: list[str] | None = None) -> int:
         network_seconds = round(timed, 2)
         results["network"]["training_seconds_b32_k16_eps0.1"] = {
             "fold0_seed0": network_seconds,
-            "mean_over_folds": results["network"]["epsilon_sweep"]["pllp"]["0.1"]["seconds_per_run"]}
+            "mean_over_folds": results["network"]["epsilon_sweep"]["pllp"]["0.1"]["seconds_per_run"],
+        }
     for name, res in results.items():
         res["targets"] = targets(res)
         print_tables(name, res, network_seconds if name == "network" else None)
@@ -521,17 +631,28 @@ def main(argv: list[str] | None = None) -> int:
         f"seed 0) on {args.threads} torch thread(s), device {args.device}",
     ]
     payload = {
-        "benchmark": BENCHMARK, "results": results, "headline": headline,
-        "settings": {"folds": args.folds, "noise_seeds": args.noise_seeds,
-                     "network_noise_seeds": None if args.skip_network else args.network_noise_seeds,
-                     "network_folds": None if args.skip_network else spread_folds(args.folds, args.network_folds),
-                     "network_knn_fraction": None if args.skip_network else args.network_knn_fraction,
-                     "batch_sizes": list(args.batch_sizes), "cluster_counts": list(args.cluster_counts),
-                     "epsilons": list(args.epsilons), "unbiased": args.unbiased,
-                     "network": not args.skip_network, "network_sweeps": args.network_sweeps,
-                     "threads": args.threads, "device": args.device, "quick": args.quick,
-                     "four_node_detectors": [list(map(int, net.detectors[i])) for i in group]},
-        **run_metadata(started), "notes": notes,
+        "benchmark": BENCHMARK,
+        "results": results,
+        "headline": headline,
+        "settings": {
+            "folds": args.folds,
+            "noise_seeds": args.noise_seeds,
+            "network_noise_seeds": None if args.skip_network else args.network_noise_seeds,
+            "network_folds": None if args.skip_network else spread_folds(args.folds, args.network_folds),
+            "network_knn_fraction": None if args.skip_network else args.network_knn_fraction,
+            "batch_sizes": list(args.batch_sizes),
+            "cluster_counts": list(args.cluster_counts),
+            "epsilons": list(args.epsilons),
+            "unbiased": args.unbiased,
+            "network": not args.skip_network,
+            "network_sweeps": args.network_sweeps,
+            "threads": args.threads,
+            "device": args.device,
+            "quick": args.quick,
+            "four_node_detectors": [list(map(int, net.detectors[i])) for i in group],
+        },
+        **run_metadata(started),
+        "notes": notes,
     }
     emit_json(payload, args.json)
     return 0

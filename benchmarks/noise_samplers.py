@@ -79,7 +79,7 @@ def gaussian_pmf_pvalue(noise: np.ndarray, sigma: float) -> float:
     cells as in :func:`pmf_pvalue` with ``K = ceil(3 sigma)`` (at most 1000)."""
     kmax = min(math.ceil(3 * sigma), 1000)
     support = np.arange(-math.ceil(40 * sigma) - 40, math.ceil(40 * sigma) + 41)
-    weights = np.exp(-support.astype(np.float64) ** 2 / (2 * sigma**2))
+    weights = np.exp(-(support.astype(np.float64) ** 2) / (2 * sigma**2))
     pmf = weights / weights.sum()
     inner = np.abs(support) <= kmax
     probs = np.concatenate([[pmf[support < -kmax].sum()], pmf[inner], [pmf[support > kmax].sum()]])
@@ -109,6 +109,7 @@ def opendp_samplers():
     def gaussian(n: int, sigma: float) -> np.ndarray:
         meas = dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T=int)), dp.l2_distance(T=int), scale=sigma)
         return np.asarray(meas([0] * n), dtype=np.int64)
+
     return laplace, gaussian
 
 
@@ -126,8 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     n = 100_000 if args.quick else args.n
     torch.set_num_threads(args.threads)
     # name: (draw, scales, goodness of fit)
-    samplers = {"dp_proto": (draw_dp_proto, SCALES, pmf_pvalue),
-                "dp_proto_gaussian": (draw_dp_proto_gaussian, SIGMAS, gaussian_pmf_pvalue)}
+    samplers = {
+        "dp_proto": (draw_dp_proto, SCALES, pmf_pvalue),
+        "dp_proto_gaussian": (draw_dp_proto_gaussian, SIGMAS, gaussian_pmf_pvalue),
+    }
     opendp = opendp_samplers()
     if opendp is not None:
         samplers["opendp"] = (opendp[0], SCALES, pmf_pvalue)
@@ -159,9 +162,17 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("\nOpenDP is not installed (pip install opendp): only dp-proto's samplers were measured")
     print(f"{machine_description()}\n")
-    emit_json({"benchmark": BENCHMARK, "results": results, "speed_ratio_opendp_over_dp_proto": ratios[""],
-               "speed_ratio_opendp_over_dp_proto_gaussian": ratios["_gaussian"],
-               "quick": args.quick, "machine": machine_description()}, args.out)
+    emit_json(
+        {
+            "benchmark": BENCHMARK,
+            "results": results,
+            "speed_ratio_opendp_over_dp_proto": ratios[""],
+            "speed_ratio_opendp_over_dp_proto_gaussian": ratios["_gaussian"],
+            "quick": args.quick,
+            "machine": machine_description(),
+        },
+        args.out,
+    )
     return 0
 
 

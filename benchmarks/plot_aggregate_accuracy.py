@@ -23,8 +23,17 @@ DOMAIN_STYLES = ["o-", "s--", "^-."]
 
 def _curve(ax, cells: dict, style: str, colour: str, label: str, alpha: float = 1.0) -> None:
     eps = sorted(cells, key=float)
-    ax.errorbar([float(e) for e in eps], [cells[e][0] for e in eps], yerr=[cells[e][1] for e in eps],
-                fmt=style, color=colour, capsize=2, ms=4, label=label, alpha=alpha)
+    ax.errorbar(
+        [float(e) for e in eps],
+        [cells[e][0] for e in eps],
+        yerr=[cells[e][1] for e in eps],
+        fmt=style,
+        color=colour,
+        capsize=2,
+        ms=4,
+        label=label,
+        alpha=alpha,
+    )
 
 
 def plot(data: dict, out: str) -> None:
@@ -60,7 +69,7 @@ def plot(data: dict, out: str) -> None:
         ax.set_ylabel("test error")
         ax.set_title(name)
         ax.set_ylim(0, 1)
-    for ax in list(axes.flat)[len(names):]:
+    for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=6)
     if len(names) > 3:

@@ -57,19 +57,34 @@ def plot(merged: dict, out: str) -> None:
                 eps = sorted(by_cal[cal], key=float)
                 mean = [by_cal[cal][e][0] for e in eps]
                 std = [by_cal[cal][e][1] for e in eps]
-                ax.errorbar([float(e) for e in eps], mean, yerr=std, fmt=style, color=colour,
-                            capsize=2, ms=4, label=f"{model} {cal}")
+                ax.errorbar(
+                    [float(e) for e in eps],
+                    mean,
+                    yerr=std,
+                    fmt=style,
+                    color=colour,
+                    capsize=2,
+                    ms=4,
+                    label=f"{model} {cal}",
+                )
             target = merged["targets"].get(key, {}).get(model)
             if target:
                 eps_t = [e for e in target if e.replace(".", "", 1).isdigit()]
-                ax.plot([float(e) for e in eps_t], [target[e][0] for e in eps_t], "x--",
-                        color=colour, alpha=0.6, label=f"{model} Table B.1")
+                ax.plot(
+                    [float(e) for e in eps_t],
+                    [target[e][0] for e in eps_t],
+                    "x--",
+                    color=colour,
+                    alpha=0.6,
+                    label=f"{model} Table B.1",
+                )
             base = merged["nonprivate"].get(key, {}).get(model)
             if base:
                 ax.axhline(base[0], color=colour, ls="--", lw=0.8, alpha=0.5)
         ax.set_xscale("log")
-        ticks = sorted({float(e) for by_cal in merged["results"][key].values()
-                        for per_eps in by_cal.values() for e in per_eps})
+        ticks = sorted(
+            {float(e) for by_cal in merged["results"][key].values() for per_eps in by_cal.values() for e in per_eps}
+        )
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.minorticks_off()
         ax.set_xlabel("epsilon (delta = 1e-5)")

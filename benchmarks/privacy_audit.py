@@ -82,28 +82,58 @@ def build_setups() -> list[tuple[AuditSetup, str, str]]:
         ("saa", saa_audit_setup(2.0), "SubsampleAggregateGLVQ, canary", "trainer"),
         ("broken_saa_fixed_seed", saa_audit_setup(2.0, fixed_noise_seed=0), "BROKEN: SAA, one noise seed", "trainer"),
         ("llp_release", llp_release_audit_setup(1.0), "LLP label proportions, +1 window", "trainer"),
-        ("broken_llp_fixed_seed", llp_release_audit_setup(1.0, fixed_noise_seed=0), "BROKEN: LLP, one noise seed",
-         "trainer"),
+        (
+            "broken_llp_fixed_seed",
+            llp_release_audit_setup(1.0, fixed_noise_seed=0),
+            "BROKEN: LLP, one noise seed",
+            "trainer",
+        ),
         ("dp_sgd", dp_sgd_audit_setup(2.0), "fit_dp_sgd (fused), canary", "trainer"),
         ("broken_dp_sgd", dp_sgd_audit_setup(2.0, noise_factor=0.02), "BROKEN: DP-SGD noise / 50", "trainer"),
     ]
     for name, setup, what, kind in trainers:
-        setups.append((AuditSetup(name, setup.claimed_epsilon, setup.delta, setup.mechanism, setup.dataset_0,
-                                  setup.dataset_1, setup.statistic, setup.batch), what, kind))
+        setups.append(
+            (
+                AuditSetup(
+                    name,
+                    setup.claimed_epsilon,
+                    setup.delta,
+                    setup.mechanism,
+                    setup.dataset_0,
+                    setup.dataset_1,
+                    setup.statistic,
+                    setup.batch,
+                ),
+                what,
+                kind,
+            )
+        )
     return setups
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--trials", type=int, default=1_000_000,
-                   help="trials per data set for the vectorised Laplace/Gaussian audits (default 1e6)")
-    p.add_argument("--init-trials", type=int, default=20_000,
-                   help="trials per data set for the DP initialisation (one call each; default 20000)")
-    p.add_argument("--trainer-trials", type=int, default=2_000,
-                   help="trials per data set for the whole trainers (one fit each; default 2000)")
-    p.add_argument("--quick", action="store_true",
-                   help="fewer trials (20000 / 1000 / 300), the same rows and keys")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--trials",
+        type=int,
+        default=1_000_000,
+        help="trials per data set for the vectorised Laplace/Gaussian audits (default 1e6)",
+    )
+    p.add_argument(
+        "--init-trials",
+        type=int,
+        default=20_000,
+        help="trials per data set for the DP initialisation (one call each; default 20000)",
+    )
+    p.add_argument(
+        "--trainer-trials",
+        type=int,
+        default=2_000,
+        help="trials per data set for the whole trainers (one fit each; default 2000)",
+    )
+    p.add_argument("--quick", action="store_true", help="fewer trials (20000 / 1000 / 300), the same rows and keys")
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--seed", type=int, default=0, help="seed of every audit (reproducible)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
@@ -139,29 +169,36 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((setup.name, what, setup.claimed_epsilon, setup.delta, n, r, violated))
     elapsed = time.perf_counter() - start
 
-    header = (f"{'name':<30} {'mechanism':<34} {'claimed':>7} {'delta':>6} {'trials':>9} "
-              f"{'lower bound':>11} {'LB/claim':>8} {'estimate':>8}  verdict")
+    header = (
+        f"{'name':<30} {'mechanism':<34} {'claimed':>7} {'delta':>6} {'trials':>9} "
+        f"{'lower bound':>11} {'LB/claim':>8} {'estimate':>8}  verdict"
+    )
     print(f"\nPrivacy audit: {args.confidence:.0%} lower bounds on epsilon (trials per data set)")
     print(header)
     print("-" * len(header))
     for name, what, eps, delta, n, r, violated in rows:
         verdict = "VIOLATION (lower bound > claim)" if violated else "ok (below claim)"
-        print(f"{name:<30} {what:<34} {eps:>7g} {delta:>6g} {n:>9d} {r.epsilon_lower_bound:>11.3f} "
-              f"{r.epsilon_lower_bound / eps:>8.2f} {r.epsilon_estimate:>8.3f}  {verdict}")
+        print(
+            f"{name:<30} {what:<34} {eps:>7g} {delta:>6g} {n:>9d} {r.epsilon_lower_bound:>11.3f} "
+            f"{r.epsilon_lower_bound / eps:>8.2f} {r.epsilon_estimate:>8.3f}  {verdict}"
+        )
     print(f"\n{elapsed:.1f} s on {machine_description()}\n")
 
-    emit_json({
-        "benchmark": BENCHMARK,
-        "results": results,
-        "confidence": args.confidence,
-        "seed": args.seed,
-        "trials": args.trials,
-        "init_trials": args.init_trials,
-        "trainer_trials": args.trainer_trials,
-        "quick": args.quick,
-        "elapsed_s": round(elapsed, 1),
-        "machine": machine_description(),
-    }, args.out)
+    emit_json(
+        {
+            "benchmark": BENCHMARK,
+            "results": results,
+            "confidence": args.confidence,
+            "seed": args.seed,
+            "trials": args.trials,
+            "init_trials": args.init_trials,
+            "trainer_trials": args.trainer_trials,
+            "quick": args.quick,
+            "elapsed_s": round(elapsed, 1),
+            "machine": machine_description(),
+        },
+        args.out,
+    )
     return 0
 
 

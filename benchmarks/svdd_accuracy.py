@@ -64,8 +64,13 @@ from dp_proto.svdd.baselines import PrivateSVMWeight, svm_sensitivity
 BENCHMARK = "svdd_accuracy"
 ROOT = Path(__file__).resolve().parent
 METHODS = ("proposed", "proposed_training_starts", "svm_weight", "svm_output")
-LABELS = {"proposed": "proposed (sound default)", "proposed_training_starts": "proposed, thesis variant (not DP)",
-          "svm_weight": "SVM WEIGHT", "svm_output": "SVM OUTPUT (per query)", "svc": "sklearn SVC"}
+LABELS = {
+    "proposed": "proposed (sound default)",
+    "proposed_training_starts": "proposed, thesis variant (not DP)",
+    "svm_weight": "SVM WEIGHT",
+    "svm_output": "SVM OUTPUT (per query)",
+    "svc": "sklearn SVC",
+}
 SYNTHETIC = ("three_moons", "five_gaussians")
 TABLE_7_3_SETS = {"shuttle10": 0.1, "shuttle30": 0.3}
 SVM_MAX_ITER = 500_000
@@ -78,17 +83,31 @@ def eps_key(eps: float) -> str:
 def make_proposed(method: str, row, eps: float, seed: int, n_starts, starts: str = "auto") -> PrivateSVDDClassifier:
     p = row.proposed
     return PrivateSVDDClassifier(
-        c_over_n=p.c_over_n, gamma=p.gamma, num_features=protocol.N_RANDOM_FEATURES,
-        epsilon=None if math.isinf(eps) else eps, lr=p.lr, iters=p.iters, r_max=p.r_max, n_starts=n_starts,
-        starts="training" if method == "proposed_training_starts" else starts, classes=np.arange(row.classes),
-        random_state=seed, noise_seed=seed)  # reproducible noise: benchmark numbers only
+        c_over_n=p.c_over_n,
+        gamma=p.gamma,
+        num_features=protocol.N_RANDOM_FEATURES,
+        epsilon=None if math.isinf(eps) else eps,
+        lr=p.lr,
+        iters=p.iters,
+        r_max=p.r_max,
+        n_starts=n_starts,
+        starts="training" if method == "proposed_training_starts" else starts,
+        classes=np.arange(row.classes),
+        random_state=seed,
+        noise_seed=seed,
+    )  # reproducible noise: benchmark numbers only
 
 
 def exact_svm(setting, X_train, y_train, seed: int) -> PrivateSVMWeight:
     """The exact (non-private) one-vs-all SVM of a Table 7.1 SVM column."""
-    return PrivateSVMWeight(c_over_n=setting.c_over_n, gamma=setting.gamma,
-                            num_features=protocol.N_RANDOM_FEATURES, epsilon=None, random_state=seed,
-                            max_iter=SVM_MAX_ITER).fit(X_train, y_train)
+    return PrivateSVMWeight(
+        c_over_n=setting.c_over_n,
+        gamma=setting.gamma,
+        num_features=protocol.N_RANDOM_FEATURES,
+        epsilon=None,
+        random_state=seed,
+        max_iter=SVM_MAX_ITER,
+    ).fit(X_train, y_train)
 
 
 def svm_accuracies(method: str, exact: PrivateSVMWeight, X_test, y_test, epsilons, seed: int) -> dict:
@@ -176,10 +195,20 @@ def run_set(name: str, args, data_dir, bar) -> tuple[dict, list[float], dict]:
 
 
 def summarise(raw: dict) -> dict:
-    return {name: {method: {k: {"mean": round(float(np.mean(v)), 4), "std": round(float(np.std(v)), 4),
-                                "runs": [round(a, 4) for a in v]} for k, v in by_eps.items()}
-                   for method, by_eps in methods.items()}
-            for name, methods in raw.items()}
+    return {
+        name: {
+            method: {
+                k: {
+                    "mean": round(float(np.mean(v)), 4),
+                    "std": round(float(np.std(v)), 4),
+                    "runs": [round(a, 4) for a in v],
+                }
+                for k, v in by_eps.items()
+            }
+            for method, by_eps in methods.items()
+        }
+        for name, methods in raw.items()
+    }
 
 
 def compare_with_weight(results: dict) -> dict:
@@ -200,9 +229,15 @@ def table_7_3_check(results: dict) -> dict:
         if name not in results or "proposed" not in results[name]:
             continue
         target = protocol.TABLE_7_3[fraction]["Proposed"]
-        out[name] = {eps_key(e): {"ours": results[name]["proposed"][eps_key(e)]["mean"], "thesis": t,
-                                  "met": results[name]["proposed"][eps_key(e)]["mean"] >= t}
-                     for e, t in target.items() if eps_key(e) in results[name]["proposed"]}
+        out[name] = {
+            eps_key(e): {
+                "ours": results[name]["proposed"][eps_key(e)]["mean"],
+                "thesis": t,
+                "met": results[name]["proposed"][eps_key(e)]["mean"] >= t,
+            }
+            for e, t in target.items()
+            if eps_key(e) in results[name]["proposed"]
+        }
     return out
 
 
@@ -229,7 +264,7 @@ def plot(results: dict, svc: dict, path: Path) -> None:
         for method, by_eps in results[name].items():
             keys = [k for k in by_eps if k != "non-private"]
             xs = [float(k) for k in keys]
-            line, = ax.plot(xs, [by_eps[k]["mean"] for k in keys], marker="o", ms=3, label=LABELS[method])
+            (line,) = ax.plot(xs, [by_eps[k]["mean"] for k in keys], marker="o", ms=3, label=LABELS[method])
             if "non-private" in by_eps:
                 ax.axhline(by_eps["non-private"]["mean"], color=line.get_color(), ls=":", lw=0.8)
         ax.axhline(np.mean(svc[name]), color="k", ls="--", lw=0.8, label="sklearn SVC")
@@ -242,11 +277,15 @@ def plot(results: dict, svc: dict, path: Path) -> None:
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("epsilon", fontsize=8)
         ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(names):]:
+    for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    extra = [(h, lab) for ax in axes.flat for h, lab in zip(*ax.get_legend_handles_labels(), strict=False)
-             if lab == "thesis Table 7.3"][:1]
+    extra = [
+        (h, lab)
+        for ax in axes.flat
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=False)
+        if lab == "thesis Table 7.3"
+    ][:1]
     for h, lab in extra:
         handles.append(h)
         labels.append(lab)
@@ -259,21 +298,32 @@ def plot(results: dict, svc: dict, path: Path) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--data-dir", default=None, help="shared data directory (UCI sets, shuttle)")
     p.add_argument("--datasets", nargs="+", default=[*protocol.TABLE_7_1, *TABLE_7_3_SETS])
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     p.add_argument("--epsilons", nargs="+", type=float, default=[*protocol.EPSILONS, math.inf])
-    p.add_argument("--table-7-3-epsilons", nargs="+", type=float,
-                   default=[*protocol.EPSILONS_TABLE_7_3, math.inf])
+    p.add_argument("--table-7-3-epsilons", nargs="+", type=float, default=[*protocol.EPSILONS_TABLE_7_3, math.inf])
     p.add_argument("--runs", type=int, default=protocol.N_RUNS, help="random 80/20 splits (5)")
-    p.add_argument("--starts", default="auto", choices=("auto", "normal", "grid"),
-                   help="start points of the sound default (the estimator's default: auto)")
-    p.add_argument("--n-starts", default="auto",
-                   help="public starts of the sound default: an int or 'auto' (the estimator's default)")
-    p.add_argument("--svm-full-runs-max-n", type=int, default=6000,
-                   help="sets with more training rows than this run the SVM baselines --svm-runs-large times")
+    p.add_argument(
+        "--starts",
+        default="auto",
+        choices=("auto", "normal", "grid"),
+        help="start points of the sound default (the estimator's default: auto)",
+    )
+    p.add_argument(
+        "--n-starts",
+        default="auto",
+        help="public starts of the sound default: an int or 'auto' (the estimator's default)",
+    )
+    p.add_argument(
+        "--svm-full-runs-max-n",
+        type=int,
+        default=6000,
+        help="sets with more training rows than this run the SVM baselines --svm-runs-large times",
+    )
     p.add_argument("--svm-runs-large", type=int, default=1)
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--quick", action="store_true", help="synthetic sets, 1 run, 3 epsilons (smoke run)")
@@ -297,8 +347,10 @@ def main(argv: list[str] | None = None) -> int:
     needs_files = any(d not in SYNTHETIC for d in args.datasets)
     data_dir = resolve_data_dir(args.data_dir) if needs_files else None
     torch.set_num_threads(args.threads)
-    total = sum(args.runs * len(args.methods)
-                * len(args.table_7_3_epsilons if d in TABLE_7_3_SETS else args.epsilons) for d in args.datasets)
+    total = sum(
+        args.runs * len(args.methods) * len(args.table_7_3_epsilons if d in TABLE_7_3_SETS else args.epsilons)
+        for d in args.datasets
+    )
     raw, svc, start_modes = {}, {}, {}
     with tqdm(total=total, desc=BENCHMARK, unit="fit", file=sys.stderr, dynamic_ncols=True) as bar:
         for name in args.datasets:
@@ -331,15 +383,26 @@ def main(argv: list[str] | None = None) -> int:
         "svc: sklearn SVC(C = 1, gamma of the SVM columns), non-private",
     ]
     payload = {
-        "benchmark": BENCHMARK, "results": results, "headline": headline,
+        "benchmark": BENCHMARK,
+        "results": results,
+        "headline": headline,
         "svc": {k: round(float(np.mean(v)), 4) for k, v in svc.items()},
-        "table_7_3_check": check, "beats_svm_weight": versus_weight, "start_modes": start_modes,
-        "settings": {"datasets": args.datasets, "methods": args.methods,
-                     "epsilons": [eps_key(e) for e in args.epsilons],
-                     "table_7_3_epsilons": [eps_key(e) for e in args.table_7_3_epsilons], "runs": args.runs,
-                     "starts": args.starts, "n_starts": args.n_starts, "threads": args.threads,
-                     "quick": args.quick},
-        **run_metadata(started), "notes": notes,
+        "table_7_3_check": check,
+        "beats_svm_weight": versus_weight,
+        "start_modes": start_modes,
+        "settings": {
+            "datasets": args.datasets,
+            "methods": args.methods,
+            "epsilons": [eps_key(e) for e in args.epsilons],
+            "table_7_3_epsilons": [eps_key(e) for e in args.table_7_3_epsilons],
+            "runs": args.runs,
+            "starts": args.starts,
+            "n_starts": args.n_starts,
+            "threads": args.threads,
+            "quick": args.quick,
+        },
+        **run_metadata(started),
+        "notes": notes,
     }
     emit_json(payload, args.json)
     return 0

@@ -189,76 +189,125 @@ _P = ProposedSetting
 #: scikit-learn's ``train_test_split(test_size=0.2)`` rounding.
 TABLE_7_1: dict[str, DatasetRow] = {
     "three_moons": DatasetRow(
-        "three_moons", 2, 3, 320, 80,
-        svm_weight=_S(0.05, 5), svm_semi=_S(0.05, 5),
-        proposed=_P(0.05, 5, 0.001, 20, None), svm_output=_S(0.05, 5),
-        line=497, source="dp_proto.data.three_moons(n_samples=400) (construction ours, L510)",
+        "three_moons",
+        2,
+        3,
+        320,
+        80,
+        svm_weight=_S(0.05, 5),
+        svm_semi=_S(0.05, 5),
+        proposed=_P(0.05, 5, 0.001, 20, None),
+        svm_output=_S(0.05, 5),
+        line=497,
+        source="dp_proto.data.three_moons(n_samples=400) (construction ours, L510)",
         raw="three moons 2 3 320 80 0.05/5 0.05/5 0.05/5/0.001/20/- 0.05/5",
     ),
     "five_gaussians": DatasetRow(
-        "five_gaussians", 2, 5, 800, 200,
-        svm_weight=_S(0.1, 1), svm_semi=_S(0.1, 1),
-        proposed=_P(0.1, 5, 0.001, 20, None), svm_output=_S(0.1, 1),
+        "five_gaussians",
+        2,
+        5,
+        800,
+        200,
+        svm_weight=_S(0.1, 1),
+        svm_semi=_S(0.1, 1),
+        proposed=_P(0.1, 5, 0.001, 20, None),
+        svm_output=_S(0.1, 1),
         line=498,
         source="dp_proto.data.five_gaussians(n_samples=1000) (the construction of Brinkrolf 2023, Sec. 4.6.1)",
         raw="five gaussians 2 5 800 200 0.1/1 0.1/1 0.1/5/0.001/20/- 0.1/1",
         notes="the proposed method uses gamma=5, the SVMs gamma=1 (as printed)",
     ),
     "iris": DatasetRow(
-        "iris", 4, 3, 80, 20,
-        svm_weight=_S(0.05, 1), svm_semi=_S(0.05, 1),
-        proposed=_P(0.05, 1, 0.001, 10, 0.5), svm_output=_S(0.05, 1),
+        "iris",
+        4,
+        3,
+        80,
+        20,
+        svm_weight=_S(0.05, 1),
+        svm_semi=_S(0.05, 1),
+        proposed=_P(0.05, 1, 0.001, 10, 0.5),
+        svm_output=_S(0.05, 1),
         line=499,
-        source="load_uci('iris'): stratified subsample of 100 of the 150 rows (UNSPEC, see "
-               "dataset_sizes)",
+        source="load_uci('iris'): stratified subsample of 100 of the 150 rows (UNSPEC, see dataset_sizes)",
         raw="iris 3 4 80 20 ...",
         notes="printed dims/classes '3 4' are swapped (iris: 4 features, 3 classes); 80+20=100 "
-              "although iris has 150 rows",
+        "although iris has 150 rows",
     ),
     "wine": DatasetRow(
-        "wine", 13, 3, 142, 36,
-        svm_weight=_S(0.05, 0.1), svm_semi=_S(0.05, 0.1),
-        proposed=_P(0.05, 0.1, 0.1, 100, 1.0), svm_output=_S(0.05, 0.1),
-        line=500, source="load_uci('wine_recognition'): all 178 rows",
+        "wine",
+        13,
+        3,
+        142,
+        36,
+        svm_weight=_S(0.05, 0.1),
+        svm_semi=_S(0.05, 0.1),
+        proposed=_P(0.05, 0.1, 0.1, 100, 1.0),
+        svm_output=_S(0.05, 0.1),
+        line=500,
+        source="load_uci('wine_recognition'): all 178 rows",
         raw="wine 3 13 142 36 ...",
         notes="printed dims/classes '3 13' are swapped (wine: 13 features, 3 classes)",
     ),
     "vowel": DatasetRow(
-        "vowel", 10, 11, 422, 106,
-        svm_weight=_S(1.0, 1), svm_semi=_S(0.05, 1),
-        proposed=_P(0.05, 1, 0.1, 30, 0.5), svm_output=_S(0.05, 1),
+        "vowel",
+        10,
+        11,
+        422,
+        106,
+        svm_weight=_S(1.0, 1),
+        svm_semi=_S(0.05, 1),
+        proposed=_P(0.05, 1, 0.1, 30, 0.5),
+        svm_output=_S(0.05, 1),
         line=501,
         source="vowel.tsv.gz rows with 'Train or Test' == 1: Deterding's 528 training rows",
         raw="vowel 10 11 422 106 1/1 0.05/1 0.05/1/0.1/30/0.5 0.05/1",
         notes="SVM WEIGHT uses C/n=1 (as printed), the others 0.05",
     ),
     "satimage": DatasetRow(
-        "satimage", 36, 6, 3548, 887,
-        svm_weight=_S(0.05, 0.1), svm_semi=_S(0.05, 1),
-        proposed=_P(0.05, 0.1, 0.001, 20, 1.0), svm_output=_S(0.05, 1),
+        "satimage",
+        36,
+        6,
+        3548,
+        887,
+        svm_weight=_S(0.05, 0.1),
+        svm_semi=_S(0.05, 1),
+        proposed=_P(0.05, 0.1, 0.001, 20, 1.0),
+        svm_output=_S(0.05, 1),
         line=502,
         source="load_uci('satimage') rows 0..4434 (= the original sat.trn, class counts checked)",
         raw="satimage 36 6 3548 887 0.05/0.1 0.05/1 0.05/0.1/0.001/20/1 0.05/1",
     ),
     "segment": DatasetRow(
-        "segment", 19, 7, 1232, 308,
-        svm_weight=_S(0.5, 1), svm_semi=_S(0.5, 1),
-        proposed=_P(0.5, 1, 0.001, 20, 0.5), svm_output=_S(0.5, 1),
+        "segment",
+        19,
+        7,
+        1232,
+        308,
+        svm_weight=_S(0.5, 1),
+        svm_semi=_S(0.5, 1),
+        proposed=_P(0.5, 1, 0.001, 20, 0.5),
+        svm_output=_S(0.5, 1),
         line=503,
         source="load_uci('segmentation'): stratified subsample of 1540 of 2310 rows (UNSPEC)",
         raw="segment 19 7 1232 308 0.5/1 0.5/1 0.5/1/0.001/20/0.5 0.5/1",
         notes="1232+308=1540 = 2/3 of the 2310 rows of UCI segment",
     ),
     "shuttle": DatasetRow(
-        "shuttle", 9, 3, 24360, 6090,
-        svm_weight=_S(0.01, 0.1), svm_semi=_S(0.01, 0.1),
-        proposed=_P(0.01, 1, 0.001, 20, 0.5), svm_output=_S(0.01, 0.1),
+        "shuttle",
+        9,
+        3,
+        24360,
+        6090,
+        svm_weight=_S(0.01, 0.1),
+        svm_semi=_S(0.01, 0.1),
+        proposed=_P(0.01, 1, 0.001, 20, 0.5),
+        svm_output=_S(0.01, 0.1),
         line=504,
         source="load_shuttle_3class(): stratified subsample of 30450 rows from rows 0..43499 "
-               "(= shuttle.trn; 30450 = 0.7 * 43500 exactly) (UNSPEC)",
+        "(= shuttle.trn; 30450 = 0.7 * 43500 exactly) (UNSPEC)",
         raw="shuttle 9 3 24360 6090 0.01/0.1 0.01/0.1 0.01/1/0.001/20/0.5 0.01/0.1",
         notes="7 classes merged to 3 (L510; mapping UNSPEC); L532: 24360 training samples; "
-              "the proposed method uses gamma=1, the SVMs 0.1",
+        "the proposed method uses gamma=1, the SVMs 0.1",
     ),
 }
 
@@ -268,13 +317,36 @@ TABLE_7_1: dict[str, DatasetRow] = {
 #: train + predict on one split, we assume). SVM OUTPUT is not timed. Compare ratios
 #: (e.g. WEIGHT / Proposed), not seconds.
 TABLE_7_2: dict[str, dict[str, float]] = {
-    "SVM WEIGHT": {"three_moons": 4.72, "five_gaussians": 100.65, "iris": 0.60, "wine": 4.66,
-                   "vowel": 71.17, "satimage": 1376.24, "segment": 298.70,
-                   "shuttle": 49943.29},
-    "SVM SEMI": {"three_moons": 5.01, "five_gaussians": 64.35, "iris": 0.51, "wine": 1.63,
-                 "vowel": 31.39, "satimage": 1158.10, "segment": 140.61, "shuttle": 52519.56},
-    "Proposed": {"three_moons": 0.90, "five_gaussians": 2.41, "iris": 0.18, "wine": 1.32,
-                 "vowel": 1.96, "satimage": 31.03, "segment": 4.54, "shuttle": 1334.80},
+    "SVM WEIGHT": {
+        "three_moons": 4.72,
+        "five_gaussians": 100.65,
+        "iris": 0.60,
+        "wine": 4.66,
+        "vowel": 71.17,
+        "satimage": 1376.24,
+        "segment": 298.70,
+        "shuttle": 49943.29,
+    },
+    "SVM SEMI": {
+        "three_moons": 5.01,
+        "five_gaussians": 64.35,
+        "iris": 0.51,
+        "wine": 1.63,
+        "vowel": 31.39,
+        "satimage": 1158.10,
+        "segment": 140.61,
+        "shuttle": 52519.56,
+    },
+    "Proposed": {
+        "three_moons": 0.90,
+        "five_gaussians": 2.41,
+        "iris": 0.18,
+        "wine": 1.32,
+        "vowel": 1.96,
+        "satimage": 31.03,
+        "segment": 4.54,
+        "shuttle": 1334.80,
+    },
 }
 
 # --------------------------------------------------------------------------- Table 7.3
@@ -302,33 +374,40 @@ FIGURES: dict[str, dict[str, Any]] = {
     "5.1": {
         "lines": (403, 406, 161),
         "caption": "classification regions of non-private models (left) and models with "
-                   "perturbation (right) of the proposed method on five gaussians (top) and "
-                   "three moons (bottom)",
+        "perturbation (right) of the proposed method on five gaussians (top) and "
+        "three moons (bottom)",
         "content": "train points as circles coloured by class; equilibrium points (stars) in "
-                   "the local minima; red lines: contours of the support level function; "
-                   "background: predicted class on a grid of the data space (L403)",
+        "the local minima; red lines: contours of the support level function; "
+        "background: predicted class on a grid of the data space (L403)",
         "message": "with noise the EPs and the boundaries are distorted, but the decision "
-                   "regions stay similar to the non-private ones (L403)",
+        "regions stay similar to the non-private ones (L403)",
         "values": UNSPEC,  # epsilon of the perturbed panels is not stated
     },
     "5.2": {
         "lines": (457,),
         "caption": "2-D classification using equilibrium points (left) and multi-dimensional "
-                   "classification using hypercubes (right)",
+        "classification using hypercubes (right)",
     },
     "7.1": {
         "lines": (527, 530, 532),
         "caption": "test accuracy of SVM WEIGHT, SVM SEMI and the proposed method (publishing "
-                   "support function) on various datasets",
-        "panels": ("a three_moons", "b five_gaussians", "c iris", "d wine", "e vowel",
-                   "f satimage", "g segment", "h shuttle"),  # e=vowel, g=segment per L527
+        "support function) on various datasets",
+        "panels": (
+            "a three_moons",
+            "b five_gaussians",
+            "c iris",
+            "d wine",
+            "e vowel",
+            "f satimage",
+            "g segment",
+            "h shuttle",
+        ),  # e=vowel, g=segment per L527
         "epsilons": EPSILONS,
         "values": UNSPEC,  # lost in extraction: no accuracy numbers for Table 7.1's sets
         "claims": (
             "the proposed method is more accurate than SVM WEIGHT and SVM SEMI on all data "
             "sets and close to SVM OUTPUT (L527)",
-            "on vowel (7.1e) and segment (7.1g) the proposed method is even better (than "
-            "SVM OUTPUT) (L527)",
+            "on vowel (7.1e) and segment (7.1g) the proposed method is even better (than SVM OUTPUT) (L527)",
             "shuttle (24360 training rows): SVM WEIGHT and SVM SEMI stay near non-private "
             "accuracy down to epsilon = 1 (L532)",
             "small data sets: apparent accuracy drop of the SVM baselines (L532)",
@@ -338,13 +417,12 @@ FIGURES: dict[str, dict[str, Any]] = {
     "7.2": {
         "lines": (537, 554),
         "caption": "test accuracy of the proposed method releasing equilibrium points, "
-                   "varying the number of neighbours of kNN",
+        "varying the number of neighbours of kNN",
         "datasets": ("three_moons", "vowel"),
         "values": UNSPEC,
         "claims": (
             "vowel: 1-NN and 3-NN comparable to publishing the support function (L554)",
-            "three moons and vowel: EP release similar to publishing the support function "
-            "(L554)",
+            "three moons and vowel: EP release similar to publishing the support function (L554)",
         ),
     },
 }
@@ -354,59 +432,56 @@ FIGURES: dict[str, dict[str, Any]] = {
 PHASE_I: dict[str, Any] = {
     "kernel": "RBF K(x1, x2) = exp(-gamma ||x1 - x2||^2), kappa^2 = K(x, x) = 1 (L301)",
     "feature_map": "phi(x) = sqrt(2/F) [cos<rho_1,x>, sin<rho_1,x>, ..., cos<rho_F/2,x>, "
-                   "sin<rho_F/2,x>], F even, rho_k iid from the kernel's Fourier transform "
-                   "p (L303-306, L319); for the RBF kernel p = N(0, 2 gamma I_d); "
-                   "||phi(x)||^2 = 1 exactly",
+    "sin<rho_F/2,x>], F even, rho_k iid from the kernel's Fourier transform "
+    "p (L303-306, L319); for the RBF kernel p = N(0, 2 gamma I_d); "
+    "||phi(x)||^2 = 1 exactly",
     "n_features": N_RANDOM_FEATURES,
-    "primal": "min_{R,a,xi} R^2 + (C/n) sum_i xi_i  s.t. ||phi(x_i) - a||^2 <= R^2 + xi_i, "
-              "xi_i >= 0 (eq. 4.1, L277)",
+    "primal": "min_{R,a,xi} R^2 + (C/n) sum_i xi_i  s.t. ||phi(x_i) - a||^2 <= R^2 + xi_i, xi_i >= 0 (eq. 4.1, L277)",
     "dual": "max sum_j beta_j K(x_j,x_j) - sum_ij beta_i beta_j K(x_i,x_j) s.t. "
-            "0 <= beta_j <= C/n, sum_j beta_j = 1 (eq. 4.2, L282-284), solved with the kernel "
-            "induced by the map (4.5), i.e. K = Phi Phi^T (L320); feasible only if C/n >= 1/n",
+    "0 <= beta_j <= C/n, sum_j beta_j = 1 (eq. 4.2, L282-284), solved with the kernel "
+    "induced by the map (4.5), i.e. K = Phi Phi^T (L320); feasible only if C/n >= 1/n",
     "center": "a* = sum_i beta_i phi(x_i) (L295, L321)",
     "support_function": "f(x) = ||phi(x) - a||^2 (eq. 4.3, L290); private: "
-                        "f_hat(x) = ||phi(x) - a_hat||^2, a_hat = a* + mu (eq. 4.6, L308)",
+    "f_hat(x) = ||phi(x) - a_hat||^2, a_hat = a* + mu (eq. 4.6, L308)",
     "noise": "mu: F iid Laplace(lambda), lambda >= 2 C kappa sqrt(F) / (epsilon n) "
-             "(Corollary 4.2 L336, Theorem 4.3 L358); with the table's C/n: "
-             "lambda = 2 (C/n) sqrt(F) / epsilon, see svdd_laplace_scale",
+    "(Corollary 4.2 L336, Theorem 4.3 L358); with the table's C/n: "
+    "lambda = 2 (C/n) sqrt(F) / epsilon, see svdd_laplace_scale",
     "clip": "clip a_hat by kappa = 1 (post-processing, L358-360); the error bound uses "
-            "||a_hat||_inf <= kappa (L372-376) -> per-coordinate clip to [-1, 1]",
+    "||a_hat||_inf <= kappa (L372-376) -> per-coordinate clip to [-1, 1]",
     "release": "a_hat and rho_1..rho_F/2 (L323)",
     "solver_in_thesis": "CVXOPT QP (L523)",
     "level_set": "L_f(r) = {x : f_hat(x) <= r} = C_1 u ... u C_m (eq. 5.1, L410-416); r is "
-                 "not needed for classification (basins partition all of R^d)",
+    "not needed for classification (basins partition all of R^d)",
 }
 
 #: Phase II, the dynamical system (Section 5.2, L420-437).
 PHASE_II: dict[str, Any] = {
     "dynamics": "dx/dt = -grad f_hat(x) (eq. 5.2, L424), solved by gradient descent (L433, "
-                "ref. [23]); grad f_hat(x) = -2 J_phi(x)^T a_hat (||phi||^2 is constant), so "
-                "||a_hat||^2 and a positive rescaling of a_hat do not move the EPs",
+    "ref. [23]); grad f_hat(x) = -2 J_phi(x)^T a_hat (||phi||^2 is constant), so "
+    "||a_hat||^2 and a positive rescaling of a_hat do not move the EPs",
     "equilibrium_point": "a local minimum s_hat of f_hat reached by the dynamics (L426)",
-    "basin": "A(s_hat) = closure{x(0) : lim x(t) = s_hat} (eq. 5.3, L430); the basins "
-             "partition R^d (eq. 5.4, L435)",
+    "basin": "A(s_hat) = closure{x(0) : lim x(t) = s_hat} (eq. 5.3, L430); the basins partition R^d (eq. 5.4, L435)",
     "start_points": "the training points (L441: 'all data points converge to their respective "
-                    "equilibrium points'); test points at inference (L471)",
-    "step_size": "initial lr from Table 7.1, multiplied by 1/5 after 80% of the iterations "
-                 "(L523); see lr_schedule",
+    "equilibrium points'); test points at inference (L471)",
+    "step_size": "initial lr from Table 7.1, multiplied by 1/5 after 80% of the iterations (L523); see lr_schedule",
     "iterations": "iters from Table 7.1 (fixed count, L523)",
     "stopping": UNSPEC,
     "merging": UNSPEC,
     "privacy_claim": "epsilon-DP of Phase II by parallel composition: every point converges "
-                     "to one EP (L437) (see PRIVACY_NOTES)",
+    "to one EP (L437) (see PRIVACY_NOTES)",
     "complexity": "O(n^2 * iters) for the dynamics, O(n^3) for the QP (L534)",
 }
 
 #: Phase III, noisy labelling (Section 5.3, L439-454).
 PHASE_III: dict[str, Any] = {
     "vote": "label of basin / EP s: y_hat_s = argmax_k { n_k + Lap(1/epsilon) }, n_k = number "
-            "of training points of class k that converge to s; Laplace noise on every one of "
-            "the c class counts, sensitivity 1 (eq. 5.5, L443-447)",
+    "of training points of class k that converge to s; Laplace noise on every one of "
+    "the c class counts, sensitivity 1 (eq. 5.5, L443-447)",
     "hypercubes": "in high dimensions group the EPs into hypercubes "
-                  "S_l = {s_j : ||s_0 - s_j||_inf <= r_max}, s_0 the centroid of S_l, and vote "
-                  "(eq. 5.5) with n_k counted over all points converging to EPs of the cube "
-                  "(eq. 5.6, L449-454); r_max per data set in Table 7.1, '-' = no cubes "
-                  "(the two 2-D sets)",
+    "S_l = {s_j : ||s_0 - s_j||_inf <= r_max}, s_0 the centroid of S_l, and vote "
+    "(eq. 5.5) with n_k counted over all points converging to EPs of the cube "
+    "(eq. 5.6, L449-454); r_max per data set in Table 7.1, '-' = no cubes "
+    "(the two 2-D sets)",
     "cube_construction": UNSPEC,
 }
 
@@ -414,11 +489,10 @@ PHASE_III: dict[str, Any] = {
 RELEASE_MODES: dict[str, dict[str, Any]] = {
     "support_function": {
         "lines": (467, 471),
-        "published": "a_hat, the feature map (rho), the trained EPs (or hypercubes) and their "
-                     "labels (L471)",
+        "published": "a_hat, the feature map (rho), the trained EPs (or hypercubes) and their labels (L471)",
         "predict": "run the dynamics (5.2) from the test point (same lr / iters), take the "
-                   "label of the EP it converges to; if no training EP matches exactly, the "
-                   "label of the nearest training EP (L471)",
+        "label of the EP it converges to; if no training EP matches exactly, the "
+        "label of the nearest training EP (L471)",
         "used_in": ("Figure 7.1", "Table 7.2", "Table 7.3"),
     },
     "equilibrium_points": {
@@ -436,23 +510,23 @@ BASELINES: dict[str, dict[str, Any]] = {
         "ref": "Rubinstein et al. [36]",
         "lines": (479, 514),
         "method": "SVM on the F=400 random Fourier features, solve the dual, add Laplace noise "
-                  "to the primal weight vector w_hat = w* + mu (L479); one-against-all (L523)",
+        "to the primal weight vector w_hat = w* + mu (L479); one-against-all (L523)",
         "sensitivity": UNSPEC,  # not in Park (2022); see UNSPECIFIED["baseline_noise"]
     },
     "SVM OUTPUT": {
         "ref": "Jain and Thakurta [17]",
         "lines": (481, 491, 506),
         "method": "noise on the output <w*, phi(z)> + mu = sum_i beta_i K(z, x_i) + mu; needs "
-                  "the training data at inference, so it cannot be published; used as the "
-                  "'desired level of accuracy' (L481, L491, L506)",
+        "the training data at inference, so it cannot be published; used as the "
+        "'desired level of accuracy' (L481, L491, L506)",
         "sensitivity": UNSPEC,
     },
     "SVM SEMI": {
         "ref": "Jain and Thakurta [17], semi-interactive",
         "lines": (481, 489),
         "method": "the user hands the test set Z to the publisher, who publishes the w minimising "
-                  "(1/n_test) sum_i (<w - w*, phi(z_i)> - mu)^2 (L481); the thesis gives it the "
-                  "whole test set and delta = 1/n (L489)",
+        "(1/n_test) sum_i (<w - w*, phi(z_i)> - mu)^2 (L481); the thesis gives it the "
+        "whole test set and delta = 1/n (L489)",
         "delta": "1/n (L489)",
         "sensitivity": UNSPEC,
     },
@@ -461,7 +535,7 @@ BASELINES: dict[str, dict[str, Any]] = {
         "method": "each model without noise (the baseline accuracy of each method)",
     },
     "excluded": "Huber-loss primal approximation of [6], [49] (publishes support vectors), "
-                "[29], [39], [26] (similar to SVM WEIGHT) (L506)",
+    "[29], [39], [26] (similar to SVM WEIGHT) (L506)",
 }
 
 # --------------------------------------------------------------------------- open points
@@ -474,24 +548,30 @@ UNSPECIFIED: dict[str, Unspec] = {
         "(literal reading of eq. 4.1/4.2 and the column header); then lambda = "
         "2 (C/n) sqrt(F) / epsilon does not shrink with n (C/n=0.05, F=400: lambda = "
         "2/epsilon), which the reproduction should state",
-        ("scikit-learn OneClassSVM's nu (box 1/(nu n), C = 1/nu): lambda = 2 sqrt(F) / "
-         "(nu n epsilon); gives the n-dependence the motivation (L194) expects",),
+        (
+            "scikit-learn OneClassSVM's nu (box 1/(nu n), C = 1/nu): lambda = 2 sqrt(F) / "
+            "(nu n epsilon); gives the n-dependence the motivation (L194) expects",
+        ),
     ),
     "clipping": Unspec(
-        "how a_hat is 'clipped by kappa'", (358, 360, 372, 376),
+        "how a_hat is 'clipped by kappa'",
+        (358, 360, 372, 376),
         "per-coordinate clip to [-1, 1] (what the error-bound proof uses)",
-        ("L2 projection onto ||a_hat|| <= 1 (rescaling: same EPs, only the gradient's size "
-         "changes)",),
+        ("L2 projection onto ||a_hat|| <= 1 (rescaling: same EPs, only the gradient's size changes)",),
     ),
     "preprocessing": Unspec(
-        "feature scaling", (),
+        "feature scaling",
+        (),
         "z-score each feature with the training split's mean and std (standardize); "
         "gamma = 0.1 for 13-D wine and r_max = 0.5..1 fit unit-variance features",
-        ("min-max to [0, 1] or [-1, 1] with public bounds (needed for a strict DP claim: the "
-         "scaler's statistics are not privatised in the thesis)",),
+        (
+            "min-max to [0, 1] or [-1, 1] with public bounds (needed for a strict DP claim: the "
+            "scaler's statistics are not privatised in the thesis)",
+        ),
     ),
     "split": Unspec(
-        "whether the 80/20 split is stratified and which seeds", (523,),
+        "whether the 80/20 split is stratified and which seeds",
+        (523,),
         "stratified, n_test = ceil(0.2 n) (matches every row of Table 7.1), run r uses seed r "
         "(r = 0..4); the data-set subsample (where sizes must be matched) is drawn once per "
         "run with the same seed",
@@ -508,20 +588,23 @@ UNSPECIFIED: dict[str, Unspec] = {
         ("iris: the first 100 rows (only 2 classes, contradicts 'classes 3')",),
     ),
     "shuttle_merge": Unspec(
-        "the 7 -> 3 class merge of shuttle", (510,),
+        "the 7 -> 3 class merge of shuttle",
+        (510,),
         "{1 Rad Flow} -> 0, {4 High} -> 1, {5 Bypass, 2, 3, 6, 7} -> 2 "
         "(dp_proto.data.SHUTTLE_3CLASS_MAPPING; 45586 / 8903 / 3511 rows): keeps the two large "
         "classes and pools Bypass with the 244 rows of the four rare classes",
         ("keep classes 1, 4, 5 and drop the 244 rare rows",),
     ),
     "table_7_3_base": Unspec(
-        "10% / 30% of which set", (539, 550),
+        "10% / 30% of which set",
+        (539, 550),
         "of the whole merged shuttle (58000 rows; caption: 'of whole dataset'): 5800 / 17400 "
         "rows, stratified, then the 80/20 split",
         ("of the 30450-row Table 7.1 set (3045 / 9135 rows)",),
     ),
     "stopping_and_merging": Unspec(
-        "when the descent stops and how end points become distinct EPs", (426, 433, 523),
+        "when the descent stops and how end points become distinct EPs",
+        (426, 433, 523),
         "run exactly `iters` steps of the lr schedule (as stated), then merge end points closer "
         "than merge_tol = 1e-3 * ell (ell = 1/sqrt(2 gamma), the kernel length) by single "
         "linkage into one EP, EP = mean of the merged end points. Our measurement (three moons, "
@@ -529,30 +612,35 @@ UNSPECIFIED: dict[str, Unspec] = {
         "(median |grad f| 0.03), at epsilon <= 1 about 0.1, so with the stated schedule "
         "almost every training point is its own 'EP' and the method acts like 1-NN / a "
         "hypercube histogram with noisy labels",
-        ("run to convergence (|step| < 1e-6 ell or 10^4 steps, e.g. with backtracking) for "
-         "Figure 5.1, where few distinct EPs are drawn",),
+        (
+            "run to convergence (|step| < 1e-6 ell or 10^4 steps, e.g. with backtracking) for "
+            "Figure 5.1, where few distinct EPs are drawn",
+        ),
     ),
     "cube_construction": Unspec(
-        "how the hypercubes S_l and their centres s_0 are chosen", (449, 451, 454),
+        "how the hypercubes S_l and their centres s_0 are chosen",
+        (449, 451, 454),
         "greedy leader clustering: visit EPs by decreasing number of converged training "
         "points (ties: index), an unassigned EP becomes s_0 and takes every unassigned EP with "
         "||s_0 - s_j||_inf <= r_max; a test point gets the label of the cube of its nearest "
         "training EP",
-        ("a fixed grid of cells of side 2 r_max anchored at 0 (data-independent, so the "
-         "parallel-composition argument holds exactly; see PRIVACY_NOTES)",),
+        (
+            "a fixed grid of cells of side 2 r_max anchored at 0 (data-independent, so the "
+            "parallel-composition argument holds exactly; see PRIVACY_NOTES)",
+        ),
     ),
     "budget_split": Unspec(
-        "how epsilon is shared between Phase I (Laplace on a) and Phase III (Laplace on "
-        "counts)", (358, 445),
+        "how epsilon is shared between Phase I (Laplace on a) and Phase III (Laplace on counts)",
+        (358, 445),
         "as published: epsilon for each (the thesis' equations use the same epsilon in both; "
         "the total under basic composition is 2 epsilon, which the report must state); "
         "offer a strict mode with epsilon/2 each",
         (),
     ),
-    "knn_k": Unspec(
-        "the values of k in Figure 7.2", (554,), "k in (1, 3, 5, 7, 9)", ()),
+    "knn_k": Unspec("the values of k in Figure 7.2", (554,), "k in (1, 3, 5, 7, 9)", ()),
     "baseline_noise": Unspec(
-        "the baselines' sensitivities and the multi-class budget", (479, 481, 523),
+        "the baselines' sensitivities and the multi-class budget",
+        (479, 481, 523),
         "SVM WEIGHT: Rubinstein et al. [36] for min (C/n) sum hinge + ||w||^2/2: "
         "lambda = 4 C kappa sqrt(F) / (n epsilon) per binary classifier (verify against [36]); "
         "one-against-all: epsilon/c per classifier (strict) or epsilon each (as published, "
@@ -560,23 +648,27 @@ UNSPECIFIED: dict[str, Unspec] = {
         (),
     ),
     "figure_values": Unspec(
-        "accuracy of every method on the eight sets at every epsilon (Figure 7.1), the kNN "
-        "curves (Figure 7.2)", (527, 530, 537),
-        "lost in extraction: reproduce the qualitative claims of FIGURES['7.1']['claims'] "
-        "and the numbers of Table 7.3",
+        "accuracy of every method on the eight sets at every epsilon (Figure 7.1), the kNN curves (Figure 7.2)",
+        (527, 530, 537),
+        "lost in extraction: reproduce the qualitative claims of FIGURES['7.1']['claims'] and the numbers of Table 7.3",
         (),
     ),
-    "figure_5_1_epsilon": Unspec("epsilon of the perturbed panels of Figure 5.1", (403, 406),
-                                 "epsilon = 1", ()),
+    "figure_5_1_epsilon": Unspec("epsilon of the perturbed panels of Figure 5.1", (403, 406), "epsilon = 1", ()),
     "timing_protocol": Unspec(
-        "what Table 7.2 times (which epsilon, runs, train + inference)", (516, 523),
+        "what Table 7.2 times (which epsilon, runs, train + inference)",
+        (516, 523),
         "one run, epsilon = 1, training plus prediction of the test split, reported as ratios "
-        "to the proposed method on the same machine", ()),
+        "to the proposed method on the same machine",
+        (),
+    ),
     "synthetic_sets": Unspec(
-        "the constructions of 'three moons' and 'five gaussians'", (510,),
+        "the constructions of 'three moons' and 'five gaussians'",
+        (510,),
         "three_moons(n_samples=400, noise=0.1) (a 3-moon extension of make_moons) and "
         "five_gaussians(n_samples=1000) (the five Gaussians of Brinkrolf 2023, Sec. 4.6.1) from "
-        "dp_proto.data", ()),
+        "dp_proto.data",
+        (),
+    ),
 }
 
 #: The proposed fills as parameters (the values the reproduction uses by default).
@@ -606,8 +698,7 @@ PRIVACY_NOTES: tuple[str, ...] = (
     "the grid's empty cubes are simulated exactly, see dp_proto.svdd.grid).",
     "Report-noisy-max with Lap(1/epsilon) per count is epsilon-DP per cell under add/remove "
     "of one record; replacing a record can touch two cells.",
-    "Standardising with training statistics (our fill) is not private; a strict mode "
-    "should scale with public bounds.",
+    "Standardising with training statistics (our fill) is not private; a strict mode should scale with public bounds.",
     "With the table's C/n the Laplace scale 2 (C/n) sqrt(F)/epsilon dwarfs ||a*|| <= 1 for "
     "epsilon <= 1, so the private support function is mostly noise and the accuracy comes "
     "from the noisy votes (our reading, to be checked experimentally).",
@@ -615,8 +706,9 @@ PRIVACY_NOTES: tuple[str, ...] = (
 
 
 # --------------------------------------------------------------------------- helpers
-def svdd_laplace_scale(c_over_n: float, epsilon: float, n_features: int = N_RANDOM_FEATURES,
-                       kappa: float = 1.0) -> float:
+def svdd_laplace_scale(
+    c_over_n: float, epsilon: float, n_features: int = N_RANDOM_FEATURES, kappa: float = 1.0
+) -> float:
     """Laplace scale of Theorem 4.3 (L358): ``lambda = 2 (C/n) kappa sqrt(F) / epsilon``.
 
     ``c_over_n`` is the dual box bound C/n of Table 7.1; returns 0 for
@@ -632,8 +724,7 @@ def svdd_laplace_scale(c_over_n: float, epsilon: float, n_features: int = N_RAND
     return 2.0 * c_over_n * kappa * math.sqrt(n_features) / epsilon
 
 
-def lr_schedule(lr: float, iters: int, decay_at: float = LR_DECAY_AT,
-                factor: float = LR_DECAY_FACTOR) -> np.ndarray:
+def lr_schedule(lr: float, iters: int, decay_at: float = LR_DECAY_AT, factor: float = LR_DECAY_FACTOR) -> np.ndarray:
     """Step sizes of the descent: ``lr`` for the first ``ceil(decay_at * iters)`` steps, then ``lr * factor``.
 
     L523: "We decayed the learning rate by a factor of 1/5 after 80% of iterations".
@@ -647,7 +738,7 @@ def lr_schedule(lr: float, iters: int, decay_at: float = LR_DECAY_AT,
         raise ValueError(f"need lr > 0 and an int iters >= 1, got lr={lr}, iters={iters}")
     iters = int(iters)
     steps = np.full(iters, float(lr))
-    steps[math.ceil(decay_at * iters):] *= factor
+    steps[math.ceil(decay_at * iters) :] *= factor
     return steps
 
 
@@ -664,9 +755,13 @@ def _relabel(y: np.ndarray) -> np.ndarray:
     return np.unique(y, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
-def load_dataset(name: str, data_dir: str | os.PathLike | None = None,
-                 random_state: int = 0, match_sizes: bool = True,
-                 shuttle_fraction: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+def load_dataset(
+    name: str,
+    data_dir: str | os.PathLike | None = None,
+    random_state: int = 0,
+    match_sizes: bool = True,
+    shuttle_fraction: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """One data set of Table 7.1 (or Table 7.3), before the 80/20 split, labels 0..c-1.
 
     Parameters
@@ -716,8 +811,7 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None,
         train = raw[:, 0] == 1
         X, y = np.ascontiguousarray(raw[train, 3:]), y[train]
     else:
-        file = {"iris": "iris", "wine": "wine_recognition", "satimage": "satimage",
-                "segment": "segmentation"}[name]
+        file = {"iris": "iris", "wine": "wine_recognition", "satimage": "satimage", "segment": "segmentation"}[name]
         X, y = load_uci(file, root)
         if name == "satimage":
             X, y = X[:4435], y[:4435]  # the original sat.trn rows
@@ -727,8 +821,7 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None,
     return np.asarray(X, dtype=np.float64), y
 
 
-def split_indices(y: np.ndarray, run: int,
-                  test_fraction: float = TEST_FRACTION) -> tuple[np.ndarray, np.ndarray]:
+def split_indices(y: np.ndarray, run: int, test_fraction: float = TEST_FRACTION) -> tuple[np.ndarray, np.ndarray]:
     """Stratified random split for run ``run`` (seed = run): ``n_test = ceil(test_fraction * n)``.
 
     Returns sorted ``(train_idx, test_idx)`` int64 arrays that partition ``range(n)``.
@@ -738,8 +831,7 @@ def split_indices(y: np.ndarray, run: int,
     n_test = math.ceil(round(test_fraction * n, 9))
     if not 0 < n_test < n:
         raise ValueError(f"test_fraction {test_fraction} of {n} rows gives {n_test} test rows")
-    _, _, test = stratified_subsample(np.arange(n), y, n_samples=n_test, random_state=run,
-                                      return_indices=True)
+    _, _, test = stratified_subsample(np.arange(n), y, n_samples=n_test, random_state=run, return_indices=True)
     mask = np.ones(n, dtype=bool)
     mask[test] = False
     return np.flatnonzero(mask).astype(np.int64), test
@@ -755,6 +847,7 @@ def standardize(X_train: np.ndarray, X_test: np.ndarray) -> tuple[np.ndarray, np
 
 def summary() -> dict[str, Any]:
     """The protocol as a JSON-serialisable dict."""
+
     def eps_key(e: float) -> str:
         return "non-private" if math.isinf(e) else repr(e)
 
@@ -767,12 +860,12 @@ def summary() -> dict[str, Any]:
         "n_random_features": N_RANDOM_FEATURES,
         "table_7_1": {k: {**asdict(v), "n_total": v.n_total} for k, v in TABLE_7_1.items()},
         "table_7_2": TABLE_7_2,
-        "table_7_3": {repr(r): {m: {eps_key(e): a for e, a in accs.items()}
-                                for m, accs in by_method.items()}
-                      for r, by_method in TABLE_7_3.items()},
+        "table_7_3": {
+            repr(r): {m: {eps_key(e): a for e, a in accs.items()} for m, accs in by_method.items()}
+            for r, by_method in TABLE_7_3.items()
+        },
         "unspecified": sorted(UNSPECIFIED),
-        "proposed_fills": {k: list(v) if isinstance(v, tuple) else v
-                           for k, v in PROPOSED_FILLS.items()},
+        "proposed_fills": {k: list(v) if isinstance(v, tuple) else v for k, v in PROPOSED_FILLS.items()},
     }
 
 

@@ -112,8 +112,12 @@ LABELS = {
     "svc_rbf": "SVC rbf, non-private",
     "svm_weight": "SVM WEIGHT (ours)",
 }
-THESIS_COLUMN = {"proposed_auto": "Proposed", "proposed_normal": "Proposed", "proposed_training": "Proposed",
-                 "svm_weight": "SVM WEIGHT"}
+THESIS_COLUMN = {
+    "proposed_auto": "Proposed",
+    "proposed_normal": "Proposed",
+    "proposed_training": "Proposed",
+    "svm_weight": "SVM WEIGHT",
+}
 
 
 # --------------------------------------------------------------------------------------
@@ -160,9 +164,19 @@ def make_models(name: str, args, svm_weight_cls) -> dict[str, Any]:
 
     def proposed(starts: str):
         return lambda: PrivateSVDDClassifier(
-            c_over_n=p.c_over_n, gamma=p.gamma, num_features=NUM_FEATURES, epsilon=EPSILON,
-            lr=p.lr, iters=p.iters, r_max=p.r_max, starts=starts, classes=np.arange(row.classes),
-            random_state=args.seed, noise_seed=args.seed, device=args.device)  # reproducible accuracies
+            c_over_n=p.c_over_n,
+            gamma=p.gamma,
+            num_features=NUM_FEATURES,
+            epsilon=EPSILON,
+            lr=p.lr,
+            iters=p.iters,
+            r_max=p.r_max,
+            starts=starts,
+            classes=np.arange(row.classes),
+            random_state=args.seed,
+            noise_seed=args.seed,
+            device=args.device,
+        )  # reproducible accuracies
 
     models: dict[str, Any] = {
         "proposed_auto": proposed("auto"),
@@ -172,9 +186,15 @@ def make_models(name: str, args, svm_weight_cls) -> dict[str, Any]:
     }
     if svm_weight_cls is not None:
         models["svm_weight"] = lambda: svm_weight_cls(
-            c_over_n=row.svm_weight.c_over_n, gamma=row.svm_weight.gamma,
-            num_features=NUM_FEATURES, epsilon=EPSILON, classes=np.arange(row.classes), random_state=args.seed,
-            noise_seed=args.seed, device=args.device)
+            c_over_n=row.svm_weight.c_over_n,
+            gamma=row.svm_weight.gamma,
+            num_features=NUM_FEATURES,
+            epsilon=EPSILON,
+            classes=np.arange(row.classes),
+            random_state=args.seed,
+            noise_seed=args.seed,
+            device=args.device,
+        )
     return models
 
 
@@ -209,9 +229,14 @@ def time_method(factory, X_tr, y_tr, X_te, y_te, repeats: int, warmup, device: s
         totals.append(fit_s + pred_s)
         if accuracy is None:
             accuracy = float(np.mean(pred == y_te))
-    return {"fit_s": _r(statistics.median(fits)), "predict_s": _r(statistics.median(preds)),
-            "total_s": _r(statistics.median(totals)), "accuracy": _r(accuracy),
-            "repeats": repeats, "all_total_s": [_r(t) for t in totals]}
+    return {
+        "fit_s": _r(statistics.median(fits)),
+        "predict_s": _r(statistics.median(preds)),
+        "total_s": _r(statistics.median(totals)),
+        "accuracy": _r(accuracy),
+        "repeats": repeats,
+        "all_total_s": [_r(t) for t in totals],
+    }
 
 
 def _warmup_set(X_tr: np.ndarray, y_tr: np.ndarray, seed: int):
@@ -222,8 +247,7 @@ def _warmup_set(X_tr: np.ndarray, y_tr: np.ndarray, seed: int):
     return (Xw, yw) if len(np.unique(yw)) >= 2 else None
 
 
-def run_dataset(name: str, X: np.ndarray, y: np.ndarray, args, svm_weight_cls, svm_weight_note,
-                bar) -> dict:
+def run_dataset(name: str, X: np.ndarray, y: np.ndarray, args, svm_weight_cls, svm_weight_note, bar) -> dict:
     row = TABLE_7_1[name]
     train, test = split_indices(y, run=0)
     X_tr, X_te = standardize(X[train], X[test])
@@ -231,12 +255,19 @@ def run_dataset(name: str, X: np.ndarray, y: np.ndarray, args, svm_weight_cls, s
     large = len(y_tr) > LARGE_N
     warmup = _warmup_set(X_tr, y_tr, args.seed)
     out: dict[str, Any] = {
-        "n_train": int(len(y_tr)), "n_test": int(len(y_te)), "dims": int(X.shape[1]),
+        "n_train": int(len(y_tr)),
+        "n_test": int(len(y_te)),
+        "dims": int(X.shape[1]),
         "classes": int(len(np.unique(y))),
-        "proposed_setting": {"c_over_n": row.proposed.c_over_n, "gamma": row.proposed.gamma,
-                             "lr": row.proposed.lr, "iters": row.proposed.iters,
-                             "r_max": row.proposed.r_max, "num_features": NUM_FEATURES,
-                             "epsilon": EPSILON},
+        "proposed_setting": {
+            "c_over_n": row.proposed.c_over_n,
+            "gamma": row.proposed.gamma,
+            "lr": row.proposed.lr,
+            "iters": row.proposed.iters,
+            "r_max": row.proposed.r_max,
+            "num_features": NUM_FEATURES,
+            "epsilon": EPSILON,
+        },
         "svm_setting": {"c_over_n": row.svm_weight.c_over_n, "gamma": row.svm_weight.gamma},
         "methods": {},
         "thesis_table_7_2_s": {col: TABLE_7_2[col].get(name) for col in ("Proposed", "SVM WEIGHT")},
@@ -250,8 +281,7 @@ def run_dataset(name: str, X: np.ndarray, y: np.ndarray, args, svm_weight_cls, s
             bar.update(1)
             continue
         if method == "svm_weight" and len(y_tr) > args.svm_weight_max_n:
-            out["methods"][method] = {"skipped": f"n_train {len(y_tr)} > --svm-weight-max-n "
-                                                 f"{args.svm_weight_max_n}"}
+            out["methods"][method] = {"skipped": f"n_train {len(y_tr)} > --svm-weight-max-n {args.svm_weight_max_n}"}
             bar.update(1)
             continue
         repeats = args.repeats if (not large or method == HEADLINE_METHOD) else args.large_repeats
@@ -284,8 +314,7 @@ def qp_problem(n: int, args, data_dir: Path) -> tuple[np.ndarray, dict]:
         try:
             X, y = load_dataset("shuttle", data_dir, random_state=0)
         except (FileNotFoundError, OSError) as err:
-            print(f"note: shuttle not available for the QP comparison ({err}); using "
-                  "five_gaussians", file=sys.stderr)
+            print(f"note: shuttle not available for the QP comparison ({err}); using five_gaussians", file=sys.stderr)
             source = "five_gaussians"
     if source == "shuttle":
         train, test = split_indices(y, run=0)
@@ -293,17 +322,16 @@ def qp_problem(n: int, args, data_dir: Path) -> tuple[np.ndarray, dict]:
         if n < len(train):
             X_tr, _ = stratified_subsample(X_tr, y[train], n_samples=n, random_state=args.seed)
         p = TABLE_7_1["shuttle"].proposed
-        desc = (f"shuttle: stratified {len(X_tr)}-row subsample of the standardised run-0 "
-                f"training split, Table 7.1 proposed gamma={p.gamma:g}, C/n={p.c_over_n:g}")
-        return X_tr, {"data": "shuttle", "gamma": p.gamma, "c_over_n": p.c_over_n,
-                      "description": desc}
+        desc = (
+            f"shuttle: stratified {len(X_tr)}-row subsample of the standardised run-0 "
+            f"training split, Table 7.1 proposed gamma={p.gamma:g}, C/n={p.c_over_n:g}"
+        )
+        return X_tr, {"data": "shuttle", "gamma": p.gamma, "c_over_n": p.c_over_n, "description": desc}
     X, _ = five_gaussians(n_samples=n, random_state=args.seed)
     X, _ = standardize(X, X)
     p = TABLE_7_1["five_gaussians"].proposed
-    desc = (f"five_gaussians(n_samples={n}), standardised, Table 7.1 proposed "
-            f"gamma={p.gamma:g}, C/n={p.c_over_n:g}")
-    return X, {"data": "five_gaussians", "gamma": p.gamma, "c_over_n": p.c_over_n,
-               "description": desc}
+    desc = f"five_gaussians(n_samples={n}), standardised, Table 7.1 proposed gamma={p.gamma:g}, C/n={p.c_over_n:g}"
+    return X, {"data": "five_gaussians", "gamma": p.gamma, "c_over_n": p.c_over_n, "description": desc}
 
 
 def dual_objective(beta: np.ndarray, K: np.ndarray, q: np.ndarray) -> float:
@@ -338,19 +366,32 @@ def solve_slsqp(phi64: np.ndarray, cap: float, time_limit: float) -> dict:
 
     limited = False
     try:
-        res = minimize(fun, np.full(n, 1.0 / n), jac=True, method="SLSQP",
-                       bounds=[(0.0, cap)] * n,
-                       constraints=[{"type": "eq", "fun": lambda b: np.array([b.sum() - 1.0]),
-                                     "jac": lambda b: np.ones((1, n))}],
-                       options={"ftol": 1e-12, "maxiter": 10000}, callback=callback)
+        res = minimize(
+            fun,
+            np.full(n, 1.0 / n),
+            jac=True,
+            method="SLSQP",
+            bounds=[(0.0, cap)] * n,
+            constraints=[{"type": "eq", "fun": lambda b: np.array([b.sum() - 1.0]), "jac": lambda b: np.ones((1, n))}],
+            options={"ftol": 1e-12, "maxiter": 10000},
+            callback=callback,
+        )
         beta, nit, success, message = res.x, int(res.nit), bool(res.success), str(res.message)
     except _TimeLimit:
         limited = True
         beta, nit, success = state["x"], state["nit"], False
         message = f"stopped by the time limit of {time_limit:g} s"
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "beta": beta, "K": K, "q": q, "iterations": nit,
-            "success": success, "message": message, "time_limited": limited}
+    return {
+        "seconds": seconds,
+        "beta": beta,
+        "K": K,
+        "q": q,
+        "iterations": nit,
+        "success": success,
+        "message": message,
+        "time_limited": limited,
+    }
 
 
 def solve_cvxopt(phi64: np.ndarray, cap: float) -> dict | None:
@@ -365,14 +406,24 @@ def solve_cvxopt(phi64: np.ndarray, cap: float) -> dict | None:
     K = phi64 @ phi64.T
     q = np.einsum("ij,ij->i", phi64, phi64)
     eye = np.eye(n)
-    solvers.options.update({"show_progress": False, "abstol": 1e-12, "reltol": 1e-12,
-                            "feastol": 1e-12, "maxiters": 200})
-    sol = solvers.qp(cvxopt.matrix(2.0 * K), cvxopt.matrix(-q), cvxopt.matrix(np.vstack([-eye, eye])),
-                     cvxopt.matrix(np.concatenate([np.zeros(n), np.full(n, cap)])),
-                     cvxopt.matrix(np.ones((1, n))), cvxopt.matrix(1.0))
+    solvers.options.update(
+        {"show_progress": False, "abstol": 1e-12, "reltol": 1e-12, "feastol": 1e-12, "maxiters": 200}
+    )
+    sol = solvers.qp(
+        cvxopt.matrix(2.0 * K),
+        cvxopt.matrix(-q),
+        cvxopt.matrix(np.vstack([-eye, eye])),
+        cvxopt.matrix(np.concatenate([np.zeros(n), np.full(n, cap)])),
+        cvxopt.matrix(np.ones((1, n))),
+        cvxopt.matrix(1.0),
+    )
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "beta": np.asarray(sol["x"]).ravel(), "status": sol["status"],
-            "iterations": int(sol["iterations"])}
+    return {
+        "seconds": seconds,
+        "beta": np.asarray(sol["x"]).ravel(),
+        "status": sol["status"],
+        "iterations": int(sol["iterations"]),
+    }
 
 
 def compare_solvers(n: int, args, data_dir: Path, *, check: bool = False) -> dict:
@@ -380,8 +431,9 @@ def compare_solvers(n: int, args, data_dir: Path, *, check: bool = False) -> dic
     X, problem = qp_problem(n, args, data_dir)
     n = X.shape[0]
     gen = torch.Generator().manual_seed(args.seed)
-    features = RandomFourierFeatures(X.shape[1], NUM_FEATURES, problem["gamma"], generator=gen,
-                                     dtype=torch.float64, device=args.device)
+    features = RandomFourierFeatures(
+        X.shape[1], NUM_FEATURES, problem["gamma"], generator=gen, dtype=torch.float64, device=args.device
+    )
     phi = features(torch.as_tensor(X, dtype=torch.float64, device=args.device))
     C = problem["c_over_n"] * n
     cap = C / n
@@ -403,19 +455,35 @@ def compare_solvers(n: int, args, data_dir: Path, *, check: bool = False) -> dic
     w_ours = dual_objective(beta_ours, K, q)
     w_qp = dual_objective(qp["beta"], K, q)
     out: dict[str, Any] = {
-        "n": n, "num_features": NUM_FEATURES, **{k: problem[k] for k in ("data", "gamma", "c_over_n")},
-        "problem": problem["description"], "C": C,
-        "ours": {"seconds_median": _r(t_ours, 5), "seconds_all": [_r(t, 5) for t in times],
-                 "W": w_ours, "W_solver": float(sol.objective), "fw_gap": float(sol.gap),
-                 "iterations": int(sol.iterations), "converged": bool(sol.converged),
-                 "support_vectors": int((sol.beta > 0).sum()), "tol": SOLVER_TOL,
-                 "device": args.device},
-        "slsqp": {"seconds": _r(qp["seconds"], 3), "W": w_qp, "iterations": qp["iterations"],
-                  "success": qp["success"], "message": qp["message"],
-                  "time_limited": qp["time_limited"], "time_limit_s": args.qp_time_limit,
-                  "constraint_violation": violation(qp["beta"], cap),
-                  "support_vectors": int((qp["beta"] > 1e-12).sum()),
-                  "options": {"ftol": 1e-12, "maxiter": 10000, "jac": "analytic"}},
+        "n": n,
+        "num_features": NUM_FEATURES,
+        **{k: problem[k] for k in ("data", "gamma", "c_over_n")},
+        "problem": problem["description"],
+        "C": C,
+        "ours": {
+            "seconds_median": _r(t_ours, 5),
+            "seconds_all": [_r(t, 5) for t in times],
+            "W": w_ours,
+            "W_solver": float(sol.objective),
+            "fw_gap": float(sol.gap),
+            "iterations": int(sol.iterations),
+            "converged": bool(sol.converged),
+            "support_vectors": int((sol.beta > 0).sum()),
+            "tol": SOLVER_TOL,
+            "device": args.device,
+        },
+        "slsqp": {
+            "seconds": _r(qp["seconds"], 3),
+            "W": w_qp,
+            "iterations": qp["iterations"],
+            "success": qp["success"],
+            "message": qp["message"],
+            "time_limited": qp["time_limited"],
+            "time_limit_s": args.qp_time_limit,
+            "constraint_violation": violation(qp["beta"], cap),
+            "support_vectors": int((qp["beta"] > 1e-12).sum()),
+            "options": {"ftol": 1e-12, "maxiter": 10000, "jac": "analytic"},
+        },
         "objective_gap": abs(w_ours - w_qp),
         "W_ours_minus_W_qp": w_ours - w_qp,
         "speedup_vs_slsqp": _r(qp["seconds"] / t_ours, 1),
@@ -432,10 +500,15 @@ def compare_solvers(n: int, args, data_dir: Path, *, check: bool = False) -> dic
         out["cvxopt"] = {"skipped": "cvxopt is not installed"}
     elif cvx is not None:
         w_cvx = dual_objective(cvx["beta"], K, q)
-        out["cvxopt"] = {"seconds": _r(cvx["seconds"], 3), "W": w_cvx, "status": cvx["status"],
-                         "iterations": cvx["iterations"], "objective_gap": abs(w_ours - w_cvx),
-                         "constraint_violation": violation(cvx["beta"], cap),
-                         "speedup_vs_cvxopt": _r(cvx["seconds"] / t_ours, 1)}
+        out["cvxopt"] = {
+            "seconds": _r(cvx["seconds"], 3),
+            "W": w_cvx,
+            "status": cvx["status"],
+            "iterations": cvx["iterations"],
+            "objective_gap": abs(w_ours - w_cvx),
+            "constraint_violation": violation(cvx["beta"], cap),
+            "speedup_vs_cvxopt": _r(cvx["seconds"] / t_ours, 1),
+        }
     return out
 
 
@@ -450,8 +523,10 @@ def _fmt(value, spec: str, width: int) -> str:
 
 def print_tables(datasets: dict, skipped: dict, solver: dict | None, check: dict | None) -> None:
     print("\n== Table 7.2 setting: fit + predict of split run 0, epsilon = 1, medians ==")
-    header = (f"{'dataset':15s} {'n_tr/n_te':>11s}  {'method':22s} {'fit s':>8s} {'pred s':>8s} "
-              f"{'total s':>8s} {'acc':>6s}  {'thesis s':>9s} {'thesis/ours':>11s}")
+    header = (
+        f"{'dataset':15s} {'n_tr/n_te':>11s}  {'method':22s} {'fit s':>8s} {'pred s':>8s} "
+        f"{'total s':>8s} {'acc':>6s}  {'thesis s':>9s} {'thesis/ours':>11s}"
+    )
     print(header)
     print("-" * len(header))
     for name, d in datasets.items():
@@ -466,40 +541,53 @@ def print_tables(datasets: dict, skipped: dict, solver: dict | None, check: dict
                 continue
             column = THESIS_COLUMN.get(method)
             thesis = d["thesis_table_7_2_s"].get(column) if column else None
-            print(f"{left}  {LABELS[method]:22s} {_fmt(res['fit_s'], '.3f', 8)} "
-                  f"{_fmt(res['predict_s'], '.3f', 8)} {_fmt(res['total_s'], '.3f', 8)} "
-                  f"{_fmt(res['accuracy'], '.3f', 6)}  {_fmt(thesis, '.2f', 9)} "
-                  f"{_fmt(d['ratio_thesis_over_ours'].get(method), '.1f', 11)}")
+            print(
+                f"{left}  {LABELS[method]:22s} {_fmt(res['fit_s'], '.3f', 8)} "
+                f"{_fmt(res['predict_s'], '.3f', 8)} {_fmt(res['total_s'], '.3f', 8)} "
+                f"{_fmt(res['accuracy'], '.3f', 6)}  {_fmt(thesis, '.2f', 9)} "
+                f"{_fmt(d['ratio_thesis_over_ours'].get(method), '.1f', 11)}"
+            )
     for name, why in skipped.items():
         print(f"{name:15s} skipped: {why}")
     print("* starts='training' is the thesis' variant; not differentially private.")
     if solver is None:
         return
     o, s = solver["ours"], solver["slsqp"]
-    print(f"\n== SVDD dual (eq. 4.2), n = {solver['n']}, F = {solver['num_features']}: "
-          f"solve_svdd_dual vs scipy SLSQP ==")
+    print(
+        f"\n== SVDD dual (eq. 4.2), n = {solver['n']}, F = {solver['num_features']}: solve_svdd_dual vs scipy SLSQP =="
+    )
     print(f"problem: {solver['problem']} (C = {solver['C']:g})")
-    print(f"  solve_svdd_dual (tol {o['tol']:g}): {o['seconds_median']:.4f} s (median of "
-          f"{len(o['seconds_all'])}), {o['iterations']} iterations, FW gap {o['fw_gap']:.2e}, "
-          f"{o['support_vectors']} SVs, W = {o['W']:.12f}")
-    print(f"  SLSQP (K = Phi Phi^T, analytic gradient, ftol 1e-12): {s['seconds']:.2f} s, "
-          f"{s['iterations']} iterations, {s['message']}, W = {s['W']:.12f}, "
-          f"constraint violation {s['constraint_violation']:.1e}")
+    print(
+        f"  solve_svdd_dual (tol {o['tol']:g}): {o['seconds_median']:.4f} s (median of "
+        f"{len(o['seconds_all'])}), {o['iterations']} iterations, FW gap {o['fw_gap']:.2e}, "
+        f"{o['support_vectors']} SVs, W = {o['W']:.12f}"
+    )
+    print(
+        f"  SLSQP (K = Phi Phi^T, analytic gradient, ftol 1e-12): {s['seconds']:.2f} s, "
+        f"{s['iterations']} iterations, {s['message']}, W = {s['W']:.12f}, "
+        f"constraint violation {s['constraint_violation']:.1e}"
+    )
     bound = " (lower bound: SLSQP was stopped)" if solver["speedup_is_lower_bound"] else ""
-    print(f"  |W_ours - W_qp| = {solver['objective_gap']:.3e} (W_ours - W_qp = "
-          f"{solver['W_ours_minus_W_qp']:+.3e}); speed-up t_qp / t_ours = "
-          f"{solver['speedup_vs_slsqp']:.1f}{bound}")
+    print(
+        f"  |W_ours - W_qp| = {solver['objective_gap']:.3e} (W_ours - W_qp = "
+        f"{solver['W_ours_minus_W_qp']:+.3e}); speed-up t_qp / t_ours = "
+        f"{solver['speedup_vs_slsqp']:.1f}{bound}"
+    )
     cvx = solver.get("cvxopt", {})
     if "seconds" in cvx:
-        print(f"  cvxopt qp: {cvx['seconds']:.2f} s, status {cvx['status']}, W = {cvx['W']:.12f}, "
-              f"gap {cvx['objective_gap']:.2e}, speed-up {cvx['speedup_vs_cvxopt']:.1f}")
+        print(
+            f"  cvxopt qp: {cvx['seconds']:.2f} s, status {cvx['status']}, W = {cvx['W']:.12f}, "
+            f"gap {cvx['objective_gap']:.2e}, speed-up {cvx['speedup_vs_cvxopt']:.1f}"
+        )
     else:
         print(f"  cvxopt: {cvx.get('skipped') or cvx.get('error')}")
     if check is not None:
         c = check
-        print(f"  check at n = {c['n']} (SLSQP to completion): ours {c['ours']['seconds_median']:.4f} s, "
-              f"SLSQP {c['slsqp']['seconds']:.2f} s ({c['slsqp']['message']}), "
-              f"|W_ours - W_qp| = {c['objective_gap']:.3e}, speed-up {c['speedup_vs_slsqp']:.1f}")
+        print(
+            f"  check at n = {c['n']} (SLSQP to completion): ours {c['ours']['seconds_median']:.4f} s, "
+            f"SLSQP {c['slsqp']['seconds']:.2f} s ({c['slsqp']['message']}), "
+            f"|W_ours - W_qp| = {c['objective_gap']:.3e}, speed-up {c['speedup_vs_slsqp']:.1f}"
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -508,32 +596,53 @@ def print_tables(datasets: dict, skipped: dict, solver: dict | None, check: dict
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data-dir", default=None,
-                   help="data directory with uci/*.tsv.gz (default $DP_PROTO_DATA_DIR or ../shared/data)")
-    p.add_argument("--datasets", nargs="+", default=None, choices=list(TABLE_7_1),
-                   help="subset of Table 7.1 (default all; --quick: three_moons iris)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="data directory with uci/*.tsv.gz (default $DP_PROTO_DATA_DIR or ../shared/data)",
+    )
+    p.add_argument(
+        "--datasets",
+        nargs="+",
+        default=None,
+        choices=list(TABLE_7_1),
+        help="subset of Table 7.1 (default all; --quick: three_moons iris)",
+    )
     p.add_argument("--repeats", type=int, default=3, help="timed runs per method (median), default 3")
-    p.add_argument("--large-repeats", type=int, default=1,
-                   help=f"timed runs of the non-headline methods on sets with > {LARGE_N} "
-                        "training rows (default 1)")
+    p.add_argument(
+        "--large-repeats",
+        type=int,
+        default=1,
+        help=f"timed runs of the non-headline methods on sets with > {LARGE_N} training rows (default 1)",
+    )
     p.add_argument("--qp-n", type=int, default=2000, help="rows of the QP comparison (2000)")
-    p.add_argument("--qp-data", default="auto", choices=["auto", "shuttle", "five_gaussians"],
-                   help="data of the QP comparison (auto: shuttle, five_gaussians with --quick)")
-    p.add_argument("--qp-time-limit", type=float, default=300.0,
-                   help="seconds after which SLSQP is stopped (default 300)")
-    p.add_argument("--qp-check-n", type=int, default=800,
-                   help="if SLSQP hits the limit at --qp-n: also compare at this n (0: never)")
+    p.add_argument(
+        "--qp-data",
+        default="auto",
+        choices=["auto", "shuttle", "five_gaussians"],
+        help="data of the QP comparison (auto: shuttle, five_gaussians with --quick)",
+    )
+    p.add_argument(
+        "--qp-time-limit", type=float, default=300.0, help="seconds after which SLSQP is stopped (default 300)"
+    )
+    p.add_argument(
+        "--qp-check-n",
+        type=int,
+        default=800,
+        help="if SLSQP hits the limit at --qp-n: also compare at this n (0: never)",
+    )
     p.add_argument("--solver-repeats", type=int, default=7, help="runs of solve_svdd_dual (median)")
-    p.add_argument("--svm-weight-max-n", type=int, default=5000,
-                   help="time PrivateSVMWeight only on training sets up to this size")
+    p.add_argument(
+        "--svm-weight-max-n", type=int, default=5000, help="time PrivateSVMWeight only on training sets up to this size"
+    )
     p.add_argument("--no-qp", dest="qp", action="store_false", help="skip the solver comparison")
     p.add_argument("--threads", type=int, default=1, help="torch and BLAS threads (default 1)")
     p.add_argument("--device", default="cpu", help="torch device: cpu or cuda (default cpu)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run: three_moons and iris, qp-n 200, repeats 1")
+    p.add_argument("--quick", action="store_true", help="smoke run: three_moons and iris, qp-n 200, repeats 1")
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"JSON output (default {DEFAULT_OUT})")
     args = p.parse_args(argv)
     if args.quick:
@@ -553,6 +662,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     try:
         from threadpoolctl import threadpool_limits
+
         limiter = threadpool_limits(limits=args.threads)
     except ImportError:  # comes with scikit-learn; without it BLAS keeps its own setting
         limiter = None
@@ -584,8 +694,9 @@ def _run(args, started: float) -> dict:
         print(f"note: {name} skipped: {why}", file=sys.stderr)
 
     datasets: dict[str, dict] = {}
-    with tqdm(total=len(loaded) * len(METHODS), desc=BENCHMARK, unit="method", file=sys.stderr,
-              dynamic_ncols=True) as bar:
+    with tqdm(
+        total=len(loaded) * len(METHODS), desc=BENCHMARK, unit="method", file=sys.stderr, dynamic_ncols=True
+    ) as bar:
         for name, (X, y) in loaded.items():
             datasets[name] = run_dataset(name, X, y, args, svm_weight_cls, svm_weight_note, bar)
 
@@ -594,8 +705,7 @@ def _run(args, started: float) -> dict:
         print(f"solver comparison at n = {args.qp_n} (SLSQP may take minutes) ...", file=sys.stderr)
         solver = compare_solvers(args.qp_n, args, data_dir)
         if solver["slsqp"]["time_limited"] and 0 < args.qp_check_n < args.qp_n:
-            print(f"SLSQP hit the time limit; checking the objective at n = {args.qp_check_n} ...",
-                  file=sys.stderr)
+            print(f"SLSQP hit the time limit; checking the objective at n = {args.qp_check_n} ...", file=sys.stderr)
             check = compare_solvers(args.qp_check_n, args, data_dir, check=True)
             solver["check_at_smaller_n"] = check
 
@@ -606,16 +716,21 @@ def _run(args, started: float) -> dict:
     cvx = (solver or {}).get("cvxopt", {})
     if cvx.get("status") == "optimal":
         # the thesis' own general QP solver (CVXOPT, L523), run to its optimum at --qp-n
-        headline_qp = {"solver_reference": "cvxopt.solvers.qp",
-                       "solver_speedup_vs_qp": cvx["speedup_vs_cvxopt"],
-                       "solver_objective_gap": cvx["objective_gap"], "solver_objective_gap_n": solver["n"],
-                       "solver_speedup_is_lower_bound": False}
+        headline_qp = {
+            "solver_reference": "cvxopt.solvers.qp",
+            "solver_speedup_vs_qp": cvx["speedup_vs_cvxopt"],
+            "solver_objective_gap": cvx["objective_gap"],
+            "solver_objective_gap_n": solver["n"],
+            "solver_speedup_is_lower_bound": False,
+        }
     else:
-        headline_qp = {"solver_reference": "scipy SLSQP",
-                       "solver_speedup_vs_qp": solver["speedup_vs_slsqp"] if solver else None,
-                       "solver_objective_gap": gap_source["objective_gap"] if gap_source else None,
-                       "solver_objective_gap_n": gap_source["n"] if gap_source else None,
-                       "solver_speedup_is_lower_bound": solver["speedup_is_lower_bound"] if solver else None}
+        headline_qp = {
+            "solver_reference": "scipy SLSQP",
+            "solver_speedup_vs_qp": solver["speedup_vs_slsqp"] if solver else None,
+            "solver_objective_gap": gap_source["objective_gap"] if gap_source else None,
+            "solver_objective_gap_n": gap_source["n"] if gap_source else None,
+            "solver_speedup_is_lower_bound": solver["speedup_is_lower_bound"] if solver else None,
+        }
     headline = {
         "shuttle_end_to_end_s": shuttle.get("total_s"),
         **headline_qp,
@@ -648,17 +763,31 @@ def _run(args, started: float) -> dict:
         "benchmark": BENCHMARK,
         "results": {"datasets": datasets, "skipped": skipped, "solver_vs_qp": solver},
         "headline": headline,
-        "settings": {"epsilon": EPSILON, "num_features": NUM_FEATURES, "split_run": 0,
-                     "repeats": args.repeats, "large_repeats": args.large_repeats,
-                     "solver_repeats": args.solver_repeats, "qp_n": args.qp_n,
-                     "qp_time_limit_s": args.qp_time_limit, "qp_check_n": args.qp_check_n,
-                     "solver_tol": SOLVER_TOL, "seed": args.seed, "quick": args.quick,
-                     "datasets": args.datasets, "data_dir": str(data_dir)},
-        "device": device_name, "threads": args.threads, "torch_version": torch.__version__,
-        "cpu_model": cpu_model(), "machine": machine_description(),
+        "settings": {
+            "epsilon": EPSILON,
+            "num_features": NUM_FEATURES,
+            "split_run": 0,
+            "repeats": args.repeats,
+            "large_repeats": args.large_repeats,
+            "solver_repeats": args.solver_repeats,
+            "qp_n": args.qp_n,
+            "qp_time_limit_s": args.qp_time_limit,
+            "qp_check_n": args.qp_check_n,
+            "solver_tol": SOLVER_TOL,
+            "seed": args.seed,
+            "quick": args.quick,
+            "datasets": args.datasets,
+            "data_dir": str(data_dir),
+        },
+        "device": device_name,
+        "threads": args.threads,
+        "torch_version": torch.__version__,
+        "cpu_model": cpu_model(),
+        "machine": machine_description(),
         "python": platform.python_version(),
         "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "elapsed_s": round(time.perf_counter() - started, 1), "notes": notes,
+        "elapsed_s": round(time.perf_counter() - started, 1),
+        "notes": notes,
     }
 
 

@@ -11,8 +11,12 @@ import argparse
 import json
 from pathlib import Path
 
-LABELS = {"proposed": "proposed (sound)", "proposed_training_starts": "thesis variant (not DP)",
-          "svm_weight": "SVM WEIGHT", "svm_output": "SVM OUTPUT (per query)"}
+LABELS = {
+    "proposed": "proposed (sound)",
+    "proposed_training_starts": "thesis variant (not DP)",
+    "svm_weight": "SVM WEIGHT",
+    "svm_output": "SVM OUTPUT (per query)",
+}
 
 
 def cells_sentence(modes: dict) -> str:
@@ -33,8 +37,9 @@ def tables(payload: dict) -> str:
         out.append("| method | " + " | ".join(epsilons) + " |")
         out.append("|---|" + "---|" * len(epsilons))
         for method, cells in methods.items():
-            out.append(f"| {LABELS.get(method, method)} | "
-                       + " | ".join(f"{cells[e]['mean']:.3f}" for e in epsilons) + " |")
+            out.append(
+                f"| {LABELS.get(method, method)} | " + " | ".join(f"{cells[e]['mean']:.3f}" for e in epsilons) + " |"
+            )
         out.append(f"\nSound default's cells: {cells_sentence(payload['start_modes'][name])}\n")
     return "\n".join(out)
 

@@ -64,19 +64,30 @@ def main(argv=None) -> int:
     for name, (crop, size) in CROPS.items():
         faces = load_yale_faces(resolve_data_dir(args.data_dir), crop=crop, size=size)
         x = faces.images.reshape(len(faces.images), -1)
-        scores = {task: [probe_accuracy(x, labels, faces.private, 100 + k) for k in range(args.splits)]
-                  for task, labels in (("condition", faces.regular), ("identity", faces.private))}
-        results[name] = {task: [round(float(np.mean(v)), 4), round(float(np.std(v)), 4)]
-                         for task, v in scores.items()}
+        scores = {
+            task: [probe_accuracy(x, labels, faces.private, 100 + k) for k in range(args.splits)]
+            for task, labels in (("condition", faces.regular), ("identity", faces.private))
+        }
+        results[name] = {task: [round(float(np.mean(v)), 4), round(float(np.std(v)), 4)] for task, v in scores.items()}
         results[name]["image_size"] = list(size)
-        print(f"{name:>4} {size[0]}x{size[1]}: condition {results[name]['condition'][0]:.3f} "
-              f"+- {results[name]['condition'][1]:.3f}, identity {results[name]['identity'][0]:.3f} "
-              f"+- {results[name]['identity'][1]:.3f}")
-    emit_json({"benchmark": BENCHMARK, "results": results, "settings": {"splits": args.splits},
-               **run_metadata(started),
-               "notes": ["logistic regression (C = 0.1) on standardised pixels, trained on one half of the "
-                         "faces (stratified by identity), scored on the other; mean and std over the splits"]},
-              args.out)
+        print(
+            f"{name:>4} {size[0]}x{size[1]}: condition {results[name]['condition'][0]:.3f} "
+            f"+- {results[name]['condition'][1]:.3f}, identity {results[name]['identity'][0]:.3f} "
+            f"+- {results[name]['identity'][1]:.3f}"
+        )
+    emit_json(
+        {
+            "benchmark": BENCHMARK,
+            "results": results,
+            "settings": {"splits": args.splits},
+            **run_metadata(started),
+            "notes": [
+                "logistic regression (C = 0.1) on standardised pixels, trained on one half of the "
+                "faces (stratified by identity), scored on the other; mean and std over the splits"
+            ],
+        },
+        args.out,
+    )
     return 0
 
 

@@ -20,8 +20,7 @@ REMOVAL = "the release after 0.1"
 
 def alias_module(old: str, new: str) -> None:
     """Make the module being imported as ``old`` the module ``new`` (same object)."""
-    warnings.warn(f"{old} moved to {new}; the old path will be removed in {REMOVAL}",
-                  DeprecationWarning, stacklevel=3)
+    warnings.warn(f"{old} moved to {new}; the old path will be removed in {REMOVAL}", DeprecationWarning, stacklevel=3)
     sys.modules[old] = importlib.import_module(new)
 
 
@@ -32,15 +31,17 @@ def moved_names(package: str, new_homes: Mapping[str, str]) -> Callable[[str], A
         home = new_homes.get(name)
         if home is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        warnings.warn(f"{package}.{name} moved to {home}.{name}; the old path will be removed in "
-                      f"{REMOVAL}", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"{package}.{name} moved to {home}.{name}; the old path will be removed in {REMOVAL}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return getattr(importlib.import_module(home), name)
 
     return __getattr__
 
 
-def renamed_argument(owner: str, new: str, new_value: Any, old: str, old_value: Any, *,
-                     required: bool = False) -> Any:
+def renamed_argument(owner: str, new: str, new_value: Any, old: str, old_value: Any, *, required: bool = False) -> Any:
     """The value of argument ``new``, taking the deprecated ``old`` name for one release.
 
     ``old`` given: warns with :class:`DeprecationWarning` and returns its value (``TypeError``
@@ -48,8 +49,11 @@ def renamed_argument(owner: str, new: str, new_value: Any, old: str, old_value: 
     if old_value is not None:
         if new_value is not None:
             raise TypeError(f"{owner}: pass {new}= only ({old}= is its old name)")
-        warnings.warn(f"{owner}: {old}= is now called {new}=; the old name will be removed in {REMOVAL}",
-                      DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            f"{owner}: {old}= is now called {new}=; the old name will be removed in {REMOVAL}",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         return old_value
     if required and new_value is None:
         raise TypeError(f"{owner}: missing the argument {new}=")
@@ -66,8 +70,11 @@ def renamed_keyword(old: str, new: str) -> Callable:
             if old in kwargs:
                 if new in kwargs:
                     raise TypeError(f"{function.__qualname__}: pass {new}= only ({old}= is its old name)")
-                warnings.warn(f"{function.__qualname__}: {old}= is now called {new}=; the old name will be "
-                              f"removed in {REMOVAL}", DeprecationWarning, stacklevel=2)
+                warnings.warn(
+                    f"{function.__qualname__}: {old}= is now called {new}=; the old name will be removed in {REMOVAL}",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
                 kwargs[new] = kwargs.pop(old)
             return function(*args, **kwargs)
 

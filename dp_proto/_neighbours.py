@@ -70,6 +70,7 @@ def squared_distances(x: Tensor, centres: Tensor) -> Tensor:
         d = torch.baddbmm(base, x.expand(centres.shape[0], *x.shape), centres.transpose(1, 2), alpha=-2.0)
     return d.clamp_min_(0.0)
 
+
 #: Distances held at once by the automatic chunk size (``chunk * n``, about 32 MiB in float64).
 DEFAULT_BLOCK = 1 << 22
 

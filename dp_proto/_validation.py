@@ -51,8 +51,7 @@ def check_labels_known(y: np.ndarray, classes: np.ndarray) -> None:
     unseen = np.setdiff1d(np.unique(y), classes)
     if unseen.size:
         raise DataValidationError(
-            f"y contains label(s) {unseen.tolist()} that were not seen during fit; "
-            f"known classes: {classes.tolist()}"
+            f"y contains label(s) {unseen.tolist()} that were not seen during fit; known classes: {classes.tolist()}"
         )
 
 

@@ -14,14 +14,21 @@ def small_cnn(in_channels: int = 1, out_features: int = 32, width: int = 16) -> 
     Uses GroupNorm rather than BatchNorm so that Opacus can train it privately.
     """
     return nn.Sequential(
-        nn.Conv2d(in_channels, width, 3, stride=2, padding=1), nn.GroupNorm(4, width), nn.ReLU(),
-        nn.Conv2d(width, 2 * width, 3, stride=2, padding=1), nn.GroupNorm(4, 2 * width), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(8 * width, out_features),
+        nn.Conv2d(in_channels, width, 3, stride=2, padding=1),
+        nn.GroupNorm(4, width),
+        nn.ReLU(),
+        nn.Conv2d(width, 2 * width, 3, stride=2, padding=1),
+        nn.GroupNorm(4, 2 * width),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(2),
+        nn.Flatten(),
+        nn.Linear(8 * width, out_features),
     )
 
 
-def mlp(in_features: int, hidden: int = 64, out_features: int = 32, depth: int = 2,
-        dropout: float = 0.0) -> nn.Sequential:
+def mlp(
+    in_features: int, hidden: int = 64, out_features: int = 32, depth: int = 2, dropout: float = 0.0
+) -> nn.Sequential:
     """``depth`` hidden layers of ``hidden`` ReLU units, then a linear map to ``out_features``."""
     layers: list[nn.Module] = []
     width = in_features

@@ -1,11 +1,11 @@
 """The ``dp-proto`` command line.
 
-    dp-proto demo [--quick] [--log-dir runs]        DP-GMLVQ vs GMLVQ on scikit-learn's digits
-    dp-proto train --config FILE [key.sub=value ...]  any experiment in training/configs
-    dp-proto anonymize [--config FILE] [key.sub=value ...]  the adversarial anonymizer
-    dp-proto llp --data-dir DIR [--distributed]     LLP over SCATS sensor nodes, 4-node setting
-    dp-proto svdd [--config FILE] [key.sub=value ...]  the (private) SVDD classifier, one split
-    dp-proto version
+dp-proto demo [--quick] [--log-dir runs]        DP-GMLVQ vs GMLVQ on scikit-learn's digits
+dp-proto train --config FILE [key.sub=value ...]  any experiment in training/configs
+dp-proto anonymize [--config FILE] [key.sub=value ...]  the adversarial anonymizer
+dp-proto llp --data-dir DIR [--distributed]     LLP over SCATS sensor nodes, 4-node setting
+dp-proto svdd [--config FILE] [key.sub=value ...]  the (private) SVDD classifier, one split
+dp-proto version
 """
 
 from __future__ import annotations
@@ -39,8 +39,14 @@ DEMO_DP_CONFIG = {
     "data": {"source": "bundled", "name": "digits", "scaling": "none"},
     "model": {"type": "gmlvq", "prototypes_per_class": 1},
     "training": {"optimizer": "sgd", "lr": 0.5, "momentum": 0.0, "metric_lr_scale": 0.1, "max_epochs": 20},
-    "privacy": {"epsilon": 1.0, "delta": 1e-5, "sampling_rate": 0.2, "max_grad_norm": 0.5,
-                "bounds": [0.0, 16.0], "classes": list(range(10))},
+    "privacy": {
+        "epsilon": 1.0,
+        "delta": 1e-5,
+        "sampling_rate": 0.2,
+        "max_grad_norm": 0.5,
+        "bounds": [0.0, 16.0],
+        "classes": list(range(10)),
+    },
     "logging": {"name": "demo_digits_dp_gmlvq", "image_shape": [8, 8]},
 }
 
@@ -101,8 +107,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print()
     _report(public, as_json=False)
     epsilon, delta = private["epsilon"], private["config"]["privacy"]["delta"]
-    print(f"\ntest accuracy: DP-GMLVQ {private['test_acc']:.4f} at ({epsilon:.3g}, {delta:g})-DP "
-          f"vs non-private GMLVQ {public['test_acc']:.4f}")
+    print(
+        f"\ntest accuracy: DP-GMLVQ {private['test_acc']:.4f} at ({epsilon:.3g}, {delta:g})-DP "
+        f"vs non-private GMLVQ {public['test_acc']:.4f}"
+    )
     return 0
 
 
@@ -133,23 +141,42 @@ def _cmd_anonymize(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "config"}))
         return 0
-    print(f"regular accuracy      {result['regular_accuracy']:.4f}   (regular branch, held-out, "
-          f"{result['held_out_records']} records; fresh classifiers on z: {result['fresh_regular_accuracy']:.4f})")
-    print(f"fresh attacker        {result['attacker_accuracy']:.4f}   "
-          + ", ".join(f"{k} {v:.3f}" for k, v in result["attacker_by_model"].items()))
+    print(
+        f"regular accuracy      {result['regular_accuracy']:.4f}   (regular branch, held-out, "
+        f"{result['held_out_records']} records; fresh classifiers on z: {result['fresh_regular_accuracy']:.4f})"
+    )
+    print(
+        f"fresh attacker        {result['attacker_accuracy']:.4f}   "
+        + ", ".join(f"{k} {v:.3f}" for k, v in result["attacker_by_model"].items())
+    )
     print(f"random guessing       {result['chance']:.4f}")
-    print(f"attacker error        {result['attacker_error']:.4f}   (Fano estimate from the branch: "
-          f"{result['fano_error_estimate']:.4f})")
+    print(
+        f"attacker error        {result['attacker_error']:.4f}   (Fano estimate from the branch: "
+        f"{result['fano_error_estimate']:.4f})"
+    )
     print(f"TensorBoard           {result['log_dir']}")
     return 0
 
 
 # --flag -> config key of dp_proto.experiments.llp (a given flag overrides the file)
-_LLP_FLAGS = {"data_dir": "data.data_dir", "nodes": "data.nodes", "anchor": "data.anchor",
-              "neighbours": "data.neighbours", "folds": "data.folds", "fold": "data.fold",
-              "batch_size": "llp.batch_size", "k": "llp.k", "epsilon": "llp.epsilon", "estimator": "llp.estimator",
-              "n_starts": "llp.n_starts", "noise_seed": "llp.noise_seed", "seed": "seed",
-              "distributed": "run.distributed", "compare": "run.compare", "threads": "run.threads"}
+_LLP_FLAGS = {
+    "data_dir": "data.data_dir",
+    "nodes": "data.nodes",
+    "anchor": "data.anchor",
+    "neighbours": "data.neighbours",
+    "folds": "data.folds",
+    "fold": "data.fold",
+    "batch_size": "llp.batch_size",
+    "k": "llp.k",
+    "epsilon": "llp.epsilon",
+    "estimator": "llp.estimator",
+    "n_starts": "llp.n_starts",
+    "noise_seed": "llp.noise_seed",
+    "seed": "seed",
+    "distributed": "run.distributed",
+    "compare": "run.compare",
+    "threads": "run.threads",
+}
 
 
 def _cmd_llp(args: argparse.Namespace) -> int:
@@ -169,18 +196,23 @@ def _cmd_llp(args: argparse.Namespace) -> int:
     cfg = result["config"]
     how = "distributed (one process per node)" if result["distributed"] else "simulated (one process)"
     print(f"nodes {result['detectors']}, neighbours {result['neighbours']}")
-    print(f"fold {cfg['data']['fold']}/{cfg['data']['folds']}, b={cfg['llp']['batch_size']}, k={cfg['llp']['k']}, "
-          f"epsilon={cfg['llp']['epsilon']}")
+    print(
+        f"fold {cfg['data']['fold']}/{cfg['data']['folds']}, b={cfg['llp']['batch_size']}, k={cfg['llp']['k']}, "
+        f"epsilon={cfg['llp']['epsilon']}"
+    )
     for i, node in enumerate(result["nodes"]):
         line = f"  node {i}: accuracy {node['accuracy']:.4f}, epsilon {node['epsilon']:g}"
         if "bytes_sent" in node:
             line += f", sent {node['bytes_sent']} B to {node['subscribers']}, received {node['bytes_received']} B"
         print(line)
-    print(f"accuracy {result['accuracy']:.4f} (own models {result['own_accuracy']:.4f}), "
-          f"{result['seconds']:.1f} s {how}")
+    print(
+        f"accuracy {result['accuracy']:.4f} (own models {result['own_accuracy']:.4f}), {result['seconds']:.1f} s {how}"
+    )
     if "identical_to_simulation" in result:
-        print(f"simulation: accuracy {result['simulation_accuracy']:.4f}, "
-              f"identical models and releases: {result['identical_to_simulation']}")
+        print(
+            f"simulation: accuracy {result['simulation_accuracy']:.4f}, "
+            f"identical models and releases: {result['identical_to_simulation']}"
+        )
         if not result["identical_to_simulation"]:
             return 1
     return 0
@@ -197,9 +229,11 @@ def _cmd_svdd(args: argparse.Namespace) -> int:
         return 0
     cfg = result["config"]
     private = result["epsilon"] is not None
-    print(f"model      {'private ' if private else ''}SVDD equilibrium-point classifier on "
-          f"{cfg['data']['source']}:{cfg['data']['name']} ({result['starts']} starts, "
-          f"{result['labelled_points']} labelled equilibrium points)")
+    print(
+        f"model      {'private ' if private else ''}SVDD equilibrium-point classifier on "
+        f"{cfg['data']['source']}:{cfg['data']['name']} ({result['starts']} starts, "
+        f"{result['labelled_points']} labelled equilibrium points)"
+    )
     train = "not computed (private)" if private else f"{result['train_acc']:.4f}"
     print(f"test acc   {result['test_acc']:.4f}   (train {train})")
     print(f"fit time   {result['fit_seconds']:.2f} s")
@@ -211,31 +245,48 @@ def _cmd_svdd(args: argparse.Namespace) -> int:
 
 
 def _add_llp_parser(sub) -> None:
-    llp = sub.add_parser("llp", help="learning from (private) label proportions over SCATS sensor nodes: "
-                                     "a node and its nearest detectors, one cross-validation fold "
-                                     "(defaults: dp_proto.experiments.llp.LLP_DEFAULTS)")
+    llp = sub.add_parser(
+        "llp",
+        help="learning from (private) label proportions over SCATS sensor nodes: "
+        "a node and its nearest detectors, one cross-validation fold "
+        "(defaults: dp_proto.experiments.llp.LLP_DEFAULTS)",
+    )
     llp.add_argument("--config", default=None, help="YAML file, e.g. training/configs/scats_llp.yaml")
     llp.add_argument("overrides", nargs="*", help="key.subkey=value, e.g. llp.k=8")
     llp.add_argument("--data-dir", default=None, help="data directory (default: $DP_PROTO_DATA_DIR)")
-    llp.add_argument("--distributed", action="store_true", default=None,
-                     help="one process per node, proportions exchanged by torch.distributed (gloo, localhost)")
-    llp.add_argument("--compare", action="store_true", default=None,
-                     help="with --distributed: also simulate in this process and compare models and releases")
+    llp.add_argument(
+        "--distributed",
+        action="store_true",
+        default=None,
+        help="one process per node, proportions exchanged by torch.distributed (gloo, localhost)",
+    )
+    llp.add_argument(
+        "--compare",
+        action="store_true",
+        default=None,
+        help="with --distributed: also simulate in this process and compare models and releases",
+    )
     llp.add_argument("--nodes", type=int, default=None, help="nodes: --anchor and its nearest detectors (4)")
     llp.add_argument("--anchor", type=int, default=None, help="index of the first node's detector (0)")
     llp.add_argument("--neighbours", type=int, default=None, help="c, neighbours per node (default: nodes - 1)")
     llp.add_argument("--batch-size", type=int, default=None, help="b, time slots per batch (32)")
     llp.add_argument("--k", type=int, default=None, help="k-means clusters per node (16)")
     llp.add_argument("--epsilon", type=float, default=None, help="per-node epsilon; <= 0: exact proportions (0.1)")
-    llp.add_argument("--estimator", default=None, choices=("clipped", "unbiased"),
-                     help="noisy counts -> proportions (clipped)")
+    llp.add_argument(
+        "--estimator", default=None, choices=("clipped", "unbiased"), help="noisy counts -> proportions (clipped)"
+    )
     llp.add_argument("--folds", type=int, default=None, help="time-block cross-validation folds (10)")
     llp.add_argument("--fold", type=int, default=None, help="the fold to run (0)")
-    llp.add_argument("--seed", type=int, default=None,
-                     help="k-means seeding and local-search starts, never the noise (0)")
-    llp.add_argument("--noise-seed", type=int, default=None,
-                     help="reproducible Laplace noise (not private against whoever knows it; "
-                          "default: fresh operating-system entropy)")
+    llp.add_argument(
+        "--seed", type=int, default=None, help="k-means seeding and local-search starts, never the noise (0)"
+    )
+    llp.add_argument(
+        "--noise-seed",
+        type=int,
+        default=None,
+        help="reproducible Laplace noise (not private against whoever knows it; "
+        "default: fresh operating-system entropy)",
+    )
     llp.add_argument("--n-starts", type=int, default=None, help="local-search starts per source (32)")
     llp.add_argument("--threads", type=int, default=None, help="intra-op threads per process (1)")
     llp.add_argument("--json", action="store_true", help="print one JSON line instead of text")
@@ -246,8 +297,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dp-proto", description="Prototype learning with privacy.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="train DP-GMLVQ (epsilon 1) and GMLVQ on scikit-learn's digits and "
-                                       "report both test accuracies and the certified epsilon")
+    demo = sub.add_parser(
+        "demo",
+        help="train DP-GMLVQ (epsilon 1) and GMLVQ on scikit-learn's digits and "
+        "report both test accuracies and the certified epsilon",
+    )
     demo.add_argument("--quick", action="store_true", help="3 epochs each (smoke test)")
     demo.set_defaults(func=_cmd_demo)
 
@@ -256,16 +310,21 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("overrides", nargs="*", help="key.subkey=value overrides, e.g. training.max_epochs=5")
     train.set_defaults(func=_cmd_train)
 
-    anonymize = sub.add_parser("anonymize", help="train the adversarial anonymizer from a YAML config and "
-                                                 "evaluate fresh attackers on held-out records")
+    anonymize = sub.add_parser(
+        "anonymize",
+        help="train the adversarial anonymizer from a YAML config and evaluate fresh attackers on held-out records",
+    )
     anonymize.add_argument("--config", default=None, help="YAML file, e.g. training/configs/yale_anonymizer.yaml")
     anonymize.add_argument("overrides", nargs="*", help="key.subkey=value overrides, e.g. training.lam=10")
     anonymize.set_defaults(func=_cmd_anonymize)
 
     _add_llp_parser(sub)
 
-    svdd = sub.add_parser("svdd", help="the (private) SVDD equilibrium-point classifier on one split "
-                                       "(defaults: dp_proto.experiments.svdd.SVDD_DEFAULTS)")
+    svdd = sub.add_parser(
+        "svdd",
+        help="the (private) SVDD equilibrium-point classifier on one split "
+        "(defaults: dp_proto.experiments.svdd.SVDD_DEFAULTS)",
+    )
     svdd.add_argument("--config", default=None, help="YAML file, e.g. training/configs/five_gaussians_svdd.yaml")
     svdd.add_argument("overrides", nargs="*", help="key.subkey=value overrides, e.g. svdd.gamma=50")
     svdd.add_argument("--json", action="store_true", help="print one JSON line instead of text")

@@ -15,9 +15,7 @@ from torch import Tensor
 __all__ = ["prototype_grid", "relevance_image", "plot_prototypes", "plot_relevance"]
 
 
-def prototype_grid(
-    prototypes: Tensor, image_shape: Sequence[int], *, ncol: int | None = None, pad: int = 1
-) -> Tensor:
+def prototype_grid(prototypes: Tensor, image_shape: Sequence[int], *, ncol: int | None = None, pad: int = 1) -> Tensor:
     """Tile prototypes ``(W, d)`` as grey images of ``image_shape`` (``(H, W)`` or
     ``(1, H, W)``) into one ``(3, rows*(H+pad)+pad, cols*(W+pad)+pad)`` image.
 
@@ -37,7 +35,7 @@ def prototype_grid(
     for k in range(n):
         r, c = divmod(k, ncol)
         top, left = pad + r * (h + pad), pad + c * (w + pad)
-        grid[top:top + h, left:left + w] = protos[k].reshape(h, w)
+        grid[top : top + h, left : left + w] = protos[k].reshape(h, w)
     return grid.expand(3, -1, -1).clone()
 
 

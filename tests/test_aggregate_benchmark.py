@@ -13,15 +13,32 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(*args: str) -> dict:
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "aggregate_accuracy.py"), *args],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "aggregate_accuracy.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_artificial_target_cell_and_speed():
-    out = _run("--datasets", "artificial", "--dims", "2", "--bins", "50", "--epsilons", "1.25",
-               "--repeats", "3", "--speed-repeats", "1")
+    out = _run(
+        "--datasets",
+        "artificial",
+        "--dims",
+        "2",
+        "--bins",
+        "50",
+        "--epsilons",
+        "1.25",
+        "--repeats",
+        "3",
+        "--speed-repeats",
+        "1",
+    )
     assert out["benchmark"] == "aggregate_accuracy"
     headline = out["headline"]
     assert headline["sa_error_d2_eps1.25_m50"] <= 0.05  # the target
@@ -38,8 +55,19 @@ def test_artificial_data_follow_the_seeds():
 
 @pytest.mark.data
 def test_real_data_rows(real_data_dir):
-    out = _run("--data-dir", str(real_data_dir), "--datasets", "segmentation", "--bins", "15",
-               "--epsilons", "5", "--folds", "2", "--no-speed")
+    out = _run(
+        "--data-dir",
+        str(real_data_dir),
+        "--datasets",
+        "segmentation",
+        "--bins",
+        "15",
+        "--epsilons",
+        "5",
+        "--folds",
+        "2",
+        "--no-speed",
+    )
     rows = out["results"]["segmentation"]
     assert set(rows) == {"saa", "coa", "dp_sgd"}
     assert set(rows["saa"]) == {"box", "ball r=0.5", "ball r=1"}

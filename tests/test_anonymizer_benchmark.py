@@ -18,8 +18,17 @@ def _run(args: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
 
 def test_tradeoff_benchmark_quick_synthetic(tmp_path):
     figure = tmp_path / "tradeoff.png"
-    proc = _run([sys.executable, str(ROOT / "benchmarks" / "anonymizer_tradeoff.py"), "--datasets", "synthetic",
-                 "--quick", "--figure", str(figure)])
+    proc = _run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "anonymizer_tradeoff.py"),
+            "--datasets",
+            "synthetic",
+            "--quick",
+            "--figure",
+            str(figure),
+        ]
+    )
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["benchmark"] == "anonymizer_tradeoff"
     curve = out["results"]["synthetic"]["toggle"]
@@ -31,16 +40,42 @@ def test_tradeoff_benchmark_quick_synthetic(tmp_path):
     assert figure.exists()
     # Two worker processes give the same fits: every fit seeds itself, and the workers
     # get the --quick settings of the parent.
-    parallel = _run([sys.executable, str(ROOT / "benchmarks" / "anonymizer_tradeoff.py"), "--datasets",
-                     "synthetic", "--quick", "--jobs", "2", "--figure", ""])
+    parallel = _run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "anonymizer_tradeoff.py"),
+            "--datasets",
+            "synthetic",
+            "--quick",
+            "--jobs",
+            "2",
+            "--figure",
+            "",
+        ]
+    )
     assert json.loads(parallel.stdout.strip().splitlines()[-1])["results"] == out["results"]
 
 
 def test_anonymize_cli_on_the_synthetic_config(tmp_path):
-    proc = _run([sys.executable, "-m", "dp_proto.cli", "anonymize", "--config",
-                 str(ROOT / "training" / "configs" / "synthetic_anonymizer.yaml"), "--json", "--no-progress",
-                 "--log-dir", str(tmp_path), "training.adversarial_epochs=4", "training.pretrain_regular_epochs=4",
-                 "training.pretrain_private_epochs=2", "data.synthetic.n=1000", "training.lam=1"])
+    proc = _run(
+        [
+            sys.executable,
+            "-m",
+            "dp_proto.cli",
+            "anonymize",
+            "--config",
+            str(ROOT / "training" / "configs" / "synthetic_anonymizer.yaml"),
+            "--json",
+            "--no-progress",
+            "--log-dir",
+            str(tmp_path),
+            "training.adversarial_epochs=4",
+            "training.pretrain_regular_epochs=4",
+            "training.pretrain_private_epochs=2",
+            "data.synthetic.n=1000",
+            "training.lam=1",
+        ]
+    )
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["held_out_records"] == 500 and 0 <= out["attacker_accuracy"] <= 1
     assert out["regular_accuracy"] > 0.4  # chance 0.25
@@ -48,17 +83,36 @@ def test_anonymize_cli_on_the_synthetic_config(tmp_path):
 
 
 def test_anonymize_cli_rejects_unknown_keys(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "dp_proto.cli", "anonymize", "training.lamda=3"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dp_proto.cli", "anonymize", "training.lamda=3"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "lamda" in proc.stderr
 
 
 @pytest.mark.data
 def test_anonymize_cli_on_yale(real_data_dir, tmp_path):
-    proc = _run([sys.executable, "-m", "dp_proto.cli", "anonymize", "--config",
-                 str(ROOT / "training" / "configs" / "yale_anonymizer.yaml"), "--json", "--no-progress",
-                 "--log-dir", str(tmp_path), f"data.data_dir={real_data_dir}", "training.adversarial_epochs=2",
-                 "training.pretrain_regular_epochs=2", "training.pretrain_private_epochs=1"])
+    proc = _run(
+        [
+            sys.executable,
+            "-m",
+            "dp_proto.cli",
+            "anonymize",
+            "--config",
+            str(ROOT / "training" / "configs" / "yale_anonymizer.yaml"),
+            "--json",
+            "--no-progress",
+            "--log-dir",
+            str(tmp_path),
+            f"data.data_dir={real_data_dir}",
+            "training.adversarial_epochs=2",
+            "training.pretrain_regular_epochs=2",
+            "training.pretrain_private_epochs=1",
+        ]
+    )
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["held_out_records"] == 82 and out["train_records"] == 82
     assert out["chance"] == pytest.approx(6 / 82, abs=0.02)
@@ -66,8 +120,9 @@ def test_anonymize_cli_on_yale(real_data_dir, tmp_path):
 
 @pytest.mark.data
 def test_yale_crops_benchmark(real_data_dir):
-    proc = _run([sys.executable, str(ROOT / "benchmarks" / "yale_crops.py"), "--data-dir", str(real_data_dir),
-                 "--splits", "2"])
+    proc = _run(
+        [sys.executable, str(ROOT / "benchmarks" / "yale_crops.py"), "--data-dir", str(real_data_dir), "--splits", "2"]
+    )
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(out["results"]) == {"box", "face"}
     for crop in out["results"].values():

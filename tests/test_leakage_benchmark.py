@@ -16,16 +16,27 @@ from tests._benchmarks import import_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "leakage.py"
-HEADLINE_KEYS = {"outlier_extreme_vanilla_p", "outlier_extreme_private_p", "xor_vanilla_fraction",
-                 "xor_private_fraction", "audit"}
+HEADLINE_KEYS = {
+    "outlier_extreme_vanilla_p",
+    "outlier_extreme_private_p",
+    "xor_vanilla_fraction",
+    "xor_private_fraction",
+    "audit",
+}
 PRIVATE = {"dp_sgd", "saa", "coa"}
 
 
 def test_quick_run_ends_with_the_documented_json(tmp_path):
     out_file = tmp_path / "leakage.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--threads", "1", "--out", str(out_file)],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--threads", "1", "--out", str(out_file)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     last = proc.stdout.strip().splitlines()[-1]
     out = json.loads(last)

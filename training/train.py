@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Train a prototype model from a YAML config (same as ``dp-proto train``).
 
-    python training/train.py --config training/configs/digits_gmlvq.yaml training.max_epochs=5
+python training/train.py --config training/configs/digits_gmlvq.yaml training.max_epochs=5
 """
 
 import sys

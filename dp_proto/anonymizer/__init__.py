@@ -22,6 +22,17 @@ from dp_proto.anonymizer.losses import (
 from dp_proto.anonymizer.modules import Anonymizer, ConvEncoder, MLPEncoder, MLPHead, mlp
 from dp_proto.anonymizer.training import AnonymizerSchedule
 
-__all__ = ["Anonymizer", "AnonymizerSchedule", "ConvEncoder", "MLPEncoder", "MLPHead", "mlp", "anonymizer_objective",
-           "empirical_prior", "misclassification_lower_bound", "private_cross_entropy",
-           "random_guess_cross_entropy", "regular_cross_entropy"]
+__all__ = [
+    "Anonymizer",
+    "AnonymizerSchedule",
+    "ConvEncoder",
+    "MLPEncoder",
+    "MLPHead",
+    "mlp",
+    "anonymizer_objective",
+    "empirical_prior",
+    "misclassification_lower_bound",
+    "private_cross_entropy",
+    "random_guess_cross_entropy",
+    "regular_cross_entropy",
+]

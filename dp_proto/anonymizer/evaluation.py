@@ -20,8 +20,15 @@ from dp_proto.anonymizer.losses import (
     random_guess_cross_entropy,
 )
 
-__all__ = ["encode", "AttackerReport", "fresh_attacker_accuracy", "ATTACKERS", "fresh_probes", "restart_score",
-           "evaluate_held_out"]
+__all__ = [
+    "encode",
+    "AttackerReport",
+    "fresh_attacker_accuracy",
+    "ATTACKERS",
+    "fresh_probes",
+    "restart_score",
+    "evaluate_held_out",
+]
 
 ATTACKERS = ("logistic", "mlp", "knn")
 
@@ -32,7 +39,7 @@ def encode(encoder: nn.Module, x: Tensor, batch_size: int = 1024) -> Tensor:
     was_training = encoder.training
     encoder.eval()
     try:
-        parts = [encoder(x[i:i + batch_size]) for i in range(0, len(x), batch_size)]
+        parts = [encoder(x[i : i + batch_size]) for i in range(0, len(x), batch_size)]
     finally:
         encoder.train(was_training)
     return torch.cat(parts) if parts else x.new_zeros((0, 0))
@@ -67,8 +74,9 @@ def _make_attacker(name: str, seed: int):
     return make_pipeline(StandardScaler(), model)
 
 
-def fresh_attacker_accuracy(z: Tensor | np.ndarray, s: Tensor | np.ndarray, *, folds: int = 2,
-                            attackers=ATTACKERS, seed: int = 0) -> AttackerReport:
+def fresh_attacker_accuracy(
+    z: Tensor | np.ndarray, s: Tensor | np.ndarray, *, folds: int = 2, attackers=ATTACKERS, seed: int = 0
+) -> AttackerReport:
     """Fresh private-label attackers on held-out representations, cross-fitted: split
     ``(z, s)`` into ``folds`` stratified parts, train each attacker on all parts but one
     and score it on that one, so every record is scored once by attackers that never saw
@@ -93,8 +101,11 @@ def fresh_attacker_accuracy(z: Tensor | np.ndarray, s: Tensor | np.ndarray, *, f
     classes, counts = np.unique(s, return_counts=True)
     if len(classes) < 2:
         raise ValueError("the held-out records hold a single private class")
-    splitter = (StratifiedKFold(folds, shuffle=True, random_state=seed) if counts.min() >= folds
-                else KFold(folds, shuffle=True, random_state=seed))
+    splitter = (
+        StratifiedKFold(folds, shuffle=True, random_state=seed)
+        if counts.min() >= folds
+        else KFold(folds, shuffle=True, random_state=seed)
+    )
     correct = dict.fromkeys(attackers, 0)
     for train, test in splitter.split(z, s):
         if len(np.unique(s[train])) < 2:
@@ -115,12 +126,16 @@ def fresh_probes(anonymizer, x: Tensor, regular: Tensor, private: Tensor, *, fol
     cross-fitted fresh probes on it (:func:`fresh_attacker_accuracy`): ``(z, regular
     report, private report)``; the same probes for both labels."""
     z = encode(anonymizer.encoder, x)
-    return (z, fresh_attacker_accuracy(z, regular, folds=folds, seed=seed),
-            fresh_attacker_accuracy(z, private, folds=folds, seed=seed))
+    return (
+        z,
+        fresh_attacker_accuracy(z, regular, folds=folds, seed=seed),
+        fresh_attacker_accuracy(z, private, folds=folds, seed=seed),
+    )
 
 
-def restart_score(anonymizer, x: Tensor, regular: Tensor, private: Tensor, *, lam: float, folds: int = 2,
-                  seed: int = 0) -> dict:
+def restart_score(
+    anonymizer, x: Tensor, regular: Tensor, private: Tensor, *, lam: float, folds: int = 2, seed: int = 0
+) -> dict:
     """How well a trained anonymizer trades the two labels off on its own training
     records ``x (n, ...)``, as fresh probes see it: the cross-fitted accuracies of fresh
     regular classifiers (``regular_accuracy``) and of fresh attackers
@@ -130,12 +145,17 @@ def restart_score(anonymizer, x: Tensor, regular: Tensor, private: Tensor, *, la
     are compared by it; it uses the training records only."""
     _, probe_regular, attack = fresh_probes(anonymizer, x, regular, private, folds=folds, seed=seed)
     leak = max(attack.accuracy - attack.chance, 0.0)
-    return {"regular_accuracy": probe_regular.accuracy, "attacker_accuracy": attack.accuracy,
-            "chance": attack.chance, "score": probe_regular.accuracy - lam * leak}
+    return {
+        "regular_accuracy": probe_regular.accuracy,
+        "attacker_accuracy": attack.accuracy,
+        "chance": attack.chance,
+        "score": probe_regular.accuracy - lam * leak,
+    }
 
 
-def evaluate_held_out(anonymizer, prior: Tensor, x: Tensor, regular: Tensor, private: Tensor, *, folds: int = 2,
-                      seed: int = 0) -> dict:
+def evaluate_held_out(
+    anonymizer, prior: Tensor, x: Tensor, regular: Tensor, private: Tensor, *, folds: int = 2, seed: int = 0
+) -> dict:
     """The honest evaluation on held-out records ``x (n, ...)``: the regular branch's
     accuracy, fresh regular classifiers' and fresh attackers' cross-fitted accuracies on
     the frozen representation, the jointly trained private branch's accuracy and

@@ -25,9 +25,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["check_labels", "empirical_prior", "regular_cross_entropy", "private_cross_entropy",
-           "random_guess_cross_entropy", "anonymizer_objective", "per_record_objective", "fano_function",
-           "misclassification_lower_bound"]
+__all__ = [
+    "check_labels",
+    "empirical_prior",
+    "regular_cross_entropy",
+    "private_cross_entropy",
+    "random_guess_cross_entropy",
+    "anonymizer_objective",
+    "per_record_objective",
+    "fano_function",
+    "misclassification_lower_bound",
+]
 
 
 def check_labels(labels: Tensor, num_classes: int, what: str) -> None:
@@ -37,8 +45,9 @@ def check_labels(labels: Tensor, num_classes: int, what: str) -> None:
     if labels.is_floating_point() or labels.is_complex():
         raise ValueError(f"{what} labels must be integer class indices, got dtype {labels.dtype}")
     if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
-        raise ValueError(f"{what} labels must lie in 0..{num_classes - 1}, got values in "
-                         f"{int(labels.min())}..{int(labels.max())}")
+        raise ValueError(
+            f"{what} labels must lie in 0..{num_classes - 1}, got values in {int(labels.min())}..{int(labels.max())}"
+        )
 
 
 def empirical_prior(labels: Tensor, num_classes: int) -> Tensor:
@@ -52,8 +61,10 @@ def empirical_prior(labels: Tensor, num_classes: int) -> Tensor:
     counts = torch.bincount(labels, minlength=num_classes).to(torch.float64)
     missing = torch.nonzero(counts == 0).flatten().tolist()
     if missing:
-        raise ValueError(f"private class(es) {missing} have no training records; the empirical prior "
-                         "needs every private class in the training set")
+        raise ValueError(
+            f"private class(es) {missing} have no training records; the empirical prior "
+            "needs every private class in the training set"
+        )
     return (counts / counts.sum()).to(torch.float32)
 
 
@@ -83,8 +94,9 @@ def anonymizer_objective(ce_regular: Tensor, ce_private: Tensor, ce_random: Tens
     return ce_regular + lam * (ce_private - ce_random).abs()
 
 
-def per_record_objective(regular_logits: Tensor, private_logits: Tensor, y: Tensor, s: Tensor, prior: Tensor,
-                         lam: float) -> Tensor:
+def per_record_objective(
+    regular_logits: Tensor, private_logits: Tensor, y: Tensor, s: Tensor, prior: Tensor, lam: float
+) -> Tensor:
     """Mean over records of ``CE_regular_i + lam |CE_private_i - CE_random_i|``: the
     encoder objective of DP training, a sum over records (the batch-level absolute value
     of :func:`anonymizer_objective` is not, so its per-record gradient is undefined)."""

@@ -15,13 +15,13 @@ from torch import Tensor, nn
 __all__ = ["mlp", "MLPEncoder", "ConvEncoder", "MLPHead", "Anonymizer"]
 
 
-def mlp(in_features: int, hidden: Sequence[int], out_features: int, *, dropout: float = 0.0,
-        final_activation: bool = False) -> nn.Sequential:
+def mlp(
+    in_features: int, hidden: Sequence[int], out_features: int, *, dropout: float = 0.0, final_activation: bool = False
+) -> nn.Sequential:
     """``Linear -> ReLU -> Dropout`` blocks of widths ``hidden``, then ``Linear`` to
     ``out_features`` (followed by ReLU if ``final_activation``)."""
     if in_features < 1 or out_features < 1 or any(h < 1 for h in hidden):
-        raise ValueError(f"layer widths must be >= 1, got in={in_features}, hidden={list(hidden)}, "
-                         f"out={out_features}")
+        raise ValueError(f"layer widths must be >= 1, got in={in_features}, hidden={list(hidden)}, out={out_features}")
     if not 0 <= dropout < 1:
         raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
     layers: list[nn.Module] = []
@@ -41,8 +41,9 @@ class MLPEncoder(nn.Module):
     """``(B, *shape) -> (B, representation_dim)``: flatten, then an MLP whose last layer
     is also rectified (the representation is non-negative, as in the MLP of Feutry et al. 2018)."""
 
-    def __init__(self, in_features: int, representation_dim: int = 64, hidden: Sequence[int] = (256,),
-                 dropout: float = 0.0) -> None:
+    def __init__(
+        self, in_features: int, representation_dim: int = 64, hidden: Sequence[int] = (256,), dropout: float = 0.0
+    ) -> None:
         super().__init__()
         self.in_features = in_features
         self.representation_dim = representation_dim
@@ -59,15 +60,22 @@ class ConvEncoder(nn.Module):
     """``(B, C, H, W) -> (B, representation_dim)``: two 3x3 conv blocks (ReLU, 2x2 max
     pooling), then a linear layer with ReLU. For small images such as faces."""
 
-    def __init__(self, image_shape: Sequence[int], representation_dim: int = 64, channels: Sequence[int] = (16, 32),
-                 dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        image_shape: Sequence[int],
+        representation_dim: int = 64,
+        channels: Sequence[int] = (16, 32),
+        dropout: float = 0.0,
+    ) -> None:
         super().__init__()
         if len(image_shape) != 3 or min(int(v) for v in image_shape) < 1:
-            raise ValueError(f"image_shape must be (channels, height, width) of positive sizes, got "
-                             f"{tuple(image_shape)}")
+            raise ValueError(
+                f"image_shape must be (channels, height, width) of positive sizes, got {tuple(image_shape)}"
+            )
         if representation_dim < 1 or not channels or any(int(ch) < 1 for ch in channels):
-            raise ValueError(f"representation_dim and channels must be >= 1, got {representation_dim}, "
-                             f"{list(channels)}")
+            raise ValueError(
+                f"representation_dim and channels must be >= 1, got {representation_dim}, {list(channels)}"
+            )
         if not 0 <= dropout < 1:
             raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
         c, h, w = (int(v) for v in image_shape)
@@ -120,22 +128,44 @@ class Anonymizer(nn.Module):
         self.private_head = private_head
 
     @classmethod
-    def mlp(cls, in_features: int, num_regular: int, num_private: int, *, representation_dim: int = 64,
-            encoder_hidden: Sequence[int] = (256,), head_hidden: Sequence[int] = (64,),
-            dropout: float = 0.0) -> Anonymizer:
+    def mlp(
+        cls,
+        in_features: int,
+        num_regular: int,
+        num_private: int,
+        *,
+        representation_dim: int = 64,
+        encoder_hidden: Sequence[int] = (256,),
+        head_hidden: Sequence[int] = (64,),
+        dropout: float = 0.0,
+    ) -> Anonymizer:
         """The default: MLP encoder and MLP branches."""
         encoder = MLPEncoder(in_features, representation_dim, encoder_hidden, dropout)
-        return cls(encoder, MLPHead(representation_dim, num_regular, head_hidden, dropout),
-                   MLPHead(representation_dim, num_private, head_hidden, dropout))
+        return cls(
+            encoder,
+            MLPHead(representation_dim, num_regular, head_hidden, dropout),
+            MLPHead(representation_dim, num_private, head_hidden, dropout),
+        )
 
     @classmethod
-    def cnn(cls, image_shape: Sequence[int], num_regular: int, num_private: int, *, representation_dim: int = 64,
-            channels: Sequence[int] = (16, 32), head_hidden: Sequence[int] = (64,),
-            dropout: float = 0.0) -> Anonymizer:
+    def cnn(
+        cls,
+        image_shape: Sequence[int],
+        num_regular: int,
+        num_private: int,
+        *,
+        representation_dim: int = 64,
+        channels: Sequence[int] = (16, 32),
+        head_hidden: Sequence[int] = (64,),
+        dropout: float = 0.0,
+    ) -> Anonymizer:
         """A small CNN encoder for images ``(C, H, W)`` and MLP branches."""
         encoder = ConvEncoder(image_shape, representation_dim, channels, dropout)
-        return cls(encoder, MLPHead(representation_dim, num_regular, head_hidden, dropout),
-                   MLPHead(representation_dim, num_private, head_hidden, dropout))
+        return cls(
+            encoder,
+            MLPHead(representation_dim, num_regular, head_hidden, dropout),
+            MLPHead(representation_dim, num_private, head_hidden, dropout),
+        )
 
     def encode(self, x: Tensor) -> Tensor:
         return self.encoder(x)

@@ -37,9 +37,22 @@ from dp_proto.anonymizer.losses import (
 )
 from dp_proto.anonymizer.modules import Anonymizer
 
-__all__ = ["PHASES", "MODES", "TASK_PARTS", "AnonymizerSchedule", "task_logits", "task_loss", "dp_task_loss",
-           "anonymizer_losses", "check_optimizer", "make_optimizer", "check_prior", "label_tensor", "training_labels",
-           "default_anonymizer"]
+__all__ = [
+    "PHASES",
+    "MODES",
+    "TASK_PARTS",
+    "AnonymizerSchedule",
+    "task_logits",
+    "task_loss",
+    "dp_task_loss",
+    "anonymizer_losses",
+    "check_optimizer",
+    "make_optimizer",
+    "check_prior",
+    "label_tensor",
+    "training_labels",
+    "default_anonymizer",
+]
 
 PHASES = ("pretrain_regular", "pretrain_private", "adversarial")
 MODES = ("toggle", "simultaneous")
@@ -141,12 +154,15 @@ def task_logits(anonymizer: Anonymizer, task: str, x: Tensor) -> tuple[Tensor, T
     return a.regular_head(z), a.private_head(z)  # branches
 
 
-def anonymizer_losses(regular_logits: Tensor, private_logits: Tensor, y: Tensor, s: Tensor,
-                      prior: Tensor) -> dict[str, Tensor]:
+def anonymizer_losses(
+    regular_logits: Tensor, private_logits: Tensor, y: Tensor, s: Tensor, prior: Tensor
+) -> dict[str, Tensor]:
     """The batch's ``ce_regular``, ``ce_private`` and ``ce_random`` (scalars)."""
-    return {"ce_regular": regular_cross_entropy(regular_logits, y),
-            "ce_private": private_cross_entropy(private_logits, s),
-            "ce_random": random_guess_cross_entropy(private_logits, prior)}
+    return {
+        "ce_regular": regular_cross_entropy(regular_logits, y),
+        "ce_private": private_cross_entropy(private_logits, s),
+        "ce_random": random_guess_cross_entropy(private_logits, prior),
+    }
 
 
 def task_loss(task: str, losses: dict[str, Tensor], lam: float) -> Tensor:
@@ -161,8 +177,9 @@ def task_loss(task: str, losses: dict[str, Tensor], lam: float) -> Tensor:
     return losses["ce_regular"] + losses["ce_private"]
 
 
-def dp_task_loss(anonymizer: Anonymizer, task: str, x: Tensor, y: Tensor, s: Tensor, prior: Tensor,
-                 lam: float) -> Tensor:
+def dp_task_loss(
+    anonymizer: Anonymizer, task: str, x: Tensor, y: Tensor, s: Tensor, prior: Tensor, lam: float
+) -> Tensor:
     """The mean of per-record losses of ``task`` on the batch ``x``, as DP-SGD needs them
     (its per-sample gradients are those of each record's own loss): the encoder's
     objective is taken per record (:func:`~dp_proto.anonymizer.losses.per_record_objective`).
@@ -189,8 +206,9 @@ def check_optimizer(name: str, momentum: float) -> None:
         raise ValueError(f"Nesterov SGD needs momentum > 0, got {momentum}; use optimizer='adam' or a momentum")
 
 
-def make_optimizer(params, name: str, lr: float, momentum: float = 0.9,
-                   weight_decay: float = 0.0) -> torch.optim.Optimizer:
+def make_optimizer(
+    params, name: str, lr: float, momentum: float = 0.9, weight_decay: float = 0.0
+) -> torch.optim.Optimizer:
     """Nesterov SGD (Feutry et al. 2018) or Adam over ``params``."""
     check_optimizer(name, momentum)
     if name == "adam":

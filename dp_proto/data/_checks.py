@@ -17,10 +17,7 @@ def _rng(random_state: RandomState) -> np.random.Generator:
         if random_state < 0:
             raise ValueError(f"random_state must be a non-negative int, got {random_state}")
         return np.random.default_rng(int(random_state))
-    raise TypeError(
-        "random_state must be an int, a numpy.random.Generator or None, "
-        f"got {type(random_state).__name__}"
-    )
+    raise TypeError(f"random_state must be an int, a numpy.random.Generator or None, got {type(random_state).__name__}")
 
 
 def _check_count(name: str, value: int, minimum: int = 0) -> int:

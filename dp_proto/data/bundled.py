@@ -52,8 +52,6 @@ def load_bundled(name: str) -> tuple[np.ndarray, np.ndarray]:
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     key = name.strip().lower().replace("-", "_")
     if key not in BUNDLED_NAMES:
-        raise ValueError(
-            f"unknown bundled data set {name!r}; valid names are: {', '.join(BUNDLED_NAMES)}"
-        )
+        raise ValueError(f"unknown bundled data set {name!r}; valid names are: {', '.join(BUNDLED_NAMES)}")
     X, y = _loaders()[key](return_X_y=True)
     return np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(y, dtype=np.int64)

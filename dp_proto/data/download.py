@@ -76,17 +76,13 @@ def _content_length(response: Any) -> int | None:
     return size if size is not None and size > 0 else None
 
 
-def _copy_with_progress(
-    src: BinaryIO, dst: BinaryIO, total: int | None, desc: str, progress: bool
-) -> int:
+def _copy_with_progress(src: BinaryIO, dst: BinaryIO, total: int | None, desc: str, progress: bool) -> int:
     """Copy ``src`` to ``dst`` in chunks; return the number of bytes copied."""
     bar = None
     if progress and total is not None:
         from tqdm.auto import tqdm
 
-        bar = tqdm(
-            total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, leave=False
-        )
+        bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, leave=False)
     n = 0
     try:
         while True:
@@ -230,8 +226,7 @@ def _ensure_gzip_and_valid(path: Path) -> None:
         read_tsv(path)
     except ValueError as exc:  # DataValidationError subclasses ValueError
         raise DownloadError(
-            f"the downloaded file is not a tab-separated table with a header row and a "
-            f"'target' column: {exc}"
+            f"the downloaded file is not a tab-separated table with a header row and a 'target' column: {exc}"
         ) from exc
 
 

@@ -30,9 +30,7 @@ def _check_coordinates(coordinates: np.ndarray | Sequence[Sequence[float]]) -> n
     if not np.all(np.isfinite(c)):
         raise DataValidationError("coordinates contain NaN or inf")
     if np.any(np.abs(c[:, 0]) > 90) or np.any(np.abs(c[:, 1]) > 180):
-        raise DataValidationError(
-            "coordinates out of range: latitude must be in [-90, 90], longitude in [-180, 180]"
-        )
+        raise DataValidationError("coordinates out of range: latitude must be in [-90, 90], longitude in [-180, 180]")
     return c
 
 

@@ -62,18 +62,12 @@ def stratified_subsample(
     if y.ndim != 1:
         raise ValueError(f"y must be 1-D, got shape {y.shape}")
     if X.ndim == 0 or len(X) != len(y):
-        raise ValueError(
-            f"X and y must have the same number of rows, got X shape {X.shape} and y shape "
-            f"{y.shape}"
-        )
+        raise ValueError(f"X and y must have the same number of rows, got X shape {X.shape} and y shape {y.shape}")
     n = len(y)
     if n == 0:
         raise ValueError("cannot subsample an empty data set")
     if (fraction is None) == (n_samples is None):
-        raise ValueError(
-            f"give exactly one of fraction and n_samples (got fraction={fraction}, "
-            f"n_samples={n_samples})"
-        )
+        raise ValueError(f"give exactly one of fraction and n_samples (got fraction={fraction}, n_samples={n_samples})")
     if fraction is not None:
         fraction = float(fraction)
         if not np.isfinite(fraction) or not 0.0 < fraction <= 1.0:

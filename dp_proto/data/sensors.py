@@ -32,7 +32,15 @@ from dp_proto.data._checks import _check_count
 from dp_proto.data.loaders.scats import DetectorId, TrafficNetwork
 from dp_proto.exceptions import DataValidationError
 
-__all__ = ["FLOW_BIN_EDGES", "FLOW_CLASS_NAMES", "NodeData", "discretize_flow", "sliding_windows", "node_datasets", "time_block_folds"]
+__all__ = [
+    "FLOW_BIN_EDGES",
+    "FLOW_CLASS_NAMES",
+    "NodeData",
+    "discretize_flow",
+    "sliding_windows",
+    "node_datasets",
+    "time_block_folds",
+]
 
 
 #: Lower edges of the flow classes (vehicles per 15 minutes). Class ``k`` is
@@ -97,9 +105,7 @@ def _check_edges(bin_edges: Sequence[float]) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- labels
-def discretize_flow(
-    counts: np.ndarray | Sequence[float], bin_edges: Sequence[float] = FLOW_BIN_EDGES
-) -> np.ndarray:
+def discretize_flow(counts: np.ndarray | Sequence[float], bin_edges: Sequence[float] = FLOW_BIN_EDGES) -> np.ndarray:
     """Flow classes of vehicle counts.
 
     Class ``k`` is the half-open range ``[bin_edges[k], bin_edges[k + 1])``
@@ -324,14 +330,9 @@ def time_block_folds(
     else:
         start, stop = (int(v) for v in time_range)
     if stop - start < n_folds:
-        raise ValueError(
-            f"time range [{start}, {stop}) has {stop - start} slots, fewer than n_folds={n_folds}"
-        )
+        raise ValueError(f"time range [{start}, {stop}) has {stop - start} slots, fewer than n_folds={n_folds}")
     if t.size and (t.min() < start or t.max() >= stop):
-        raise ValueError(
-            f"time_index has values outside time_range [{start}, {stop}): "
-            f"min {t.min()}, max {t.max()}"
-        )
+        raise ValueError(f"time_index has values outside time_range [{start}, {stop}): min {t.min()}, max {t.max()}")
     length = stop - start
     edges = [start + length * k // n_folds for k in range(n_folds + 1)]
     folds = []

@@ -68,8 +68,9 @@ def parse_override(item: str) -> dict[str, Any]:
     return nested(dotted, load_yaml(raw))
 
 
-def read_config(defaults: Mapping[str, Any], path: str | Path | None = None,
-                overrides: Iterable[str] | None = None) -> dict[str, Any]:
+def read_config(
+    defaults: Mapping[str, Any], path: str | Path | None = None, overrides: Iterable[str] | None = None
+) -> dict[str, Any]:
     """``defaults`` overlaid with the YAML file ``path`` (if given), then with each
     ``key.sub=value`` override in order."""
     config = copy.deepcopy(dict(defaults))

@@ -63,5 +63,9 @@ def scale_to_public_bounds(x: np.ndarray, bounds: Sequence[Any] | None, *, key: 
 
 def warn_classes_from_data(key: str = "privacy.classes") -> None:
     """The warning of a private run whose label set is read from the data."""
-    warnings.warn(f"{key} is null: the label set is read from the private data, so the released model shows "
-                  "which labels occur; give the public label set", PrivacyLeakWarning, stacklevel=3)
+    warnings.warn(
+        f"{key} is null: the label set is read from the private data, so the released model shows "
+        "which labels occur; give the public label set",
+        PrivacyLeakWarning,
+        stacklevel=3,
+    )

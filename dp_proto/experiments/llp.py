@@ -45,10 +45,14 @@ def load_llp_config(path: str | Path | None = None, overrides: list[str] | None 
 
 def _same_releases(a, b) -> bool:
     """Whether two network results hold identical models and released proportions."""
-    models = all(torch.equal(x.centres, y.centres) and torch.equal(x.cluster_labels, y.cluster_labels)
-                 for ms_a, ms_b in zip(a.models, b.models, strict=True) for x, y in zip(ms_a, ms_b, strict=True))
-    return models and all(torch.equal(x.proportions, y.proportions)
-                          for x, y in zip(a.proportions, b.proportions, strict=True))
+    models = all(
+        torch.equal(x.centres, y.centres) and torch.equal(x.cluster_labels, y.cluster_labels)
+        for ms_a, ms_b in zip(a.models, b.models, strict=True)
+        for x, y in zip(ms_a, ms_b, strict=True)
+    )
+    return models and all(
+        torch.equal(x.proportions, y.proportions) for x, y in zip(a.proportions, b.proportions, strict=True)
+    )
 
 
 def run_llp_experiment(config: dict[str, Any]) -> dict[str, Any]:
@@ -66,9 +70,13 @@ def run_llp_experiment(config: dict[str, Any]) -> dict[str, Any]:
     epsilon = settings["epsilon"]
     private = epsilon is not None and epsilon > 0
     if run["compare"] and not run["distributed"]:
-        raise ValueError("run.compare (--compare) needs run.distributed (--distributed; it compares the distributed run with the simulation)")
+        raise ValueError(
+            "run.compare (--compare) needs run.distributed (--distributed; it compares the distributed run with the simulation)"
+        )
     if run["compare"] and settings["noise_seed"] is None and private:
-        raise ValueError("run.compare (--compare) needs llp.noise_seed (--noise-seed): two runs with fresh noise release different tables")
+        raise ValueError(
+            "run.compare (--compare) needs llp.noise_seed (--noise-seed): two runs with fresh noise release different tables"
+        )
     torch.set_num_threads(int(run["threads"]))
     network = load_scats_counts(data["data_dir"])
     all_nodes = node_datasets(network)
@@ -77,13 +85,22 @@ def run_llp_experiment(config: dict[str, Any]) -> dict[str, Any]:
     size = int(data["nodes"])
     group = [data["anchor"]] + nearest_neighbours(network.coordinates, size - 1)[data["anchor"]].tolist()
     nodes = [all_nodes[i] for i in group]
-    nbrs = nearest_neighbours(network.coordinates[group], size - 1 if data["neighbours"] is None else data["neighbours"])
+    nbrs = nearest_neighbours(
+        network.coordinates[group], size - 1 if data["neighbours"] is None else data["neighbours"]
+    )
     time_range = (int(network.time[0]), int(network.time[-1]) + 1)
     folds = [time_block_folds(n.time, data["folds"], time_range=time_range, gap=5)[data["fold"]] for n in nodes]
     train, test = [f[0] for f in folds], [f[1] for f in folds]
-    llp_config = LLPConfig(batch_size=settings["batch_size"], k=settings["k"], epsilon=epsilon if private else None,
-                           time_range=time_range, seed=config["seed"], noise_seed=settings["noise_seed"],
-                           n_starts=settings["n_starts"], estimator=settings["estimator"])
+    llp_config = LLPConfig(
+        batch_size=settings["batch_size"],
+        k=settings["k"],
+        epsilon=epsilon if private else None,
+        time_range=time_range,
+        seed=config["seed"],
+        noise_seed=settings["noise_seed"],
+        n_starts=settings["n_starts"],
+        estimator=settings["estimator"],
+    )
     t0 = time.perf_counter()
     if run["distributed"]:
         from dp_proto.llp.distributed import as_network_result, launch_network
@@ -99,13 +116,21 @@ def run_llp_experiment(config: dict[str, Any]) -> dict[str, Any]:
     for i, acc in enumerate(ev.node_accuracy):
         entry = {"accuracy": float(acc), "epsilon": result.ledgers[i].get_epsilon(0.0)}
         if results is not None:
-            entry.update(bytes_sent=results[i].bytes_sent, subscribers=list(results[i].subscribers),
-                         bytes_received=results[i].bytes_received)
+            entry.update(
+                bytes_sent=results[i].bytes_sent,
+                subscribers=list(results[i].subscribers),
+                bytes_received=results[i].bytes_received,
+            )
         per_node.append(entry)
     out: dict[str, Any] = {
-        "detectors": [n.detector for n in nodes], "neighbours": nbrs.tolist(), "nodes": per_node,
-        "accuracy": float(ev.accuracy), "own_accuracy": float(ev.own_accuracy), "seconds": seconds,
-        "distributed": bool(run["distributed"]), "config": config,
+        "detectors": [n.detector for n in nodes],
+        "neighbours": nbrs.tolist(),
+        "nodes": per_node,
+        "accuracy": float(ev.accuracy),
+        "own_accuracy": float(ev.own_accuracy),
+        "seconds": seconds,
+        "distributed": bool(run["distributed"]),
+        "config": config,
     }
     if run["compare"]:
         sim = simulate_network(nodes, nbrs, llp_config, train_masks=train)

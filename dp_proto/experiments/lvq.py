@@ -92,32 +92,65 @@ from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.opacus_noise import check_expected_batch_size
 from dp_proto.privacy.randomness import noise_generator
 
-__all__ = ["DEFAULT_CONFIG", "PRIVACY_SCOPE", "load_config", "merge_config", "build_data", "build_private_module",
-           "run_experiment"]
+__all__ = [
+    "DEFAULT_CONFIG",
+    "PRIVACY_SCOPE",
+    "load_config",
+    "merge_config",
+    "build_data",
+    "build_private_module",
+    "run_experiment",
+]
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "seed": 0,
     "data": {
-        "source": "bundled", "name": "digits", "data_dir": None, "val_size": 0.1, "test_size": 0.2,
-        "scaling": "standard", "pca": None, "batch_size": 64, "subsample": None,
+        "source": "bundled",
+        "name": "digits",
+        "data_dir": None,
+        "val_size": 0.1,
+        "test_size": 0.2,
+        "scaling": "standard",
+        "pca": None,
+        "batch_size": 64,
+        "subsample": None,
     },
     "model": {
-        "type": "gmlvq", "prototypes_per_class": 1, "rank": None, "omega_init": "identity",
-        "normalize": True, "backbone": None, "backbone_features": 32,
+        "type": "gmlvq",
+        "prototypes_per_class": 1,
+        "rank": None,
+        "omega_init": "identity",
+        "normalize": True,
+        "backbone": None,
+        "backbone_features": 32,
     },
     "training": {
-        "optimizer": "adam", "lr": 0.01, "momentum": 0.9, "metric_lr_scale": 1.0, "max_epochs": 30,
+        "optimizer": "adam",
+        "lr": 0.01,
+        "momentum": 0.9,
+        "metric_lr_scale": 1.0,
+        "max_epochs": 30,
         "max_lbfgs_iter": 20,
-        "transfer_fn": "identity", "beta": 1.0, "accelerator": "auto", "progress_bar": True,
+        "transfer_fn": "identity",
+        "beta": 1.0,
+        "accelerator": "auto",
+        "progress_bar": True,
     },
     "logging": {"log_dir": "runs", "name": None, "image_shape": None, "image_every_n_epochs": 5},
     # DP-SGD (the DP-LVQ "SGD" scheme) when epsilon is set; see DPLVQModule.
     # expected_batch_size: the public normaliser (null: q times the DP init's noisy count);
     # noise_seed: null = fresh noise (an int makes the noise reproducible and warns).
     "privacy": {
-        "epsilon": None, "delta": 1e-5, "sampling_rate": 0.01, "max_grad_norm": 0.5,
-        "init_fraction": 0.2, "calibration": "ledger", "bounds": None, "classes": None,
-        "expected_batch_size": None, "noise_seed": None,
+        "epsilon": None,
+        "delta": 1e-5,
+        "sampling_rate": 0.01,
+        "max_grad_norm": 0.5,
+        "init_fraction": 0.2,
+        "calibration": "ledger",
+        "bounds": None,
+        "classes": None,
+        "expected_batch_size": None,
+        "noise_seed": None,
     },
 }
 
@@ -137,9 +170,14 @@ def dp_sgd_plan(config: Mapping[str, Any]) -> DPSGDPlan | None:
     privacy = config["privacy"]
     if privacy["epsilon"] is None:
         return None
-    return DPSGDPlan(float(privacy["epsilon"]), float(privacy["delta"]), float(privacy["sampling_rate"]),
-                     int(config["training"]["max_epochs"]), init_fraction=float(privacy["init_fraction"]),
-                     calibration=privacy["calibration"])
+    return DPSGDPlan(
+        float(privacy["epsilon"]),
+        float(privacy["delta"]),
+        float(privacy["sampling_rate"]),
+        int(config["training"]["max_epochs"]),
+        init_fraction=float(privacy["init_fraction"]),
+        calibration=privacy["calibration"],
+    )
 
 
 def build_data(config: Mapping[str, Any]) -> ArrayDataModule:
@@ -151,23 +189,30 @@ def build_data(config: Mapping[str, Any]) -> ArrayDataModule:
     privacy = config["privacy"]
     if privacy["epsilon"] is not None:
         if cfg["scaling"] != "none" or cfg["pca"]:
-            raise ValueError("a private run needs data.scaling: none and data.pca: null (both would be "
-                             "fitted on the private data); give public privacy.bounds instead")
+            raise ValueError(
+                "a private run needs data.scaling: none and data.pca: null (both would be "
+                "fitted on the private data); give public privacy.bounds instead"
+            )
         x = scale_to_public_bounds(x, privacy["bounds"])
         if privacy["classes"] is None:
             warn_classes_from_data()
     if cfg["subsample"] and cfg["subsample"] < len(y):
         from sklearn.model_selection import train_test_split
 
-        keep, _ = train_test_split(np.arange(len(y)), train_size=int(cfg["subsample"]),
-                                   random_state=seed, stratify=y)
+        keep, _ = train_test_split(np.arange(len(y)), train_size=int(cfg["subsample"]), random_state=seed, stratify=y)
         x, y = x[keep], y[keep]
     plan = dp_sgd_plan(config)
     private = plan is not None
     noise_seed = privacy["noise_seed"]
     return ArrayDataModule(
-        x, y, val_size=cfg["val_size"], test_size=cfg["test_size"], scaling=cfg["scaling"],
-        pca=cfg["pca"], batch_size=cfg["batch_size"], seed=seed,
+        x,
+        y,
+        val_size=cfg["val_size"],
+        test_size=cfg["test_size"],
+        scaling=cfg["scaling"],
+        pca=cfg["pca"],
+        batch_size=cfg["batch_size"],
+        seed=seed,
         sampling_rate=plan.sampling_rate if private else None,
         classes=privacy["classes"] if private else None,
         # Poisson coins: fresh entropy, or a stream of their own derived from noise_seed
@@ -194,8 +239,12 @@ def build_model(config: Mapping[str, Any], dm: ArrayDataModule) -> PrototypeMode
     labels = make_prototype_labels(dm.num_classes, ppc)
     kwargs: dict[str, Any] = {}
     if kind != "glvq":
-        kwargs = {"rank": cfg["rank"], "omega_init": cfg["omega_init"], "normalize": cfg["normalize"],
-                  "generator": torch.Generator().manual_seed(seed)}
+        kwargs = {
+            "rank": cfg["rank"],
+            "omega_init": cfg["omega_init"],
+            "normalize": cfg["normalize"],
+            "generator": torch.Generator().manual_seed(seed),
+        }
     layer = _LAYERS[kind](n_features, len(labels), **kwargs)
     return PrototypeModel(layer, labels, backbone=backbone)
 
@@ -221,9 +270,14 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
     train, log = config["training"], config["logging"]
     image_shape = log["image_shape"]
     module_kwargs = dict(
-        optimizer=train["optimizer"], lr=train["lr"], momentum=train["momentum"],
-        metric_lr_scale=train["metric_lr_scale"], transfer_fn=train["transfer_fn"], beta=train["beta"],
-        image_shape=image_shape, image_every_n_epochs=log["image_every_n_epochs"],
+        optimizer=train["optimizer"],
+        lr=train["lr"],
+        momentum=train["momentum"],
+        metric_lr_scale=train["metric_lr_scale"],
+        transfer_fn=train["transfer_fn"],
+        beta=train["beta"],
+        image_shape=image_shape,
+        image_every_n_epochs=log["image_every_n_epochs"],
         display_transform=dm.inverse_transform if image_shape and dm.pca is None else None,
     )
     generator = torch.Generator().manual_seed(seed)  # non-private randomness only
@@ -249,10 +303,17 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
     name = log["name"] or f"{config['data']['name']}_{config['model']['type']}"
     logger = TensorBoardLogger(log["log_dir"], name=name, default_hp_metric=False)
     trainer = L.Trainer(
-        max_epochs=train["max_epochs"], accelerator=train["accelerator"], devices=1, logger=logger,
-        enable_progress_bar=bool(train["progress_bar"]), enable_checkpointing=False,
-        enable_model_summary=False, log_every_n_steps=1, deterministic=False,
-        num_sanity_val_steps=0, callbacks=callbacks,
+        max_epochs=train["max_epochs"],
+        accelerator=train["accelerator"],
+        devices=1,
+        logger=logger,
+        enable_progress_bar=bool(train["progress_bar"]),
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+        deterministic=False,
+        num_sanity_val_steps=0,
+        callbacks=callbacks,
     )
     start = time.perf_counter()
     trainer.fit(module, datamodule=dm)
@@ -274,8 +335,14 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_private_module(config: Mapping[str, Any], x_train: torch.Tensor, y_train: torch.Tensor, num_classes: int,
-                         model: PrototypeModel, module_kwargs: Mapping[str, Any]) -> tuple[DPLVQModule, PrivacyLedger]:
+def build_private_module(
+    config: Mapping[str, Any],
+    x_train: torch.Tensor,
+    y_train: torch.Tensor,
+    num_classes: int,
+    model: PrototypeModel,
+    module_kwargs: Mapping[str, Any],
+) -> tuple[DPLVQModule, PrivacyLedger]:
     """The DP class-mean initialisation of ``model`` and a calibrated :class:`DPLVQModule`
     for the training split ``(x_train, y_train)`` (features already in ``[-1, 1]``).
 
@@ -290,15 +357,24 @@ def build_private_module(config: Mapping[str, Any], x_train: torch.Tensor, y_tra
     if public_size is not None:
         public_size = check_expected_batch_size(public_size)
     elif not with_init:
-        raise ValueError("a private run without the DP initialisation (model.backbone) needs the public "
-                         "privacy.expected_batch_size: q * n would divide by the private record count")
+        raise ValueError(
+            "a private run without the DP initialisation (model.backbone) needs the public "
+            "privacy.expected_batch_size: q * n would divide by the private record count"
+        )
     curator_log("private experiment: %d training records", len(y_train))
     generator = noise_generator(privacy["noise_seed"], owner="the private experiment (privacy.noise_seed)")
     ledger = plan.new_ledger()
     expected_batch_size = public_size
     if with_init:
-        init = dp_class_mean_prototypes(x_train.flatten(1), y_train, num_classes, plan.init_epsilon,
-                                        ledger=ledger, prototypes_per_class=1, generator=generator)
+        init = dp_class_mean_prototypes(
+            x_train.flatten(1),
+            y_train,
+            num_classes,
+            plan.init_epsilon,
+            ledger=ledger,
+            prototypes_per_class=1,
+            generator=generator,
+        )
         ppc = int(config["model"]["prototypes_per_class"])
         prototypes = init.prototypes.to(torch.float64)[make_prototype_labels(num_classes, ppc)]
         if ppc > 1:  # data-independent jitter of the copies: non-private, from the config seed
@@ -310,8 +386,13 @@ def build_private_module(config: Mapping[str, Any], x_train: torch.Tensor, y_tra
         if expected_batch_size is None:
             expected_batch_size = from_release
     module = DPLVQModule(
-        model, ledger=ledger, noise_multiplier=plan.noise_multiplier(ledger.events),
-        max_grad_norm=float(privacy["max_grad_norm"]), sampling_rate=plan.sampling_rate,
-        expected_batch_size=expected_batch_size, generator=generator, **module_kwargs,
+        model,
+        ledger=ledger,
+        noise_multiplier=plan.noise_multiplier(ledger.events),
+        max_grad_norm=float(privacy["max_grad_norm"]),
+        sampling_rate=plan.sampling_rate,
+        expected_batch_size=expected_batch_size,
+        generator=generator,
+        **module_kwargs,
     )
     return module, ledger

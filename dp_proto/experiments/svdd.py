@@ -56,13 +56,18 @@ SVDD_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "data": {"source": "bundled", "name": "iris", "data_dir": None, "test_size": 0.2, "scaling": "standard"},
     "privacy": {"epsilon": None, "bounds": None, "classes": None, "noise_seed": None},
-    "svdd": {name: p.default for name, p in inspect.signature(PrivateSVDDClassifier).parameters.items()
-             if name not in _SET_ELSEWHERE},
+    "svdd": {
+        name: p.default
+        for name, p in inspect.signature(PrivateSVDDClassifier).parameters.items()
+        if name not in _SET_ELSEWHERE
+    },
 }
 
 #: What the guarantee of a private run covers (printed with it).
-SVDD_PRIVACY_SCOPE = ("the epsilon guarantee covers the training split only; the split (drawn on all records and "
-                      "labels) and the test accuracy (computed on held-out records) are not private")
+SVDD_PRIVACY_SCOPE = (
+    "the epsilon guarantee covers the training split only; the split (drawn on all records and "
+    "labels) and the test accuracy (computed on held-out records) are not private"
+)
 
 _SCALINGS = ("standard", "none")
 
@@ -82,14 +87,17 @@ def _split_and_scale(config: dict[str, Any], private: bool) -> tuple[np.ndarray,
     if data["scaling"] not in _SCALINGS:
         raise ValueError(f"unknown data.scaling {data['scaling']!r}; expected one of {_SCALINGS}")
     if private and data["scaling"] != "none":
-        raise ValueError("a private run needs data.scaling: none (a standard scaler is fitted on the private "
-                         "records); give the public privacy.bounds instead")
+        raise ValueError(
+            "a private run needs data.scaling: none (a standard scaler is fitted on the private "
+            "records); give the public privacy.bounds instead"
+        )
     x, y = load_arrays(data, seed)
     x = x.reshape(len(x), -1)
     if config["privacy"]["bounds"] is not None or private:
         x = scale_to_public_bounds(x, config["privacy"]["bounds"])
-    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=data["test_size"], random_state=seed,
-                                                        stratify=y)
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, y, test_size=data["test_size"], random_state=seed, stratify=y
+    )
     if data["scaling"] == "standard":
         scaler = StandardScaler().fit(x_train)
         x_train, x_test = scaler.transform(x_train), scaler.transform(x_test)
@@ -115,8 +123,12 @@ def run_svdd_experiment(config: dict[str, Any]) -> dict[str, Any]:
     if private and params["bounds"] is None:
         params["bounds"] = (-1.0, 1.0)  # where the public bounds put the features
     estimator = PrivateSVDDClassifier(
-        epsilon=epsilon, classes=privacy["classes"], noise_seed=privacy["noise_seed"],
-        random_state=int(config["seed"]), **params)
+        epsilon=epsilon,
+        classes=privacy["classes"],
+        noise_seed=privacy["noise_seed"],
+        random_state=int(config["seed"]),
+        **params,
+    )
     x_train, x_test, y_train, y_test = _split_and_scale(config, private)
     start = time.perf_counter()
     estimator.fit(x_train, y_train)

@@ -22,5 +22,6 @@ __all__ = ["ArrayDataModule", "DPLVQModule", "PrivacySpendCallback", "LVQModule"
 
 # The experiment runner moved to dp_proto.experiments.lvq (issue 21); the old names still
 # work for one release, with a DeprecationWarning.
-__getattr__ = moved_names(__name__, dict.fromkeys(("DEFAULT_CONFIG", "load_config", "run_experiment"),
-                                                  "dp_proto.experiments.lvq"))
+__getattr__ = moved_names(
+    __name__, dict.fromkeys(("DEFAULT_CONFIG", "load_config", "run_experiment"), "dp_proto.experiments.lvq")
+)

@@ -44,8 +44,17 @@ from dp_proto.anonymizer.training import (
     training_labels,
 )
 
-__all__ = ["AnonymizerModule", "PHASES", "EpochTimer", "AnonymizerFit", "fit_anonymizer", "evaluate_held_out",
-           "fresh_probes", "restart_score"]
+__all__ = [
+    "AnonymizerModule",
+    "PHASES",
+    "EpochTimer",
+    "AnonymizerFit",
+    "fit_anonymizer",
+    "evaluate_held_out",
+    "fresh_probes",
+    "restart_score",
+]
+
 
 class AnonymizerModule(L.LightningModule):
     """Trains an :class:`~dp_proto.anonymizer.Anonymizer` (see the module docstring).
@@ -77,19 +86,34 @@ class AnonymizerModule(L.LightningModule):
     momentum, weight_decay : float
     """
 
-    def __init__(self, anonymizer: Anonymizer, prior: Tensor, num_regular: int, *, lam: float = 1.0,
-                 mode: str = "toggle", pretrain_regular_epochs: int = 10, pretrain_private_epochs: int = 10,
-                 toggle_steps: int | None = None, lr: float = 0.01, encoder_lr: float = 0.001,
-                 optimizer: str = "nesterov", momentum: float = 0.9, weight_decay: float = 0.0,
-                 encoder_steps: int | None = None, final_branch_block: bool = True) -> None:
+    def __init__(
+        self,
+        anonymizer: Anonymizer,
+        prior: Tensor,
+        num_regular: int,
+        *,
+        lam: float = 1.0,
+        mode: str = "toggle",
+        pretrain_regular_epochs: int = 10,
+        pretrain_private_epochs: int = 10,
+        toggle_steps: int | None = None,
+        lr: float = 0.01,
+        encoder_lr: float = 0.001,
+        optimizer: str = "nesterov",
+        momentum: float = 0.9,
+        weight_decay: float = 0.0,
+        encoder_steps: int | None = None,
+        final_branch_block: bool = True,
+    ) -> None:
         super().__init__()
         if not lam >= 0:  # also rejects NaN
             raise ValueError(f"lam must be >= 0, got {lam}")
         check_optimizer(optimizer, momentum)
         if not (lr > 0 and encoder_lr > 0):
             raise ValueError(f"learning rates must be > 0, got lr={lr}, encoder_lr={encoder_lr}")
-        self.schedule = AnonymizerSchedule(pretrain_regular_epochs, pretrain_private_epochs, mode, toggle_steps,
-                                           encoder_steps, final_branch_block)
+        self.schedule = AnonymizerSchedule(
+            pretrain_regular_epochs, pretrain_private_epochs, mode, toggle_steps, encoder_steps, final_branch_block
+        )
         prior = check_prior(prior)
         self.anonymizer = anonymizer
         self.register_buffer("prior", prior)
@@ -118,9 +142,11 @@ class AnonymizerModule(L.LightningModule):
 
     def configure_optimizers(self):
         a = self.anonymizer
-        return [self._optimizer(a.encoder.parameters(), self.lr),
-                self._optimizer(a.regular_head.parameters(), self.lr),
-                self._optimizer(a.private_head.parameters(), self.lr)]
+        return [
+            self._optimizer(a.encoder.parameters(), self.lr),
+            self._optimizer(a.regular_head.parameters(), self.lr),
+            self._optimizer(a.private_head.parameters(), self.lr),
+        ]
 
     def phase(self, epoch: int | None = None) -> str:
         return self.schedule.phase(self.current_epoch if epoch is None else epoch)
@@ -144,8 +170,16 @@ class AnonymizerModule(L.LightningModule):
     def losses(self, regular_logits: Tensor, private_logits: Tensor, y: Tensor, s: Tensor) -> dict[str, Tensor]:
         return anonymizer_losses(regular_logits, private_logits, y, s, self.prior)
 
-    def _log(self, prefix: str, losses: dict[str, Tensor], regular_logits: Tensor, private_logits: Tensor,
-             y: Tensor, s: Tensor, **kwargs) -> None:
+    def _log(
+        self,
+        prefix: str,
+        losses: dict[str, Tensor],
+        regular_logits: Tensor,
+        private_logits: Tensor,
+        y: Tensor,
+        s: Tensor,
+        **kwargs,
+    ) -> None:
         values = {f"{prefix}/{k}": v.detach() for k, v in losses.items()}
         values[f"{prefix}/acc_regular"] = (regular_logits.argmax(-1) == y).float().mean()
         values[f"{prefix}/acc_private"] = (private_logits.argmax(-1) == s).float().mean()
@@ -164,8 +198,9 @@ class AnonymizerModule(L.LightningModule):
 
     def _task(self) -> str:
         """This step's task (:meth:`AnonymizerSchedule.task`); counts adversarial steps."""
-        task = self.schedule.task(self.current_epoch, self.adversarial_step, self.trainer.num_training_batches,
-                                  self.trainer.max_epochs)
+        task = self.schedule.task(
+            self.current_epoch, self.adversarial_step, self.trainer.num_training_batches, self.trainer.max_epochs
+        )
         if task in ("encoder", "branches"):  # toggle blocks are counted in adversarial steps
             self.adversarial_step += 1
         return task
@@ -191,8 +226,9 @@ class AnonymizerModule(L.LightningModule):
             for opt in optimizers.values():
                 opt.step()
         else:
-            self._step([optimizers[part] for part in TASK_PARTS[task]], task_loss(task, losses, self.lam),
-                       self.manual_backward)
+            self._step(
+                [optimizers[part] for part in TASK_PARTS[task]], task_loss(task, losses, self.lam), self.manual_backward
+            )
             if task == "encoder":  # the branches' gradients of this update are discarded
                 for opt in (reg_opt, priv_opt):
                     opt.zero_grad(set_to_none=True)
@@ -255,9 +291,15 @@ def quiet_lightning() -> None:
     """Silence Lightning's start-up notices (accelerator, tips, seeds) for scripted runs."""
     import logging
 
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning",
-                 "lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda",
-                 "lightning.fabric.utilities.seed"):
+    for name in (
+        "lightning",
+        "lightning.pytorch",
+        "lightning.fabric",
+        "pytorch_lightning",
+        "lightning.pytorch.utilities.rank_zero",
+        "lightning.pytorch.accelerators.cuda",
+        "lightning.fabric.utilities.seed",
+    ):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
@@ -283,15 +325,33 @@ def _val_loader(val_data):
     return DataLoader(TensorDataset(vx, label_tensor(vy, "regular"), label_tensor(vs, "private")), batch_size=1024)
 
 
-def train_module(module: AnonymizerModule, loader, val_data, *, max_epochs: int, accelerator: str, logger,
-                 enable_progress_bar: bool, **trainer_kwargs) -> AnonymizerFit:
+def train_module(
+    module: AnonymizerModule,
+    loader,
+    val_data,
+    *,
+    max_epochs: int,
+    accelerator: str,
+    logger,
+    enable_progress_bar: bool,
+    **trainer_kwargs,
+) -> AnonymizerFit:
     """Fit ``module`` with a quiet single-device Trainer that times every epoch; the
     module is returned in eval mode."""
     timer = EpochTimer()
     quiet_lightning()
-    trainer = L.Trainer(max_epochs=max_epochs, accelerator=accelerator, devices=1, logger=logger,
-                        enable_checkpointing=False, enable_progress_bar=enable_progress_bar,
-                        enable_model_summary=False, callbacks=[timer], num_sanity_val_steps=0, **trainer_kwargs)
+    trainer = L.Trainer(
+        max_epochs=max_epochs,
+        accelerator=accelerator,
+        devices=1,
+        logger=logger,
+        enable_checkpointing=False,
+        enable_progress_bar=enable_progress_bar,
+        enable_model_summary=False,
+        callbacks=[timer],
+        num_sanity_val_steps=0,
+        **trainer_kwargs,
+    )
     trainer.fit(module, loader, _val_loader(val_data))
     module.eval()
     return AnonymizerFit(module, trainer, timer.times)
@@ -307,25 +367,40 @@ def _restart_logger(logger, k: int):
     return logger
 
 
-def fresh_probes(module: AnonymizerModule, x: Tensor, regular: Tensor, private: Tensor, *, folds: int = 2,
-                 seed: int = 0):
+def fresh_probes(
+    module: AnonymizerModule, x: Tensor, regular: Tensor, private: Tensor, *, folds: int = 2, seed: int = 0
+):
     """:func:`dp_proto.anonymizer.evaluation.fresh_probes` of a trained module's anonymizer."""
     return evaluation.fresh_probes(module.anonymizer, x, regular, private, folds=folds, seed=seed)
 
 
-def restart_score(module: AnonymizerModule, x: Tensor, regular: Tensor, private: Tensor, *, lam: float,
-                  folds: int = 2, seed: int = 0) -> dict:
+def restart_score(
+    module: AnonymizerModule, x: Tensor, regular: Tensor, private: Tensor, *, lam: float, folds: int = 2, seed: int = 0
+) -> dict:
     """:func:`dp_proto.anonymizer.evaluation.restart_score` of a trained module's anonymizer."""
     return evaluation.restart_score(module.anonymizer, x, regular, private, lam=lam, folds=folds, seed=seed)
 
 
-def fit_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *,
-                   anonymizer: Anonymizer | Callable[[], Anonymizer] | None = None,
-                   lam: float = 1.0, mode: str = "toggle", adversarial_epochs: int = 20,
-                   pretrain_regular_epochs: int = 10, pretrain_private_epochs: int = 10,
-                   batch_size: int = 32, val_data: tuple[Tensor, Tensor, Tensor] | None = None, seed: int = 0,
-                   restarts: int = 1, logger=False, enable_progress_bar: bool = False, accelerator: str = "cpu",
-                   **module_kwargs) -> AnonymizerFit:
+def fit_anonymizer(
+    x: Tensor,
+    regular: Tensor,
+    private: Tensor,
+    *,
+    anonymizer: Anonymizer | Callable[[], Anonymizer] | None = None,
+    lam: float = 1.0,
+    mode: str = "toggle",
+    adversarial_epochs: int = 20,
+    pretrain_regular_epochs: int = 10,
+    pretrain_private_epochs: int = 10,
+    batch_size: int = 32,
+    val_data: tuple[Tensor, Tensor, Tensor] | None = None,
+    seed: int = 0,
+    restarts: int = 1,
+    logger=False,
+    enable_progress_bar: bool = False,
+    accelerator: str = "cpu",
+    **module_kwargs,
+) -> AnonymizerFit:
     """Train an anonymizer on ``x (n, ...)`` with regular labels ``(n,)`` and private
     labels ``(n,)`` (integer class indices; every private class must occur).
 
@@ -352,20 +427,38 @@ def fit_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *,
         raise ValueError(f"restarts must be an int >= 1, got {restarts!r}")
     if restarts > 1:
         if isinstance(anonymizer, torch.nn.Module):
-            raise ValueError("restarts > 1 trains several new anonymizers: pass anonymizer=None or a factory "
-                             "(a callable returning a new, untrained Anonymizer), not a module")
-        kwargs = {"lam": lam, "mode": mode, "adversarial_epochs": adversarial_epochs,
-                  "pretrain_regular_epochs": pretrain_regular_epochs,
-                  "pretrain_private_epochs": pretrain_private_epochs, "batch_size": batch_size,
-                  "val_data": val_data, "enable_progress_bar": enable_progress_bar,
-                  "accelerator": accelerator, **module_kwargs}
+            raise ValueError(
+                "restarts > 1 trains several new anonymizers: pass anonymizer=None or a factory "
+                "(a callable returning a new, untrained Anonymizer), not a module"
+            )
+        kwargs = {
+            "lam": lam,
+            "mode": mode,
+            "adversarial_epochs": adversarial_epochs,
+            "pretrain_regular_epochs": pretrain_regular_epochs,
+            "pretrain_private_epochs": pretrain_private_epochs,
+            "batch_size": batch_size,
+            "val_data": val_data,
+            "enable_progress_bar": enable_progress_bar,
+            "accelerator": accelerator,
+            **module_kwargs,
+        }
         fits, scores = [], []
         for k in range(restarts):
-            fit = fit_anonymizer(x, regular, private, anonymizer=anonymizer, seed=seed + k,
-                                 logger=_restart_logger(logger, k), **kwargs)
+            fit = fit_anonymizer(
+                x, regular, private, anonymizer=anonymizer, seed=seed + k, logger=_restart_logger(logger, k), **kwargs
+            )
             fits.append(fit)
-            scores.append(restart_score(fit.module, x.to(fit.module.device), torch.as_tensor(regular),
-                                        torch.as_tensor(private), lam=lam, seed=seed))
+            scores.append(
+                restart_score(
+                    fit.module,
+                    x.to(fit.module.device),
+                    torch.as_tensor(regular),
+                    torch.as_tensor(private),
+                    lam=lam,
+                    seed=seed,
+                )
+            )
         best = max(range(restarts), key=lambda k: scores[k]["score"])
         return fits[best]._replace(restarts=scores, chosen=best)
 
@@ -382,20 +475,37 @@ def fit_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *,
         anonymizer = default_anonymizer(x, num_regular, num_private)
     elif not isinstance(anonymizer, torch.nn.Module):
         anonymizer = anonymizer()
-    module = AnonymizerModule(anonymizer, prior, num_regular, lam=lam, mode=mode,
-                              pretrain_regular_epochs=pretrain_regular_epochs,
-                              pretrain_private_epochs=pretrain_private_epochs, **module_kwargs)
-    loader = DataLoader(TensorDataset(x, regular, private), batch_size=batch_size, shuffle=True,
-                        generator=torch.Generator().manual_seed(seed))
-    return train_module(module, loader, val_data,
-                        max_epochs=pretrain_regular_epochs + pretrain_private_epochs + adversarial_epochs,
-                        accelerator=accelerator, logger=logger, enable_progress_bar=enable_progress_bar,
-                        deterministic=True)
+    module = AnonymizerModule(
+        anonymizer,
+        prior,
+        num_regular,
+        lam=lam,
+        mode=mode,
+        pretrain_regular_epochs=pretrain_regular_epochs,
+        pretrain_private_epochs=pretrain_private_epochs,
+        **module_kwargs,
+    )
+    loader = DataLoader(
+        TensorDataset(x, regular, private),
+        batch_size=batch_size,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    return train_module(
+        module,
+        loader,
+        val_data,
+        max_epochs=pretrain_regular_epochs + pretrain_private_epochs + adversarial_epochs,
+        accelerator=accelerator,
+        logger=logger,
+        enable_progress_bar=enable_progress_bar,
+        deterministic=True,
+    )
 
 
-def evaluate_held_out(module: AnonymizerModule, x: Tensor, regular: Tensor, private: Tensor, *, folds: int = 2,
-                      seed: int = 0) -> dict:
+def evaluate_held_out(
+    module: AnonymizerModule, x: Tensor, regular: Tensor, private: Tensor, *, folds: int = 2, seed: int = 0
+) -> dict:
     """:func:`dp_proto.anonymizer.evaluation.evaluate_held_out` of a trained module (its
     anonymizer and the prior it trained with) on held-out records ``x (n, ...)``."""
-    return evaluation.evaluate_held_out(module.anonymizer, module.prior, x, regular, private, folds=folds,
-                                        seed=seed)
+    return evaluation.evaluate_held_out(module.anonymizer, module.prior, x, regular, private, folds=folds, seed=seed)

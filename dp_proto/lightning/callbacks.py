@@ -36,8 +36,10 @@ from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 __all__ = ["PrivacySpendCallback", "save_ledger", "restore_ledger", "PRIVACY_SCOPE"]
 
 #: What the guarantee of a private Lightning run covers (printed and logged with it).
-PRIVACY_SCOPE = ("the (epsilon, delta) guarantee covers the training split only; the split (drawn on all records "
-                 "and labels) and the validation/test metrics (computed on held-out records) are not private")
+PRIVACY_SCOPE = (
+    "the (epsilon, delta) guarantee covers the training split only; the split (drawn on all records "
+    "and labels) and the validation/test metrics (computed on held-out records) are not private"
+)
 
 # ledger -> {"id": its identity, "absorbed": {identity: {mechanism: count}}} of the
 # releases it took over from checkpoints of other ledgers
@@ -69,8 +71,9 @@ def _origins(ledger: PrivacyLedger) -> dict[str, Any]:
 
 
 def _encode(tally: dict[PrivacyEvent, int]) -> list:
-    return [[{k: v for k, v in key.to_dict().items() if k != "count"}, count]
-            for key, count in tally.items() if count > 0]
+    return [
+        [{k: v for k, v in key.to_dict().items() if k != "count"}, count] for key, count in tally.items() if count > 0
+    ]
 
 
 def _decode(items: list) -> dict[PrivacyEvent, int]:
@@ -87,7 +90,9 @@ def save_ledger(checkpoint: dict[str, Any], ledger: PrivacyLedger) -> None:
             own[key] = max(own.get(key, 0) - count, 0)
     checkpoint["privacy_ledger"] = ledger.state_dict()
     checkpoint["privacy_ledger_origins"] = {
-        record["id"]: _encode(own), **{oid: _encode(taken) for oid, taken in record["absorbed"].items()}}
+        record["id"]: _encode(own),
+        **{oid: _encode(taken) for oid, taken in record["absorbed"].items()},
+    }
 
 
 def restore_ledger(checkpoint: dict[str, Any], ledger: PrivacyLedger) -> int:
@@ -183,12 +188,10 @@ class PrivacySpendCallback(L.Callback):
         if isinstance(other, PrivacyLedger) and other is not self.ledger:
             raise ValueError("PrivacySpendCallback's ledger is not the module's ledger: pass the same object")
 
-    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                           checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._check_module(pl_module)
         save_ledger(checkpoint, self.ledger)
 
-    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                           checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._check_module(pl_module)
         restore_ledger(checkpoint, self.ledger)

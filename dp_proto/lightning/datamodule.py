@@ -132,9 +132,13 @@ class ArrayDataModule(L.LightningDataModule):
         self.sampling_rate = None if sampling_rate is None else check_sampling_rate(sampling_rate)
         if sampling_seed is not None and sampling_rate is not None:
             seeded_generator(sampling_seed, warn=False)  # checks the seed
-            warnings.warn("ArrayDataModule: sampling_seed makes the Poisson batches reproducible; whoever knows it "
-                          "knows which records entered each DP-SGD step, which removes the amplification by "
-                          "subsampling. Use it for tests and benchmarks only", PrivacyLeakWarning, stacklevel=2)
+            warnings.warn(
+                "ArrayDataModule: sampling_seed makes the Poisson batches reproducible; whoever knows it "
+                "knows which records entered each DP-SGD step, which removes the amplification by "
+                "subsampling. Use it for tests and benchmarks only",
+                PrivacyLeakWarning,
+                stacklevel=2,
+            )
         self._sampling_seed = sampling_seed  # private: not a hyperparameter, never logged
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be positive or None, got {batch_size}")
@@ -159,20 +163,20 @@ class ArrayDataModule(L.LightningDataModule):
             return
         idx = np.arange(len(self._y))
         n_val, n_test = round(len(idx) * self.val_size), round(len(idx) * self.test_size)
-        train_idx, rest = train_test_split(idx, test_size=n_val + n_test, random_state=self.seed,
-                                           stratify=self._y)
+        train_idx, rest = train_test_split(idx, test_size=n_val + n_test, random_state=self.seed, stratify=self._y)
         if n_val > 0:
-            val_idx, test_idx = train_test_split(
-                rest, test_size=n_test, random_state=self.seed, stratify=self._y[rest]
-            )
+            val_idx, test_idx = train_test_split(rest, test_size=n_test, random_state=self.seed, stratify=self._y[rest])
         else:
             val_idx, test_idx = rest[:0], rest
         flat = self._X.reshape(len(self._X), -1).astype(np.float64)
         self.scaler = {"standard": StandardScaler(), "minmax": MinMaxScaler((-1, 1)), "none": None}[self.scaling]
         if self.scaler is not None:
             self.scaler.fit(flat[train_idx])
-        self.pca_ = PCA(self.pca, random_state=self.seed).fit(self._transform_flat(flat[train_idx], pca=False)) \
-            if self.pca else None
+        self.pca_ = (
+            PCA(self.pca, random_state=self.seed).fit(self._transform_flat(flat[train_idx], pca=False))
+            if self.pca
+            else None
+        )
         self.splits = {
             name: self._dataset(flat[ids], self._y[ids])
             for name, ids in (("train", train_idx), ("val", val_idx), ("test", test_idx))
@@ -226,8 +230,9 @@ class ArrayDataModule(L.LightningDataModule):
 
             self.setup()
             route_opacus_notices()
-            coins = fresh_generator() if self._sampling_seed is None else \
-                seeded_generator(self._sampling_seed, warn=False)  # warned at construction
+            coins = (
+                fresh_generator() if self._sampling_seed is None else seeded_generator(self._sampling_seed, warn=False)
+            )  # warned at construction
             return DPDataLoader(self.splits["train"], sample_rate=self.sampling_rate, generator=coins)
         return self._loader("train", shuffle=self.batch_size is not None)
 

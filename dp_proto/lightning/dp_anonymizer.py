@@ -78,33 +78,55 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
         Noise from ``os.urandom``.
     """
 
-    def __init__(self, anonymizer, prior, num_regular, *, ledger: PrivacyLedger, noise_multiplier: float,
-                 max_grad_norm: float, sampling_rate: float | None = None, expected_batch_size: float,
-                 generator: torch.Generator | None = None, secure_mode: bool = False,
-                 sample_rate: float | None = None, noise_generator: torch.Generator | None = None,
-                 **kwargs) -> None:
+    def __init__(
+        self,
+        anonymizer,
+        prior,
+        num_regular,
+        *,
+        ledger: PrivacyLedger,
+        noise_multiplier: float,
+        max_grad_norm: float,
+        sampling_rate: float | None = None,
+        expected_batch_size: float,
+        generator: torch.Generator | None = None,
+        secure_mode: bool = False,
+        sample_rate: float | None = None,
+        noise_generator: torch.Generator | None = None,
+        **kwargs,
+    ) -> None:
         if kwargs.get("mode", "toggle") != "toggle":
             raise ValueError("DP training supports mode='toggle' only (one parameter set and one loss per step)")
-        sampling_rate = renamed_argument("DPAnonymizerModule", "sampling_rate", sampling_rate, "sample_rate",
-                                         sample_rate, required=True)
-        generator = renamed_argument("DPAnonymizerModule", "generator", generator, "noise_generator",
-                                     noise_generator)
+        sampling_rate = renamed_argument(
+            "DPAnonymizerModule", "sampling_rate", sampling_rate, "sample_rate", sample_rate, required=True
+        )
+        generator = renamed_argument("DPAnonymizerModule", "generator", generator, "noise_generator", noise_generator)
         self.check_dp_settings(noise_multiplier, max_grad_norm, sampling_rate, generator, secure_mode)
         super().__init__(anonymizer, prior, num_regular, **kwargs)  # hparams: no ledger, no generator
-        self.set_dp_settings(ledger, noise_multiplier, max_grad_norm, sampling_rate, expected_batch_size,
-                             generator, secure_mode)
+        self.set_dp_settings(
+            ledger, noise_multiplier, max_grad_norm, sampling_rate, expected_batch_size, generator, secure_mode
+        )
         # One GradSampleModule per part: its hooks can be switched off while the part is
         # frozen (Opacus' backward hook would otherwise look for activations it never stored).
-        self._per_sample = [GradSampleModule(part) for part in
-                            (self.anonymizer.encoder, self.anonymizer.regular_head, self.anonymizer.private_head)]
+        self._per_sample = [
+            GradSampleModule(part)
+            for part in (self.anonymizer.encoder, self.anonymizer.regular_head, self.anonymizer.private_head)
+        ]
 
     def configure_optimizers(self):
         a = self.anonymizer
-        groups = [{"params": list(a.encoder.parameters())}, {"params": list(a.regular_head.parameters())},
-                  {"params": list(a.private_head.parameters())}]
+        groups = [
+            {"params": list(a.encoder.parameters())},
+            {"params": list(a.regular_head.parameters())},
+            {"params": list(a.private_head.parameters())},
+        ]
         base = self._optimizer(groups, self.lr)
-        optimizer = DPOptimizer(base, noise_multiplier=self.noise_multiplier, max_grad_norm=self.max_grad_norm,
-                                expected_batch_size=self.expected_batch_size)  # type: ignore[arg-type]
+        optimizer = DPOptimizer(
+            base,
+            noise_multiplier=self.noise_multiplier,
+            max_grad_norm=self.max_grad_norm,
+            expected_batch_size=self.expected_batch_size,
+        )  # type: ignore[arg-type]
         return self._sound_optimizer(optimizer, self._noise_generator, "dp_sgd")
 
     def on_train_epoch_start(self) -> None:
@@ -137,16 +159,35 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
         self.anonymizer.requires_grad_(True)
 
 
-def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: float, delta: float,
-                      sampling_rate: float | None = None, max_grad_norm: float = 1.0,
-                      num_regular: int | None = None,
-                      num_private: int | None = None, prior: Tensor | None = None, prior_fraction: float = 0.05,
-                      anonymizer=None, lam: float = 1.0, adversarial_epochs: int = 20,
-                      pretrain_regular_epochs: int = 10, pretrain_private_epochs: int = 10,
-                      noise_multiplier: float | None = None, val_data=None, seed: int = 0, logger=False,
-                      enable_progress_bar: bool = False, accelerator: str = "cpu", secure_mode: bool = False,
-                      expected_batch_size: float | None = None, noise_seed: int | None = None,
-                      **module_kwargs):
+def fit_dp_anonymizer(
+    x: Tensor,
+    regular: Tensor,
+    private: Tensor,
+    *,
+    epsilon: float,
+    delta: float,
+    sampling_rate: float | None = None,
+    max_grad_norm: float = 1.0,
+    num_regular: int | None = None,
+    num_private: int | None = None,
+    prior: Tensor | None = None,
+    prior_fraction: float = 0.05,
+    anonymizer=None,
+    lam: float = 1.0,
+    adversarial_epochs: int = 20,
+    pretrain_regular_epochs: int = 10,
+    pretrain_private_epochs: int = 10,
+    noise_multiplier: float | None = None,
+    val_data=None,
+    seed: int = 0,
+    logger=False,
+    enable_progress_bar: bool = False,
+    accelerator: str = "cpu",
+    secure_mode: bool = False,
+    expected_batch_size: float | None = None,
+    noise_seed: int | None = None,
+    **module_kwargs,
+):
     """Train an anonymizer whose whole transcript is ``(epsilon, delta)``-DP.
 
     ``num_regular`` / ``num_private`` are public (default: from the labels' maxima, with a
@@ -185,9 +226,12 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
 
     regular, private = training_labels(x, regular, private)
     if num_regular is None or num_private is None:
-        warnings.warn("num_regular / num_private not given: the class counts are read from the private "
-                      "labels' maxima and the released model shows them; pass the public counts",
-                      PrivacyLeakWarning, stacklevel=2)
+        warnings.warn(
+            "num_regular / num_private not given: the class counts are read from the private "
+            "labels' maxima and the released model shows them; pass the public counts",
+            PrivacyLeakWarning,
+            stacklevel=2,
+        )
     num_regular = int(regular.max()) + 1 if num_regular is None else num_regular
     num_private = int(private.max()) + 1 if num_private is None else num_private
     check_labels(regular, num_regular, "regular")
@@ -197,23 +241,38 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
     if prior is None and not 0 < prior_fraction < 1:
         raise ValueError(f"prior_fraction must lie in (0, 1), got {prior_fraction}")
     epochs = pretrain_regular_epochs + pretrain_private_epochs + adversarial_epochs
-    sampling_rate = renamed_argument("fit_dp_anonymizer", "sampling_rate", sampling_rate, "sample_rate",
-                                     module_kwargs.pop("sample_rate", None))
-    plan = DPSGDPlan(epsilon, delta, 0.05 if sampling_rate is None else sampling_rate, epochs,
-                     init_fraction=prior_fraction if prior is None else 0.0)
+    sampling_rate = renamed_argument(
+        "fit_dp_anonymizer", "sampling_rate", sampling_rate, "sample_rate", module_kwargs.pop("sample_rate", None)
+    )
+    plan = DPSGDPlan(
+        epsilon,
+        delta,
+        0.05 if sampling_rate is None else sampling_rate,
+        epochs,
+        init_fraction=prior_fraction if prior is None else 0.0,
+    )
     if expected_batch_size is not None:
         expected_batch_size = check_expected_batch_size(expected_batch_size)
     elif prior is not None:
-        raise ValueError("with a public prior, pass the public expected_batch_size (the normaliser of the noisy "
-                         "gradient sums): sampling_rate * len(x) would divide by the private record count")
+        raise ValueError(
+            "with a public prior, pass the public expected_batch_size (the normaliser of the noisy "
+            "gradient sums): sampling_rate * len(x) would divide by the private record count"
+        )
     if secure_mode and noise_seed is not None:
         raise ValueError("secure_mode draws the noise from os.urandom; noise_seed cannot reproduce it")
     # A noise-free check run (noise_multiplier=0) is recorded but has no budget to stop it.
     ledger = PrivacyLedger(default_delta=delta) if noise_multiplier == 0 else plan.new_ledger()
     generator = None if secure_mode else noise_generator(noise_seed, owner="fit_dp_anonymizer (noise_seed)")
     if prior is None:
-        counts = noisy_histogram(private, num_private, plan.init_epsilon, ledger=ledger, name="private_prior",
-                                 generator=generator, secure_mode=secure_mode)
+        counts = noisy_histogram(
+            private,
+            num_private,
+            plan.init_epsilon,
+            ledger=ledger,
+            name="private_prior",
+            generator=generator,
+            secure_mode=secure_mode,
+        )
         prior = counts.clamp_min(1.0) / counts.clamp_min(1.0).sum()
         from_release = plan.expected_batch_size(float(counts.sum()))  # post-processing of a release
         if expected_batch_size is None:
@@ -224,16 +283,35 @@ def fit_dp_anonymizer(x: Tensor, regular: Tensor, private: Tensor, *, epsilon: f
     L.seed_everything(seed, workers=True, verbose=False)
     anonymizer = anonymizer if anonymizer is not None else default_anonymizer(x, num_regular, num_private)
     module = DPAnonymizerModule(
-        anonymizer, prior, num_regular, ledger=ledger, noise_multiplier=noise_multiplier,
-        max_grad_norm=max_grad_norm, sampling_rate=plan.sampling_rate, expected_batch_size=expected_batch_size,
-        generator=generator, secure_mode=secure_mode, lam=lam, mode="toggle",
-        pretrain_regular_epochs=pretrain_regular_epochs, pretrain_private_epochs=pretrain_private_epochs,
-        **module_kwargs)
+        anonymizer,
+        prior,
+        num_regular,
+        ledger=ledger,
+        noise_multiplier=noise_multiplier,
+        max_grad_norm=max_grad_norm,
+        sampling_rate=plan.sampling_rate,
+        expected_batch_size=expected_batch_size,
+        generator=generator,
+        secure_mode=secure_mode,
+        lam=lam,
+        mode="toggle",
+        pretrain_regular_epochs=pretrain_regular_epochs,
+        pretrain_private_epochs=pretrain_private_epochs,
+        **module_kwargs,
+    )
     # Poisson coins: fresh entropy (also in secure mode, never torch's global generator),
     # or a stream of their own derived from noise_seed.
     route_opacus_notices()
     coins = fresh_generator() if noise_seed is None else seeded_generator(poisson_seed(noise_seed), warn=False)
     loader = DPDataLoader(TensorDataset(x, regular, private), sample_rate=plan.sampling_rate, generator=coins)
-    fit = train_module(module, loader, val_data, max_epochs=epochs, accelerator=accelerator, logger=logger,
-                       enable_progress_bar=enable_progress_bar, use_distributed_sampler=False)
+    fit = train_module(
+        module,
+        loader,
+        val_data,
+        max_epochs=epochs,
+        accelerator=accelerator,
+        logger=logger,
+        enable_progress_bar=enable_progress_bar,
+        use_distributed_sampler=False,
+    )
     return fit, ledger

@@ -18,7 +18,12 @@ from dp_proto.privacy.ledger import PrivacyLedger, dp_sgd_event
 from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.opacus_noise import check_expected_batch_size, make_noise_sound
 
-__all__ = ["DPLVQModule", "EpochBudgetMixin", "check_poisson_loader", "dp_sgd_event"]  # dp_sgd_event: re-exported from dp_proto.privacy
+__all__ = [
+    "DPLVQModule",
+    "EpochBudgetMixin",
+    "check_poisson_loader",
+    "dp_sgd_event",
+]  # dp_sgd_event: re-exported from dp_proto.privacy
 
 
 def check_poisson_loader(loader, sampling_rate: float) -> None:
@@ -33,11 +38,13 @@ def check_poisson_loader(loader, sampling_rate: float) -> None:
         raise ValueError(
             f"DP-SGD needs a Poisson-sampling training loader (Opacus' DPDataLoader, e.g. from "
             f"ArrayDataModule(sampling_rate=q)): the privacy accounting assumes it; got "
-            f"{type(loader).__name__} with batch sampler {type(sampler).__name__}")
+            f"{type(loader).__name__} with batch sampler {type(sampler).__name__}"
+        )
     if not math.isclose(float(rate), float(sampling_rate), rel_tol=1e-12):
         raise ValueError(
             f"the training loader samples at rate {float(rate):g} but the module's noise was calibrated "
-            f"for sampling_rate={float(sampling_rate):g}; take both from one DPSGDPlan")
+            f"for sampling_rate={float(sampling_rate):g}; take both from one DPSGDPlan"
+        )
 
 
 class EpochBudgetMixin:
@@ -64,18 +71,32 @@ class EpochBudgetMixin:
     steps_recorded = 0  # steps this module recorded in the ledger (in this process)
 
     @staticmethod
-    def check_dp_settings(noise_multiplier: float, max_grad_norm: float, sampling_rate: float,
-                          generator: torch.Generator | None, secure_mode: bool) -> None:
+    def check_dp_settings(
+        noise_multiplier: float,
+        max_grad_norm: float,
+        sampling_rate: float,
+        generator: torch.Generator | None,
+        secure_mode: bool,
+    ) -> None:
         """Clear errors for bad public DP-SGD settings (call before ``__init__`` of the module)."""
         if not noise_multiplier >= 0 or not max_grad_norm > 0 or not 0 < sampling_rate <= 1:
-            raise ValueError(f"need noise_multiplier >= 0, max_grad_norm > 0 and 0 < sampling_rate <= 1, got "
-                             f"{noise_multiplier}, {max_grad_norm}, {sampling_rate}")
+            raise ValueError(
+                f"need noise_multiplier >= 0, max_grad_norm > 0 and 0 < sampling_rate <= 1, got "
+                f"{noise_multiplier}, {max_grad_norm}, {sampling_rate}"
+            )
         if secure_mode and generator is not None:
             raise ValueError("secure_mode draws the noise from os.urandom; do not pass a generator as well")
 
-    def set_dp_settings(self, ledger: PrivacyLedger | None, noise_multiplier: float, max_grad_norm: float,
-                        sampling_rate: float, expected_batch_size: float, generator: torch.Generator | None,
-                        secure_mode: bool) -> None:
+    def set_dp_settings(
+        self,
+        ledger: PrivacyLedger | None,
+        noise_multiplier: float,
+        max_grad_norm: float,
+        sampling_rate: float,
+        expected_batch_size: float,
+        generator: torch.Generator | None,
+        secure_mode: bool,
+    ) -> None:
         """Store the DP-SGD settings (after ``__init__``); the generator stays private,
         never a hyperparameter, log entry or checkpoint item."""
         self.ledger = ledger if ledger is not None else PrivacyLedger()
@@ -141,8 +162,13 @@ class EpochBudgetMixin:
         """Float64 noise from fresh entropy (or the caller's generator, or ``os.urandom``
         with ``secure_mode``) and the public normaliser, its source noted in the ledger."""
         generator = noise_rng(self.ledger, None if self.secure_mode else generator, self.secure_mode, None, name)
-        return make_noise_sound(optimizer, expected_batch_size=self.expected_batch_size, generator=generator,
-                                secure_mode=self.secure_mode, name=name)
+        return make_noise_sound(
+            optimizer,
+            expected_batch_size=self.expected_batch_size,
+            generator=generator,
+            secure_mode=self.secure_mode,
+            name=name,
+        )
 
 
 class DPLVQModule(EpochBudgetMixin, LVQModule):
@@ -213,13 +239,15 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
     ) -> None:
         if optimizer == "lbfgs":
             raise ValueError("DP-SGD needs a first-order optimizer ('sgd' or 'adam'), not 'lbfgs'")
-        sampling_rate = renamed_argument("DPLVQModule", "sampling_rate", sampling_rate, "sample_rate", sample_rate,
-                                         required=True)
+        sampling_rate = renamed_argument(
+            "DPLVQModule", "sampling_rate", sampling_rate, "sample_rate", sample_rate, required=True
+        )
         generator = renamed_argument("DPLVQModule", "generator", generator, "noise_generator", noise_generator)
         self.check_dp_settings(noise_multiplier, max_grad_norm, sampling_rate, generator, secure_mode)
         super().__init__(model, optimizer=optimizer, lr=lr, **kwargs)  # hparams: no ledger, no generator
-        self.set_dp_settings(ledger, noise_multiplier, max_grad_norm, sampling_rate, expected_batch_size,
-                             generator, secure_mode)
+        self.set_dp_settings(
+            ledger, noise_multiplier, max_grad_norm, sampling_rate, expected_batch_size, generator, secure_mode
+        )
         self.private_model = GradSampleModule(model)
 
     def forward(self, x):
@@ -236,6 +264,10 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
 
     def configure_optimizers(self):
         base = super().configure_optimizers()
-        optimizer = DPOptimizer(base, noise_multiplier=self.noise_multiplier, max_grad_norm=self.max_grad_norm,
-                                expected_batch_size=self.expected_batch_size)  # type: ignore[arg-type]
+        optimizer = DPOptimizer(
+            base,
+            noise_multiplier=self.noise_multiplier,
+            max_grad_norm=self.max_grad_norm,
+            expected_batch_size=self.expected_batch_size,
+        )  # type: ignore[arg-type]
         return self._sound_optimizer(optimizer, self._noise_generator, "dp_sgd")

@@ -88,8 +88,12 @@ class LVQModule(L.LightningModule):
     def init_prototypes(self, x: Tensor, y: Tensor, generator: torch.Generator | None = None) -> None:
         """Place the prototypes at the class means of the backbone features of ``x``."""
         feats = self.model.features(x.to(self.model.prototype_labels.device)).flatten(1)
-        protos = class_mean_prototypes(feats.to(self.model.layer.prototypes.dtype), y.to(feats.device),
-                                       self.model.prototype_labels, generator=generator)
+        protos = class_mean_prototypes(
+            feats.to(self.model.layer.prototypes.dtype),
+            y.to(feats.device),
+            self.model.prototype_labels,
+            generator=generator,
+        )
         self.model.layer.prototypes.copy_(protos)
 
     # -- steps ---------------------------------------------------------------------------
@@ -125,8 +129,9 @@ class LVQModule(L.LightningModule):
     def configure_optimizers(self):
         params = [p for p in self.model.parameters() if p.requires_grad]
         if self.optimizer_name == "lbfgs":
-            return torch.optim.LBFGS(params, lr=1.0, max_iter=self.max_lbfgs_iter,
-                                     history_size=20, line_search_fn="strong_wolfe")
+            return torch.optim.LBFGS(
+                params, lr=1.0, max_iter=self.max_lbfgs_iter, history_size=20, line_search_fn="strong_wolfe"
+            )
         groups = parameter_groups(self.model, self.lr, self.metric_lr_scale)
         return make_optimizer(self.optimizer_name, groups, self.lr, momentum=self.momentum)
 

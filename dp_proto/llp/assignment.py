@@ -89,8 +89,7 @@ def _prepare(cluster_counts: Tensor, proportions: Tensor, weights: Tensor | None
     p = torch.as_tensor(proportions, device=c.device)
     if p.dim() != 2 or p.shape[0] != c.shape[0]:
         raise ValueError(
-            f"proportions must have shape (B, L) with B={c.shape[0]} (the rows of cluster_counts), "
-            f"got {tuple(p.shape)}"
+            f"proportions must have shape (B, L) with B={c.shape[0]} (the rows of cluster_counts), got {tuple(p.shape)}"
         )
     if p.shape[1] < 1 or c.shape[1] < 1:
         raise ValueError("need at least one cluster and one label")
@@ -274,9 +273,7 @@ def local_search(
     num_labels = p.shape[1]
     total_w = float(w.sum())
     if total_w <= 0:
-        raise ValueError(
-            "no batch has both records and a positive weight: the proportions give nothing to fit"
-        )
+        raise ValueError("no batch has both records and a positive weight: the proportions give nothing to fit")
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 0:
         raise ValueError(f"max_iter must be an int >= 0, got {max_iter!r}")
     if init is not None:
@@ -317,9 +314,7 @@ def local_search(
             a = a.scatter(1, c2, torch.where(is_swap[:, None], l1, l2))
     else:
         moves, swap = _deltas(r, p, w, s, kk, a)
-        converged = not bool((moves < threshold).any()) and not (
-            swap is not None and bool((swap < threshold).any())
-        )
+        converged = not bool((moves < threshold).any()) and not (swap is not None and bool((swap < threshold).any()))
     e = r @ torch.nn.functional.one_hot(a, num_labels).to(torch.float64) - p
     losses = (w[:, None] * e * e).sum((1, 2))
     best_start = int(losses.argmin())

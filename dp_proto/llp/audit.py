@@ -24,8 +24,9 @@ def llp_release_audit_setup(epsilon: float, *, batch_size: int = 8, fixed_noise_
         labels, batches = dataset
         counts = batch_label_counts(labels, batches, 2, 2)
         seed = fixed_noise_seed if fixed_noise_seed is not None else trial_noise_seed(generator)
-        released = without_leak_warning(lambda: private_label_proportions(counts, epsilon, batch_sizes=float(batch_size),
-                                                              noise_seed=seed))
+        released = without_leak_warning(
+            lambda: private_label_proportions(counts, epsilon, batch_sizes=float(batch_size), noise_seed=seed)
+        )
         return float(released.proportions[0, 0])
 
     name = f"llp_release_eps{epsilon:g}" if fixed_noise_seed is None else f"broken_llp_fixed_seed_claims{epsilon:g}"

@@ -215,9 +215,7 @@ def encode_proportions(release: LabelProportions) -> Tensor:
     return table.contiguous()
 
 
-def decode_proportions(
-    table: Tensor, epsilon: float | None, device: torch.device | str = "cpu"
-) -> LabelProportions:
+def decode_proportions(table: Tensor, epsilon: float | None, device: torch.device | str = "cpu") -> LabelProportions:
     """The release a receiver reconstructs from :func:`encode_proportions`' message.
 
     NaN rows become invalid rows with uniform proportions (exactly the rows an
@@ -320,8 +318,10 @@ def run_node(
     try:
         config = LLPConfig.from_settings(config, settings, "run_node")
         if config.time_range is None:
-            raise ValueError("run_node needs time_range=(origin, stop), the public recording period: "
-                             "no single node knows the times of the others")
+            raise ValueError(
+                "run_node needs time_range=(origin, stop), the public recording period: "
+                "no single node knows the times of the others"
+            )
         config = config.resolve([node], f"node {rank}")
         nbrs = check_neighbour_row(rank, neighbours_of_rank, world_size)
         this = LLPNode(rank, node, config, train_mask=train_mask, device=device)
@@ -329,8 +329,14 @@ def run_node(
             warn_noise_seed(f"LLP node {rank}", "its release")
         release = this.release()
         grid = config.grid
-        meta_values = [1.0, float(grid.num_batches), float(config.num_classes), float(config.batch_size),
-                       float(grid.origin), -1.0 if config.epsilon is None else float(config.epsilon)]
+        meta_values = [
+            1.0,
+            float(grid.num_batches),
+            float(config.num_classes),
+            float(config.batch_size),
+            float(grid.origin),
+            -1.0 if config.epsilon is None else float(config.epsilon),
+        ]
     except Exception as err:  # reported to the other nodes below, then raised
         local_error = err
     t1 = _time.perf_counter()
@@ -347,9 +353,7 @@ def run_node(
     table = torch.stack(gathered).cpu()
     failed = [j for j in range(world_size) if table[j, 0] != 1.0]
     if failed:
-        raise PeerFailedError(
-            f"node {rank}: node(s) {failed} failed before the exchange; nothing was sent"
-        )
+        raise PeerFailedError(f"node {rank}: node(s) {failed} failed before the exchange; nothing was sent")
     mine = table[rank, 1:_META_FIELDS]
     differ = [j for j in range(world_size) if not torch.equal(table[j, 1:_META_FIELDS], mine)]
     if differ:
@@ -376,10 +380,21 @@ def run_node(
     t3 = _time.perf_counter()
     nbytes = message.numel() * message.element_size()
     return NodeResult(
-        rank=rank, models=fit.models, proportions=release, received=received, ledger=this.ledger,
-        fit=fit, neighbours=nbrs, subscribers=subscribers, batch_size=config.batch_size,
-        num_batches=grid.num_batches, origin=grid.origin, num_classes=config.num_classes,
-        epsilon=config.epsilon, bytes_sent=nbytes * len(subscribers), bytes_received=nbytes * len(nbrs),
+        rank=rank,
+        models=fit.models,
+        proportions=release,
+        received=received,
+        ledger=this.ledger,
+        fit=fit,
+        neighbours=nbrs,
+        subscribers=subscribers,
+        batch_size=config.batch_size,
+        num_batches=grid.num_batches,
+        origin=grid.origin,
+        num_classes=config.num_classes,
+        epsilon=config.epsilon,
+        bytes_sent=nbytes * len(subscribers),
+        bytes_received=nbytes * len(nbrs),
         seconds={"release": t1 - t0, "exchange": t2 - t1, "train": t3 - t2, "total": t3 - t0},
     )
 
@@ -408,10 +423,22 @@ def _write(path: Path, payload: Any) -> None:
     os.replace(tmp, path)
 
 
-def _node_process(rank: int, world_size: int, init_method: str, backend: str, timeout: float,
-                  num_threads: int, worker_setup: Callable[[int], Any] | None, node,
-                  neighbours_of_rank: list[int], train_mask, config: LLPConfig, device: str, out_dir: str,
-                  env: dict[str, str] | None) -> None:
+def _node_process(
+    rank: int,
+    world_size: int,
+    init_method: str,
+    backend: str,
+    timeout: float,
+    num_threads: int,
+    worker_setup: Callable[[int], Any] | None,
+    node,
+    neighbours_of_rank: list[int],
+    train_mask,
+    config: LLPConfig,
+    device: str,
+    out_dir: str,
+    env: dict[str, str] | None,
+) -> None:
     """Body of a worker process: set up, join the group, run the node, report to ``out_dir``."""
     out = Path(out_dir)
     try:
@@ -421,11 +448,15 @@ def _node_process(rank: int, world_size: int, init_method: str, backend: str, ti
         torch.set_num_threads(num_threads)
         if worker_setup is not None:
             worker_setup(rank)
-        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=timeout))
+        dist.init_process_group(
+            backend,
+            init_method=init_method,
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(seconds=timeout),
+        )
         try:
-            result = run_node(rank, world_size, node, neighbours_of_rank, config, train_mask=train_mask,
-                              device=device)
+            result = run_node(rank, world_size, node, neighbours_of_rank, config, train_mask=train_mask, device=device)
         finally:
             dist.destroy_process_group()
         result = _to_cpu(result)
@@ -438,10 +469,16 @@ def _node_process(rank: int, world_size: int, init_method: str, backend: str, ti
             exc = err
         except Exception:  # unpicklable exception: the text is enough
             exc = None
-        _write(out / f"error_{rank}.pkl", {
-            "type": type(err).__name__, "message": str(err), "traceback": traceback.format_exc(),
-            "exception": exc, "peer": isinstance(err, PeerFailedError),
-        })
+        _write(
+            out / f"error_{rank}.pkl",
+            {
+                "type": type(err).__name__,
+                "message": str(err),
+                "traceback": traceback.format_exc(),
+                "exception": exc,
+                "peer": isinstance(err, PeerFailedError),
+            },
+        )
         sys.exit(1)
 
 
@@ -530,8 +567,7 @@ def launch_network(
         raise ValueError("the network has no node")
     if world_size is not None and world_size != n_nodes:
         raise ValueError(
-            f"world_size={world_size} but there are {n_nodes} nodes: launch_network runs one "
-            f"process per node"
+            f"world_size={world_size} but there are {n_nodes} nodes: launch_network runs one process per node"
         )
     nbrs = check_neighbours(neighbours, n_nodes)
     if train_masks is not None and len(train_masks) != n_nodes:
@@ -563,9 +599,25 @@ def launch_network(
             for i in range(n_nodes):
                 mask = None if train_masks is None else train_masks[i]
                 proc = ctx.Process(
-                    target=_node_process, name=f"llp-node-{i}", daemon=True,
-                    args=(i, n_nodes, init_method, backend, timeout, num_threads, worker_setup,
-                          nodes[i], nbrs[i], mask, config, str(torch.device(device)), out_dir, env),
+                    target=_node_process,
+                    name=f"llp-node-{i}",
+                    daemon=True,
+                    args=(
+                        i,
+                        n_nodes,
+                        init_method,
+                        backend,
+                        timeout,
+                        num_threads,
+                        worker_setup,
+                        nodes[i],
+                        nbrs[i],
+                        mask,
+                        config,
+                        str(torch.device(device)),
+                        out_dir,
+                        env,
+                    ),
                 )
                 proc.start()
                 procs.append(proc)
@@ -579,17 +631,16 @@ def launch_network(
                 if proc.is_alive():
                     proc.kill()
                     proc.join()
-        errors = {i: _read(out / f"error_{i}.pkl") for i in range(n_nodes)
-                  if (out / f"error_{i}.pkl").exists()}
+        errors = {i: _read(out / f"error_{i}.pkl") for i in range(n_nodes) if (out / f"error_{i}.pkl").exists()}
         failure, cause = None, None
         if errors:
             primary = [i for i, e in errors.items() if not e["peer"]] or sorted(errors)
             i = min(primary)
             err = errors[i]
             failure = NodeProcessError(
-                f"node {i} failed ({err['type']}: {err['message']})\n\n"
-                f"Traceback in its process:\n{err['traceback']}",
-                i, err["traceback"],
+                f"node {i} failed ({err['type']}: {err['message']})\n\nTraceback in its process:\n{err['traceback']}",
+                i,
+                err["traceback"],
             )
             cause = err["exception"]
         if running:
@@ -605,7 +656,8 @@ def launch_network(
             if not path.exists():
                 raise NodeProcessError(
                     f"node {i}'s process exited with code {proc.exitcode} without a result "
-                    f"(killed, or crashed in native code)", i,
+                    f"(killed, or crashed in native code)",
+                    i,
                 )
             payload = _read(path)
             result = payload["result"]
@@ -647,10 +699,17 @@ def as_network_result(results: Sequence[NodeResult]) -> NetworkResult:
     first = results[0]
     seconds = {key: max(r.seconds.get(key, 0.0) for r in results) for key in first.seconds}
     return NetworkResult(
-        models=[r.models for r in results], proportions=[r.proportions for r in results],
-        ledgers=[r.ledger for r in results], neighbours=[r.neighbours for r in results],
-        fits=[r.fit for r in results], batch_size=first.batch_size, num_batches=first.num_batches,
-        origin=first.origin, num_classes=first.num_classes, epsilon=first.epsilon, seconds=seconds,
+        models=[r.models for r in results],
+        proportions=[r.proportions for r in results],
+        ledgers=[r.ledger for r in results],
+        neighbours=[r.neighbours for r in results],
+        fits=[r.fit for r in results],
+        batch_size=first.batch_size,
+        num_batches=first.num_batches,
+        origin=first.origin,
+        num_classes=first.num_classes,
+        epsilon=first.epsilon,
+        seconds=seconds,
     )
 
 
@@ -660,6 +719,10 @@ if __name__ == "__main__":
     import importlib
     import warnings
 
-    warnings.warn("python -m dp_proto.llp.distributed is now `dp-proto llp --distributed`; the old "
-                  "entry point will be removed in the release after 0.1", DeprecationWarning, stacklevel=1)
+    warnings.warn(
+        "python -m dp_proto.llp.distributed is now `dp-proto llp --distributed`; the old "
+        "entry point will be removed in the release after 0.1",
+        DeprecationWarning,
+        stacklevel=1,
+    )
     sys.exit(importlib.import_module("dp_proto.cli").main(["llp", "--distributed", *sys.argv[1:]]))

@@ -19,9 +19,7 @@ from dp_proto._validation import as_time_index, check_int
 __all__ = ["BatchGrid", "time_batches"]
 
 
-def time_batches(
-    time_index: np.ndarray | Sequence[int], batch_size: int, *, origin: int = 0
-) -> np.ndarray:
+def time_batches(time_index: np.ndarray | Sequence[int], batch_size: int, *, origin: int = 0) -> np.ndarray:
     """Batch id of each sample on a global grid of ``batch_size`` slots.
 
     Batch ``k`` holds the samples with ``origin + k * batch_size <= t <

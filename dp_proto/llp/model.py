@@ -100,8 +100,9 @@ def majority_vote(predictions: Tensor, num_classes: int, *, tie_break: str = "fi
     votes = torch.zeros(preds.shape[1], num_classes, dtype=torch.float64, device=preds.device)
     votes.scatter_add_(1, preds.T, torch.ones(preds.T.shape, dtype=torch.float64, device=preds.device))
     if tie_break == "first":  # half a vote breaks ties only: counts are integers
-        votes.scatter_add_(1, preds[0][:, None], torch.full((preds.shape[1], 1), 0.5,
-                                                             dtype=torch.float64, device=preds.device))
+        votes.scatter_add_(
+            1, preds[0][:, None], torch.full((preds.shape[1], 1), 0.5, dtype=torch.float64, device=preds.device)
+        )
     # argmax returns the first maximal index: the smallest tied label
     return votes.argmax(1)
 
@@ -146,8 +147,9 @@ def train_node_models(
 ) -> list[LLPNodeModel]:
     """The ``len(proportion_sources)`` models of a node; see :func:`fit_node_models`,
     which takes the same arguments and also returns the clustering and the searches."""
-    return fit_node_models(features, batch_ids, proportion_sources, k=k, n_starts=n_starts,
-                           generator=generator, **kwargs).models
+    return fit_node_models(
+        features, batch_ids, proportion_sources, k=k, n_starts=n_starts, generator=generator, **kwargs
+    ).models
 
 
 def fit_node_models(
@@ -227,8 +229,15 @@ def fit_node_models(
         p = p.to(features.device)
         weights = None if valid is None else valid.to(features.device)
         try:
-            res = local_search(cluster_counts, p, n_starts=n_starts, max_iter=search_max_iter,
-                               swaps=swaps, weights=weights, generator=generator)
+            res = local_search(
+                cluster_counts,
+                p,
+                n_starts=n_starts,
+                max_iter=search_max_iter,
+                swaps=swaps,
+                weights=weights,
+                generator=generator,
+            )
         except ValueError as err:
             raise type(err)(f"proportion source {i}: {err}") from err
         searches.append(res)

@@ -284,8 +284,10 @@ def simulate_network(
         raise ValueError(f"train_masks has {len(train_masks)} entries for {n_nodes} nodes")
     config = config.resolve(nodes, "simulate_network")
     device = torch.device(device)
-    network = [LLPNode(i, node, config, train_mask=None if train_masks is None else train_masks[i],
-                       device=device) for i, node in enumerate(nodes)]
+    network = [
+        LLPNode(i, node, config, train_mask=None if train_masks is None else train_masks[i], device=device)
+        for i, node in enumerate(nodes)
+    ]
     if config.private and config.noise_seed is not None:
         warn_noise_seed("simulate_network")
 
@@ -299,9 +301,16 @@ def simulate_network(
     t2 = _time.perf_counter()
     grid = config.grid
     return NetworkResult(
-        models=[fit.models for fit in fits], proportions=releases, ledgers=[n.ledger for n in network],
-        neighbours=nbrs, fits=fits, batch_size=config.batch_size, num_batches=grid.num_batches,
-        origin=grid.origin, num_classes=config.num_classes, epsilon=config.epsilon,
+        models=[fit.models for fit in fits],
+        proportions=releases,
+        ledgers=[n.ledger for n in network],
+        neighbours=nbrs,
+        fits=fits,
+        batch_size=config.batch_size,
+        num_batches=grid.num_batches,
+        origin=grid.origin,
+        num_classes=config.num_classes,
+        epsilon=config.epsilon,
         seconds={"release": t1 - t0, "train": t2 - t1, "total": t2 - t0},
     )
 
@@ -341,8 +350,7 @@ def evaluate(
     for i, node in enumerate(nodes):
         models = result.models[i]
         device = models[0].centres.device
-        x, y, _ = node_tensors(i, node, None if test_masks is None else test_masks[i],
-                               result.num_classes, device)
+        x, y, _ = node_tensors(i, node, None if test_masks is None else test_masks[i], result.num_classes, device)
         n_test[i] = x.shape[0]
         if x.shape[0] == 0:
             model_acc.append(np.full(len(models), np.nan))

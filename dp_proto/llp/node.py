@@ -187,7 +187,8 @@ class LLPConfig:
             if None in declared or len(declared) != 1:
                 raise ValueError(
                     f"{owner}: pass num_classes, the public label set (the nodes do not all declare "
-                    f"the same num_classes: {sorted(declared, key=str)})")
+                    f"the same num_classes: {sorted(declared, key=str)})"
+                )
             changes["num_classes"] = int(declared.pop())
         if self.time_range is None:
             if self.private:
@@ -195,7 +196,8 @@ class LLPConfig:
                     f"{owner}: a private run (epsilon={self.epsilon!r}) needs the public "
                     "time_range=(origin, stop) (the recording period): it fixes the batch grid and so "
                     "the shape of every release; derived from the data, the number of batches would "
-                    "depend on single records")
+                    "depend on single records"
+                )
             last = max((int(np.max(node.time)) for node in nodes if len(node.time)), default=0)
             changes["time_range"] = (0, last + 1)
         return dataclasses.replace(self, **changes) if changes else self
@@ -268,8 +270,7 @@ def node_noise_generator(
     noise_seed = check_noise_seed(noise_seed)
     if warn:
         warn_noise_seed(f"LLP node {node_index}", "its release")
-    return seeded_generator(_derived_seed(noise_seed, node_index, _NOISE_STREAM), torch.device(device),
-                            warn=False)
+    return seeded_generator(_derived_seed(noise_seed, node_index, _NOISE_STREAM), torch.device(device), warn=False)
 
 
 def warn_noise_seed(owner: str, what: str = "every node's release") -> None:
@@ -279,7 +280,9 @@ def warn_noise_seed(owner: str, what: str = "every node's release") -> None:
         "whoever knows the seed can remove it and read the exact label counts, so the release is "
         "not private against them. Use it for tests and benchmarks only; the ledger records "
         "'noise': 'reproducible'",
-        PrivacyLeakWarning, stacklevel=3)
+        PrivacyLeakWarning,
+        stacklevel=3,
+    )
 
 
 # --------------------------------------------------------------------------- one node
@@ -359,8 +362,15 @@ class LLPNode:
         NaN/inf features, labels outside the label set.
     """
 
-    def __init__(self, index: int, data, config: LLPConfig, *, train_mask: np.ndarray | None = None,
-                 device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        index: int,
+        data,
+        config: LLPConfig,
+        *,
+        train_mask: np.ndarray | None = None,
+        device: torch.device | str = "cpu",
+    ) -> None:
         if config.time_range is None or config.num_classes is None:
             raise ValueError("LLPNode needs a config with time_range and num_classes (LLPConfig.resolve)")
         self.index = check_int("index", index, 0)
@@ -373,14 +383,21 @@ class LLPNode:
         x, y, t = node_tensors(index, data, train_mask, config.num_classes, self.device)
         inside = self.grid.contains(t)
         if not bool(inside.all()):
-            curator_log("%s: %d training window(s) outside the public time_range [%d, %d) dropped",
-                        self.name, int((~inside).sum()), self.grid.origin, self.grid.stop)
+            curator_log(
+                "%s: %d training window(s) outside the public time_range [%d, %d) dropped",
+                self.name,
+                int((~inside).sum()),
+                self.grid.origin,
+                self.grid.stop,
+            )
             keep = torch.as_tensor(inside, device=x.device)
             x, y, t = x[keep], y[keep], t[inside]
         if x.shape[0] < config.batch_size:
-            message = (f"{self.name} has {x.shape[0]} training windows, fewer than "
-                       f"batch_size={config.batch_size}: its proportions would describe (almost) all "
-                       f"its data at once; use a smaller b")
+            message = (
+                f"{self.name} has {x.shape[0]} training windows, fewer than "
+                f"batch_size={config.batch_size}: its proportions would describe (almost) all "
+                f"its data at once; use a smaller b"
+            )
             if not config.private:
                 raise ValueError(message)
             curator_log("%s", message)
@@ -410,8 +427,14 @@ class LLPNode:
         else:
             self.ledger.spend(NonPrivateEvent(name=f"llp/node{i}/label_proportions"))
         release = private_label_proportions(
-            counts, cfg.epsilon, batch_sizes=cfg.batch_size, floor=cfg.floor, ledger=self.ledger,
-            generator=noise, name=f"llp/node{i}/label_counts", estimator=cfg.estimator,
+            counts,
+            cfg.epsilon,
+            batch_sizes=cfg.batch_size,
+            floor=cfg.floor,
+            ledger=self.ledger,
+            generator=noise,
+            name=f"llp/node{i}/label_counts",
+            estimator=cfg.estimator,
         )
         if cfg.own_proportions == "released" or not cfg.private:
             self._own = release
@@ -429,14 +452,23 @@ class LLPNode:
             raise RuntimeError(f"{self.name}: release() comes before train()")
         cfg = self.config
         if self.features.shape[0] < cfg.k:
-            raise ValueError(f"{self.name} has {self.features.shape[0]} training windows, fewer than k={cfg.k} "
-                             "clusters (its proportions were released; its own models cannot be fitted)")
+            raise ValueError(
+                f"{self.name} has {self.features.shape[0]} training windows, fewer than k={cfg.k} "
+                "clusters (its proportions were released; its own models cannot be fitted)"
+            )
         sources = [self._own, *(r.to(self.device) for r in received)]
         try:
             return fit_node_models(
-                self.features, self.batch_ids, sources, k=cfg.k, n_starts=cfg.n_starts,
-                generator=node_generator(cfg.seed, self.index, self.device), n_init=cfg.n_init,
-                kmeans_max_iter=cfg.kmeans_max_iter, search_max_iter=cfg.search_max_iter, swaps=cfg.swaps,
+                self.features,
+                self.batch_ids,
+                sources,
+                k=cfg.k,
+                n_starts=cfg.n_starts,
+                generator=node_generator(cfg.seed, self.index, self.device),
+                n_init=cfg.n_init,
+                kmeans_max_iter=cfg.kmeans_max_iter,
+                search_max_iter=cfg.search_max_iter,
+                swaps=cfg.swaps,
             )
         except ValueError as err:
             raise type(err)(f"{self.name}: {err}") from err

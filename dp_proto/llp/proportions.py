@@ -77,8 +77,11 @@ def check_estimator(estimator: str) -> str:
     :class:`DeprecationWarning`.
     """
     if estimator == "seed":
-        warnings.warn("estimator='seed' is now called 'clipped'; the old name will be removed in "
-                      f"{REMOVAL}", DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            f"estimator='seed' is now called 'clipped'; the old name will be removed in {REMOVAL}",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         return "clipped"
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
@@ -146,9 +149,7 @@ def _check_index_vector(values: Tensor, name: str, upper: int, what: str) -> Ten
     return values.long()
 
 
-def batch_label_counts(
-    labels: Tensor, batch_ids: Tensor, num_batches: int, num_classes: int
-) -> Tensor:
+def batch_label_counts(labels: Tensor, batch_ids: Tensor, num_batches: int, num_classes: int) -> Tensor:
     """Number of records of every (batch, label) pair.
 
     Parameters
@@ -202,9 +203,7 @@ def _check_counts(counts: Tensor) -> Tensor:
     if not isinstance(counts, Tensor):
         counts = torch.as_tensor(counts, dtype=torch.float64)
     if counts.dim() != 2 or counts.shape[1] < 1:
-        raise ValueError(
-            f"counts must have shape (num_batches, num_classes), got {tuple(counts.shape)}"
-        )
+        raise ValueError(f"counts must have shape (num_batches, num_classes), got {tuple(counts.shape)}")
     counts = counts.to(torch.float64)
     if not bool(torch.isfinite(counts).all()):
         rows = torch.nonzero(~torch.isfinite(counts).all(1)).flatten()[:10].tolist()
@@ -212,8 +211,9 @@ def _check_counts(counts: Tensor) -> Tensor:
     if bool((counts < 0).any()):
         raise DataValidationError("counts must be >= 0")
     if not torch.equal(counts, torch.round(counts)):
-        raise DataValidationError("counts must be whole numbers (records per batch and label); the "
-                                  "release adds integer noise to them")
+        raise DataValidationError(
+            "counts must be whole numbers (records per batch and label); the release adds integer noise to them"
+        )
     return counts
 
 
@@ -348,9 +348,7 @@ def private_label_proportions(
         if upper.dim() == 0:
             upper = upper.expand(num_batches)
         if upper.shape != (num_batches,):
-            raise ValueError(
-                f"batch_sizes must be a number or have shape ({num_batches},), got {tuple(upper.shape)}"
-            )
+            raise ValueError(f"batch_sizes must be a number or have shape ({num_batches},), got {tuple(upper.shape)}")
         if not bool(torch.isfinite(upper).all()) or bool((upper < floor).any()):
             raise ValueError(f"batch_sizes must be finite and >= floor={floor:g}")
         over = counts.sum(1) > upper
@@ -358,14 +356,24 @@ def private_label_proportions(
             curator_log(
                 "%s: %d batch(es) hold more records than their public bound batch_sizes (the "
                 "release stays epsilon-DP, but the bound is wrong: the clipping estimator clips "
-                "their counts to it, the unbiased one divides by it)", name, int(over.sum()))
+                "their counts to it, the unbiased one divides by it)",
+                name,
+                int(over.sum()),
+            )
     if noise_seed is not None:
         if generator is not None:
             raise ValueError("pass either generator or noise_seed, not both")
         generator = seeded_generator(noise_seed, counts.device, owner=name)
     noisy = laplace_mechanism(
-        counts, 1.0, epsilon, ledger=ledger, name=name, generator=generator,
-        single_coordinate=True, grid=1.0, value_on_grid=True,  # integer counts, integer noise
+        counts,
+        1.0,
+        epsilon,
+        ledger=ledger,
+        name=name,
+        generator=generator,
+        single_coordinate=True,
+        grid=1.0,
+        value_on_grid=True,  # integer counts, integer noise
     )
     valid = torch.ones(num_batches, dtype=torch.bool, device=counts.device)
     if estimator == "unbiased":

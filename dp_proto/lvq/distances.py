@@ -23,9 +23,7 @@ def _check_pair(x: Tensor, w: Tensor) -> None:
             f"got x {tuple(x.shape)} and prototypes {tuple(w.shape)}"
         )
     if x.shape[1] != w.shape[1]:
-        raise ValueError(
-            f"x has {x.shape[1]} features but the prototypes have {w.shape[1]}"
-        )
+        raise ValueError(f"x has {x.shape[1]} features but the prototypes have {w.shape[1]}")
 
 
 def _pairwise_sq(a: Tensor, b: Tensor) -> Tensor:
@@ -69,9 +67,7 @@ def omega_distance(x: Tensor, w: Tensor, omega: Tensor) -> Tensor:
     """
     _check_pair(x, w)
     if omega.dim() != 2 or omega.shape[1] != x.shape[1]:
-        raise ValueError(
-            f"expected omega of shape (r, {x.shape[1]}), got {tuple(omega.shape)}"
-        )
+        raise ValueError(f"expected omega of shape (r, {x.shape[1]}), got {tuple(omega.shape)}")
     return _pairwise_sq(x @ omega.T, w @ omega.T)
 
 
@@ -92,10 +88,7 @@ def lomega_distance(x: Tensor, w: Tensor, omegas: Tensor) -> Tensor:
     """
     _check_pair(x, w)
     if omegas.dim() != 3 or omegas.shape[0] != w.shape[0] or omegas.shape[2] != x.shape[1]:
-        raise ValueError(
-            f"expected omegas of shape ({w.shape[0]}, r, {x.shape[1]}), "
-            f"got {tuple(omegas.shape)}"
-        )
+        raise ValueError(f"expected omegas of shape ({w.shape[0]}, r, {x.shape[1]}), got {tuple(omegas.shape)}")
     # Project the inputs once per prototype: (B, W, r); the prototypes: (W, r).
     x_proj = torch.einsum("bd,wrd->bwr", x, omegas)
     w_proj = torch.einsum("wd,wrd->wr", w, omegas)

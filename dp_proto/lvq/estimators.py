@@ -61,8 +61,9 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
         self.dtype = dtype
 
     # -- hooks -------------------------------------------------------------------------
-    def _make_layer(self, n_features: int, n_prototypes: int, generator: torch.Generator,
-                    tdtype: torch.dtype) -> GLVQLayer:
+    def _make_layer(
+        self, n_features: int, n_prototypes: int, generator: torch.Generator, tdtype: torch.dtype
+    ) -> GLVQLayer:
         return GLVQLayer(n_features, n_prototypes, dtype=tdtype, device=self.device)
 
     def _store_metric(self) -> None:
@@ -82,11 +83,18 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
 
     def _check_X(self, X, *, reset: bool, y=None):
         try:
-            out = validate_data(
-                self, X, y, reset=reset, dtype=np.float64, ensure_all_finite=False,
-                ensure_min_samples=1,
-            ) if y is not None else validate_data(
-                self, X, reset=reset, dtype=np.float64, ensure_all_finite=False
+            out = (
+                validate_data(
+                    self,
+                    X,
+                    y,
+                    reset=reset,
+                    dtype=np.float64,
+                    ensure_all_finite=False,
+                    ensure_min_samples=1,
+                )
+                if y is not None
+                else validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite=False)
             )
         except ValueError as err:
             if "could not convert" in str(err) or "convert" in str(err) and "float" in str(err):
@@ -108,9 +116,7 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
         elif isinstance(ppc, (int, np.integer)) and not isinstance(ppc, bool):
             counts = [int(ppc)] * len(classes)
         else:
-            raise ValueError(
-                f"prototypes_per_class must be a positive int or a mapping class -> int, got {ppc!r}"
-            )
+            raise ValueError(f"prototypes_per_class must be a positive int or a mapping class -> int, got {ppc!r}")
         if min(counts) < 1:
             raise ValueError(f"every class needs at least one prototype, got {counts}")
         return counts
@@ -120,16 +126,13 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
         """Fit the prototypes (and metric) to ``X (n, d)`` and labels ``y (n,)``."""
         self._validate_params()
         if y is None:
-            raise ValueError(
-                f"{type(self).__name__} requires y to be passed, but the target y is None"
-            )
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
         X, y = self._check_X(X, reset=True, y=y)
         check_classification_targets(y)
         self.classes_, y_index = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
             raise ValueError(
-                f"{type(self).__name__} needs samples of at least 2 classes; "
-                f"got 1 class ({self.classes_.tolist()})"
+                f"{type(self).__name__} needs samples of at least 2 classes; got 1 class ({self.classes_.tolist()})"
             )
         counts = self._prototype_counts(self.classes_)
         per_class = np.bincount(y_index, minlength=len(self.classes_))
@@ -140,9 +143,7 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
             )
         short = [self.classes_[k] for k in range(len(counts)) if per_class[k] < counts[k]]
         if short:
-            raise DataValidationError(
-                f"class(es) {np.asarray(short).tolist()} have fewer samples than prototypes"
-            )
+            raise DataValidationError(f"class(es) {np.asarray(short).tolist()} have fewer samples than prototypes")
 
         rng = check_random_state(self.random_state)
         generator = torch.Generator().manual_seed(int(rng.randint(0, 2**31 - 1)))
@@ -156,12 +157,28 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
             layer.prototypes.copy_(class_mean_prototypes(x_t, y_t, labels, generator=generator))
         self.model_ = PrototypeModel(layer, labels)
         if self.solver == "lbfgs":
-            result = fit_lbfgs(self.model_, x_t, y_t, max_iter=self.max_iter, tol=self.tol,
-                               transfer_fn=self.transfer_fn, beta=self.beta)
+            result = fit_lbfgs(
+                self.model_,
+                x_t,
+                y_t,
+                max_iter=self.max_iter,
+                tol=self.tol,
+                transfer_fn=self.transfer_fn,
+                beta=self.beta,
+            )
         else:
-            result = fit_minibatch(self.model_, x_t, y_t, solver=self.solver, lr=self.lr,
-                                   epochs=self.max_iter, batch_size=self.batch_size,
-                                   generator=generator, transfer_fn=self.transfer_fn, beta=self.beta)
+            result = fit_minibatch(
+                self.model_,
+                x_t,
+                y_t,
+                solver=self.solver,
+                lr=self.lr,
+                epochs=self.max_iter,
+                batch_size=self.batch_size,
+                generator=generator,
+                transfer_fn=self.transfer_fn,
+                beta=self.beta,
+            )
         self.n_iter_ = result.n_iter
         self.loss_ = result.final_loss
         self.loss_curve_ = result.losses
@@ -249,16 +266,32 @@ class GLVQ(_LVQBase):
     """
 
     def __init__(
-        self, prototypes_per_class: int | Mapping[Any, int] = 1, *, solver: str = "lbfgs",
-        max_iter: int = 500, lr: float = 0.01, batch_size: int = 128,
-        transfer_fn: str = "identity", beta: float = 1.0, tol: float = 1e-9,
-        random_state: int | np.random.RandomState | None = None, device: str = "cpu",
+        self,
+        prototypes_per_class: int | Mapping[Any, int] = 1,
+        *,
+        solver: str = "lbfgs",
+        max_iter: int = 500,
+        lr: float = 0.01,
+        batch_size: int = 128,
+        transfer_fn: str = "identity",
+        beta: float = 1.0,
+        tol: float = 1e-9,
+        random_state: int | np.random.RandomState | None = None,
+        device: str = "cpu",
         dtype: str = "float64",
     ) -> None:
         super().__init__(
-            prototypes_per_class, solver=solver, max_iter=max_iter, lr=lr, batch_size=batch_size,
-            transfer_fn=transfer_fn, beta=beta, tol=tol, random_state=random_state,
-            device=device, dtype=dtype,
+            prototypes_per_class,
+            solver=solver,
+            max_iter=max_iter,
+            lr=lr,
+            batch_size=batch_size,
+            transfer_fn=transfer_fn,
+            beta=beta,
+            tol=tol,
+            random_state=random_state,
+            device=device,
+            dtype=dtype,
         )
 
 
@@ -283,17 +316,35 @@ class GMLVQ(_LVQBase):
     """
 
     def __init__(
-        self, prototypes_per_class: int | Mapping[Any, int] = 1, *, rank: int | None = None,
-        omega_init: str = "identity", normalize_omega: bool = True, solver: str = "lbfgs",
-        max_iter: int = 500, lr: float = 0.01, batch_size: int = 128,
-        transfer_fn: str = "identity", beta: float = 1.0, tol: float = 1e-9,
-        random_state: int | np.random.RandomState | None = None, device: str = "cpu",
+        self,
+        prototypes_per_class: int | Mapping[Any, int] = 1,
+        *,
+        rank: int | None = None,
+        omega_init: str = "identity",
+        normalize_omega: bool = True,
+        solver: str = "lbfgs",
+        max_iter: int = 500,
+        lr: float = 0.01,
+        batch_size: int = 128,
+        transfer_fn: str = "identity",
+        beta: float = 1.0,
+        tol: float = 1e-9,
+        random_state: int | np.random.RandomState | None = None,
+        device: str = "cpu",
         dtype: str = "float64",
     ) -> None:
         super().__init__(
-            prototypes_per_class, solver=solver, max_iter=max_iter, lr=lr, batch_size=batch_size,
-            transfer_fn=transfer_fn, beta=beta, tol=tol, random_state=random_state,
-            device=device, dtype=dtype,
+            prototypes_per_class,
+            solver=solver,
+            max_iter=max_iter,
+            lr=lr,
+            batch_size=batch_size,
+            transfer_fn=transfer_fn,
+            beta=beta,
+            tol=tol,
+            random_state=random_state,
+            device=device,
+            dtype=dtype,
         )
         self.rank = rank
         self.omega_init = omega_init
@@ -301,8 +352,14 @@ class GMLVQ(_LVQBase):
 
     def _make_layer(self, n_features, n_prototypes, generator, tdtype):
         return GMLVQLayer(
-            n_features, n_prototypes, rank=self.rank, omega_init=self.omega_init,
-            normalize=self.normalize_omega, generator=generator, dtype=tdtype, device=self.device,
+            n_features,
+            n_prototypes,
+            rank=self.rank,
+            omega_init=self.omega_init,
+            normalize=self.normalize_omega,
+            generator=generator,
+            dtype=tdtype,
+            device=self.device,
         )
 
     def _store_metric(self) -> None:
@@ -327,24 +384,50 @@ class LGMLVQ(GMLVQ):
     """
 
     def __init__(
-        self, prototypes_per_class: int | Mapping[Any, int] = 1, *, rank: int | None = None,
-        omega_init: str = "identity", normalize_omega: bool = False, solver: str = "lbfgs",
-        max_iter: int = 500, lr: float = 0.01, batch_size: int = 128,
-        transfer_fn: str = "identity", beta: float = 1.0, tol: float = 1e-9,
-        random_state: int | np.random.RandomState | None = None, device: str = "cpu",
+        self,
+        prototypes_per_class: int | Mapping[Any, int] = 1,
+        *,
+        rank: int | None = None,
+        omega_init: str = "identity",
+        normalize_omega: bool = False,
+        solver: str = "lbfgs",
+        max_iter: int = 500,
+        lr: float = 0.01,
+        batch_size: int = 128,
+        transfer_fn: str = "identity",
+        beta: float = 1.0,
+        tol: float = 1e-9,
+        random_state: int | np.random.RandomState | None = None,
+        device: str = "cpu",
         dtype: str = "float64",
     ) -> None:
         super().__init__(
-            prototypes_per_class, rank=rank, omega_init=omega_init,
-            normalize_omega=normalize_omega, solver=solver, max_iter=max_iter, lr=lr,
-            batch_size=batch_size, transfer_fn=transfer_fn, beta=beta, tol=tol,
-            random_state=random_state, device=device, dtype=dtype,
+            prototypes_per_class,
+            rank=rank,
+            omega_init=omega_init,
+            normalize_omega=normalize_omega,
+            solver=solver,
+            max_iter=max_iter,
+            lr=lr,
+            batch_size=batch_size,
+            transfer_fn=transfer_fn,
+            beta=beta,
+            tol=tol,
+            random_state=random_state,
+            device=device,
+            dtype=dtype,
         )
 
     def _make_layer(self, n_features, n_prototypes, generator, tdtype):
         return LGMLVQLayer(
-            n_features, n_prototypes, rank=self.rank, omega_init=self.omega_init,
-            normalize=self.normalize_omega, generator=generator, dtype=tdtype, device=self.device,
+            n_features,
+            n_prototypes,
+            rank=self.rank,
+            omega_init=self.omega_init,
+            normalize=self.normalize_omega,
+            generator=generator,
+            dtype=tdtype,
+            device=self.device,
         )
 
     def _store_metric(self) -> None:

@@ -45,9 +45,7 @@ def init_omega(
     if kind == "random":
         omega = torch.rand(rank, in_features, generator=generator, dtype=dtype or torch.get_default_dtype())
         return (2.0 * omega - 1.0).to(device)
-    raise ValueError(
-        f"unknown omega_init {kind!r}; expected 'identity', 'scaled_identity', 'random' or a tensor"
-    )
+    raise ValueError(f"unknown omega_init {kind!r}; expected 'identity', 'scaled_identity', 'random' or a tensor")
 
 
 def make_prototype_labels(
@@ -72,9 +70,7 @@ def make_prototype_labels(
     else:
         counts = [int(k) for k in prototypes_per_class]
         if len(counts) != len(class_ids):
-            raise ValueError(
-                f"prototypes_per_class has {len(counts)} entries for {len(class_ids)} classes"
-            )
+            raise ValueError(f"prototypes_per_class has {len(counts)} entries for {len(class_ids)} classes")
     if any(k < 1 for k in counts):
         raise ValueError(f"every class needs at least one prototype, got counts {counts}")
     return torch.tensor([c for c, k in zip(class_ids, counts, strict=True) for _ in range(k)])

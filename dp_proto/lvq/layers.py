@@ -64,8 +64,7 @@ class GLVQLayer(nn.Module):
         if prototypes is not None:
             if tuple(prototypes.shape) != (num_prototypes, in_features):
                 raise ValueError(
-                    f"expected prototypes of shape ({num_prototypes}, {in_features}), "
-                    f"got {tuple(prototypes.shape)}"
+                    f"expected prototypes of shape ({num_prototypes}, {in_features}), got {tuple(prototypes.shape)}"
                 )
             init = prototypes.detach().to(dtype=init.dtype, device=init.device).clone()
         self.prototypes = nn.Parameter(init)
@@ -74,9 +73,7 @@ class GLVQLayer(nn.Module):
         if x.dim() != 2:  # (B, ...) -> (B, d); an empty batch has no size to infer
             x = x.reshape(x.shape[0], -1) if x.shape[0] else x.reshape(0, self.in_features)
         if x.shape[1] != self.in_features:
-            raise ValueError(
-                f"{type(self).__name__} expects {self.in_features} features, got {x.shape[1]}"
-            )
+            raise ValueError(f"{type(self).__name__} expects {self.in_features} features, got {x.shape[1]}")
         return x.to(self.prototypes.dtype)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -130,8 +127,12 @@ class GMLVQLayer(GLVQLayer):
         self.rank = in_features if rank is None else _check_positive("rank", rank)
         self.normalize = bool(normalize)
         omega = init_omega(
-            omega_init, self.rank, in_features, generator=generator,
-            dtype=self.prototypes.dtype, device=self.prototypes.device,
+            omega_init,
+            self.rank,
+            in_features,
+            generator=generator,
+            dtype=self.prototypes.dtype,
+            device=self.prototypes.device,
         )
         self.omega = nn.Parameter(omega)
         if self.normalize:
@@ -193,10 +194,12 @@ class LGMLVQLayer(GLVQLayer):
                 )
             omegas = omega_init.detach().to(**kwargs).clone()
         else:
-            omegas = torch.stack([
-                init_omega(omega_init, self.rank, in_features, generator=generator, **kwargs)
-                for _ in range(num_prototypes)
-            ])
+            omegas = torch.stack(
+                [
+                    init_omega(omega_init, self.rank, in_features, generator=generator, **kwargs)
+                    for _ in range(num_prototypes)
+                ]
+            )
         self.omegas = nn.Parameter(omegas)
         if self.normalize:
             self.normalize_()

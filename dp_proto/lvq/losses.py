@@ -46,8 +46,7 @@ class GLVQMargins(NamedTuple):
     index_minus: Tensor
 
 
-def glvq_margins(distances: Tensor, targets: Tensor, prototype_labels: Tensor, *,
-                 check: bool = True) -> GLVQMargins:
+def glvq_margins(distances: Tensor, targets: Tensor, prototype_labels: Tensor, *, check: bool = True) -> GLVQMargins:
     """Closest correct and closest wrong prototype of every sample, and ``mu``.
 
     Parameters
@@ -71,13 +70,10 @@ def glvq_margins(distances: Tensor, targets: Tensor, prototype_labels: Tensor, *
     if distances.dim() != 2:
         raise ValueError(f"expected distances of shape (B, W), got {tuple(distances.shape)}")
     if targets.shape != (distances.shape[0],):
-        raise ValueError(
-            f"expected targets of shape ({distances.shape[0]},), got {tuple(targets.shape)}"
-        )
+        raise ValueError(f"expected targets of shape ({distances.shape[0]},), got {tuple(targets.shape)}")
     if prototype_labels.shape != (distances.shape[1],):
         raise ValueError(
-            f"expected prototype_labels of shape ({distances.shape[1]},), "
-            f"got {tuple(prototype_labels.shape)}"
+            f"expected prototype_labels of shape ({distances.shape[1]},), got {tuple(prototype_labels.shape)}"
         )
     prototype_labels = prototype_labels.to(distances.device)
     targets = targets.to(distances.device)

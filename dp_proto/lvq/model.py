@@ -48,12 +48,12 @@ class PrototypeModel(nn.Module):
         backbone: nn.Module | None = None,
     ) -> None:
         super().__init__()
-        labels = torch.as_tensor(list(prototype_labels) if not isinstance(prototype_labels, Tensor) else prototype_labels)
+        labels = torch.as_tensor(
+            list(prototype_labels) if not isinstance(prototype_labels, Tensor) else prototype_labels
+        )
         labels = labels.to(device=layer.prototypes.device, dtype=torch.long)
         if labels.shape != (layer.num_prototypes,):
-            raise ValueError(
-                f"expected {layer.num_prototypes} prototype labels, got shape {tuple(labels.shape)}"
-            )
+            raise ValueError(f"expected {layer.num_prototypes} prototype labels, got shape {tuple(labels.shape)}")
         self.backbone = backbone if backbone is not None else nn.Identity()
         self.layer = layer
         self.register_buffer("prototype_labels", labels)
@@ -79,12 +79,18 @@ class PrototypeModel(nn.Module):
         return self.layer(self.backbone(x))
 
     def loss(
-        self, distances: Tensor, targets: Tensor, *, transfer_fn: Transfer = "identity", beta: float = 1.0,
+        self,
+        distances: Tensor,
+        targets: Tensor,
+        *,
+        transfer_fn: Transfer = "identity",
+        beta: float = 1.0,
         reduction: str = "mean",
     ) -> Tensor:
         """GLVQ cost of :meth:`forward`'s output, see :func:`dp_proto.lvq.glvq_loss`."""
-        return glvq_loss(distances, targets, self.prototype_labels, transfer_fn=transfer_fn, beta=beta,
-                         reduction=reduction)  # type: ignore[arg-type]
+        return glvq_loss(
+            distances, targets, self.prototype_labels, transfer_fn=transfer_fn, beta=beta, reduction=reduction
+        )  # type: ignore[arg-type]
 
     @torch.no_grad()
     def predict(self, x: Tensor) -> Tensor:

@@ -79,8 +79,13 @@ def fit_lbfgs(
     """
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.LBFGS(
-        params, lr=1.0, max_iter=max_iter, max_eval=int(max_iter * 1.25) + 1,
-        tolerance_grad=tol, tolerance_change=tol, history_size=history_size,
+        params,
+        lr=1.0,
+        max_iter=max_iter,
+        max_eval=int(max_iter * 1.25) + 1,
+        tolerance_grad=tol,
+        tolerance_change=tol,
+        history_size=history_size,
         line_search_fn="strong_wolfe",
     )
     losses: list[float] = []
@@ -125,7 +130,7 @@ def fit_minibatch(
         order = torch.randperm(n, generator=generator).to(x.device)
         total = 0.0
         for start in range(0, n, batch_size):
-            idx = order[start:start + batch_size]
+            idx = order[start : start + batch_size]
             optimizer.zero_grad(set_to_none=True)
             loss = model.loss(model(x[idx]), y[idx], transfer_fn=transfer_fn, beta=beta)  # type: ignore[arg-type]
             loss.backward()

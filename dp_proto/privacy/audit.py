@@ -130,8 +130,19 @@ class AuditResult:
 
     def summary(self) -> dict[str, Any]:
         """The scalar fields as a JSON-serialisable dict (no raw statistics)."""
-        keys = ("epsilon_lower_bound", "epsilon_estimate", "threshold", "direction", "fpr", "fnr",
-                "fpr_upper", "fnr_upper", "n_trials", "confidence", "delta")
+        keys = (
+            "epsilon_lower_bound",
+            "epsilon_estimate",
+            "threshold",
+            "direction",
+            "fpr",
+            "fnr",
+            "fpr_upper",
+            "fnr_upper",
+            "n_trials",
+            "confidence",
+            "delta",
+        )
         return {k: getattr(self, k) for k in keys}
 
 
@@ -269,8 +280,9 @@ def audit_epsilon(
     direction_idx, t_idx = np.unravel_index(int(np.argmax(eps_sel)), eps_sel.shape)
     threshold = float(cand[t_idx])
 
-    eps, fpr, fnr, fpr_u, fnr_u = (a[direction_idx, 0] for a in
-                                   _test_epsilons(ev0, ev1, np.array([threshold]), level, delta))
+    eps, fpr, fnr, fpr_u, fnr_u = (
+        a[direction_idx, 0] for a in _test_epsilons(ev0, ev1, np.array([threshold]), level, delta)
+    )
     return AuditResult(
         epsilon_lower_bound=float(max(eps, 0.0)),
         threshold=threshold,
@@ -305,8 +317,15 @@ class AuditSetup:
     def audit(self, n_trials: int = 20_000, **kwargs: Any) -> AuditResult:
         """:func:`audit_epsilon` on this setup (keyword arguments are passed on)."""
         kwargs.setdefault("delta", self.delta)
-        return audit_epsilon(self.mechanism, self.dataset_0, self.dataset_1, statistic=self.statistic,
-                             n_trials=n_trials, batch=self.batch, **kwargs)
+        return audit_epsilon(
+            self.mechanism,
+            self.dataset_0,
+            self.dataset_1,
+            statistic=self.statistic,
+            n_trials=n_trials,
+            batch=self.batch,
+            **kwargs,
+        )
 
 
 def _count_pair(n_records: int) -> tuple[Tensor, Tensor]:
@@ -322,6 +341,7 @@ def laplace_audit_setup(
     plus one record. ``noise_factor < 1`` under-noises on purpose (scale times
     ``noise_factor``, true epsilon ``epsilon / noise_factor``) to check that the audit
     catches a broken claim."""
+
     def mechanism(dataset: Tensor, generator: torch.Generator, size: int) -> Tensor:
         counts = torch.full((size,), float(len(dataset)), dtype=torch.float64)
         return laplace_mechanism(counts, 1.0, epsilon / noise_factor, generator=generator, single_coordinate=True)
@@ -336,6 +356,7 @@ def gaussian_audit_setup(
 ) -> AuditSetup:
     """A count query released with :func:`gaussian_mechanism` (l2 sensitivity 1,
     analytic calibration), claimed ``(epsilon, delta)``-DP."""
+
     def mechanism(dataset: Tensor, generator: torch.Generator, size: int) -> Tensor:
         counts = torch.full((size,), float(len(dataset)), dtype=torch.float64)
         return gaussian_mechanism(counts, 1.0, epsilon, delta, generator=generator)
@@ -360,7 +381,10 @@ def without_leak_warning(fit: Callable[[], Any]) -> Any:
 
 # Setups of model trainers moved beside the models (issue 21); the old names still work
 # for one release, with a DeprecationWarning.
-__getattr__ = moved_names(__name__, {
-    **dict.fromkeys(("dp_init_audit_setup", "saa_audit_setup", "dp_sgd_audit_setup"), "dp_proto.lvq.private.audit"),
-    "llp_release_audit_setup": "dp_proto.llp.audit",
-})
+__getattr__ = moved_names(
+    __name__,
+    {
+        **dict.fromkeys(("dp_init_audit_setup", "saa_audit_setup", "dp_sgd_audit_setup"), "dp_proto.lvq.private.audit"),
+        "llp_release_audit_setup": "dp_proto.llp.audit",
+    },
+)

@@ -44,7 +44,10 @@ def public_classes(y: np.ndarray, classes, owner: str, *, warn: bool = True) -> 
                 f"{owner}: classes=None takes the set of class labels from the private y, so the "
                 "released model shows which labels occur (one record with a label of its own "
                 "changes it) and the guarantee does not cover that; pass the public label set, "
-                "classes=[...]", PrivacyLeakWarning, stacklevel=3)
+                "classes=[...]",
+                PrivacyLeakWarning,
+                stacklevel=3,
+            )
         out, index = np.unique(y, return_inverse=True)
         if len(out) < 2:
             raise DataValidationError(f"{owner} needs samples of at least 2 classes, got {len(out)}")
@@ -63,7 +66,8 @@ def public_classes(y: np.ndarray, classes, owner: str, *, warn: bool = True) -> 
         # refusal itself breaks the declared domain and comes before any release.
         raise DataValidationError(
             f"y contains labels outside the public classes {out.tolist()}; "
-            "remove those records or add the labels to classes")
+            "remove those records or add the labels to classes"
+        )
     return out, np.searchsorted(out, y)
 
 
@@ -81,7 +85,8 @@ def warn_clipped(num_clipped: int, total: int, what: str = "records", *, private
         warnings.warn(
             f"{num_clipped} of {total} {what} lay outside the public domain [-1, 1]^d and were "
             f"clipped into it (the privacy guarantee holds; their values changed)",
-            DomainWarning, stacklevel=3,
+            DomainWarning,
+            stacklevel=3,
         )
 
 
@@ -121,7 +126,8 @@ class PublicBoundsScaler(TransformerMixin, BaseEstimator):
         warnings.warn(
             "PublicBoundsScaler.from_data derives the domain bounds from the data itself; "
             "these bounds are not differentially private. Pass public bounds instead.",
-            PrivacyLeakWarning, stacklevel=2,
+            PrivacyLeakWarning,
+            stacklevel=2,
         )
         X = np.asarray(X, dtype=np.float64)
         return cls(X.min(axis=0) - margin, X.max(axis=0) + margin)

@@ -63,8 +63,15 @@ def paper_noise_multiplier(epsilon_sgd: float, delta: float, sampling_rate: floa
     return 2.0 * sampling_rate * math.sqrt(steps * math.log(1.0 / delta)) / epsilon_sgd
 
 
-def _total_epsilon(prior: Sequence[PrivacyEvent], sigma: float, q: float, steps: int, delta: float,
-                   accountant: str, discretization: float = 1e-4) -> float:
+def _total_epsilon(
+    prior: Sequence[PrivacyEvent],
+    sigma: float,
+    q: float,
+    steps: int,
+    delta: float,
+    accountant: str,
+    discretization: float = 1e-4,
+) -> float:
     return PrivacyLedger.epsilon_of([*prior, dp_sgd_event(sigma, q, steps)], delta, accountant, discretization)
 
 
@@ -108,8 +115,15 @@ def calibrate_noise_multiplier(
     Raises ``ValueError`` naming the smallest feasible epsilon if the prior events
     alone (plus one very noisy step) already exceed the target.
     """
-    return _calibrate_cached(float(target_epsilon), float(delta), float(sampling_rate), int(steps),
-                             tuple(prior_events), accountant, float(rtol))
+    return _calibrate_cached(
+        float(target_epsilon),
+        float(delta),
+        float(sampling_rate),
+        int(steps),
+        tuple(prior_events),
+        accountant,
+        float(rtol),
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -126,8 +140,9 @@ def _calibrate_cached(
     delta = check_delta(delta, allow_zero=False)
 
     def feasible_with(acc: str, discretization: float = 1e-4):
-        return lambda sigma: _total_epsilon(prior_events, sigma, sampling_rate, steps, delta, acc,
-                                            discretization) <= target_epsilon
+        return lambda sigma: (
+            _total_epsilon(prior_events, sigma, sampling_rate, steps, delta, acc, discretization) <= target_epsilon
+        )
 
     # Fast, valid upper bound for the bracket: basic composition of the prior events'
     # epsilon with the RDP epsilon of the SGD steps (deltas split when the prior has one).
@@ -220,12 +235,16 @@ def warn_noisy_size(noisy_n: float, sampling_rate: float, delta: float, *, stack
         warnings.warn(
             f"sampling_rate {sampling_rate:g} with a noisy record count of about {noisy_n:.0f} gives "
             f"an expected batch below one record; most DP-SGD steps will see no data",
-            UserWarning, stacklevel=stacklevel)
+            UserWarning,
+            stacklevel=stacklevel,
+        )
     if delta * noisy_n >= 1:
         warnings.warn(
             f"delta = {delta:g} is not below 1/n for the noisy record count n~ = {noisy_n:.0f}: a "
             f"mechanism may then publish a whole record with probability delta; use delta << 1/n",
-            UserWarning, stacklevel=stacklevel)
+            UserWarning,
+            stacklevel=stacklevel,
+        )
 
 
 @dataclass(frozen=True)
@@ -294,8 +313,9 @@ class DPSGDPlan:
     def noise_multiplier(self, prior_events: Sequence[PrivacyEvent] = ()) -> float:
         """The noise multiplier of the :attr:`steps` DP-SGD steps after ``prior_events``
         (the releases already in the run's ledger), :func:`noise_multiplier_for`."""
-        return noise_multiplier_for(self.calibration, self.epsilon, self.delta, self.sampling_rate, self.steps,
-                                    prior_events=tuple(prior_events))
+        return noise_multiplier_for(
+            self.calibration, self.epsilon, self.delta, self.sampling_rate, self.steps, prior_events=tuple(prior_events)
+        )
 
     def expected_batch_size(self, noisy_count: float) -> float:
         """The public normaliser ``q * max(n~, 1)`` of the noisy gradient sums, from a released
@@ -320,8 +340,9 @@ class BudgetedEpochs:
     of an epoch is exact.
     """
 
-    def __init__(self, ledger: PrivacyLedger, noise_multiplier: float, sampling_rate: float,
-                 steps: int | None = None) -> None:
+    def __init__(
+        self, ledger: PrivacyLedger, noise_multiplier: float, sampling_rate: float, steps: int | None = None
+    ) -> None:
         self.ledger, self.noise_multiplier = ledger, float(noise_multiplier)
         self.sampling_rate = float(sampling_rate)
         self.steps = None if steps is None else int(steps)

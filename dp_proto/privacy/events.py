@@ -49,13 +49,31 @@ from dp_proto.privacy.calibration import (
 )
 
 __all__ = [
-    "PrivacyEvent", "LaplaceEvent", "DiscreteLaplaceEvent", "GaussianEvent", "DiscreteGaussianEvent",
-    "PureEvent", "ApproxEvent", "SubsampledGaussianEvent", "NonPrivateEvent", "EventKind", "dp_sgd_event",
-    "MAX_EVENT_EPSILON", "PLD_DISCRETISATION",
+    "PrivacyEvent",
+    "LaplaceEvent",
+    "DiscreteLaplaceEvent",
+    "GaussianEvent",
+    "DiscreteGaussianEvent",
+    "PureEvent",
+    "ApproxEvent",
+    "SubsampledGaussianEvent",
+    "NonPrivateEvent",
+    "EventKind",
+    "dp_sgd_event",
+    "MAX_EVENT_EPSILON",
+    "PLD_DISCRETISATION",
 ]
 
-EventKind = Literal["laplace", "discrete_laplace", "gaussian", "discrete_gaussian", "pure", "approx",
-                    "subsampled_gaussian", "non_private"]
+EventKind = Literal[
+    "laplace",
+    "discrete_laplace",
+    "gaussian",
+    "discrete_gaussian",
+    "pure",
+    "approx",
+    "subsampled_gaussian",
+    "non_private",
+]
 #: Value discretisation of the privacy loss distributions (pessimistic: coarser only
 #: over-estimates epsilon).
 PLD_DISCRETISATION = 1e-4
@@ -75,8 +93,12 @@ class _EventType(ABCMeta):
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if cls is PrivacyEvent:
-            warnings.warn("PrivacyEvent(kind, ...) is deprecated: build the typed event (LaplaceEvent, PureEvent, "
-                          "...) or use PrivacyEvent.from_dict", DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                "PrivacyEvent(kind, ...) is deprecated: build the typed event (LaplaceEvent, PureEvent, "
+                "...) or use PrivacyEvent.from_dict",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             if args:
                 kwargs = {"kind": args[0], **kwargs}
             return PrivacyEvent.from_dict(kwargs)
@@ -170,8 +192,11 @@ class PrivacyEvent(metaclass=_EventType):
 
     def to_dict(self) -> dict[str, Any]:
         """``{"kind": ..., <the mechanism's fields>, "count", "name", "sensitivity"}``."""
-        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("count", "name", "sensitivity")}
+        own = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("count", "name", "sensitivity")
+        }
         return {"kind": self.kind, **own, "count": self.count, "name": self.name, "sensitivity": self.sensitivity}
 
     @staticmethod
@@ -188,8 +213,11 @@ class PrivacyEvent(metaclass=_EventType):
         extra = {k: v for k, v in values.items() if k not in names}
         if any(k not in _LEGACY_FIELDS or v is not None for k, v in extra.items()):
             raise ValueError(f"a {kind} event has no field(s) {sorted(extra)}")
-        missing = [f.name for f in dataclasses.fields(cls) if f.name not in values
-                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        missing = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.name not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
         if missing:
             raise ValueError(f"a {kind} event needs {', '.join(missing)}")
         return cls(**{k: v for k, v in values.items() if k in names})
@@ -213,10 +241,13 @@ def _event_pld(event: PrivacyEvent, discretization: float) -> pld.PrivacyLossDis
 def _epsilon_dp_pld(epsilon: float, delta: float, discretization: float) -> pld.PrivacyLossDistribution:
     """Worst-case PLD of any (epsilon, delta)-DP mechanism (delta 0: pure)."""
     if epsilon > MAX_EVENT_EPSILON:
-        raise ValueError(f"no PLD for an event of epsilon {epsilon:g} > {MAX_EVENT_EPSILON:g} (exp overflows); "
-                         "compose it by basic composition")
-    return pld.from_privacy_parameters(pld_common.DifferentialPrivacyParameters(epsilon, delta),
-                                       value_discretization_interval=discretization)
+        raise ValueError(
+            f"no PLD for an event of epsilon {epsilon:g} > {MAX_EVENT_EPSILON:g} (exp overflows); "
+            "compose it by basic composition"
+        )
+    return pld.from_privacy_parameters(
+        pld_common.DifferentialPrivacyParameters(epsilon, delta), value_discretization_interval=discretization
+    )
 
 
 def _zcdp_of_pure(epsilon: float) -> dpe.DpEvent:
@@ -291,8 +322,10 @@ class DiscreteGaussianEvent(_NoiseMultiplierEvent):
     has_pld: ClassVar[bool] = False
 
     def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
-        raise ValueError("a discrete Gaussian release has no exact privacy loss distribution here; "
-                         "the ledger accounts it by its Renyi-DP curve")
+        raise ValueError(
+            "a discrete Gaussian release has no exact privacy loss distribution here; "
+            "the ledger accounts it by its Renyi-DP curve"
+        )
 
     def _one_dp_event(self) -> dpe.DpEvent:
         return dpe.GaussianDpEvent(self.noise_multiplier)  # an upper bound (see the class)
@@ -311,8 +344,9 @@ class SubsampledGaussianEvent(_NoiseMultiplierEvent):
         self._set("sampling_rate", check_sampling_rate(self.sampling_rate))
 
     def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
-        return pld.from_gaussian_mechanism(self.noise_multiplier, sampling_prob=self.sampling_rate,
-                                           value_discretization_interval=discretization)
+        return pld.from_gaussian_mechanism(
+            self.noise_multiplier, sampling_prob=self.sampling_rate, value_discretization_interval=discretization
+        )
 
     def _one_dp_event(self) -> dpe.DpEvent:
         return dpe.PoissonSampledDpEvent(self.sampling_rate, dpe.GaussianDpEvent(self.noise_multiplier))
@@ -378,8 +412,9 @@ class DiscreteLaplaceEvent(_EpsilonEvent):
         return self.epsilon
 
     def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
-        return pld.from_discrete_laplace_mechanism(self.epsilon / self.grid_steps, sensitivity=self.grid_steps,
-                                                   value_discretization_interval=discretization)
+        return pld.from_discrete_laplace_mechanism(
+            self.epsilon / self.grid_steps, sensitivity=self.grid_steps, value_discretization_interval=discretization
+        )
 
     def _one_dp_event(self) -> dpe.DpEvent:
         return _zcdp_of_pure(self.epsilon)
@@ -414,8 +449,9 @@ class ApproxEvent(_EpsilonEvent):
         return _epsilon_dp_pld(self.epsilon, self.delta, discretization)
 
     def _one_dp_event(self) -> dpe.DpEvent:
-        raise ValueError(f"{self.name or 'approx'}: an (epsilon, delta) event has no Renyi-DP "
-                         "curve; use the ledger's PLD accountant")
+        raise ValueError(
+            f"{self.name or 'approx'}: an (epsilon, delta) event has no Renyi-DP curve; use the ledger's PLD accountant"
+        )
 
     def _parameters(self) -> list[str]:
         return [f"epsilon {self.epsilon:.4g}, delta {self.delta:.3g} each"]

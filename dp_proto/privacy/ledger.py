@@ -109,8 +109,9 @@ class PrivacyLedger:
             budget = (check_epsilon(budget[0], "budget epsilon"), check_delta(budget[1], "budget delta"))
         self.budget = budget
         self.accountant = accountant
-        self.default_delta = check_delta(default_delta) if default_delta is not None else (
-            budget[1] if budget is not None else 1e-5)
+        self.default_delta = (
+            check_delta(default_delta) if default_delta is not None else (budget[1] if budget is not None else 1e-5)
+        )
         self._events: list[PrivacyEvent] = []
         self._cache: dict[float, float] = {}
         # This ledger's compositions (recorded events + a tail -> PLD) and epsilons
@@ -169,7 +170,7 @@ class PrivacyLedger:
         run = self._events
         for event in events:
             run = self._append(run, event)
-        if len(run) > len(plan) or any(a != b for a, b in zip(run[:-1], plan[:len(run) - 1], strict=True)):
+        if len(run) > len(plan) or any(a != b for a, b in zip(run[:-1], plan[: len(run) - 1], strict=True)):
             return False
         last, planned = run[-1], plan[len(run) - 1]
         return last.same_mechanism(planned) and last.count <= planned.count
@@ -186,8 +187,7 @@ class PrivacyLedger:
             self.check(*events)
         if prechecked and (self._last_composed is None or self._last_composed[0] != tuple(events)):
             self._total_pld = None  # recomposed lazily from the (merged) events when asked
-        elif self._total_pld is not None and self.accountant == "pld" \
-                and all(e.is_private for e in events):
+        elif self._total_pld is not None and self.accountant == "pld" and all(e.is_private for e in events):
             self._total_pld = self._composed_pld(events)  # keep the cached composition current
         for event in events:
             self._events = self._append(self._events, event)
@@ -283,8 +283,9 @@ class PrivacyLedger:
             eps = self._composed_pld(new).get_epsilon_for_delta(delta)
         return float(min(eps, basic))  # basic composition is always valid too
 
-    def _epsilon_with_discrete_gaussians(self, events: list[PrivacyEvent], new: Sequence[PrivacyEvent],
-                                         delta: float) -> float:
+    def _epsilon_with_discrete_gaussians(
+        self, events: list[PrivacyEvent], new: Sequence[PrivacyEvent], delta: float
+    ) -> float:
         """PLD accountant with discrete Gaussian releases: those compose by their Renyi-DP
         curve to ``(eps_g, delta_g)``, the rest by its PLD to ``(eps_r, delta - delta_g)``,
         and the run is ``(eps_g + eps_r, delta)``-DP (basic composition) for every split;
@@ -294,8 +295,9 @@ class PrivacyLedger:
         rest = self._composed_pld(new)
         if rest is None:
             return renyi_epsilon(gaussians, delta)
-        eps = min(renyi_epsilon(gaussians, delta * f) + rest.get_epsilon_for_delta(delta * (1.0 - f))
-                  for f in _DELTA_SPLITS)
+        eps = min(
+            renyi_epsilon(gaussians, delta * f) + rest.get_epsilon_for_delta(delta * (1.0 - f)) for f in _DELTA_SPLITS
+        )
         others = [e for e in events if e.has_pld]
         others_basic = _basic_epsilon(others)
         if math.isfinite(others_basic):  # the rest at delta 0: all of delta to the Gaussians
@@ -321,8 +323,12 @@ class PrivacyLedger:
         return big_epsilon + PrivacyLedger.epsilon_of(rest, rest_delta, accountant=self.accountant)
 
     @staticmethod
-    def epsilon_of(events: Sequence[PrivacyEvent], delta: float, accountant: str = "pld",
-                   discretization: float = PLD_DISCRETISATION) -> float:
+    def epsilon_of(
+        events: Sequence[PrivacyEvent],
+        delta: float,
+        accountant: str = "pld",
+        discretization: float = PLD_DISCRETISATION,
+    ) -> float:
         """Epsilon at ``delta`` of ``events`` composed, without a ledger or a budget.
 
         ``discretization`` (PLD only) trades speed for tightness; the result stays an
@@ -351,8 +357,10 @@ class PrivacyLedger:
         }
 
     def __str__(self) -> str:
-        lines = [f"PrivacyLedger: epsilon = {self.get_epsilon():.4g} at delta = {self.default_delta:g} "
-                 f"({self.accountant}, add/remove one record)"]
+        lines = [
+            f"PrivacyLedger: epsilon = {self.get_epsilon():.4g} at delta = {self.default_delta:g} "
+            f"({self.accountant}, add/remove one record)"
+        ]
         if self.budget:
             lines.append(f"  budget: epsilon {self.budget[0]:g} at delta {self.budget[1]:g}")
         if self.noise == "reproducible":
@@ -433,8 +441,11 @@ def _basic_epsilon(events: Sequence[PrivacyEvent]) -> float:
 @functools.lru_cache(maxsize=512)
 def _epsilon_of(events: tuple[PrivacyEvent, ...], delta: float, accountant: str, discretization: float) -> float:
     """:meth:`PrivacyLedger.epsilon_of`, memoised (a pure function of immutable values)."""
-    if accountant == "pld" and discretization != PLD_DISCRETISATION \
-            and all(e.has_pld or not e.is_private for e in events):
+    if (
+        accountant == "pld"
+        and discretization != PLD_DISCRETISATION
+        and all(e.has_pld or not e.is_private for e in events)
+    ):
         if not events or not all(e.is_private for e in events):
             return 0.0 if not events else math.inf
         total = events[0].to_pld(discretization)

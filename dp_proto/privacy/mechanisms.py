@@ -97,8 +97,13 @@ def _record(ledger: PrivacyLedger | None, event: PrivacyEvent) -> None:
 
 
 @renamed_keyword("secure", "secure_mode")
-def noise_rng(ledger: PrivacyLedger | None, generator: torch.Generator | None, secure_mode: bool,
-              device: torch.device | str | None, owner: str) -> torch.Generator | None:
+def noise_rng(
+    ledger: PrivacyLedger | None,
+    generator: torch.Generator | None,
+    secure_mode: bool,
+    device: torch.device | str | None,
+    owner: str,
+) -> torch.Generator | None:
     """The generator a release draws from (None with ``secure_mode``), its source noted in the
     ledger: a fresh one for ``generator=None``; a caller's own warns (reproducible noise)."""
     if secure_mode:
@@ -180,8 +185,7 @@ def laplace_mechanism(
         steps = math.ceil(sens / grid - 1e-12) + slack
         scale = steps / epsilon
         if sens > 0 and single_coordinate:  # exact discrete-Laplace privacy loss distribution
-            _record(ledger, DiscreteLaplaceEvent(epsilon, grid_steps=steps, name=name,
-                                         sensitivity=sens))
+            _record(ledger, DiscreteLaplaceEvent(epsilon, grid_steps=steps, name=name, sensitivity=sens))
         elif sens > 0:  # several coordinates: accounted as a generic epsilon-DP release
             _record(ledger, PureEvent(epsilon, name=name, sensitivity=sens))
     else:
@@ -192,19 +196,22 @@ def laplace_mechanism(
             _record(ledger, PureEvent(epsilon, name=name, sensitivity=sens))
     generator = noise_rng(ledger, generator, secure_mode, value.device, name)
     if grid is not None:
+
         def draw() -> Tensor:
-            noise = discrete_laplace_noise(value.shape, scale, generator=generator, secure_mode=secure_mode, device=value.device)
+            noise = discrete_laplace_noise(
+                value.shape, scale, generator=generator, secure_mode=secure_mode, device=value.device
+            )
             return ((snapped + noise) * grid).to(dtype)
     else:
+
         def draw() -> Tensor:
             noise = laplace_noise(value.shape, scale, generator=generator, secure_mode=secure_mode, device=value.device)
             return (value.to(torch.float64) + noise).to(dtype)
+
     return intercept(name, value, sens, "l1", draw)
 
 
-def gaussian_sigma(
-    epsilon: float, delta: float, l2_sensitivity: float, calibration: str = "analytic"
-) -> float:
+def gaussian_sigma(epsilon: float, delta: float, l2_sensitivity: float, calibration: str = "analytic") -> float:
     """Noise standard deviation for (epsilon, delta)-DP: ``analytic`` (Balle & Wang 2018,
     the default) or ``classic`` (``sqrt(2 ln(1.25/delta)) Delta / epsilon``, epsilon < 1)."""
     if calibration == "analytic":
@@ -229,6 +236,7 @@ def renyi_noise_multiplier(epsilon: float, delta: float, *, rtol: float = 1e-9) 
 
     def eps_of(nm: float) -> float:
         return renyi_epsilon([DiscreteGaussianEvent(nm)], delta)
+
     lo, hi = 1.0, 1.0
     while eps_of(hi) > epsilon:
         lo, hi = hi, 2.0 * hi
@@ -288,8 +296,10 @@ def plan_gaussian(
         event = GaussianEvent(sigma / sens, name=name, sensitivity=sens) if sens else None
         return GaussianPlan(sigma, None, None, event)
     if calibration is not None:
-        raise ValueError("calibration applies to continuous noise (grid=None); the discrete Gaussian is "
-                         "calibrated by its Renyi-DP curve")
+        raise ValueError(
+            "calibration applies to continuous noise (grid=None); the discrete Gaussian is "
+            "calibrated by its Renyi-DP curve"
+        )
     if grid == "auto":
         if value_on_grid:
             raise ValueError("value_on_grid needs an explicit grid (e.g. grid=1.0 for counts)")
@@ -353,8 +363,16 @@ def gaussian_mechanism(
     Tensor, same shape as ``value`` (float64 unless ``value`` is another float type).
     """
     value = _check_value(value)
-    plan = plan_gaussian(epsilon, delta, l2_sensitivity, value.numel(), grid=grid, calibration=calibration,
-                         value_on_grid=value_on_grid, name=name)
+    plan = plan_gaussian(
+        epsilon,
+        delta,
+        l2_sensitivity,
+        value.numel(),
+        grid=grid,
+        calibration=calibration,
+        value_on_grid=value_on_grid,
+        name=name,
+    )
     sens = check_sensitivity(l2_sensitivity, "l2_sensitivity")
     snapped = None if plan.grid is None else _snap_to_grid(value, plan.grid, value_on_grid)  # before spending
     if plan.event is not None:
@@ -362,17 +380,23 @@ def gaussian_mechanism(
     dtype = value.dtype if value.is_floating_point() else torch.float64
     generator = noise_rng(ledger, generator, secure_mode, value.device, name)
     if snapped is None:
+
         def draw() -> Tensor:
-            noise = gaussian_noise(value.shape, plan.sigma, generator=generator, secure_mode=secure_mode, device=value.device)
+            noise = gaussian_noise(
+                value.shape, plan.sigma, generator=generator, secure_mode=secure_mode, device=value.device
+            )
             return (value.to(torch.float64) + noise).to(dtype)
+
         return intercept(name, value, sens, "l2", draw)
 
     def draw_discrete() -> Tensor:
         if plan.sigma == 0:
             return (snapped * plan.grid).to(dtype)
-        noise = discrete_gaussian_noise(value.shape, plan.sigma / plan.grid, generator=generator, secure_mode=secure_mode,
-                                        device=value.device)
+        noise = discrete_gaussian_noise(
+            value.shape, plan.sigma / plan.grid, generator=generator, secure_mode=secure_mode, device=value.device
+        )
         return ((snapped + noise.to(torch.float64)) * plan.grid).to(dtype)
+
     return intercept(name, value, sens, "l2", draw_discrete)
 
 
@@ -408,12 +432,20 @@ def noisy_histogram(
     if num_bins < 1:
         raise ValueError(f"num_bins must be >= 1, got {num_bins}")
     if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_bins):
-        raise ValueError(f"labels must lie in 0..{num_bins - 1}, got range "
-                         f"[{int(labels.min())}, {int(labels.max())}]")
+        raise ValueError(f"labels must lie in 0..{num_bins - 1}, got range [{int(labels.min())}, {int(labels.max())}]")
     counts = torch.bincount(labels.long(), minlength=num_bins).to(torch.float64)
-    return laplace_mechanism(counts, 1.0, epsilon, ledger=ledger, name=name, generator=generator,
-                             secure_mode=secure_mode, grid=1.0 if discrete else None, value_on_grid=discrete,
-                             single_coordinate=True)
+    return laplace_mechanism(
+        counts,
+        1.0,
+        epsilon,
+        ledger=ledger,
+        name=name,
+        generator=generator,
+        secure_mode=secure_mode,
+        grid=1.0 if discrete else None,
+        value_on_grid=discrete,
+        single_coordinate=True,
+    )
 
 
 @renamed_keyword("secure", "secure_mode")
@@ -430,9 +462,18 @@ def noisy_count(
     """``n + Lap(1/epsilon)``: epsilon-DP for a counting query (sensitivity 1 under
     add/remove); discrete (integer) noise by default, see :func:`noisy_histogram`."""
     value = torch.as_tensor(float(n), dtype=torch.float64).reshape(1)
-    out = laplace_mechanism(value, 1.0, epsilon, ledger=ledger, name=name, generator=generator,
-                            secure_mode=secure_mode, grid=1.0 if discrete else None, value_on_grid=discrete,
-                            single_coordinate=True)
+    out = laplace_mechanism(
+        value,
+        1.0,
+        epsilon,
+        ledger=ledger,
+        name=name,
+        generator=generator,
+        secure_mode=secure_mode,
+        grid=1.0 if discrete else None,
+        value_on_grid=discrete,
+        single_coordinate=True,
+    )
     return float(out[0])
 
 
@@ -471,11 +512,13 @@ def report_noisy_max(
     generator = noise_rng(ledger, generator, secure_mode, counts.device, name)
 
     def draw() -> Tensor:
-        noise = discrete_laplace_noise(counts.shape, 1.0 / epsilon, generator=generator, secure_mode=secure_mode,
-                                       device=counts.device)
+        noise = discrete_laplace_noise(
+            counts.shape, 1.0 / epsilon, generator=generator, secure_mode=secure_mode, device=counts.device
+        )
         # a uniform in (0, 1) orders equal integers at random and never two different ones
         tie_break = uniform_open(counts.shape, generator=generator, secure_mode=secure_mode, device=counts.device)
         return (counts + noise.to(torch.float64) + tie_break).argmax(-1)
+
     return intercept(name, counts, 1.0, "l1", draw)
 
 
@@ -501,4 +544,6 @@ def noisy_majority_vote(
     if votes.numel() and (int(votes.min()) < 0 or int(votes.max()) >= num_classes):
         raise ValueError(f"votes must lie in 0..{num_classes - 1}")
     counts = torch.bincount(votes.long(), minlength=num_classes).to(torch.float64)
-    return int(report_noisy_max(counts, epsilon, ledger=ledger, name=name, generator=generator, secure_mode=secure_mode))
+    return int(
+        report_noisy_max(counts, epsilon, ledger=ledger, name=name, generator=generator, secure_mode=secure_mode)
+    )

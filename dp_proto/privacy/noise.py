@@ -62,8 +62,14 @@ from torch import Tensor
 from dp_proto._deprecation import renamed_keyword
 from dp_proto.privacy.randomness import fresh_generator
 
-__all__ = ["uniform_open", "laplace_noise", "gaussian_noise", "geometric_noise", "discrete_laplace_noise",
-           "discrete_gaussian_noise"]
+__all__ = [
+    "uniform_open",
+    "laplace_noise",
+    "gaussian_noise",
+    "geometric_noise",
+    "discrete_laplace_noise",
+    "discrete_gaussian_noise",
+]
 
 _TWO_POW_53 = float(2**53)
 
@@ -74,7 +80,10 @@ def _shape(shape) -> tuple[int, ...]:
 
 @renamed_keyword("secure", "secure_mode")
 def uniform_open(
-    shape, *, generator: torch.Generator | None = None, secure_mode: bool = False,
+    shape,
+    *,
+    generator: torch.Generator | None = None,
+    secure_mode: bool = False,
     device: torch.device | str | None = None,
 ) -> Tensor:
     """Uniform variates on the open interval ``(0, 1)``, float64 on a 53-bit lattice.
@@ -99,8 +108,13 @@ def uniform_open(
 
 @renamed_keyword("secure", "secure_mode")
 def laplace_noise(
-    shape, scale: float, *, generator: torch.Generator | None = None, secure_mode: bool = False,
-    dtype: torch.dtype = torch.float64, device: torch.device | str | None = None,
+    shape,
+    scale: float,
+    *,
+    generator: torch.Generator | None = None,
+    secure_mode: bool = False,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
 ) -> Tensor:
     """I.i.d. ``Lap(0, scale)``: density ``exp(-|x|/scale) / (2 scale)``, drawn as the
     difference of two exponential variables ``scale (log u2 - log u1)``."""
@@ -112,8 +126,13 @@ def laplace_noise(
 
 @renamed_keyword("secure", "secure_mode")
 def gaussian_noise(
-    shape, std: float, *, generator: torch.Generator | None = None, secure_mode: bool = False,
-    dtype: torch.dtype = torch.float64, device: torch.device | str | None = None,
+    shape,
+    std: float,
+    *,
+    generator: torch.Generator | None = None,
+    secure_mode: bool = False,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
 ) -> Tensor:
     """I.i.d. ``N(0, std^2)`` by Box-Muller on 53-bit uniforms (see Tails above), from
     ``generator`` (fresh entropy for None) or ``os.urandom`` (``secure_mode``). Each pair of
@@ -134,7 +153,11 @@ def gaussian_noise(
 
 @renamed_keyword("secure", "secure_mode")
 def discrete_laplace_noise(
-    shape, scale: float, *, generator: torch.Generator | None = None, secure_mode: bool = False,
+    shape,
+    scale: float,
+    *,
+    generator: torch.Generator | None = None,
+    secure_mode: bool = False,
     device: torch.device | str | None = None,
 ) -> Tensor:
     """I.i.d. discrete Laplace integers: ``P(k) proportional to exp(-|k| / scale)``, int64.
@@ -151,7 +174,11 @@ def discrete_laplace_noise(
 
 @renamed_keyword("secure", "secure_mode")
 def geometric_noise(
-    shape, scale: float, *, generator: torch.Generator | None = None, secure_mode: bool = False,
+    shape,
+    scale: float,
+    *,
+    generator: torch.Generator | None = None,
+    secure_mode: bool = False,
     device: torch.device | str | None = None,
 ) -> Tensor:
     """I.i.d. geometric integers ``P(G = k) = (1 - p) p^k``, ``k >= 0``, ``p = exp(-1/scale)``,
@@ -165,7 +192,11 @@ def geometric_noise(
 
 @renamed_keyword("secure", "secure_mode")
 def discrete_gaussian_noise(
-    shape, sigma: float, *, generator: torch.Generator | None = None, secure_mode: bool = False,
+    shape,
+    sigma: float,
+    *,
+    generator: torch.Generator | None = None,
+    secure_mode: bool = False,
     device: torch.device | str | None = None,
 ) -> Tensor:
     """I.i.d. discrete Gaussian integers: ``P(k) proportional to exp(-k^2 / (2 sigma^2))``, int64.

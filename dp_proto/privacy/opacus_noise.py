@@ -52,9 +52,16 @@ def _sound_add_noise(self) -> None:
         def draw(summed=summed) -> torch.Tensor:
             if std == 0:
                 return summed.clone()
-            noise = gaussian_noise(summed.shape, std, generator=self._sound_generator, secure_mode=self._sound_secure,
-                                   dtype=summed.dtype, device=summed.device)
+            noise = gaussian_noise(
+                summed.shape,
+                std,
+                generator=self._sound_generator,
+                secure_mode=self._sound_secure,
+                dtype=summed.dtype,
+                device=summed.device,
+            )
             return summed + noise
+
         p.grad = intercept(self._sound_name, summed, None, None, draw).view_as(p)
         _mark_as_processed(p.summed_grad)
 
@@ -65,9 +72,14 @@ def _sound_class(base: type) -> type:
 
 
 @renamed_keyword("secure", "secure_mode")
-def make_noise_sound(optimizer: DPOptimizer, *, expected_batch_size: float,
-                     generator: torch.Generator | None = None, secure_mode: bool = False,
-                     name: str = "dp_sgd") -> DPOptimizer:
+def make_noise_sound(
+    optimizer: DPOptimizer,
+    *,
+    expected_batch_size: float,
+    generator: torch.Generator | None = None,
+    secure_mode: bool = False,
+    name: str = "dp_sgd",
+) -> DPOptimizer:
     """Make ``optimizer`` (an Opacus ``DPOptimizer``) draw float64 noise from fresh
     entropy (or ``generator``, or ``os.urandom`` with ``secure_mode``) and divide by the
     public ``expected_batch_size``. Returns the same object; idempotent."""

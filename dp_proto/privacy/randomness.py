@@ -34,8 +34,16 @@ import torch
 from dp_proto._deprecation import renamed_keyword
 from dp_proto.exceptions import PrivacyLeakWarning
 
-__all__ = ["fresh_generator", "seeded_generator", "noise_generator", "noise_source",
-           "resolve_generator", "entropy_seed", "check_noise_seed", "NoiseSource"]
+__all__ = [
+    "fresh_generator",
+    "seeded_generator",
+    "noise_generator",
+    "noise_source",
+    "resolve_generator",
+    "entropy_seed",
+    "check_noise_seed",
+    "NoiseSource",
+]
 
 NoiseSource = Literal["fresh", "secure", "reproducible"]
 
@@ -70,8 +78,9 @@ def fresh_generator(device: torch.device | str | None = None) -> torch.Generator
     return gen
 
 
-def seeded_generator(seed: int, device: torch.device | str | None = None, *,
-                     owner: str = "this release", warn: bool = True) -> torch.Generator:
+def seeded_generator(
+    seed: int, device: torch.device | str | None = None, *, owner: str = "this release", warn: bool = True
+) -> torch.Generator:
     """A generator seeded with ``seed``: the explicit opt-in to reproducible noise.
 
     Warns with :class:`PrivacyLeakWarning` (``warn=False`` when the caller warned
@@ -87,15 +96,18 @@ def seeded_generator(seed: int, device: torch.device | str | None = None, *,
             f"{owner}: noise_seed makes the noise reproducible; whoever knows the seed can "
             "remove it, so the release is not private against them. Use it for tests and "
             "benchmarks only; the ledger records 'noise': 'reproducible'",
-            PrivacyLeakWarning, stacklevel=3)
+            PrivacyLeakWarning,
+            stacklevel=3,
+        )
     gen = torch.Generator(device=device if device is not None else "cpu")
     gen.manual_seed(seed % 2**64)
     _ACKNOWLEDGED.add(gen)
     return gen
 
 
-def noise_generator(noise_seed: int | None, device: torch.device | str | None = None, *,
-                    owner: str = "this release") -> torch.Generator:
+def noise_generator(
+    noise_seed: int | None, device: torch.device | str | None = None, *, owner: str = "this release"
+) -> torch.Generator:
     """The generator of a private release: fresh entropy when ``noise_seed`` is None,
     else :func:`seeded_generator` (which warns)."""
     if noise_seed is None:
@@ -113,8 +125,9 @@ def noise_source(generator: torch.Generator | None, secure_mode: bool = False) -
     return "reproducible"
 
 
-def resolve_generator(generator: torch.Generator | None, device: torch.device | str | None = None, *,
-                      owner: str = "a mechanism") -> torch.Generator:
+def resolve_generator(
+    generator: torch.Generator | None, device: torch.device | str | None = None, *, owner: str = "a mechanism"
+) -> torch.Generator:
     """The generator a sampler uses: ``generator`` itself, or a fresh one for None.
 
     A generator that this module did not make (a caller's own, possibly seeded) is the
@@ -126,6 +139,9 @@ def resolve_generator(generator: torch.Generator | None, device: torch.device | 
         warnings.warn(
             f"{owner} draws its noise from a caller's torch.Generator: whoever knows its seed "
             "can reproduce and remove the noise. Pass generator=None (fresh operating-system "
-            "entropy) for a release that leaves the curator", PrivacyLeakWarning, stacklevel=3)
+            "entropy) for a release that leaves the curator",
+            PrivacyLeakWarning,
+            stacklevel=3,
+        )
         _ACKNOWLEDGED.add(generator)
     return generator

@@ -48,8 +48,17 @@ import torch
 
 Tensor = torch.Tensor
 
-__all__ = ["intercept", "per_record_coins", "Release", "NeighbourReport", "neighbour_check", "public_view",
-           "remove_record", "adversarial_removals", "capture_releases"]
+__all__ = [
+    "intercept",
+    "per_record_coins",
+    "Release",
+    "NeighbourReport",
+    "neighbour_check",
+    "public_view",
+    "remove_record",
+    "adversarial_removals",
+    "capture_releases",
+]
 
 
 @dataclass
@@ -63,10 +72,13 @@ class Release:
     output: Any = None
 
 
-
 class _Recorder:
-    def __init__(self, replay: list[Release] | None = None, removed: int | None = None,
-                 replay_coins: list[tuple[str, Tensor]] | None = None) -> None:
+    def __init__(
+        self,
+        replay: list[Release] | None = None,
+        removed: int | None = None,
+        replay_coins: list[tuple[str, Tensor]] | None = None,
+    ) -> None:
         self.releases: list[Release] = []
         self.replay = replay
         self.removed = removed
@@ -89,8 +101,9 @@ class _Recorder:
         self.coins.append((name, out))
         return out
 
-    def handle(self, name: str, pre_noise: Tensor | None, sensitivity: float | None, norm: str | None,
-               draw: Callable[[], Any]) -> Any:
+    def handle(
+        self, name: str, pre_noise: Tensor | None, sensitivity: float | None, norm: str | None, draw: Callable[[], Any]
+    ) -> Any:
         pre = None if pre_noise is None else pre_noise.detach().to("cpu", torch.float64).clone()
         if self.replay is None:
             out = draw()
@@ -110,12 +123,12 @@ class _Divergence(AssertionError):
     """The neighbour's run made different releases than D's (a side channel by itself)."""
 
 
-_ACTIVE: contextvars.ContextVar[_Recorder | None] = contextvars.ContextVar("dp_proto_release_recorder",
-                                                                          default=None)
+_ACTIVE: contextvars.ContextVar[_Recorder | None] = contextvars.ContextVar("dp_proto_release_recorder", default=None)
 
 
-def intercept(name: str, pre_noise: Tensor | None, sensitivity: float | None, norm: str | None,
-              draw: Callable[[], Any]) -> Any:
+def intercept(
+    name: str, pre_noise: Tensor | None, sensitivity: float | None, norm: str | None, draw: Callable[[], Any]
+) -> Any:
     """Release hook of every mechanism: returns ``draw()`` (the noisy output).
 
     ``pre_noise`` is the quantity the noise protects, ``sensitivity`` its declared
@@ -151,10 +164,13 @@ def _snapshot(value: Any) -> Any:
     return value
 
 
-
 @contextlib.contextmanager
-def capture_releases(replay: list[Release] | None = None, *, removed: int | None = None,
-                     replay_coins: list[tuple[str, Tensor]] | None = None):
+def capture_releases(
+    replay: list[Release] | None = None,
+    *,
+    removed: int | None = None,
+    replay_coins: list[tuple[str, Tensor]] | None = None,
+):
     """Record every :func:`intercept` in the block (and replay ``replay``'s outputs, and
     ``replay_coins`` without row ``removed``)."""
     recorder = _Recorder(replay, removed, replay_coins)
@@ -177,23 +193,31 @@ def public_view(obj: Any, *, curator_only: Iterable[str] = (), _depth: int = 0) 
         return ("tensor", str(obj.dtype), tuple(obj.shape), obj.detach().cpu().numpy().tobytes())
     if isinstance(obj, np.ndarray):
         if obj.dtype == object:
-            return ("array", tuple(obj.shape), [public_view(v, curator_only=skip, _depth=_depth + 1)
-                                                for v in obj.ravel()])
+            return (
+                "array",
+                tuple(obj.shape),
+                [public_view(v, curator_only=skip, _depth=_depth + 1) for v in obj.ravel()],
+            )
         return ("array", str(obj.dtype), tuple(obj.shape), obj.tobytes())
     if isinstance(obj, float) and math.isnan(obj):
         return ("float", "nan")
     if isinstance(obj, (str, bytes, int, float, bool, type(None), np.generic)):
         return obj
     if isinstance(obj, Mapping):
-        return {k: public_view(v, curator_only=skip, _depth=_depth + 1) for k, v in obj.items()
-                if k not in skip}
+        return {k: public_view(v, curator_only=skip, _depth=_depth + 1) for k, v in obj.items() if k not in skip}
     if isinstance(obj, (list, tuple)):
         return type(obj).__name__, [public_view(v, curator_only=skip, _depth=_depth + 1) for v in obj]
     if isinstance(obj, torch.nn.Module):
-        return ("module", type(obj).__name__,
-                {k: public_view(v, _depth=_depth + 1) for k, v in obj.state_dict().items()},
-                public_view({k: v for k, v in vars(obj).items() if k.endswith("_") and not k.startswith("_")},
-                            curator_only=skip, _depth=_depth + 1))
+        return (
+            "module",
+            type(obj).__name__,
+            {k: public_view(v, _depth=_depth + 1) for k, v in obj.state_dict().items()},
+            public_view(
+                {k: v for k, v in vars(obj).items() if k.endswith("_") and not k.startswith("_")},
+                curator_only=skip,
+                _depth=_depth + 1,
+            ),
+        )
     if isinstance(obj, torch.Generator):
         return ("generator",)
     if hasattr(obj, "state_dict") and hasattr(obj, "summary") and hasattr(obj, "events"):  # a ledger
@@ -290,11 +314,21 @@ def _movement(a: Tensor, b: Tensor, norm: str) -> float:
     raise ValueError(f"norm must be 'l1', 'l2' or 'linf', got {norm!r}")
 
 
-def _run(release: Callable[..., Any], data: Sequence[Any], replay: _Recorder | None,
-         curator_only: Iterable[str], removed: int | None = None) -> tuple[_Recorder, Any, list, tuple | None]:
-    with warnings.catch_warnings(record=True) as caught, \
-            capture_releases(None if replay is None else replay.releases, removed=removed,
-                             replay_coins=None if replay is None else replay.coins) as recorder:
+def _run(
+    release: Callable[..., Any],
+    data: Sequence[Any],
+    replay: _Recorder | None,
+    curator_only: Iterable[str],
+    removed: int | None = None,
+) -> tuple[_Recorder, Any, list, tuple | None]:
+    with (
+        warnings.catch_warnings(record=True) as caught,
+        capture_releases(
+            None if replay is None else replay.releases,
+            removed=removed,
+            replay_coins=None if replay is None else replay.coins,
+        ) as recorder,
+    ):
         warnings.simplefilter("always")
         error = None
         result = None
@@ -355,21 +389,22 @@ def neighbour_check(
             if a.sensitivity is None or a.pre_noise is None or b.pre_noise is None:
                 continue
             if a.pre_noise.shape != b.pre_noise.shape:
-                report.violations.append(f"{tag}: {a.name!r} pre-noise shape {tuple(a.pre_noise.shape)} "
-                                         f"-> {tuple(b.pre_noise.shape)}")
+                report.violations.append(
+                    f"{tag}: {a.name!r} pre-noise shape {tuple(a.pre_noise.shape)} -> {tuple(b.pre_noise.shape)}"
+                )
                 continue
             moved = _movement(a.pre_noise, b.pre_noise, a.norm or "l2")
             ratio = moved / a.sensitivity if a.sensitivity > 0 else (math.inf if moved > 0 else 0.0)
             report.max_ratio[a.name] = max(report.max_ratio.get(a.name, 0.0), ratio)
             if moved > a.sensitivity * (1 + tolerance) + tolerance:
-                report.violations.append(f"{tag}: {a.name!r} moved {moved:.6g} in {a.norm}, above its "
-                                         f"sensitivity {a.sensitivity:.6g}")
+                report.violations.append(
+                    f"{tag}: {a.name!r} moved {moved:.6g} in {a.norm}, above its sensitivity {a.sensitivity:.6g}"
+                )
         if error != ref_error:
             report.violations.append(f"{tag}: exception {error} against {ref_error} on D")
         if shown != ref_warnings:
             report.violations.append(f"{tag}: warnings {shown} against {ref_warnings} on D")
         if error is None and ref_error is None and view != ref_view:
             paths = sorted(set(_diff_paths(ref_view, view)))[:8]
-            report.violations.append(f"{tag}: the release differs from D's outside the noisy outputs at "
-                                     f"{paths}")
+            report.violations.append(f"{tag}: the release differs from D's outside the noisy outputs at {paths}")
     return report

@@ -330,12 +330,20 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
 
     def _validate_params(self) -> None:
         c = self.c_over_n
-        if isinstance(c, bool) or not isinstance(c, (int, float, np.floating, np.integer)) \
-                or not math.isfinite(float(c)) or not 0 < float(c) <= 1:
+        if (
+            isinstance(c, bool)
+            or not isinstance(c, (int, float, np.floating, np.integer))
+            or not math.isfinite(float(c))
+            or not 0 < float(c) <= 1
+        ):
             raise ValueError(f"c_over_n must lie in (0, 1], got {c!r}")
         g = self.gamma
-        if isinstance(g, bool) or not isinstance(g, (int, float, np.floating, np.integer)) \
-                or not math.isfinite(float(g)) or float(g) <= 0:
+        if (
+            isinstance(g, bool)
+            or not isinstance(g, (int, float, np.floating, np.integer))
+            or not math.isfinite(float(g))
+            or float(g) <= 0
+        ):
             raise ValueError(f"gamma must be a positive finite number, got {g!r}")
         f = self.num_features
         if isinstance(f, bool) or not isinstance(f, (int, np.integer)) or f < 2 or f % 2:
@@ -378,8 +386,9 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
         bad = ~torch.isfinite(x).all(1)
         if bool(bad.any()):
             # the rows go to the curator: their indices would move with a removed record
-            curator_log("%s: X has NaN or inf in row(s) %s", type(self).__name__,
-                        torch.nonzero(bad).squeeze(1)[:10].tolist())
+            curator_log(
+                "%s: X has NaN or inf in row(s) %s", type(self).__name__, torch.nonzero(bad).squeeze(1)[:10].tolist()
+            )
             raise ValueError("X contains NaN or inf")
         if not fitting and x.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {x.shape[1]} features, but the model was fitted with {self.n_features_in_}")
@@ -400,13 +409,18 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
             raise ValueError("X and y have different lengths")
         check_classification_targets(y_arr)
         # a non-private fit may read the labels from y
-        classes, y_index = public_classes(y_arr, self.classes, type(self).__name__,
-                                          warn=self._private_epsilon() is not None)
+        classes, y_index = public_classes(
+            y_arr, self.classes, type(self).__name__, warn=self._private_epsilon() is not None
+        )
         rng = check_random_state(self.random_state)
         generator = torch.Generator().manual_seed(int(rng.randint(0, 2**31 - 1)))
         features = RandomFourierFeatures(
-            x.shape[1], int(self.num_features), float(self.gamma), generator=generator,
-            dtype=self.dtype, device=self._device(),
+            x.shape[1],
+            int(self.num_features),
+            float(self.gamma),
+            generator=generator,
+            dtype=self.dtype,
+            device=self._device(),
         )
         with torch.no_grad():
             phi = features(x)
@@ -417,8 +431,14 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
         # A private fit runs the solver until every gap is <= tol: the sensitivity assumes
         # it, and a cap that one record could make the solver hit would void the guarantee.
         private = self._private_epsilon() is not None
-        sol = solve_svm_dual(phi.to(torch.float64), Y, float(self.c_over_n), tol=self.tol,
-                             max_iter=None if private else self.max_iter, relative=False)
+        sol = solve_svm_dual(
+            phi.to(torch.float64),
+            Y,
+            float(self.c_over_n),
+            tol=self.tol,
+            max_iter=None if private else self.max_iter,
+            relative=False,
+        )
         self.__dict__.pop("curator_", None)
         if private:
             # the gap and the iteration count depend on the data: curator-only
@@ -494,7 +514,8 @@ _PARAMS_DOC = """
 
 
 class PrivateSVMWeight(_RFFSVMBase):
-    """SVM WEIGHT (Rubinstein et al. 2012; Park 2022, Section 6.3): one-vs-all linear SVM on
+    (
+        """SVM WEIGHT (Rubinstein et al. 2012; Park 2022, Section 6.3): one-vs-all linear SVM on
     random Fourier features whose weight vectors are released with Laplace noise.
 
     The released ``weights_ (K, F)`` and the (data-independent) feature map ``features_``
@@ -520,7 +541,9 @@ class PrivateSVMWeight(_RFFSVMBase):
     at ``epsilon`` -- one ledger event named ``"svm_weight"``. Rubinstein et al. (2012) state
     ``4 C kappa sqrt(F) / n`` for their replace-one relation (looser); we use the add/remove
     bound derived above. ``K`` and the labels are taken as public (as in Park 2022).
-    """ + _PARAMS_DOC + """
+    """
+        + _PARAMS_DOC
+        + """
     Attributes
     ----------
     classes_ : ndarray ``(K,)``
@@ -533,6 +556,7 @@ class PrivateSVMWeight(_RFFSVMBase):
         ``cap kappa + 2 sqrt(2 tol)`` per classifier.
     ledger_ : PrivacyLedger
     """
+    )
 
     def fit(self, X, y):
         """Train on ``X (n, d)``, ``y (n,)`` and release the noisy weights."""
@@ -542,7 +566,11 @@ class PrivateSVMWeight(_RFFSVMBase):
         eps = self._private_epsilon()
         if eps is not None:
             weights = laplace_mechanism(
-                weights, self.sensitivity_, eps, ledger=self.ledger_, name="svm_weight",
+                weights,
+                self.sensitivity_,
+                eps,
+                ledger=self.ledger_,
+                name="svm_weight",
                 generator=self._noise_generator(),
             )
         self.weights_ = weights.to(self.dtype)
@@ -554,7 +582,8 @@ class PrivateSVMWeight(_RFFSVMBase):
 
 
 class PrivateSVMOutput(_RFFSVMBase):
-    """SVM OUTPUT (output perturbation in the style of Jain & Thakurta 2013, as Park 2022,
+    (
+        """SVM OUTPUT (output perturbation in the style of Jain & Thakurta 2013, as Park 2022,
     Section 6.3 uses it): exact one-vs-all SVM on random Fourier features; every answered
     query gets Laplace noise on its ``K`` scores.
 
@@ -576,7 +605,9 @@ class PrivateSVMOutput(_RFFSVMBase):
     any noise is drawn. ``predict`` is ``argmax`` of the noisy scores (post-processing), and
     ``score`` spends like ``predict``; calling ``predict`` and ``decision_function`` on the
     same points spends twice.
-    """ + _PARAMS_DOC + """
+    """
+        + _PARAMS_DOC
+        + """
     Attributes
     ----------
     classes_ : ndarray ``(K,)``
@@ -587,6 +618,7 @@ class PrivateSVMOutput(_RFFSVMBase):
     ledger_ : PrivacyLedger
         Grows by one event per answered batch.
     """
+    )
 
     def fit(self, X, y):
         """Train the exact (non-private) weights on ``X (n, d)``, ``y (n,)``; nothing is released."""
@@ -597,8 +629,7 @@ class PrivateSVMOutput(_RFFSVMBase):
         # With noise_seed: the seeded stream's state (picklable, advances with every query);
         # without: None, and every answer draws fresh entropy.
         private = self._private_epsilon() is not None
-        self._noise_state = (self._noise_generator().get_state()
-                             if private and self.noise_seed is not None else None)
+        self._noise_state = self._noise_generator().get_state() if private and self.noise_seed is not None else None
         return self
 
     def decision_function(self, X) -> np.ndarray:
@@ -608,9 +639,14 @@ class PrivateSVMOutput(_RFFSVMBase):
         if eps is None:
             return scores.cpu().numpy()
         m = scores.shape[0]
-        self.ledger_.spend(PureEvent(
-            eps, count=m, name="svm_output_queries", sensitivity=self.sensitivity_,
-        ))
+        self.ledger_.spend(
+            PureEvent(
+                eps,
+                count=m,
+                name="svm_output_queries",
+                sensitivity=self.sensitivity_,
+            )
+        )
         if self._noise_state is None:
             generator = fresh_generator()  # fresh operating-system entropy
             self.ledger_.note_noise_source("fresh")
@@ -622,10 +658,18 @@ class PrivateSVMOutput(_RFFSVMBase):
         # recorded above for all m rows at once; i.i.d. Lap(sensitivity / epsilon) per score.
         # One release per row: the sensitivity holds per query point (the harness hook
         # checks each row against it), the rows compose as the ledger event says.
-        noisy = torch.stack([
-            laplace_mechanism(row, self.sensitivity_, eps, ledger=None, generator=generator,
-                              name="svm_output_queries")
-            for row in scores]) if m else scores.to(torch.float64)
+        noisy = (
+            torch.stack(
+                [
+                    laplace_mechanism(
+                        row, self.sensitivity_, eps, ledger=None, generator=generator, name="svm_output_queries"
+                    )
+                    for row in scores
+                ]
+            )
+            if m
+            else scores.to(torch.float64)
+        )
         if self._noise_state is not None:
             self._noise_state = generator.get_state()
         return noisy.cpu().numpy()

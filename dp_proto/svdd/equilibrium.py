@@ -50,8 +50,16 @@ def support_gradient(features: RandomFourierFeatures, centre: Tensor, x: Tensor)
     return -2.0 * math.sqrt(2.0 / features.num_features) * inner @ w.T
 
 
-def descend(features: RandomFourierFeatures, centre: Tensor, starts: Tensor, *, lr: float, iters: int,
-            decay_at: float = 0.8, decay: float = 0.2) -> Tensor:
+def descend(
+    features: RandomFourierFeatures,
+    centre: Tensor,
+    starts: Tensor,
+    *,
+    lr: float,
+    iters: int,
+    decay_at: float = 0.8,
+    decay: float = 0.2,
+) -> Tensor:
     """``iters`` gradient steps ``x <- x - eta grad f(x)`` from every row of ``starts
     (m, d)`` at once; ``eta = lr``, times ``decay`` from iteration ``decay_at * iters``
     on (the schedule of Park 2022: 1/5 after 80 %). Returns the end points ``(m, d)``."""
@@ -96,8 +104,17 @@ class Equilibria(NamedTuple):
     gradient_norm: Tensor
 
 
-def find_equilibria(features: RandomFourierFeatures, centre: Tensor, starts: Tensor, *, lr: float, iters: int,
-                    tol: float = 1e-3, decay_at: float = 0.8, decay: float = 0.2) -> Equilibria:
+def find_equilibria(
+    features: RandomFourierFeatures,
+    centre: Tensor,
+    starts: Tensor,
+    *,
+    lr: float,
+    iters: int,
+    tol: float = 1e-3,
+    decay_at: float = 0.8,
+    decay: float = 0.2,
+) -> Equilibria:
     """Phase II: run the dynamics from ``starts (m, d)``, merge the end points closer
     than ``tol`` into equilibrium points and assign every start to its basin.
 

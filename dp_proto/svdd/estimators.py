@@ -68,7 +68,6 @@ from dp_proto.svdd.solver import DEFAULT_MAX_ITER, check_private_tol, solve_svdd
 __all__ = ["PrivateSVDD", "PrivateSVDDClassifier"]
 
 
-
 def _is_private(epsilon) -> bool:
     return optional_epsilon(epsilon) is not None
 
@@ -94,12 +93,15 @@ class _SVDDBase(BaseEstimator):
         return torch_dtype(self.dtype)
 
     def _as_tensor(self, X, *, fitting: bool) -> torch.Tensor:
-        X = torch.as_tensor(X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else np.asarray(X),
-                            dtype=self._torch_dtype()).to(self._device())
+        X = torch.as_tensor(
+            X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else np.asarray(X), dtype=self._torch_dtype()
+        ).to(self._device())
         if X.dim() != 2 or X.shape[0] == 0:
             # no sizes in the message: the number of rows is private
-            raise ValueError(f"expected X of shape (n, d) with n >= 1, got a {X.dim()}-D array"
-                             + (" without rows" if X.dim() == 2 else ""))
+            raise ValueError(
+                f"expected X of shape (n, d) with n >= 1, got a {X.dim()}-D array"
+                + (" without rows" if X.dim() == 2 else "")
+            )
         if not bool(torch.isfinite(X).all()):
             raise ValueError("X contains NaN or inf")
         if fitting:
@@ -132,8 +134,9 @@ class _SVDDBase(BaseEstimator):
             check_private_tol(self.tol)
         check_noise_seed(self.noise_seed)
 
-    def _fit_centre(self, X: torch.Tensor, epsilon: float | None, gen: torch.Generator,
-                    noise: torch.Generator | None) -> torch.Tensor:
+    def _fit_centre(
+        self, X: torch.Tensor, epsilon: float | None, gen: torch.Generator, noise: torch.Generator | None
+    ) -> torch.Tensor:
         """Feature map, dual solve and centre (private when ``epsilon`` is a number, with
         noise from ``noise``)."""
         n = X.shape[0]
@@ -141,11 +144,13 @@ class _SVDDBase(BaseEstimator):
         if epsilon is None and cap * n < 1.0 - 1e-9:
             raise ValueError(
                 f"c_over_n={self.c_over_n} is below 1/n = {1.0 / n:.3g}: the dual's constraints "
-                f"0 <= beta_i <= C/n, sum beta = 1 cannot be met with n={n} records")
+                f"0 <= beta_i <= C/n, sum beta = 1 cannot be met with n={n} records"
+            )
         # The solve (and so the sensitivity analysis, ||phi|| = 1) runs in float64; the
         # dynamics may then run in the working dtype (float32 is about 3x faster on CPU).
-        features = RandomFourierFeatures(X.shape[1], self.num_features, self.gamma, generator=gen,
-                                         dtype=torch.float64, device=X.device)
+        features = RandomFourierFeatures(
+            X.shape[1], self.num_features, self.gamma, generator=gen, dtype=torch.float64, device=X.device
+        )
         phi = features(X)
         self.features_ = features.to(X.dtype)
         if epsilon is not None and cap * n < 1.0:
@@ -157,13 +162,15 @@ class _SVDDBase(BaseEstimator):
             # A private fit runs the solver until the gap is <= tol (no iteration cap): the
             # centre's sensitivity assumes it, and a cap that one record could make the
             # solver hit would void the guarantee.
-            solution = solve_svdd_dual(phi, min(cap * n, float(n)), tol=self.tol,
-                                       max_iter=DEFAULT_MAX_ITER if epsilon is None else None)
+            solution = solve_svdd_dual(
+                phi, min(cap * n, float(n)), tol=self.tol, max_iter=DEFAULT_MAX_ITER if epsilon is None else None
+            )
             exact = solution.centre
             if epsilon is not None:
                 # the gap and the iteration count depend on the data: curator-only
-                curator_attach(self, n_records=n, box_full=False, solver_gap=solution.gap,
-                               solver_iterations=solution.iterations)
+                curator_attach(
+                    self, n_records=n, box_full=False, solver_gap=solution.gap, solver_iterations=solution.iterations
+                )
         # The exact solution is not kept on the estimator: pickling it would publish it.
         if epsilon is None:
             return exact.to(X.dtype)
@@ -239,10 +246,22 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
         publishing.
     """
 
-    def __init__(self, c_over_n: float = 0.05, gamma: float = 1.0, num_features: int = 400,
-                 epsilon: float | None = 1.0, *, centre_fraction: float = 0.5, contamination: float = 0.1,
-                 tol: float = 1e-8, random_state: int | None = None, noise_seed: int | None = None,
-                 device: str | None = None, dtype: str = "float32", ledger: PrivacyLedger | None = None) -> None:
+    def __init__(
+        self,
+        c_over_n: float = 0.05,
+        gamma: float = 1.0,
+        num_features: int = 400,
+        epsilon: float | None = 1.0,
+        *,
+        centre_fraction: float = 0.5,
+        contamination: float = 0.1,
+        tol: float = 1e-8,
+        random_state: int | None = None,
+        noise_seed: int | None = None,
+        device: str | None = None,
+        dtype: str = "float32",
+        ledger: PrivacyLedger | None = None,
+    ) -> None:
         self.c_over_n = c_over_n
         self.gamma = gamma
         self.num_features = num_features
@@ -275,8 +294,9 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
         level = 1.0 - self.contamination
         if private:
             grid = torch.linspace(0.0, 4.0, 401, dtype=torch.float64, device=X.device)
-            self.radius2_ = private_quantile(scores, level, self.epsilon - eps_centre, grid,
-                                             ledger=self.ledger_, generator=noise, name="svdd/radius")
+            self.radius2_ = private_quantile(
+                scores, level, self.epsilon - eps_centre, grid, ledger=self.ledger_, generator=noise, name="svdd/radius"
+            )
         else:
             self.radius2_ = float(torch.quantile(scores.to(torch.float64), level))
             self.ledger_.spend(NonPrivateEvent(name="svdd/non_private"))
@@ -421,15 +441,37 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     before publishing.
     """
 
-    def __init__(self, c_over_n: float = 0.05, gamma: float = 1.0, num_features: int = 400,
-                 epsilon: float | None = 1.0, *, centre_fraction: float = 0.5, bounds: Any = None,
-                 classes: Any = None, starts: Any = "auto", n_starts: int | str = "auto", count_fraction: float = 0.05,
-                 max_starts: int = 2000, lr: float = 0.001, iters: int = 20,
-                 merge_tol: float | None = None, r_max: float | None = None, min_count: float | None = None,
-                 release: str = "support_function", n_neighbors: int = 1, grid_step: float | None = None,
-                 false_cells: float = 1.0, grid_ratio: float = 200.0, tol: float = 1e-8,
-                 random_state: int | None = None, noise_seed: int | None = None, device: str | None = None,
-                 dtype: str = "float32", ledger: PrivacyLedger | None = None) -> None:
+    def __init__(
+        self,
+        c_over_n: float = 0.05,
+        gamma: float = 1.0,
+        num_features: int = 400,
+        epsilon: float | None = 1.0,
+        *,
+        centre_fraction: float = 0.5,
+        bounds: Any = None,
+        classes: Any = None,
+        starts: Any = "auto",
+        n_starts: int | str = "auto",
+        count_fraction: float = 0.05,
+        max_starts: int = 2000,
+        lr: float = 0.001,
+        iters: int = 20,
+        merge_tol: float | None = None,
+        r_max: float | None = None,
+        min_count: float | None = None,
+        release: str = "support_function",
+        n_neighbors: int = 1,
+        grid_step: float | None = None,
+        false_cells: float = 1.0,
+        grid_ratio: float = 200.0,
+        tol: float = 1e-8,
+        random_state: int | None = None,
+        noise_seed: int | None = None,
+        device: str | None = None,
+        dtype: str = "float32",
+        ledger: PrivacyLedger | None = None,
+    ) -> None:
         self.c_over_n = c_over_n
         self.gamma = gamma
         self.num_features = num_features
@@ -462,9 +504,11 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     def _start_mode(self) -> str:
         if isinstance(self.starts, str):
             if self.starts not in ("auto", "normal", "uniform", "grid", "training"):
-                raise ValueError(f"starts must be 'auto', 'normal', 'uniform', 'grid', 'training' or an array of "
-                                 f"points, "
-                                 f"got {self.starts!r}")
+                raise ValueError(
+                    f"starts must be 'auto', 'normal', 'uniform', 'grid', 'training' or an array of "
+                    f"points, "
+                    f"got {self.starts!r}"
+                )
             return self.starts
         return "given"
 
@@ -482,10 +526,13 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
             raise ValueError(f"n_neighbors must be a positive int, got {self.n_neighbors!r}")
         if not 0 < self.centre_fraction < 1:
             raise ValueError(f"centre_fraction must lie in (0, 1), got {self.centre_fraction!r}")
-        if self.n_starts != "auto" and (isinstance(self.n_starts, (str, bool)) or int(self.n_starts) != self.n_starts
-                                        or self.n_starts < 1):
+        if self.n_starts != "auto" and (
+            isinstance(self.n_starts, (str, bool)) or int(self.n_starts) != self.n_starts or self.n_starts < 1
+        ):
             raise ValueError(f"n_starts must be a positive int or 'auto', got {self.n_starts!r}")
-        if (self.n_starts == "auto" or self.starts == "auto") and not 0 < self.count_fraction < 1 - self.centre_fraction:
+        if (
+            self.n_starts == "auto" or self.starts == "auto"
+        ) and not 0 < self.count_fraction < 1 - self.centre_fraction:
             raise ValueError(f"count_fraction must lie in (0, 1 - centre_fraction), got {self.count_fraction!r}")
         if int(self.max_starts) != self.max_starts or self.max_starts < 1:
             raise ValueError(f"max_starts must be a positive int, got {self.max_starts!r}")
@@ -537,9 +584,12 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         if self.bounds is None:
             raise ValueError(
                 "starts='uniform' draws the start points from a public box: pass bounds=(lower, upper) "
-                "(numbers or arrays of length d), fixed without looking at the data")
-        lower, upper = (torch.as_tensor(np.broadcast_to(np.asarray(b, dtype=np.float64), (d,)).copy(),
-                                        dtype=dtype, device=device) for b in self.bounds)
+                "(numbers or arrays of length d), fixed without looking at the data"
+            )
+        lower, upper = (
+            torch.as_tensor(np.broadcast_to(np.asarray(b, dtype=np.float64), (d,)).copy(), dtype=dtype, device=device)
+            for b in self.bounds
+        )
         if not bool((upper > lower).all()):
             raise ValueError("every upper bound must exceed its lower bound")
         u = torch.rand(self.n_starts_, d, generator=gen, dtype=torch.float64, device=gen.device)
@@ -554,16 +604,24 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         lower, upper = self.bounds if self.bounds is not None else (-4.0, 4.0)
         return PublicGrid.from_box(float(step), lower, upper, d)
 
-    def _grid_votes(self, X: torch.Tensor, labels: torch.Tensor, c: int, eps_votes: float | None,
-                    noise: torch.Generator | None) -> torch.Tensor:
+    def _grid_votes(
+        self, X: torch.Tensor, labels: torch.Tensor, c: int, eps_votes: float | None, noise: torch.Generator | None
+    ) -> torch.Tensor:
         """Phase III on the public grid: cube of every descended record, (sparse) noisy counts.
         Sets the cell attributes and returns the released cube centres ``(k, d)``."""
         grid = self.grid_
         cubes = grid.index(self._dynamics(X))
         if eps_votes is not None:
-            idx, counts = sparse_noisy_histogram(cubes, labels, grid, c, eps_votes,
-                                                 self._grid_release_threshold(grid, c, eps_votes),
-                                                 ledger=self.ledger_, generator=noise)
+            idx, counts = sparse_noisy_histogram(
+                cubes,
+                labels,
+                grid,
+                c,
+                eps_votes,
+                self._grid_release_threshold(grid, c, eps_votes),
+                ledger=self.ledger_,
+                generator=noise,
+            )
         else:
             _, idx, counts = cube_counts(cubes, labels, grid, c)
             keep = counts.max(1).values >= (self.min_count if self.min_count is not None else 0.5)
@@ -594,8 +652,9 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         if y.shape != (X.shape[0],):
             raise ValueError("y must have shape (n,): one label per row of X")
         # non-private fits and the (non-private) variant of Park 2022 may read the labels from y
-        self.classes_, y_index = public_classes(y, self.classes, type(self).__name__,
-                                                warn=private and mode != "training")
+        self.classes_, y_index = public_classes(
+            y, self.classes, type(self).__name__, warn=private and mode != "training"
+        )
         labels = torch.as_tensor(y_index, device=X.device)
         c = len(self.classes_)
         gen = self._generator()
@@ -608,12 +667,18 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
             curator_attach(self, single_record_classes=list(single))
         elif len(single):
             # Not an error: one record must not decide whether the fit succeeds.
-            warnings.warn(f"class(es) {list(single)} have only one training sample; such a class "
-                          "rarely wins a noisy vote", UserWarning, stacklevel=2)
+            warnings.warn(
+                f"class(es) {list(single)} have only one training sample; such a class rarely wins a noisy vote",
+                UserWarning,
+                stacklevel=2,
+            )
         if private and mode == "training":
-            warnings.warn("starts='training' (the variant of Park 2022) releases equilibrium points reached "
-                          "from training records: the model is not differentially private", PrivacyLeakWarning,
-                          stacklevel=2)
+            warnings.warn(
+                "starts='training' (the variant of Park 2022) releases equilibrium points reached "
+                "from training records: the model is not differentially private",
+                PrivacyLeakWarning,
+                stacklevel=2,
+            )
             # recorded first: a ledger with a budget refuses the fit before the data are touched
             self.ledger_.spend(NonPrivateEvent(name="svdd/training_starts"))
         noise = self._noise_generator() if private else None
@@ -628,9 +693,14 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         self.centre_ = self._fit_centre(X, eps_centre, gen, noise)
         n_hat = None
         if needs_count:
-            n_hat = float(X.shape[0]) if eps_count is None else max(
-                noisy_count(X.shape[0], eps_count, ledger=self.ledger_, name="svdd/record_count", generator=noise),
-                1.0)
+            n_hat = (
+                float(X.shape[0])
+                if eps_count is None
+                else max(
+                    noisy_count(X.shape[0], eps_count, ledger=self.ledger_, name="svdd/record_count", generator=noise),
+                    1.0,
+                )
+            )
         if mode == "auto":
             mode = self._auto_mode(X.shape[1], c, n_hat, eps_votes)
         self.starts_ = mode
@@ -664,8 +734,9 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         train_ep = basin if mode == "training" else nearest_index(self._dynamics(X), points)
         train_cell = self.ep_cell_[train_ep]
         if private:
-            counts = noisy_cell_counts(train_cell, labels, num_cells, c, eps_votes, ledger=self.ledger_,
-                                       generator=noise)
+            counts = noisy_cell_counts(
+                train_cell, labels, num_cells, c, eps_votes, ledger=self.ledger_, generator=noise
+            )
             min_count = self.min_count if self.min_count is not None else _empty_cell_threshold(c, eps_votes)
         else:
             flat = torch.bincount(train_cell * c + labels, minlength=num_cells * c)

@@ -105,18 +105,14 @@ class RandomFourierFeatures(nn.Module):
         if isinstance(num_features, bool) or not isinstance(num_features, int):
             raise ValueError(f"num_features must be an even int >= 2, got {num_features!r}")
         if num_features < 2 or num_features % 2:
-            raise ValueError(
-                f"num_features must be an even int >= 2 (cos/sin pairs of eq. 4.5), got {num_features}"
-            )
+            raise ValueError(f"num_features must be an even int >= 2 (cos/sin pairs of eq. 4.5), got {num_features}")
         if not dtype.is_floating_point:
             raise ValueError(f"dtype must be a floating dtype, got {dtype}")
         self.in_features = in_features
         self.num_features = num_features
         self.gamma = _check_gamma(gamma)
         draw_device = generator.device if generator is not None else torch.device("cpu")
-        rho = torch.randn(
-            in_features, num_features // 2, generator=generator, dtype=torch.float64, device=draw_device
-        )
+        rho = torch.randn(in_features, num_features // 2, generator=generator, dtype=torch.float64, device=draw_device)
         rho = rho * math.sqrt(2.0 * self.gamma)
         self.register_buffer("frequencies", rho.to(device=device, dtype=dtype))
 
@@ -134,8 +130,7 @@ class RandomFourierFeatures(nn.Module):
         """Map ``x (..., d)`` to ``phi(x) (..., F)`` by eq. 4.5 (cos/sin interleaved)."""
         if x.shape[-1] != self.in_features:
             raise ValueError(
-                f"expected inputs with last dimension in_features={self.in_features}, "
-                f"got shape {tuple(x.shape)}"
+                f"expected inputs with last dimension in_features={self.in_features}, got shape {tuple(x.shape)}"
             )
         w = self.frequencies
         proj = x.to(dtype=w.dtype) @ w  # (..., F/2)

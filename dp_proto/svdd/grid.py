@@ -104,8 +104,11 @@ class PublicGrid:
 
     def clamp(self, x: Tensor) -> Tensor:
         """``x (n, d)`` clamped into the box."""
-        return torch.clamp(x, torch.tensor(self.lower, dtype=x.dtype, device=x.device),
-                           torch.tensor(self.upper, dtype=x.dtype, device=x.device))
+        return torch.clamp(
+            x,
+            torch.tensor(self.lower, dtype=x.dtype, device=x.device),
+            torch.tensor(self.upper, dtype=x.dtype, device=x.device),
+        )
 
     def index(self, x: Tensor) -> Tensor:
         """Integer lattice coordinates ``(n, d)`` (int64) of the cube of every row of ``x``."""
@@ -216,8 +219,9 @@ def _discrete_below(shape, scale: float, threshold: int, generator: torch.Genera
     return out
 
 
-def _passing_empty_counts(k: int, num_classes: int, scale: float, threshold: int,
-                          generator: torch.Generator | None) -> Tensor:
+def _passing_empty_counts(
+    k: int, num_classes: int, scale: float, threshold: int, generator: torch.Generator | None
+) -> Tensor:
     """Noisy counts ``(k, c)`` (integers, float64) of empty cubes conditioned on their
     largest reaching the integer ``threshold >= 1``.
 
@@ -232,8 +236,9 @@ def _passing_empty_counts(k: int, num_classes: int, scale: float, threshold: int
         return torch.zeros(0, c, dtype=torch.float64)
     log_q = _log_tail(threshold, scale)
     log_1mq = math.log1p(-math.exp(log_q))
-    log_w = torch.tensor([math.log(math.comb(c, j)) + j * log_q + (c - j) * log_1mq for j in range(1, c + 1)],
-                         dtype=torch.float64)
+    log_w = torch.tensor(
+        [math.log(math.comb(c, j)) + j * log_q + (c - j) * log_1mq for j in range(1, c + 1)], dtype=torch.float64
+    )
     weights = torch.exp(log_w - log_w.max())
     out = _discrete_below((k, c), scale, threshold, generator).to(torch.float64)
     cdf = torch.cumsum(weights, 0) / weights.sum()
@@ -289,8 +294,9 @@ def _empty_max(n_empty: int, scale: float, threshold: int, generator: torch.Gene
     return min(x, threshold - 1), min(max(frac, 0.0), 1.0)
 
 
-def _noisy_max_cube(grid: PublicGrid, noisy: Tensor, scale: float, threshold: int,
-                    generator: torch.Generator | None) -> tuple[int | None, int, float]:
+def _noisy_max_cube(
+    grid: PublicGrid, noisy: Tensor, scale: float, threshold: int, generator: torch.Generator | None
+) -> tuple[int | None, int, float]:
     """The dense mechanism's fallback when no cube passed: the cube with the largest noisy
     count (all of them below the integer ``threshold``), that count's class and value.
 
@@ -319,10 +325,18 @@ def _noisy_max_cube(grid: PublicGrid, noisy: Tensor, scale: float, threshold: in
     return best_row, best_cls, best_occ
 
 
-def sparse_noisy_histogram(cells: Tensor, labels: Tensor, grid: PublicGrid, num_classes: int, epsilon: float,
-                           threshold: float, *, ledger: PrivacyLedger | None = None,
-                           generator: torch.Generator | None = None,
-                           name: str = "svdd/grid_votes") -> tuple[Tensor, Tensor]:
+def sparse_noisy_histogram(
+    cells: Tensor,
+    labels: Tensor,
+    grid: PublicGrid,
+    num_classes: int,
+    epsilon: float,
+    threshold: float,
+    *,
+    ledger: PrivacyLedger | None = None,
+    generator: torch.Generator | None = None,
+    name: str = "svdd/grid_votes",
+) -> tuple[Tensor, Tensor]:
     """Noisy class counts of the cubes whose largest noisy count reaches ``threshold``.
 
     ``cells (n, d)``: the integer cube of every record (:meth:`PublicGrid.index`),
@@ -348,16 +362,22 @@ def sparse_noisy_histogram(cells: Tensor, labels: Tensor, grid: PublicGrid, num_
     """
     epsilon = check_epsilon(epsilon)
     if cells.dim() != 2 or cells.shape[1] != grid.dim or labels.shape != (cells.shape[0],):
-        raise ValueError(f"cells must be (n, {grid.dim}) and labels (n,), got {tuple(cells.shape)}, "
-                         f"{tuple(labels.shape)}")
+        raise ValueError(
+            f"cells must be (n, {grid.dim}) and labels (n,), got {tuple(cells.shape)}, {tuple(labels.shape)}"
+        )
     if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
         raise ValueError(f"labels must lie in 0..{num_classes - 1}")
-    if cells.numel() and not bool(((cells >= torch.tensor(grid.lo, device=cells.device))
-                                   & (cells <= torch.tensor(grid.hi, device=cells.device))).all()):
+    if cells.numel() and not bool(
+        (
+            (cells >= torch.tensor(grid.lo, device=cells.device))
+            & (cells <= torch.tensor(grid.hi, device=cells.device))
+        ).all()
+    ):
         raise ValueError("cells must be cubes of the grid (PublicGrid.index clamps points into its box)")
     if grid.num_cells > MAX_CELLS:
-        raise ValueError(f"the grid has {grid.num_cells:.3g} cubes, more than 2^62: use a coarser step or "
-                         "a smaller box")
+        raise ValueError(
+            f"the grid has {grid.num_cells:.3g} cubes, more than 2^62: use a coarser step or a smaller box"
+        )
     if not (threshold > 0 and math.isfinite(threshold)):
         raise ValueError(f"threshold must be a finite number > 0, got {threshold!r}")
     t = math.ceil(float(threshold))  # the noisy counts are integers: count >= threshold iff count >= t
@@ -365,8 +385,10 @@ def sparse_noisy_histogram(cells: Tensor, labels: Tensor, grid: PublicGrid, num_
     q = _discrete_tail(t, scale)
     p_pass = -math.expm1(num_classes * math.log1p(-q))  # an empty cube's largest noisy count reaches t
     if grid.num_cells * p_pass > MAX_FALSE_CELLS:
-        raise ValueError(f"threshold {threshold:g} would release about {grid.num_cells * p_pass:.3g} empty cubes "
-                         f"(more than {MAX_FALSE_CELLS}): raise it (see grid_threshold) or use fewer cubes")
+        raise ValueError(
+            f"threshold {threshold:g} would release about {grid.num_cells * p_pass:.3g} empty cubes "
+            f"(more than {MAX_FALSE_CELLS}): raise it (see grid_threshold) or use fewer cubes"
+        )
     if ledger is not None:
         ledger.spend(PureEvent(epsilon, name=name, sensitivity=1.0))
     generator = noise_rng(ledger, generator, False, "cpu", name)
@@ -388,5 +410,6 @@ def sparse_noisy_histogram(cells: Tensor, labels: Tensor, grid: PublicGrid, num_
             out[0, cls] = value
         order = torch.argsort(grid.flat(idx))
         return idx[order], out[order]
+
     # no fixed-shape pre-noise tensor (see the module docstring): no declared sensitivity
     return intercept(name, None, None, None, draw)

@@ -89,9 +89,17 @@ def full_box_centre(phi: Tensor, cap: float) -> Tensor:
     return cap * phi.to(torch.float64).sum(0)
 
 
-def release_centre(centre: Tensor, c_over_n: float, epsilon: float, *, tol: float, kappa: float = 1.0,
-                   ledger: PrivacyLedger | None = None, generator: torch.Generator | None = None,
-                   name: str = "svdd/centre") -> Tensor:
+def release_centre(
+    centre: Tensor,
+    c_over_n: float,
+    epsilon: float,
+    *,
+    tol: float,
+    kappa: float = 1.0,
+    ledger: PrivacyLedger | None = None,
+    generator: torch.Generator | None = None,
+    name: str = "svdd/centre",
+) -> Tensor:
     """Private centre ``a^ = a + Lap(centre_sensitivity / epsilon)^F``, projected onto
     ``||a^||_2 <= kappa`` (post-processing; every ``||phi(x)||`` is ``kappa``, so the
     exact centre lies in that ball). ``centre (F,)`` must come from
@@ -109,9 +117,17 @@ def release_centre(centre: Tensor, c_over_n: float, epsilon: float, *, tol: floa
     return noisy * torch.clamp(kappa / norm, max=1.0) if norm > 0 else noisy
 
 
-def noisy_cell_counts(cells: Tensor, labels: Tensor, num_cells: int, num_classes: int, epsilon: float, *,
-                      ledger: PrivacyLedger | None = None, generator: torch.Generator | None = None,
-                      name: str = "svdd/votes") -> Tensor:
+def noisy_cell_counts(
+    cells: Tensor,
+    labels: Tensor,
+    num_cells: int,
+    num_classes: int,
+    epsilon: float,
+    *,
+    ledger: PrivacyLedger | None = None,
+    generator: torch.Generator | None = None,
+    name: str = "svdd/votes",
+) -> Tensor:
     """Counts of (cell, class) pairs plus integer discrete Laplace noise ``P(k) ~
     exp(-epsilon |k|)`` on every one (float-safe): epsilon-DP.
 
@@ -128,23 +144,42 @@ def noisy_cell_counts(cells: Tensor, labels: Tensor, num_cells: int, num_classes
     Tensor ``(num_cells, num_classes)``, float64.
     """
     if cells.shape != labels.shape or cells.dim() != 1:
-        raise ValueError(f"cells and labels must both have shape (n,), got {tuple(cells.shape)}, "
-                         f"{tuple(labels.shape)}")
+        raise ValueError(f"cells and labels must both have shape (n,), got {tuple(cells.shape)}, {tuple(labels.shape)}")
     if num_cells < 1 or num_classes < 1:
         raise ValueError(f"need num_cells >= 1 and num_classes >= 1, got {num_cells}, {num_classes}")
     flat = cells.long() * num_classes + labels.long()
-    if flat.numel() and (int(cells.min()) < 0 or int(cells.max()) >= num_cells
-                         or int(labels.min()) < 0 or int(labels.max()) >= num_classes):
+    if flat.numel() and (
+        int(cells.min()) < 0
+        or int(cells.max()) >= num_cells
+        or int(labels.min()) < 0
+        or int(labels.max()) >= num_classes
+    ):
         raise ValueError("cells and labels must lie in 0..num_cells-1 and 0..num_classes-1")
     counts = torch.bincount(flat, minlength=num_cells * num_classes).to(torch.float64)
-    noisy = laplace_mechanism(counts, 1.0, epsilon, ledger=ledger, name=name, generator=generator,
-                              single_coordinate=True, grid=1.0, value_on_grid=True)  # integer noise
+    noisy = laplace_mechanism(
+        counts,
+        1.0,
+        epsilon,
+        ledger=ledger,
+        name=name,
+        generator=generator,
+        single_coordinate=True,
+        grid=1.0,
+        value_on_grid=True,
+    )  # integer noise
     return noisy.reshape(num_cells, num_classes)
 
 
-def private_quantile(scores: Tensor, level: float, epsilon: float, grid: Tensor, *,
-                     ledger: PrivacyLedger | None = None, generator: torch.Generator | None = None,
-                     name: str = "svdd/quantile") -> float:
+def private_quantile(
+    scores: Tensor,
+    level: float,
+    epsilon: float,
+    grid: Tensor,
+    *,
+    ledger: PrivacyLedger | None = None,
+    generator: torch.Generator | None = None,
+    name: str = "svdd/quantile",
+) -> float:
     """The ``level``-quantile of ``scores (n,)`` by the exponential mechanism on a public grid.
 
     Utility of a grid value ``t``: ``-| #{s_i <= t} - level * n |``. Adding or removing a
@@ -173,5 +208,6 @@ def private_quantile(scores: Tensor, level: float, epsilon: float, grid: Tensor,
         # Gumbel-max sampling from softmax(logits) with the library's noise source.
         u = uniform_open((g.numel(),), generator=generator, device=g.device)
         return float(g[torch.argmax(logits - torch.log(-torch.log(u)))])
+
     # the utilities move by at most 1 per grid value (linf) under add/remove
     return intercept(name, utility, 1.0, "linf", draw)

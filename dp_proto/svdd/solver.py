@@ -242,9 +242,7 @@ def _power_iteration_centred(phi: torch.Tensor, iters: int) -> float:
     return sigma2
 
 
-def _face_solve(
-    phi: torch.Tensor, q: torch.Tensor, x: torch.Tensor, idx: torch.Tensor
-) -> torch.Tensor | None:
+def _face_solve(phi: torch.Tensor, q: torch.Tensor, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor | None:
     """Minimiser ``b`` of ``f`` over the free rows ``idx`` with all other rows held at ``x``.
 
     Solves the equality-constrained QP ``min ||Phi_F^T b + c||^2 - q_F^T b`` s.t.
@@ -533,8 +531,13 @@ def solve_svdd_dual(
         r2 = _radius2(beta, aa - g, cap)  # ||phi_i - a||^2 = q_i - 2 phi_i.a + ||a||^2
         objective = q @ beta - aa
         return SVDDSolution(
-            beta.to(out_dtype), a.to(out_dtype), r2.to(out_dtype), objective.to(out_dtype),
-            gap, it, converged,
+            beta.to(out_dtype),
+            a.to(out_dtype),
+            r2.to(out_dtype),
+            objective.to(out_dtype),
+            gap,
+            it,
+            converged,
         )
 
     uniform = torch.full((n,), 1.0 / n, dtype=torch.float64, device=phi64.device)
@@ -572,9 +575,7 @@ def solve_svdd_dual(
         # rows that violate optimality: gradient below the largest gradient on the support
         # (a pairwise descent direction exists) or among the kk smallest (the LMO's rows)
         support = beta > 0
-        thr = torch.maximum(
-            torch.where(support, g, -math.inf).amax(), torch.topk(g, kk, largest=False).values[-1]
-        )
+        thr = torch.maximum(torch.where(support, g, -math.inf).amax(), torch.topk(g, kk, largest=False).values[-1])
         # shrink to the support plus the smallest-gradient rows while the gap keeps falling
         # geometrically; afterwards only grow, which guarantees termination. A restricted
         # problem that is slow (degenerate problems with large supports are harder on a
@@ -608,8 +609,7 @@ def check_features(phi: torch.Tensor) -> None:
     """``phi`` must be a finite floating tensor ``(n, F)`` with ``n, F >= 1``."""
     if not torch.is_tensor(phi) or not phi.is_floating_point():
         raise ValueError(
-            f"phi must be a floating tensor of shape (n, F), got {type(phi).__name__} "
-            f"{getattr(phi, 'dtype', '')}"
+            f"phi must be a floating tensor of shape (n, F), got {type(phi).__name__} {getattr(phi, 'dtype', '')}"
         )
     if phi.dim() != 2 or phi.shape[0] < 1 or phi.shape[1] < 1:
         raise ValueError(f"phi must have shape (n, F) with n, F >= 1, got {tuple(phi.shape)}")
@@ -637,11 +637,11 @@ def check_private_tol(tol: float, floor: float = MIN_PRIVATE_TOL) -> None:
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < floor:
         raise ValueError(
             f"a private fit needs a duality-gap tol >= {floor:g} (its solver runs until the gap "
-            f"reaches tol, and float64 cannot certify much smaller gaps), got {tol!r}")
+            f"reaches tol, and float64 cannot certify much smaller gaps), got {tol!r}"
+        )
 
 
-def _check_problem(phi: torch.Tensor, C: float, tol: float,
-                   max_iter: int | None) -> tuple[torch.Tensor, float, int]:
+def _check_problem(phi: torch.Tensor, C: float, tol: float, max_iter: int | None) -> tuple[torch.Tensor, float, int]:
     """``phi`` in float64, the box ``C/n`` and the iteration limit, after checking them all."""
     check_features(phi)
     n = phi.shape[0]

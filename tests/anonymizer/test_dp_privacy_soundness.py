@@ -24,8 +24,18 @@ def _small_model(seed=0):
 
 def _fit(x, y, s, **kwargs):
     """One pre-training epoch of 5 Poisson steps at a fixed noise multiplier (no calibration)."""
-    settings = dict(epsilon=5.0, delta=1e-5, sampling_rate=0.2, noise_multiplier=1.0, anonymizer=_small_model(),
-                    pretrain_regular_epochs=1, pretrain_private_epochs=0, adversarial_epochs=0, seed=0, **PUBLIC)
+    settings = dict(
+        epsilon=5.0,
+        delta=1e-5,
+        sampling_rate=0.2,
+        noise_multiplier=1.0,
+        anonymizer=_small_model(),
+        pretrain_regular_epochs=1,
+        pretrain_private_epochs=0,
+        adversarial_epochs=0,
+        seed=0,
+        **PUBLIC,
+    )
     settings.update(kwargs)
     return fit_dp_anonymizer(x, y, s, **settings)
 

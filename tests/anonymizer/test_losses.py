@@ -45,8 +45,7 @@ def test_cross_entropies_match_hand_computation(loss):
 
 
 def test_random_guess_cross_entropy_matches_hand_computation():
-    expected = sum(-sum(p * lq for p, lq in zip(PRIOR, _log_softmax_by_hand(row), strict=True))
-                   for row in LOGITS) / 2
+    expected = sum(-sum(p * lq for p, lq in zip(PRIOR, _log_softmax_by_hand(row), strict=True)) for row in LOGITS) / 2
     value = random_guess_cross_entropy(torch.tensor(LOGITS), torch.tensor(PRIOR))
     assert float(value) == pytest.approx(expected, rel=1e-6)
     # a float64 prior is cast to the logits' dtype
@@ -131,8 +130,12 @@ def test_objective_with_lambda_zero_equals_regular_cross_entropy_and_its_gradien
     private_logits = torch.randn(6, 3, requires_grad=True)
     y, s = torch.tensor([0, 1, 2, 3, 0, 1]), torch.tensor([0, 1, 2, 0, 1, 2])
     ce_reg = regular_cross_entropy(logits, y)
-    objective = anonymizer_objective(ce_reg, private_cross_entropy(private_logits, s),
-                                     random_guess_cross_entropy(private_logits, torch.full((3,), 1 / 3)), 0.0)
+    objective = anonymizer_objective(
+        ce_reg,
+        private_cross_entropy(private_logits, s),
+        random_guess_cross_entropy(private_logits, torch.full((3,), 1 / 3)),
+        0.0,
+    )
     assert torch.equal(objective, ce_reg)
     objective.backward()
     assert private_logits.grad is None or torch.count_nonzero(private_logits.grad) == 0
@@ -170,13 +173,16 @@ def test_empirical_prior_rejects_a_single_private_class():
         empirical_prior(torch.tensor([0, 0, 0]), 2)
 
 
-@pytest.mark.parametrize("labels, match", [
-    (torch.tensor([0, 1, 3]), r"lie in 0\.\.2"),
-    (torch.tensor([0, -1, 2]), r"lie in 0\.\.2"),
-    (torch.tensor([0.0, 1.0, 2.0]), "integer"),
-    (torch.tensor([[0, 1, 2]]), "1-D"),
-    (torch.tensor(1), "1-D"),
-])
+@pytest.mark.parametrize(
+    "labels, match",
+    [
+        (torch.tensor([0, 1, 3]), r"lie in 0\.\.2"),
+        (torch.tensor([0, -1, 2]), r"lie in 0\.\.2"),
+        (torch.tensor([0.0, 1.0, 2.0]), "integer"),
+        (torch.tensor([[0, 1, 2]]), "1-D"),
+        (torch.tensor(1), "1-D"),
+    ],
+)
 def test_empirical_prior_and_check_labels_reject_bad_labels(labels, match):
     with pytest.raises(ValueError, match=match):
         empirical_prior(labels, 3)
@@ -221,8 +227,9 @@ def test_bound_is_increasing_and_inverts_the_fano_function(m):
     # and bound(phi(p)) == p on [0, (M-1)/M]
     p = torch.linspace(0.0, (m - 1) / m, 17, dtype=torch.float64)
     torch.testing.assert_close(misclassification_lower_bound(fano_function(p, m), m), p, atol=TOP, rtol=0)
-    torch.testing.assert_close(misclassification_lower_bound(fano_function(p[:-1], m), m), p[:-1],
-                               atol=1e-9, rtol=0)  # away from the flat top
+    torch.testing.assert_close(
+        misclassification_lower_bound(fano_function(p[:-1], m), m), p[:-1], atol=1e-9, rtol=0
+    )  # away from the flat top
 
 
 def test_bound_at_a_hand_computed_point():
@@ -245,8 +252,9 @@ def test_bound_is_vectorised_and_rejects_bad_input():
     assert bound.shape == (2, 2)
     for i in range(2):
         for j in range(2):
-            assert float(bound[i, j]) == pytest.approx(float(misclassification_lower_bound(float(h[i, j]), 5)),
-                                                       abs=1e-15)
+            assert float(bound[i, j]) == pytest.approx(
+                float(misclassification_lower_bound(float(h[i, j]), 5)), abs=1e-15
+            )
     with pytest.raises(ValueError, match="negative"):
         misclassification_lower_bound(-0.1, 5)
     with pytest.raises(ValueError, match="negative"):

@@ -17,13 +17,16 @@ def test_mlp_layers():
     assert plain(torch.randn(4, 5)).min() >= 0
 
 
-@pytest.mark.parametrize("args, kwargs, match", [
-    ((0, (4,), 2), {}, "widths"),
-    ((3, (4, 0), 2), {}, "widths"),
-    ((3, (4,), 0), {}, "widths"),
-    ((3, (4,), 2), {"dropout": 1.0}, "dropout"),
-    ((3, (4,), 2), {"dropout": -0.1}, "dropout"),
-])
+@pytest.mark.parametrize(
+    "args, kwargs, match",
+    [
+        ((0, (4,), 2), {}, "widths"),
+        ((3, (4, 0), 2), {}, "widths"),
+        ((3, (4,), 0), {}, "widths"),
+        ((3, (4,), 2), {"dropout": 1.0}, "dropout"),
+        ((3, (4,), 2), {"dropout": -0.1}, "dropout"),
+    ],
+)
 def test_mlp_rejects_bad_widths_and_dropout(args, kwargs, match):
     with pytest.raises(ValueError, match=match):
         mlp(*args, **kwargs)
@@ -77,13 +80,16 @@ def test_cnn_dropout_is_placed_after_flattening():
     assert kinds == [nn.Flatten, nn.Dropout, nn.Linear, nn.ReLU]
 
 
-@pytest.mark.parametrize("shape, match", [
-    ((8, 8), r"\(channels, height, width\)"),
-    ((1, 8, 8, 1), r"\(channels, height, width\)"),
-    ((1, 3, 3), "too small for 2 pooling steps"),
-    ((1, 8, 1), "too small"),
-    ((1, 0, 8), "positive sizes"),
-])
+@pytest.mark.parametrize(
+    "shape, match",
+    [
+        ((8, 8), r"\(channels, height, width\)"),
+        ((1, 8, 8, 1), r"\(channels, height, width\)"),
+        ((1, 3, 3), "too small for 2 pooling steps"),
+        ((1, 8, 1), "too small"),
+        ((1, 0, 8), "positive sizes"),
+    ],
+)
 def test_cnn_rejects_bad_image_shapes(shape, match):
     with pytest.raises(ValueError, match=match):
         ConvEncoder(shape)
@@ -121,13 +127,16 @@ def test_heads_reject_one_class_and_bad_widths():
 
 
 @pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")
-@pytest.mark.parametrize("kwargs", [
-    {"image_shape": (1, 8, 8), "representation_dim": 0},
-    {"image_shape": (1, 8, 8), "channels": (0, 4)},
-    {"image_shape": (0, 8, 8)},
-    {"image_shape": (1, 8, 8), "dropout": -0.5},
-    {"image_shape": (1, 8, 8), "dropout": 1.0},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"image_shape": (1, 8, 8), "representation_dim": 0},
+        {"image_shape": (1, 8, 8), "channels": (0, 4)},
+        {"image_shape": (0, 8, 8)},
+        {"image_shape": (1, 8, 8), "dropout": -0.5},
+        {"image_shape": (1, 8, 8), "dropout": 1.0},
+    ],
+)
 def test_conv_encoder_rejects_bad_widths_and_dropout(kwargs):
     with pytest.raises(ValueError):
         ConvEncoder(**kwargs)

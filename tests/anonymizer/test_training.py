@@ -42,18 +42,34 @@ def tiny_data(n_batches: int = 3, seed: int = 0):
 
 def tiny_module(data, seed: int = 0, **kwargs) -> AnonymizerModule:
     torch.manual_seed(seed)
-    anonymizer = Anonymizer.mlp(N_FEATURES, N_REGULAR, N_PRIVATE, representation_dim=5,
-                                encoder_hidden=(7,), head_hidden=(4,))
-    kwargs = {"pretrain_regular_epochs": 0, "pretrain_private_epochs": 0, "lr": 0.05,
-              "encoder_lr": 0.02, "final_branch_block": False, **kwargs}
+    anonymizer = Anonymizer.mlp(
+        N_FEATURES, N_REGULAR, N_PRIVATE, representation_dim=5, encoder_hidden=(7,), head_hidden=(4,)
+    )
+    kwargs = {
+        "pretrain_regular_epochs": 0,
+        "pretrain_private_epochs": 0,
+        "lr": 0.05,
+        "encoder_lr": 0.02,
+        "final_branch_block": False,
+        **kwargs,
+    }
     return AnonymizerModule(anonymizer, empirical_prior(data[2], N_PRIVATE), N_REGULAR, **kwargs)
 
 
 def make_trainer(max_epochs: int, callbacks=(), **kwargs) -> L.Trainer:
     quiet_lightning()
-    return L.Trainer(accelerator="cpu", devices=1, max_epochs=max_epochs, logger=False,
-                     enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                     num_sanity_val_steps=0, callbacks=list(callbacks), **kwargs)
+    return L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=max_epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=list(callbacks),
+        **kwargs,
+    )
 
 
 def loader(data, batch_size: int = BATCH) -> DataLoader:
@@ -100,16 +116,19 @@ class StepRecorder(L.Callback):
         with torch.enable_grad():
             regular_logits, private_logits = a(x)
             losses = module.losses(regular_logits, private_logits, y, s)
-            objective = anonymizer_objective(losses["ce_regular"], losses["ce_private"], losses["ce_random"],
-                                             module.lam)
+            objective = anonymizer_objective(
+                losses["ce_regular"], losses["ce_private"], losses["ce_random"], module.lam
+            )
         phase = module.phase()
         if phase == "pretrain_regular":
             plan = {"encoder": (losses["ce_regular"], module.lr), "regular_head": (losses["ce_regular"], module.lr)}
         elif phase == "pretrain_private":
             plan = {"private_head": (losses["ce_private"], module.lr)}
         else:
-            branches = {"regular_head": (losses["ce_regular"], module.lr),
-                        "private_head": (losses["ce_private"], module.lr)}
+            branches = {
+                "regular_head": (losses["ce_regular"], module.lr),
+                "private_head": (losses["ce_private"], module.lr),
+            }
             encoder = {"encoder": (objective, module.encoder_lr)}
             if module.mode == "simultaneous":
                 plan = {**branches, **encoder}
@@ -184,8 +203,9 @@ def test_toggle_blocks_alternate_across_epochs_with_the_intended_updates():
     ``-lr * grad`` of the intended loss (momentum 1e-12: plain gradient steps), with
     the encoder's learning rate switching from ``lr`` to ``encoder_lr``."""
     data = tiny_data(n_batches=3)
-    module = tiny_module(data, pretrain_regular_epochs=1, pretrain_private_epochs=1, toggle_steps=2,
-                         lam=2.0, momentum=1e-12)
+    module = tiny_module(
+        data, pretrain_regular_epochs=1, pretrain_private_epochs=1, toggle_steps=2, lam=2.0, momentum=1e-12
+    )
     recorder = StepRecorder(check_updates=True)
     run(module, data, epochs=4, callbacks=[recorder])
     enc_reg, priv, enc = {"encoder", "regular_head"}, {"private_head"}, {"encoder"}
@@ -229,8 +249,9 @@ def test_toggle_training_ends_with_a_branch_block_by_default():
 
 def test_adam_optimizer_also_keeps_the_phases_apart():
     data = tiny_data(n_batches=2)
-    module = tiny_module(data, pretrain_regular_epochs=1, pretrain_private_epochs=1, toggle_steps=1,
-                         optimizer="adam", weight_decay=1e-3)
+    module = tiny_module(
+        data, pretrain_regular_epochs=1, pretrain_private_epochs=1, toggle_steps=1, optimizer="adam", weight_decay=1e-3
+    )
     recorder = StepRecorder()
     run(module, data, epochs=3, callbacks=[recorder])
     assert recorder.changed == [{"encoder", "regular_head"}] * 2 + [{"private_head"}] * 2 + [BRANCHES, {"encoder"}]
@@ -246,9 +267,20 @@ def test_lambda_zero_trains_a_plain_classifier():
         torch.manual_seed(0)
         return Anonymizer.mlp(20, 4, 8, representation_dim=16, encoder_hidden=(32,), head_hidden=(32,))
 
-    fit = fit_anonymizer(x[train], y[train], s[train], anonymizer=small(), lam=0.0, pretrain_regular_epochs=2,
-                         pretrain_private_epochs=1, adversarial_epochs=3, batch_size=64, optimizer="adam",
-                         lr=0.01, encoder_lr=0.01)
+    fit = fit_anonymizer(
+        x[train],
+        y[train],
+        s[train],
+        anonymizer=small(),
+        lam=0.0,
+        pretrain_regular_epochs=2,
+        pretrain_private_epochs=1,
+        adversarial_epochs=3,
+        batch_size=64,
+        optimizer="adam",
+        lr=0.01,
+        encoder_lr=0.01,
+    )
     with torch.no_grad():
         accuracy = float((fit.module.anonymizer(x[test])[0].argmax(1) == y[test]).float().mean())
 
@@ -289,8 +321,15 @@ def pretrained():
     data = tuple(torch.from_numpy(a) for a in (task.x, task.regular, task.private))
     torch.manual_seed(0)
     anonymizer = Anonymizer.mlp(20, 4, 8, representation_dim=16, encoder_hidden=(32,), head_hidden=(32,))
-    module = AnonymizerModule(anonymizer, empirical_prior(data[2], 8), 4, pretrain_regular_epochs=5,
-                              pretrain_private_epochs=15, optimizer="adam", lr=0.01)
+    module = AnonymizerModule(
+        anonymizer,
+        empirical_prior(data[2], 8),
+        4,
+        pretrain_regular_epochs=5,
+        pretrain_private_epochs=15,
+        optimizer="adam",
+        lr=0.01,
+    )
     torch.manual_seed(0)
     make_trainer(20).fit(module, DataLoader(TensorDataset(*data), batch_size=50, shuffle=True))
     return module.anonymizer.state_dict(), data
@@ -313,9 +352,18 @@ def encoder_only(state, data, lam: float, steps: int, permute_private: bool = Fa
         with torch.no_grad():
             last.weight.copy_(3 * last.weight.roll(4, dims=0))
             last.bias.copy_(3 * last.bias.roll(4, dims=0))
-    module = AnonymizerModule(anonymizer, empirical_prior(data[2], 8), 4, lam=lam, pretrain_regular_epochs=0,
-                              pretrain_private_epochs=0, toggle_steps=10**6, optimizer="adam",
-                              encoder_lr=0.003, final_branch_block=False)
+    module = AnonymizerModule(
+        anonymizer,
+        empirical_prior(data[2], 8),
+        4,
+        lam=lam,
+        pretrain_regular_epochs=0,
+        pretrain_private_epochs=0,
+        toggle_steps=10**6,
+        optimizer="adam",
+        encoder_lr=0.003,
+        final_branch_block=False,
+    )
     module.adversarial_step = 10**6  # inside the first encoder block
     branches = [p.detach().clone() for p in anonymizer.branch_parameters()]
     start = full_batch_losses(module, data)
@@ -379,13 +427,31 @@ def test_labels_outside_the_training_classes_in_validation_raise():
     bad_private = s.clone()
     bad_private[0] = N_PRIVATE
     with pytest.raises(ValueError, match=r"private labels must lie in 0\.\.2"):
-        fit_anonymizer(x, y, s, lam=1.0, pretrain_regular_epochs=1, pretrain_private_epochs=0,
-                       adversarial_epochs=0, batch_size=BATCH, val_data=(x, y, bad_private))
+        fit_anonymizer(
+            x,
+            y,
+            s,
+            lam=1.0,
+            pretrain_regular_epochs=1,
+            pretrain_private_epochs=0,
+            adversarial_epochs=0,
+            batch_size=BATCH,
+            val_data=(x, y, bad_private),
+        )
     bad_regular = y.clone()
     bad_regular[0] = N_REGULAR
     with pytest.raises(ValueError, match=r"regular labels must lie in 0\.\.1"):
-        fit_anonymizer(x, y, s, lam=1.0, pretrain_regular_epochs=1, pretrain_private_epochs=0,
-                       adversarial_epochs=0, batch_size=BATCH, val_data=(x, bad_regular, s))
+        fit_anonymizer(
+            x,
+            y,
+            s,
+            lam=1.0,
+            pretrain_regular_epochs=1,
+            pretrain_private_epochs=0,
+            adversarial_epochs=0,
+            batch_size=BATCH,
+            val_data=(x, bad_regular, s),
+        )
 
 
 def test_mismatched_label_lengths_raise():
@@ -418,17 +484,20 @@ def test_a_single_or_missing_private_class_raises():
         fit_anonymizer(x, y, s - 1, adversarial_epochs=1)  # a negative label
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"mode": "alternate"}, "mode"),
-    ({"optimizer": "sgd"}, "optimizer"),
-    ({"lam": -1.0}, "lam"),
-    ({"toggle_steps": 0}, "toggle_steps"),
-    ({"toggle_steps": -2}, "toggle_steps"),
-    ({"lr": 0.0}, "learning rates"),
-    ({"encoder_lr": -1e-3}, "learning rates"),
-    ({"pretrain_regular_epochs": -1}, "pre-training"),
-    ({"pretrain_private_epochs": -1}, "pre-training"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"mode": "alternate"}, "mode"),
+        ({"optimizer": "sgd"}, "optimizer"),
+        ({"lam": -1.0}, "lam"),
+        ({"toggle_steps": 0}, "toggle_steps"),
+        ({"toggle_steps": -2}, "toggle_steps"),
+        ({"lr": 0.0}, "learning rates"),
+        ({"encoder_lr": -1e-3}, "learning rates"),
+        ({"pretrain_regular_epochs": -1}, "pre-training"),
+        ({"pretrain_private_epochs": -1}, "pre-training"),
+    ],
+)
 def test_invalid_module_arguments_raise(kwargs, match):
     data = tiny_data()
     with pytest.raises(ValueError, match=match):
@@ -447,8 +516,15 @@ def test_invalid_prior_raises(prior):
 def test_fit_anonymizer_rejects_float_labels():
     x, y, s = tiny_data()
     with pytest.raises(ValueError, match="integer"):
-        fit_anonymizer(x, y, s.float() + 0.5, pretrain_regular_epochs=1, pretrain_private_epochs=0,
-                       adversarial_epochs=0, batch_size=BATCH)
+        fit_anonymizer(
+            x,
+            y,
+            s.float() + 0.5,
+            pretrain_regular_epochs=1,
+            pretrain_private_epochs=0,
+            adversarial_epochs=0,
+            batch_size=BATCH,
+        )
 
 
 def test_nan_lambda_is_rejected():
@@ -518,9 +594,19 @@ def test_encode_uses_eval_mode_and_batches():
 def test_fit_anonymizer_times_the_phases_it_ran_and_logs_the_bound():
     x, y, s = tiny_data()
     vx, vy, vs = tiny_data(seed=1)
-    fit = fit_anonymizer(x, y, s, lam=1.0, pretrain_regular_epochs=1, pretrain_private_epochs=0,
-                         adversarial_epochs=2, batch_size=BATCH, val_data=(vx, vy, vs), toggle_steps=1,
-                         anonymizer=tiny_module((x, y, s)).anonymizer)
+    fit = fit_anonymizer(
+        x,
+        y,
+        s,
+        lam=1.0,
+        pretrain_regular_epochs=1,
+        pretrain_private_epochs=0,
+        adversarial_epochs=2,
+        batch_size=BATCH,
+        val_data=(vx, vy, vs),
+        toggle_steps=1,
+        anonymizer=tiny_module((x, y, s)).anonymizer,
+    )
     assert set(fit.epoch_times) == {"pretrain_regular", "adversarial"}
     assert len(fit.epoch_times["pretrain_regular"]) == 1 and len(fit.epoch_times["adversarial"]) == 2
     assert all(t > 0 for times in fit.epoch_times.values() for t in times)
@@ -539,15 +625,25 @@ def test_fit_anonymizer_builds_a_cnn_for_images_and_accepts_any_encoder():
     torch.manual_seed(0)
     images = torch.rand(12, 1, 8, 8)
     y, s = torch.arange(12) % 2, torch.arange(12) % 3
-    fit = fit_anonymizer(images, y, s, pretrain_regular_epochs=0, pretrain_private_epochs=1,
-                         adversarial_epochs=1, batch_size=6)
+    fit = fit_anonymizer(
+        images, y, s, pretrain_regular_epochs=0, pretrain_private_epochs=1, adversarial_epochs=1, batch_size=6
+    )
     assert set(fit.epoch_times) == {"pretrain_private", "adversarial"}
     assert type(fit.module.anonymizer.encoder).__name__ == "ConvEncoder"
     encoder = nn.Sequential(nn.Flatten(), nn.Linear(64, 5), nn.ReLU())
     custom = Anonymizer(encoder, MLPHead(5, 2, hidden=(4,)), MLPHead(5, 3, hidden=(4,)))
     before = [p.detach().clone() for p in encoder.parameters()]
-    fit = fit_anonymizer(images, y, s, anonymizer=custom, mode="simultaneous", pretrain_regular_epochs=0,
-                         pretrain_private_epochs=0, adversarial_epochs=1, batch_size=6)
+    fit = fit_anonymizer(
+        images,
+        y,
+        s,
+        anonymizer=custom,
+        mode="simultaneous",
+        pretrain_regular_epochs=0,
+        pretrain_private_epochs=0,
+        adversarial_epochs=1,
+        batch_size=6,
+    )
     assert fit.module.anonymizer is custom
     assert not any(torch.equal(a, b) for a, b in zip(before, encoder.parameters(), strict=True))
     z = encode(custom.encoder, images)
@@ -568,8 +664,14 @@ def test_restarts_keep_the_best_score_on_the_training_records():
     from dp_proto.lightning.anonymizer import restart_score
 
     x, y, s = _restart_data()
-    settings = {"lam": 2.0, "pretrain_regular_epochs": 1, "pretrain_private_epochs": 1, "adversarial_epochs": 2,
-                "batch_size": 40, "toggle_steps": 2}
+    settings = {
+        "lam": 2.0,
+        "pretrain_regular_epochs": 1,
+        "pretrain_private_epochs": 1,
+        "adversarial_epochs": 2,
+        "batch_size": 40,
+        "toggle_steps": 2,
+    }
     fit = fit_anonymizer(x, y, s, anonymizer=_small_anonymizer, restarts=3, seed=7, **settings)
     assert len(fit.restarts) == 3 and fit.chosen == int(np.argmax([r["score"] for r in fit.restarts]))
     for r in fit.restarts:
@@ -582,8 +684,7 @@ def test_restarts_keep_the_best_score_on_the_training_records():
     assert restart_score(alone.module, x, y, s, lam=2.0, seed=7) == fit.restarts[fit.chosen]
     assert alone.restarts is None and alone.chosen == 0
     # the restarts start from different initialisations
-    firsts = [fit_anonymizer(x, y, s, anonymizer=_small_anonymizer, seed=7 + k, **settings).module
-              for k in range(2)]
+    firsts = [fit_anonymizer(x, y, s, anonymizer=_small_anonymizer, seed=7 + k, **settings).module for k in range(2)]
     assert not torch.equal(next(firsts[0].parameters()), next(firsts[1].parameters()))
 
 

@@ -30,8 +30,10 @@ def test_moved_module_is_the_new_module(old, new):
     assert module is importlib.import_module(new)
 
 
-@pytest.mark.parametrize("name", ["DPGLVQ", "DPGMLVQ", "DPLGMLVQ", "SubsampleAggregateGLVQ", "fit_dp_sgd",
-                                  "dp_class_mean_prototypes", "coa_glvq"])
+@pytest.mark.parametrize(
+    "name",
+    ["DPGLVQ", "DPGMLVQ", "DPLGMLVQ", "SubsampleAggregateGLVQ", "fit_dp_sgd", "dp_class_mean_prototypes", "coa_glvq"],
+)
 def test_moved_names_of_dp_proto_privacy(name):
     import dp_proto.lvq.private as new
     import dp_proto.privacy as old
@@ -63,17 +65,20 @@ def test_old_style_imports_still_work():
     assert saa_audit_setup is current_setup
 
 
-@pytest.mark.parametrize(("old", "name", "new"), [
-    ("dp_proto.data.files", "load_mnist", "dp_proto.data.loaders.mnist"),
-    ("dp_proto.data.files", "DATA_DIR_ENV_VAR", "dp_proto.data.loaders.common"),
-    ("dp_proto.data.faces", "load_yale_faces", "dp_proto.data.loaders.images"),
-    ("dp_proto.data.faces", "make_entangled_task", "dp_proto.data.synthetic.entangled"),
-    ("dp_proto.data.traffic", "load_scats_counts", "dp_proto.data.loaders.scats"),
-    ("dp_proto.data.traffic", "node_datasets", "dp_proto.data.sensors"),
-    ("dp_proto.data.traffic", "nearest_neighbours", "dp_proto.data.geometry"),
-    ("dp_proto.data.synthetic", "load_shuttle_3class", "dp_proto.data.loaders.uci"),
-    ("dp_proto.data.synthetic", "stratified_subsample", "dp_proto.data.sampling"),
-])
+@pytest.mark.parametrize(
+    ("old", "name", "new"),
+    [
+        ("dp_proto.data.files", "load_mnist", "dp_proto.data.loaders.mnist"),
+        ("dp_proto.data.files", "DATA_DIR_ENV_VAR", "dp_proto.data.loaders.common"),
+        ("dp_proto.data.faces", "load_yale_faces", "dp_proto.data.loaders.images"),
+        ("dp_proto.data.faces", "make_entangled_task", "dp_proto.data.synthetic.entangled"),
+        ("dp_proto.data.traffic", "load_scats_counts", "dp_proto.data.loaders.scats"),
+        ("dp_proto.data.traffic", "node_datasets", "dp_proto.data.sensors"),
+        ("dp_proto.data.traffic", "nearest_neighbours", "dp_proto.data.geometry"),
+        ("dp_proto.data.synthetic", "load_shuttle_3class", "dp_proto.data.loaders.uci"),
+        ("dp_proto.data.synthetic", "stratified_subsample", "dp_proto.data.sampling"),
+    ],
+)
 def test_the_data_modules_split_by_kind_keep_their_old_names(old, name, new):
     module = importlib.import_module(old)
     with pytest.warns(DeprecationWarning, match=f"{old}.{name} moved to {new}"):
@@ -110,8 +115,9 @@ def test_llp_estimator_seed_is_now_clipped():
 def test_python_m_llp_distributed_runs_dp_proto_llp():
     import subprocess
 
-    done = subprocess.run([sys.executable, "-m", "dp_proto.llp.distributed", "--help"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "dp_proto.llp.distributed", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and "dp-proto llp" in done.stdout and "--distributed" in done.stdout
     assert "DeprecationWarning" in done.stderr and "dp-proto llp --distributed" in done.stderr
 
@@ -122,8 +128,14 @@ def test_renamed_dp_sgd_arguments_warn_for_one_release():
     from dp_proto.privacy import PrivacyLedger
 
     def module(**kwargs):
-        return DPLVQModule(PrototypeModel(GMLVQLayer(2, 2), [0, 1]), ledger=PrivacyLedger(), noise_multiplier=1.0,
-                           max_grad_norm=1.0, expected_batch_size=5.0, **kwargs)
+        return DPLVQModule(
+            PrototypeModel(GMLVQLayer(2, 2), [0, 1]),
+            ledger=PrivacyLedger(),
+            noise_multiplier=1.0,
+            max_grad_norm=1.0,
+            expected_batch_size=5.0,
+            **kwargs,
+        )
 
     with pytest.warns(DeprecationWarning, match="sample_rate= is now called sampling_rate="):
         old = module(sample_rate=0.1)

@@ -38,6 +38,7 @@ ALLOWED: dict[str, set[str]] = {
 ALLOWED["experiments"] = set(ALLOWED) - {"experiments", "cli"}
 ALLOWED["cli"] = set(ALLOWED) - {"cli"}
 
+
 def component(module: str) -> str:
     """``dp_proto.lvq.private.dpsgd`` -> ``lvq.private``; helpers -> ``base``."""
     parts = module.split(".")[1:]
@@ -106,17 +107,20 @@ def test_imports_follow_the_layers():
     assert not edges, "imports against the layers:\n" + "\n".join(f"  {a} -> {b}" for a, b in edges)
 
 
-@pytest.mark.parametrize(("module", "source"), [
-    ("dp_proto.privacy.mechanisms", "from dp_proto.lvq.layers import GLVQLayer"),
-    ("dp_proto.privacy.ledger", "def f():\n    import dp_proto.lvq.private.dpsgd"),
-    ("dp_proto.svdd.estimators", "from dp_proto.llp import knn_predict"),
-    ("dp_proto.lvq.model", "from dp_proto.lvq.private import DPGLVQ"),
-    ("dp_proto.privacy.audit", "from ..lvq.private import dpsgd"),
-    ("dp_proto.anonymizer.modules", "from dp_proto import lightning"),
-    ("dp_proto.lightning.module", "from dp_proto.experiments.config import read_config"),
-    ("dp_proto.lightning.datamodule", "from dp_proto.data import load_bundled"),
-    ("dp_proto.experiments.lvq", "from dp_proto.cli import main"),
-])
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("dp_proto.privacy.mechanisms", "from dp_proto.lvq.layers import GLVQLayer"),
+        ("dp_proto.privacy.ledger", "def f():\n    import dp_proto.lvq.private.dpsgd"),
+        ("dp_proto.svdd.estimators", "from dp_proto.llp import knn_predict"),
+        ("dp_proto.lvq.model", "from dp_proto.lvq.private import DPGLVQ"),
+        ("dp_proto.privacy.audit", "from ..lvq.private import dpsgd"),
+        ("dp_proto.anonymizer.modules", "from dp_proto import lightning"),
+        ("dp_proto.lightning.module", "from dp_proto.experiments.config import read_config"),
+        ("dp_proto.lightning.datamodule", "from dp_proto.data import load_bundled"),
+        ("dp_proto.experiments.lvq", "from dp_proto.cli import main"),
+    ],
+)
 def test_the_checker_catches_an_arrow_added_back(module, source):
     assert violations(module, source), "the layer check missed an upward or side import"
 
@@ -125,12 +129,16 @@ def test_allowed_imports_pass_the_checker():
     assert not violations("dp_proto.lvq.private.dpsgd", "from dp_proto.privacy.ledger import PrivacyLedger")
     assert not violations("dp_proto.svdd.estimators", "from dp_proto._neighbours import knn_predict")
     assert not violations("dp_proto.experiments.lvq", "from dp_proto import data as datasets")
-    assert not violations("dp_proto.experiments.anonymizer", "from dp_proto.lightning.anonymizer import AnonymizerModule")
+    assert not violations(
+        "dp_proto.experiments.anonymizer", "from dp_proto.lightning.anonymizer import AnonymizerModule"
+    )
 
 
 def test_model_free_packages_load_neither_opacus_nor_lightning():
-    code = ("import sys, dp_proto.privacy, dp_proto.svdd, dp_proto.llp, dp_proto.lvq, dp_proto.data; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'opacus', 'lightning', "
-            "'pytorch_lightning', 'torchmetrics'}))")
+    code = (
+        "import sys, dp_proto.privacy, dp_proto.svdd, dp_proto.llp, dp_proto.lvq, dp_proto.data; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'opacus', 'lightning', "
+        "'pytorch_lightning', 'torchmetrics'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -104,9 +104,7 @@ def test_download_mnist_skips_existing_and_force(tmp_path, server):
 
     target.write_bytes(b"local copy")
     opener.urls.clear()
-    download_mnist(
-        data_dir, base_url=url, checksums=None, opener=opener, force=True, progress=False
-    )
+    download_mnist(data_dir, base_url=url, checksums=None, opener=opener, force=True, progress=False)
     assert len(opener.urls) == 4
     assert target.read_bytes() == (folder / target.name).read_bytes()
 
@@ -163,9 +161,7 @@ def test_download_with_custom_opener(tmp_path, server):
         name = url.rsplit("/", 1)[-1]
         return _Response((folder / name).read_bytes(), None)
 
-    download_mnist(
-        tmp_path / "d", base_url="https://example.invalid/mnist", opener=opener, checksums=None
-    )
+    download_mnist(tmp_path / "d", base_url="https://example.invalid/mnist", opener=opener, checksums=None)
     _, y = load_mnist(tmp_path / "d", "test")
     np.testing.assert_array_equal(y, arrays["test_y"])
 

@@ -103,9 +103,7 @@ def test_folder_names_sorted_as_strings(tmp_path):
 def test_crop_then_resize_with_box_averaging(tmp_path):
     # 6 x 8 image: a 4 x 4 block pattern in the middle, a border of 255 around it.
     arr = np.full((6, 8), 255, dtype=np.uint8)
-    arr[1:5, 2:6] = np.kron(
-        np.array([[0, 100], [200, 50]], dtype=np.uint8), np.ones((2, 2), np.uint8)
-    )
+    arr[1:5, 2:6] = np.kron(np.array([[0, 100], [200, 50]], dtype=np.uint8), np.ones((2, 2), np.uint8))
     _write(tmp_path / "s1_a", arr, "PNG")
     # Crop (left, top, right, bottom) = (2, 1, 6, 5) keeps exactly the block pattern.
     out = load_image_folder(tmp_path, PATTERN, crop=(2, 1, 6, 5))
@@ -301,9 +299,7 @@ def test_yale_fake_folder_defaults(tmp_path):
     assert out.regular_names == ["glasses", "happy", "wink"]
     left, top, right, bottom = YALE_DEFAULT_CROP
     # The default size keeps the aspect ratio of the default crop.
-    assert (right - left) / (bottom - top) == pytest.approx(
-        YALE_DEFAULT_SIZE[1] / YALE_DEFAULT_SIZE[0]
-    )
+    assert (right - left) / (bottom - top) == pytest.approx(YALE_DEFAULT_SIZE[1] / YALE_DEFAULT_SIZE[0])
     full = load_yale_faces(tmp_path, size=None, crop=None)
     assert full.images.shape == (3, 1, 243, 320)
 
@@ -392,8 +388,14 @@ def test_face_crop_ignores_shoulders_and_border_columns():
 
 
 def test_face_crop_validation():
-    for kwargs in ({"width": 0}, {"height": 2.5}, {"top_margin": -1}, {"threshold": 0.0},
-                   {"upper_fraction": 1.5}, {"min_row_pixels": True}):
+    for kwargs in (
+        {"width": 0},
+        {"height": 2.5},
+        {"top_margin": -1},
+        {"threshold": 0.0},
+        {"upper_fraction": 1.5},
+        {"min_row_pixels": True},
+    ):
         with pytest.raises(ValueError, match="FaceCrop"):
             FaceCrop(**kwargs)
     with pytest.raises(ValueError, match="grey image"):

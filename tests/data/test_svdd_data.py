@@ -36,8 +36,7 @@ def test_three_moons_table_7_1_size_and_determinism():
     assert not np.array_equal(X, three_moons(n_samples=400, random_state=8)[0])
 
 
-@pytest.mark.parametrize("n, counts", [(1000, [200] * 5), (1003, [201, 201, 201, 200, 200]),
-                                       (5, [1] * 5)])
+@pytest.mark.parametrize("n, counts", [(1000, [200] * 5), (1003, [201, 201, 201, 200, 200]), (5, [1] * 5)])
 def test_five_gaussians_n_samples(n, counts):
     X, y = five_gaussians(n_samples=n, random_state=0)
     assert X.shape == (n, 2) and X.dtype == np.float64 and y.dtype == np.int64
@@ -51,16 +50,18 @@ def test_five_gaussians_n_samples_equals_n_per_class_when_divisible():
     np.testing.assert_array_equal(Xa, Xb)
     np.testing.assert_array_equal(ya, yb)
     assert five_gaussians(random_state=0)[0].shape == (7500, 2)  # old default kept
-    np.testing.assert_array_equal(five_gaussians(random_state=1)[0],
-                                  five_gaussians(1500, 1)[0])
+    np.testing.assert_array_equal(five_gaussians(random_state=1)[0], five_gaussians(1500, 1)[0])
 
 
-@pytest.mark.parametrize("kwargs, exc", [
-    ({"n_samples": 1000, "n_per_class": 200}, ValueError),
-    ({"n_samples": 4}, ValueError),
-    ({"n_samples": 10.0}, TypeError),
-    ({"n_per_class": 0}, ValueError),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc",
+    [
+        ({"n_samples": 1000, "n_per_class": 200}, ValueError),
+        ({"n_samples": 4}, ValueError),
+        ({"n_samples": 10.0}, TypeError),
+        ({"n_per_class": 0}, ValueError),
+    ],
+)
 def test_five_gaussians_bad_args(kwargs, exc):
     with pytest.raises(exc):
         five_gaussians(**kwargs)
@@ -93,8 +94,9 @@ def _imbalanced(n0=700, n1=250, n2=50):
     return X, y
 
 
-@pytest.mark.parametrize("fraction, expected", [(0.1, [70, 25, 5]), (0.3, [210, 75, 15]),
-                                                (0.123, [86, 31, 6]), (1.0, [700, 250, 50])])
+@pytest.mark.parametrize(
+    "fraction, expected", [(0.1, [70, 25, 5]), (0.3, [210, 75, 15]), (0.123, [86, 31, 6]), (1.0, [700, 250, 50])]
+)
 def test_stratified_subsample_keeps_proportions(fraction, expected):
     X, y = _imbalanced()
     Xs, ys, idx = stratified_subsample(X, y, fraction, random_state=0, return_indices=True)
@@ -118,10 +120,19 @@ def test_stratified_subsample_determinism_and_n_samples():
     assert len(stratified_subsample(X, y, 0.5, random_state=gen)[1]) == 500
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"fraction": 0.1, "n_samples": 3}, {"fraction": 0.0},
-                                    {"fraction": 1.5}, {"fraction": float("nan")},
-                                    {"n_samples": 0}, {"n_samples": 1001},
-                                    {"fraction": 1e-5}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"fraction": 0.1, "n_samples": 3},
+        {"fraction": 0.0},
+        {"fraction": 1.5},
+        {"fraction": float("nan")},
+        {"n_samples": 0},
+        {"n_samples": 1001},
+        {"fraction": 1e-5},
+    ],
+)
 def test_stratified_subsample_bad_args(kwargs):
     X, y = _imbalanced()
     with pytest.raises(ValueError):
@@ -148,8 +159,7 @@ def test_shuttle_3class(real_data_dir):
 
 
 @pytest.mark.data
-@pytest.mark.parametrize("fraction, counts", [(0.1, [4559, 890, 351]),
-                                              (0.3, [13676, 2671, 1053])])
+@pytest.mark.parametrize("fraction, counts", [(0.1, [4559, 890, 351]), (0.3, [13676, 2671, 1053])])
 def test_shuttle_table_7_3_subsamples(real_data_dir, fraction, counts):
     X, y = load_shuttle_3class(real_data_dir)
     Xs, ys = stratified_subsample(X, y, fraction, random_state=0)
@@ -173,8 +183,7 @@ def test_protocol_table_7_3_targets(protocol):
 
 def test_protocol_table_7_1_and_7_2(protocol):
     t = protocol.TABLE_7_1
-    assert list(t) == ["three_moons", "five_gaussians", "iris", "wine", "vowel", "satimage",
-                       "segment", "shuttle"]
+    assert list(t) == ["three_moons", "five_gaussians", "iris", "wine", "vowel", "satimage", "segment", "shuttle"]
     for row in t.values():
         assert row.n_test == math.ceil(round(0.2 * row.n_total, 9))  # the 80/20 split
     assert (t["iris"].dims, t["iris"].classes) == (4, 3)

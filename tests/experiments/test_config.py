@@ -24,13 +24,16 @@ def test_an_empty_file_is_the_defaults(tmp_path):
     assert read_config(DEFAULTS, path) == DEFAULTS
 
 
-@pytest.mark.parametrize(("override", "error", "match"), [
-    ("model.kk=3", KeyError, "unknown config key 'model.kk'"),
-    ("model=3", TypeError, "must be a mapping"),
-    ("model.k", ValueError, "key.subkey=value"),
-    ("model..k=3", ValueError, "key.subkey=value"),
-    ("=3", ValueError, "key.subkey=value"),
-])
+@pytest.mark.parametrize(
+    ("override", "error", "match"),
+    [
+        ("model.kk=3", KeyError, "unknown config key 'model.kk'"),
+        ("model=3", TypeError, "must be a mapping"),
+        ("model.k", ValueError, "key.subkey=value"),
+        ("model..k=3", ValueError, "key.subkey=value"),
+        ("=3", ValueError, "key.subkey=value"),
+    ],
+)
 def test_bad_overrides_are_refused(override, error, match):
     with pytest.raises(error, match=match):
         read_config(DEFAULTS, None, [override])

@@ -63,13 +63,16 @@ def test_private_run_maps_the_public_bounds_onto_the_unit_box():
     assert np.abs(x_train).max() <= 1.0
 
 
-@pytest.mark.parametrize(("path", "overrides", "error", "match"), [
-    (None, ["privacy.epsilon=1"], ValueError, "data.scaling: none"),
-    (CONFIG, ["privacy.bounds=null"], ValueError, r"privacy.bounds: \[lower, upper\]"),
-    (None, ["data.scaling=minmax"], ValueError, "unknown data.scaling"),
-    (CONFIG, ["svdd.epsilon=1"], KeyError, "unknown config key 'svdd.epsilon'"),
-    (None, ["data.source=web"], ValueError, "unknown data.source 'web'"),
-])
+@pytest.mark.parametrize(
+    ("path", "overrides", "error", "match"),
+    [
+        (None, ["privacy.epsilon=1"], ValueError, "data.scaling: none"),
+        (CONFIG, ["privacy.bounds=null"], ValueError, r"privacy.bounds: \[lower, upper\]"),
+        (None, ["data.scaling=minmax"], ValueError, "unknown data.scaling"),
+        (CONFIG, ["svdd.epsilon=1"], KeyError, "unknown config key 'svdd.epsilon'"),
+        (None, ["data.source=web"], ValueError, "unknown data.source 'web'"),
+    ],
+)
 def test_bad_configs_are_refused(path, overrides, error, match):
     with pytest.raises(error, match=match):
         run_svdd_experiment(load_svdd_config(path, overrides))

@@ -16,12 +16,26 @@ def _setup(ledger, noise=1.0, epochs=3):
     dm.setup()
     x_train, y_train = dm.train_tensors()
     model = PrototypeModel(GMLVQLayer(4, 3), [0, 1, 2])
-    module = DPLVQModule(model, ledger=ledger, noise_multiplier=noise, max_grad_norm=1.0, sampling_rate=0.1,
-                         expected_batch_size=10.0, lr=0.05)  # public: q times a public size of 100
+    module = DPLVQModule(
+        model,
+        ledger=ledger,
+        noise_multiplier=noise,
+        max_grad_norm=1.0,
+        sampling_rate=0.1,
+        expected_batch_size=10.0,
+        lr=0.05,
+    )  # public: q times a public size of 100
     module.init_prototypes(x_train, y_train)  # non-private init: this test is about the SGD part
-    trainer = L.Trainer(max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                        accelerator="cpu", callbacks=[PrivacySpendCallback(ledger)], num_sanity_val_steps=0,
-                        enable_checkpointing=False)
+    trainer = L.Trainer(
+        max_epochs=epochs,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        callbacks=[PrivacySpendCallback(ledger)],
+        num_sanity_val_steps=0,
+        enable_checkpointing=False,
+    )
     return dm, module, trainer
 
 
@@ -50,8 +64,15 @@ def test_budget_stops_training_cleanly():
 
 def test_lbfgs_is_refused():
     with pytest.raises(ValueError, match="first-order"):
-        DPLVQModule(PrototypeModel(GMLVQLayer(2, 2), [0, 1]), ledger=PrivacyLedger(), noise_multiplier=1.0,
-                    max_grad_norm=1.0, sampling_rate=0.1, expected_batch_size=5, optimizer="lbfgs")
+        DPLVQModule(
+            PrototypeModel(GMLVQLayer(2, 2), [0, 1]),
+            ledger=PrivacyLedger(),
+            noise_multiplier=1.0,
+            max_grad_norm=1.0,
+            sampling_rate=0.1,
+            expected_batch_size=5,
+            optimizer="lbfgs",
+        )
 
 
 def test_the_loader_must_be_poisson_at_the_modules_rate():

@@ -59,9 +59,9 @@ def test_run_experiment_logs_scalars_and_images(tmp_path, kind):
 
 
 def test_lbfgs_full_batch(tmp_path):
-    result = run_experiment(_tiny(
-        tmp_path, data={"batch_size": None}, training={"optimizer": "lbfgs", "max_epochs": 5}
-    ))
+    result = run_experiment(
+        _tiny(tmp_path, data={"batch_size": None}, training={"optimizer": "lbfgs", "max_epochs": 5})
+    )
     assert result["test_acc"] >= 0.85
 
 
@@ -129,7 +129,9 @@ def test_demo_entry_point_quick(tmp_path):
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "dp_proto.cli"]
     proc = subprocess.run(
         [*cmd, "demo", "--quick", "--no-progress", "--json", "--log-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -145,16 +147,25 @@ def test_demo_entry_point_quick(tmp_path):
 
 @pytest.mark.data
 def test_mnist_cnn_config_runs_on_real_data(tmp_path, real_data_dir):
-    config = load_config(ROOT / "training/configs/mnist_cnn_gmlvq.yaml",
-                         ["data.subsample=8000", "training.max_epochs=3", "training.progress_bar=false",
-                          f"data.data_dir={real_data_dir}", f"logging.log_dir={tmp_path}"])
+    config = load_config(
+        ROOT / "training/configs/mnist_cnn_gmlvq.yaml",
+        [
+            "data.subsample=8000",
+            "training.max_epochs=3",
+            "training.progress_bar=false",
+            f"data.data_dir={real_data_dir}",
+            f"logging.log_dir={tmp_path}",
+        ],
+    )
     result = run_experiment(config)
     assert result["test_acc"] > 0.3  # chance is 0.1; 3 short epochs reach 0.45-0.7 depending on threads
 
 
 def test_private_config_runs_and_reports_its_guarantee(tmp_path, capsys):
-    config = load_config(ROOT / "training/configs/digits_dp_gmlvq.yaml",
-                         ["training.max_epochs=2", "training.progress_bar=false", f"logging.log_dir={tmp_path}"])
+    config = load_config(
+        ROOT / "training/configs/digits_dp_gmlvq.yaml",
+        ["training.max_epochs=2", "training.progress_bar=false", f"logging.log_dir={tmp_path}"],
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyLeakWarning)  # public bounds and classes: no leak
         result = run_experiment(config)
@@ -195,9 +206,16 @@ def test_private_data_clipped_into_the_bounds_raise_no_warning(caplog):
 def test_private_benchmark_configs_run_on_real_data(name, tmp_path, real_data_dir):
     """Every DP config of the accuracy benchmark's data sets trains (one short epoch on a
     subsample) and reports its guarantee."""
-    config = load_config(ROOT / f"training/configs/{name}.yaml",
-                         ["data.subsample=3000", "training.max_epochs=1", "training.progress_bar=false",
-                          f"data.data_dir={real_data_dir}", f"logging.log_dir={tmp_path}"])
+    config = load_config(
+        ROOT / f"training/configs/{name}.yaml",
+        [
+            "data.subsample=3000",
+            "training.max_epochs=1",
+            "training.progress_bar=false",
+            f"data.data_dir={real_data_dir}",
+            f"logging.log_dir={tmp_path}",
+        ],
+    )
     result = run_experiment(config)
     assert 0 < result["epsilon"] <= config["privacy"]["epsilon"]
     assert result["test_acc"] >= 0.0

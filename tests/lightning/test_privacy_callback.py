@@ -33,9 +33,15 @@ def _fit(tmp_path, ledger, epochs, ckpt_path=None, version=0):
     module = SpendingModule(ledger, lr=0.05)
     logger = TensorBoardLogger(tmp_path, name="run", version=version)
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
-    trainer = L.Trainer(max_epochs=epochs, logger=logger, callbacks=[PrivacySpendCallback(ledger), checkpoint],
-                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
-                        num_sanity_val_steps=0)
+    trainer = L.Trainer(
+        max_epochs=epochs,
+        logger=logger,
+        callbacks=[PrivacySpendCallback(ledger), checkpoint],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        num_sanity_val_steps=0,
+    )
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
     return logger.log_dir, tmp_path / "ckpt" / "last.ckpt"
 
@@ -72,15 +78,27 @@ def test_checkpoint_without_ledger_is_refused(tmp_path):
     X, y = load_iris(return_X_y=True)
     dm = ArrayDataModule(X, y, batch_size=30)
     module = SpendingModule(PrivacyLedger(), lr=0.05)
-    trainer = L.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, accelerator="cpu",
-                        default_root_dir=tmp_path, enable_model_summary=False)
+    trainer = L.Trainer(
+        max_epochs=1,
+        logger=False,
+        enable_progress_bar=False,
+        accelerator="cpu",
+        default_root_dir=tmp_path,
+        enable_model_summary=False,
+    )
     trainer.fit(module, datamodule=dm)
     path = tmp_path / "plain.ckpt"
     trainer.save_checkpoint(path)
     ledger = PrivacyLedger()
-    trainer2 = L.Trainer(max_epochs=2, logger=False, enable_progress_bar=False, accelerator="cpu",
-                         callbacks=[PrivacySpendCallback(ledger)], default_root_dir=tmp_path,
-                         enable_model_summary=False)
+    trainer2 = L.Trainer(
+        max_epochs=2,
+        logger=False,
+        enable_progress_bar=False,
+        accelerator="cpu",
+        callbacks=[PrivacySpendCallback(ledger)],
+        default_root_dir=tmp_path,
+        enable_model_summary=False,
+    )
     with pytest.raises(RuntimeError, match="reset the privacy spend"):
         trainer2.fit(SpendingModule(ledger, lr=0.05), datamodule=dm, ckpt_path=path)
 
@@ -145,8 +163,12 @@ def test_a_new_process_takes_over_every_kind_of_release():
 
     ledger = PrivacyLedger()
     noisy_histogram(torch.tensor([0, 1, 1]), 2, 0.5, ledger=ledger)  # a discrete-Laplace release
-    ledger.spend(PureEvent(0.2, name="vote"), ApproxEvent(0.1, 1e-8, name="centre"),
-                 DiscreteGaussianEvent(8.0, name="sum"), STEP.with_count(10))
+    ledger.spend(
+        PureEvent(0.2, name="vote"),
+        ApproxEvent(0.1, 1e-8, name="centre"),
+        DiscreteGaussianEvent(8.0, name="sum"),
+        STEP.with_count(10),
+    )
     checkpoint: dict = {}
     save_ledger(checkpoint, ledger)
     fresh = PrivacyLedger()

@@ -39,18 +39,31 @@ def _config(tmp_path, **privacy):
         "seed": 0,
         "data": {"source": "bundled", "name": "iris", "scaling": "none"},
         "model": {"type": "gmlvq"},
-        "training": {"optimizer": "sgd", "lr": 0.2, "momentum": 0.0, "max_epochs": 2, "progress_bar": False,
-                     "accelerator": "cpu"},
-        "privacy": {"epsilon": 5.0, "sampling_rate": Q, "bounds": [0.0, 8.0], "classes": [0, 1, 2],
-                    "calibration": "paper", **privacy},
+        "training": {
+            "optimizer": "sgd",
+            "lr": 0.2,
+            "momentum": 0.0,
+            "max_epochs": 2,
+            "progress_bar": False,
+            "accelerator": "cpu",
+        },
+        "privacy": {
+            "epsilon": 5.0,
+            "sampling_rate": Q,
+            "bounds": [0.0, 8.0],
+            "classes": [0, 1, 2],
+            "calibration": "paper",
+            **privacy,
+        },
         "logging": {"log_dir": str(tmp_path)},
     }
 
 
 def _data(**kwargs):
     X, y = load_iris(return_X_y=True)
-    return ArrayDataModule(PublicBoundsScaler(0.0, 8.0).fit_transform(X), y, scaling="none", sampling_rate=Q,
-                           seed=0, **kwargs)
+    return ArrayDataModule(
+        PublicBoundsScaler(0.0, 8.0).fit_transform(X), y, scaling="none", sampling_rate=Q, seed=0, **kwargs
+    )
 
 
 def _model():
@@ -59,17 +72,32 @@ def _model():
 
 def _module(ledger, noise=2.0, **kwargs):
     """A DP-SGD module; its normaliser 10 is public (q times a public size of 100)."""
-    return DPLVQModule(_model(), ledger=ledger, noise_multiplier=noise, max_grad_norm=1.0, sampling_rate=Q,
-                       expected_batch_size=10.0, lr=0.05, **kwargs)
+    return DPLVQModule(
+        _model(),
+        ledger=ledger,
+        noise_multiplier=noise,
+        max_grad_norm=1.0,
+        sampling_rate=Q,
+        expected_batch_size=10.0,
+        lr=0.05,
+        **kwargs,
+    )
 
 
 def _trainer(ledger, epochs, tmp_path=None, logger=False):
     callbacks = [PrivacySpendCallback(ledger)]
     if tmp_path is not None:
         callbacks.append(ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True))
-    return L.Trainer(max_epochs=epochs, logger=logger, callbacks=callbacks, enable_progress_bar=False,
-                     enable_model_summary=False, accelerator="cpu", num_sanity_val_steps=0,
-                     enable_checkpointing=tmp_path is not None)
+    return L.Trainer(
+        max_epochs=epochs,
+        logger=logger,
+        callbacks=callbacks,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        num_sanity_val_steps=0,
+        enable_checkpointing=tmp_path is not None,
+    )
 
 
 def _steps(ledger):
@@ -223,9 +251,19 @@ def test_the_experiment_normalises_by_a_released_count_never_by_the_private_n():
     X, y = load_iris(return_X_y=True)
     x = torch.as_tensor(PublicBoundsScaler(0.0, 8.0).fit_transform(X), dtype=torch.float32)
     y = torch.as_tensor(y)
-    config = merge_config(DEFAULT_CONFIG, {"privacy": {"epsilon": 5.0, "sampling_rate": Q, "calibration": "paper",
-                                                       "bounds": [0.0, 8.0], "classes": [0, 1, 2]},
-                                           "training": {"max_epochs": 1}})
+    config = merge_config(
+        DEFAULT_CONFIG,
+        {
+            "privacy": {
+                "epsilon": 5.0,
+                "sampling_rate": Q,
+                "calibration": "paper",
+                "bounds": [0.0, 8.0],
+                "classes": [0, 1, 2],
+            },
+            "training": {"max_epochs": 1},
+        },
+    )
 
     def release(x, y):
         module, ledger = build_private_module(config, x, y, 3, _model(), {})

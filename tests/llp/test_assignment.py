@@ -25,7 +25,8 @@ def _planted(seed: int, num_batches: int = 150, k: int = 8, num_labels: int = 3,
     mix = torch.distributions.Dirichlet(torch.full((k,), 0.5)).sample((num_batches,))
     idx = torch.multinomial(mix, size, replacement=True, generator=gen)  # (B, size) cluster per record
     counts = torch.zeros(num_batches, k, dtype=torch.float64).scatter_add_(
-        1, idx, torch.ones(idx.shape, dtype=torch.float64))
+        1, idx, torch.ones(idx.shape, dtype=torch.float64)
+    )
     return counts, planted, predicted_proportions(counts, planted, num_labels)
 
 
@@ -93,7 +94,7 @@ def _naive_step(counts, props, a, num_labels, swaps=True):
 @pytest.mark.parametrize("swaps", [True, False])
 def test_vectorised_search_follows_the_naive_loop(swaps):
     counts, _, props = _planted(4, num_batches=10, k=5, num_labels=3, size=8)
-    props = (props + 0.2 * torch.rand(props.shape, generator=torch.Generator().manual_seed(2)))
+    props = props + 0.2 * torch.rand(props.shape, generator=torch.Generator().manual_seed(2))
     props = props / props.sum(1, keepdim=True)
     a = torch.tensor([[0, 0, 0, 0, 0], [2, 1, 0, 2, 1]])
     for _step in range(20):
@@ -104,8 +105,7 @@ def test_vectorised_search_follows_the_naive_loop(swaps):
                 assert torch.equal(res.assignments[s], a[s])
             else:
                 assert torch.equal(res.assignments[s], naive)
-                drop = float(proportion_loss(counts, props, res.assignments[s])
-                             - proportion_loss(counts, props, a[s]))
+                drop = float(proportion_loss(counts, props, res.assignments[s]) - proportion_loss(counts, props, a[s]))
                 assert drop == pytest.approx(gain, abs=1e-12)
         if torch.equal(res.assignments, a):
             assert res.converged

@@ -13,8 +13,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "llp_accuracy.py"
 DATA_DIR = ROOT.parent / "shared" / "data"
-HEADLINE_KEYS = {"llp_accuracy_b32_k16", "pllp_accuracy_b32_k16_eps0.1", "pllp_accuracy_b32_k16_eps0.01",
-                 "knn_accuracy", "whole_network_seconds"}
+HEADLINE_KEYS = {
+    "llp_accuracy_b32_k16",
+    "pllp_accuracy_b32_k16_eps0.1",
+    "pllp_accuracy_b32_k16_eps0.01",
+    "knn_accuracy",
+    "whole_network_seconds",
+}
 
 
 @pytest.mark.data
@@ -24,9 +29,25 @@ def test_quick_run_ends_with_the_documented_json(tmp_path):
     out_file, figure = tmp_path / "llp.json", tmp_path / "llp.png"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--data-dir", str(DATA_DIR), "--quick", "--threads", "1",
-         "--json", str(out_file), "--figure", str(figure)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--data-dir",
+            str(DATA_DIR),
+            "--quick",
+            "--threads",
+            "1",
+            "--json",
+            str(out_file),
+            "--figure",
+            str(figure),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert json.loads(out_file.read_text()) == out
@@ -41,8 +62,11 @@ def test_quick_run_ends_with_the_documented_json(tmp_path):
     assert head["whole_network_seconds"] is None  # --quick: 4 nodes only
     four = out["results"]["four_nodes"]
     assert four["detectors"] == out["settings"]["four_node_detectors"] and len(four["detectors"]) == 4
-    assert four["folds"] == 3 and set(four["targets"]) == {"pllp_eps0.1_within_4_points", "pllp_eps0.01_collapse",
-                                                           "paper_shape_by_variant"}
+    assert four["folds"] == 3 and set(four["targets"]) == {
+        "pllp_eps0.1_within_4_points",
+        "pllp_eps0.01_collapse",
+        "paper_shape_by_variant",
+    }
     # --quick runs the default release only
     assert set(four["targets"]["paper_shape_by_variant"]) == {"pllp"}
     # the centralised kNN with every label beats chance clearly; epsilon 0.01 is near chance

@@ -38,20 +38,22 @@ def test_llp_simulated(scats_dir, capsys):
 
 
 def test_llp_distributed_equals_the_simulation(scats_dir, capsys):
-    assert main(["llp", "--data-dir", str(scats_dir), *ARGS, "--distributed", "--compare",
-                 "--noise-seed", "0"]) == 0
+    assert main(["llp", "--data-dir", str(scats_dir), *ARGS, "--distributed", "--compare", "--noise-seed", "0"]) == 0
     out = capsys.readouterr().out
     assert "distributed (one process per node)" in out and "identical models and releases: True" in out
     # each node sends its (1344 / 16 = 84 batches, 6 classes) float64 table to its 2 neighbours
     assert out.count("sent 8064 B") == 3
 
 
-@pytest.mark.parametrize(("extra", "match"), [
-    (["--compare"], "(--compare) needs run.distributed (--distributed"),
-    (["--distributed", "--compare"], "(--compare) needs llp.noise_seed (--noise-seed)"),
-    (["--anchor", "9"], "(--anchor) must lie in"),
-    (["llp.clusters=4"], "unknown config key 'llp.clusters'"),
-])
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (["--compare"], "(--compare) needs run.distributed (--distributed"),
+        (["--distributed", "--compare"], "(--compare) needs llp.noise_seed (--noise-seed)"),
+        (["--anchor", "9"], "(--anchor) must lie in"),
+        (["llp.clusters=4"], "unknown config key 'llp.clusters'"),
+    ],
+)
 def test_llp_errors(scats_dir, capsys, extra, match):
     assert main(["llp", "--data-dir", str(scats_dir), *ARGS, *extra]) == 2
     assert match in capsys.readouterr().err
@@ -62,8 +64,10 @@ def test_llp_config_file_overrides_and_flags(scats_dir, tmp_path, capsys):
     import json
 
     config = tmp_path / "llp.yaml"
-    config.write_text(f"data: {{data_dir: {scats_dir}, nodes: 3, folds: 3}}\n"
-                      "llp: {k: 4, batch_size: 16, n_starts: 4, epsilon: 0.5}\n")
+    config.write_text(
+        f"data: {{data_dir: {scats_dir}, nodes: 3, folds: 3}}\n"
+        "llp: {k: 4, batch_size: 16, n_starts: 4, epsilon: 0.5}\n"
+    )
     assert main(["llp", "--config", str(config), "llp.epsilon=0.2", "--epsilon", "0.3", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert [node["epsilon"] for node in result["nodes"]] == [0.3, 0.3, 0.3]

@@ -51,18 +51,43 @@ def _network(n_nodes: int = 4, slots: int = 320, seed: int = 0, late: int = 0):
         centres = np.array([[10.0, 10, 10], [40, 40, 40], [80, 80, 80]]) * (1 + 0.05 * i)
         feats = centres[labels] + rng.normal(0, 6, (slots, 3))
         keep = t_all >= (late if i == n_nodes - 1 else 0)  # the last node starts late
-        nodes.append(SimpleNamespace(detector=(200 + i, 1), features=feats[keep],
-                                     labels=labels[keep].astype(np.int64), time=t_all[keep], num_classes=3))
+        nodes.append(
+            SimpleNamespace(
+                detector=(200 + i, 1),
+                features=feats[keep],
+                labels=labels[keep].astype(np.int64),
+                time=t_all[keep],
+                num_classes=3,
+            )
+        )
     train = [n.time < 240 for n in nodes]
     return nodes, train
 
 
 # torch.distributed functions that move data; the spy records every call to any of them
 _COLLECTIVES = (
-    "all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all",
-    "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list",
-    "gather", "gather_object", "irecv", "isend", "recv", "recv_object_list", "reduce",
-    "reduce_scatter", "reduce_scatter_tensor", "scatter", "scatter_object_list", "send",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "all_reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "batch_isend_irecv",
+    "broadcast",
+    "broadcast_object_list",
+    "gather",
+    "gather_object",
+    "irecv",
+    "isend",
+    "recv",
+    "recv_object_list",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "scatter",
+    "scatter_object_list",
+    "send",
     "send_object_list",
 )
 _SENT_ARG = {"all_gather": 1, "isend": 0, "send": 0}  # position of the outgoing tensor
@@ -123,10 +148,16 @@ def test_private_network_in_four_processes_equals_simulation(tmp_path):
     nodes, train = _network(seed=1)
     eps = 0.5
     t0 = time.perf_counter()
-    results = launch_network(nodes, NEIGHBOURS, epsilon=eps, train_masks=train, num_threads=1,
-                             timeout=120, worker_setup=functools.partial(_spy_on_collectives,
-                                                                         str(tmp_path)),
-                             **SETTINGS)
+    results = launch_network(
+        nodes,
+        NEIGHBOURS,
+        epsilon=eps,
+        train_masks=train,
+        num_threads=1,
+        timeout=120,
+        worker_setup=functools.partial(_spy_on_collectives, str(tmp_path)),
+        **SETTINGS,
+    )
     elapsed = time.perf_counter() - t0
     sim = simulate_network(nodes, NEIGHBOURS, epsilon=eps, train_masks=train, **SETTINGS)
     _assert_same_as_simulation(results, sim, nodes, train)
@@ -164,8 +195,7 @@ def test_exact_network_in_four_processes_equals_simulation():
     """Without privacy; a late node and a test period give invalid rows (sent as NaN)."""
     nodes, train = _network(seed=2, late=96)
     kwargs = dict(own_proportions="exact", **SETTINGS)
-    results = launch_network(nodes, NEIGHBOURS, train_masks=train, num_threads=1, timeout=120,
-                             **kwargs)
+    results = launch_network(nodes, NEIGHBOURS, train_masks=train, num_threads=1, timeout=120, **kwargs)
     sim = simulate_network(nodes, NEIGHBOURS, train_masks=train, **kwargs)
     _assert_same_as_simulation(results, sim, nodes, train)
     assert all(math.isinf(r.ledger.get_epsilon()) for r in results)
@@ -177,11 +207,25 @@ def test_exact_network_in_four_processes_equals_simulation():
 def test_a_failing_node_is_reported_with_its_traceback():
     """Also the spawn start method (fresh interpreters: several seconds per process)."""
     nodes, _ = _network(n_nodes=2, seed=3)
-    small = SimpleNamespace(**{**vars(nodes[1]), "features": nodes[1].features[:20],
-                               "labels": nodes[1].labels[:20], "time": nodes[1].time[:20]})
+    small = SimpleNamespace(
+        **{
+            **vars(nodes[1]),
+            "features": nodes[1].features[:20],
+            "labels": nodes[1].labels[:20],
+            "time": nodes[1].time[:20],
+        }
+    )
     with pytest.raises(NodeProcessError, match=r"node 1 failed \(ValueError: node 1 .*fewer than k=30") as info:
-        launch_network([nodes[0], small], [[1], [0]], batch_size=16, k=30, time_range=TIME_RANGE,
-                       num_threads=1, timeout=120, start_method="spawn")
+        launch_network(
+            [nodes[0], small],
+            [[1], [0]],
+            batch_size=16,
+            k=30,
+            time_range=TIME_RANGE,
+            num_threads=1,
+            timeout=120,
+            start_method="spawn",
+        )
     assert info.value.rank == 1 and "run_node" in info.value.remote_traceback
     assert isinstance(info.value.__cause__, ValueError)
 
@@ -193,8 +237,7 @@ def test_wire_format_round_trip():
     assert torch.isnan(table[1]).all() and torch.equal(table[[0, 2]], exact.proportions[[0, 2]])
     back = decode_proportions(table, None)
     assert torch.equal(back.proportions, exact.proportions) and torch.equal(back.valid, exact.valid)
-    noisy = private_label_proportions(counts, 1.0, batch_sizes=8,
-                                      generator=torch.Generator().manual_seed(0))
+    noisy = private_label_proportions(counts, 1.0, batch_sizes=8, generator=torch.Generator().manual_seed(0))
     assert torch.equal(encode_proportions(noisy), noisy.proportions)
     back = decode_proportions(encode_proportions(noisy), 1.0)
     assert back.valid.all() and back.noisy_counts is None and back.epsilon == 1.0
@@ -215,8 +258,7 @@ def test_launch_checks_arguments_before_starting_processes():
     with pytest.raises(ValueError, match=r"private run \(epsilon=0.5\) needs the public time_range"):
         launch_network(nodes, NEIGHBOURS, batch_size=16, k=4, epsilon=0.5)
     with pytest.raises(ValueError, match="noise_seed"):
-        launch_network(nodes, NEIGHBOURS, batch_size=16, k=4, epsilon=0.5, time_range=TIME_RANGE,
-                       noise_seed=-1)
+        launch_network(nodes, NEIGHBOURS, batch_size=16, k=4, epsilon=0.5, time_range=TIME_RANGE, noise_seed=-1)
     with pytest.raises(ValueError, match="estimator"):
         launch_network(nodes, NEIGHBOURS, batch_size=16, k=4, estimator="other")
     with pytest.raises(ValueError, match="epsilon"):
@@ -233,8 +275,7 @@ def test_run_node_in_this_process_as_a_group_of_one(tmp_path):
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         res = run_node(0, 1, nodes[0], [], epsilon=1.0, train_mask=train[0], **SETTINGS)
-        fresh = run_node(0, 1, nodes[0], [], epsilon=1.0, train_mask=train[0],
-                         **{**SETTINGS, "noise_seed": None})
+        fresh = run_node(0, 1, nodes[0], [], epsilon=1.0, train_mask=train[0], **{**SETTINGS, "noise_seed": None})
         with pytest.raises(ValueError, match="node 0: neighbour index"):
             run_node(0, 1, nodes[0], [1], train_mask=train[0], **SETTINGS)
     finally:
@@ -256,6 +297,5 @@ def test_a_hanging_network_times_out():
     nodes, _ = _network(seed=6)
     t0 = time.perf_counter()
     with pytest.raises(TimeoutError, match=r"node\(s\) \[0, 1, 2, 3\] did not finish within 2 s"):
-        launch_network(nodes, NEIGHBOURS, batch_size=16, k=4, timeout=2, num_threads=1,
-                       worker_setup=_sleep_forever)
+        launch_network(nodes, NEIGHBOURS, batch_size=16, k=4, timeout=2, num_threads=1, worker_setup=_sleep_forever)
     assert time.perf_counter() - t0 < 20

@@ -20,12 +20,14 @@ from dp_proto.llp import (
 
 
 def test_majority_vote_counts_and_ties():
-    preds = torch.tensor([
-        [0, 2, 1, 3, 2],  # own model
-        [1, 2, 0, 1, 0],
-        [1, 1, 0, 1, 0],
-        [1, 2, 1, 0, 1],
-    ])
+    preds = torch.tensor(
+        [
+            [0, 2, 1, 3, 2],  # own model
+            [1, 2, 0, 1, 0],
+            [1, 1, 0, 1, 0],
+            [1, 2, 1, 0, 1],
+        ]
+    )
     # column 0: 1 wins 3-1; column 1: 2 wins; column 2: 0/1 tie 2-2, own says 1;
     # column 3: 1 has 2 votes, own 3 has 1; column 4: 0 has 2, 1 and 2 one each
     assert majority_vote(preds, 4).tolist() == [1, 2, 1, 1, 0]
@@ -65,18 +67,21 @@ def test_fit_node_models_shares_the_clustering_and_labels_it_per_source():
     x, y, ids = _node(0)
     num_batches = int(ids.max()) + 1
     own = private_label_proportions(batch_label_counts(y, ids, num_batches, 3), None)
-    noisy = private_label_proportions(batch_label_counts(y, ids, num_batches, 3), 0.5,
-                                      batch_sizes=20, generator=torch.Generator().manual_seed(1))
-    fit = fit_node_models(x, ids, [own, noisy, own.proportions], k=6, n_starts=8,
-                          generator=torch.Generator().manual_seed(0))
+    noisy = private_label_proportions(
+        batch_label_counts(y, ids, num_batches, 3), 0.5, batch_sizes=20, generator=torch.Generator().manual_seed(1)
+    )
+    fit = fit_node_models(
+        x, ids, [own, noisy, own.proportions], k=6, n_starts=8, generator=torch.Generator().manual_seed(0)
+    )
     assert len(fit.models) == 3 and len(fit.searches) == 3
     assert all(m.centres is fit.clustering.centres for m in fit.models)
     assert fit.cluster_counts.shape == (num_batches, 6)
     acc = [(m.predict(x) == y).double().mean().item() for m in fit.models]
     assert acc[0] > 0.9 and acc[1] > 0.8 and acc[2] == acc[0]
     # the same call with the same generator seed gives the same models
-    again = train_node_models(x, ids, [own, noisy, own.proportions], k=6, n_starts=8,
-                              generator=torch.Generator().manual_seed(0))
+    again = train_node_models(
+        x, ids, [own, noisy, own.proportions], k=6, n_starts=8, generator=torch.Generator().manual_seed(0)
+    )
     assert all(torch.equal(a.cluster_labels, b.cluster_labels) for a, b in zip(fit.models, again, strict=True))
 
 

@@ -38,8 +38,15 @@ def _network(n_nodes: int = 4, slots: int = 960, seed: int = 0, drop_first: int 
         centres = np.array([[10.0, 10, 10], [40, 40, 40], [80, 80, 80]]) * (1 + 0.05 * i)
         feats = centres[labels] + rng.normal(0, 6, (slots, 3))
         keep = t_all >= (drop_first if i == n_nodes - 1 else 0)
-        nodes.append(SimpleNamespace(detector=(100 + i, 1), features=feats[keep],
-                                     labels=labels[keep].astype(np.int64), time=t_all[keep], num_classes=3))
+        nodes.append(
+            SimpleNamespace(
+                detector=(100 + i, 1),
+                features=feats[keep],
+                labels=labels[keep].astype(np.int64),
+                time=t_all[keep],
+                num_classes=3,
+            )
+        )
     nbrs = np.array([[j for j in range(n_nodes) if j != i][:2] for i in range(n_nodes)])
     return nodes, nbrs
 
@@ -52,8 +59,7 @@ def _halves(nodes):
 def test_exact_network_learns_and_ledgers_say_non_private():
     nodes, nbrs = _network()
     train, test = _halves(nodes)
-    res = simulate_network(nodes, nbrs, batch_size=32, k=8, train_masks=train, seed=1,
-                           n_starts=8, time_range=(0, 960))
+    res = simulate_network(nodes, nbrs, batch_size=32, k=8, train_masks=train, seed=1, n_starts=8, time_range=(0, 960))
     assert res.num_batches == 30 and len(res.models) == 4 and all(len(m) == 3 for m in res.models)
     ev = evaluate(res, nodes, test)
     assert ev.accuracy > 0.85 and ev.own_accuracy > 0.85
@@ -70,8 +76,18 @@ def test_private_network_ledgers_and_per_node_reproducibility():
     nodes, nbrs = _network(seed=2)
     train, _ = _halves(nodes)
     eps, b, k = 0.5, 32, 6
-    res = simulate_network(nodes, nbrs, batch_size=b, k=k, epsilon=eps, train_masks=train,
-                           seed=7, noise_seed=70, n_starts=8, time_range=(0, 960))
+    res = simulate_network(
+        nodes,
+        nbrs,
+        batch_size=b,
+        k=k,
+        epsilon=eps,
+        train_masks=train,
+        seed=7,
+        noise_seed=70,
+        n_starts=8,
+        time_range=(0, 960),
+    )
     for led in res.ledgers:
         (event,) = led.events
         assert event.kind == "discrete_laplace" and event.epsilon == eps and event.grid_steps == 1
@@ -89,14 +105,14 @@ def test_private_network_ledgers_and_per_node_reproducibility():
     for i in range(4):  # what each node does on its own, in the documented order
         _, y, ids = node_data(i)
         counts = batch_label_counts(y, ids, 30, 3)
-        releases.append(private_label_proportions(counts, eps, batch_sizes=b,
-                                                  generator=node_noise_generator(70, i)))
+        releases.append(private_label_proportions(counts, eps, batch_sizes=b, generator=node_noise_generator(70, i)))
         exact.append(private_label_proportions(counts, None))  # the own model's target (own_proportions)
     for i in (2, 0):  # any order of nodes: each has its own stream
         assert torch.equal(releases[i].proportions, res.proportions[i].proportions)
         x, _, ids = node_data(i)
-        fit = fit_node_models(x, ids, [exact[i]] + [releases[j] for j in nbrs[i]], k=k,
-                              n_starts=8, generator=node_generator(7, i))
+        fit = fit_node_models(
+            x, ids, [exact[i]] + [releases[j] for j in nbrs[i]], k=k, n_starts=8, generator=node_generator(7, i)
+        )
         for ours, theirs in zip(fit.models, res.models[i], strict=True):
             assert torch.equal(ours.centres, theirs.centres)
             assert torch.equal(ours.cluster_labels, theirs.cluster_labels)
@@ -184,8 +200,18 @@ def test_network_bad_input():
 def test_network_runs_on_cuda():
     nodes, nbrs = _network(seed=8)
     train, test = _halves(nodes)
-    res = simulate_network(nodes, nbrs, batch_size=32, k=8, epsilon=1.0, train_masks=train,
-                           seed=0, n_starts=8, device="cuda", time_range=(0, 960))
+    res = simulate_network(
+        nodes,
+        nbrs,
+        batch_size=32,
+        k=8,
+        epsilon=1.0,
+        train_masks=train,
+        seed=0,
+        n_starts=8,
+        device="cuda",
+        time_range=(0, 960),
+    )
     assert all(led.summary()["noise"] == "fresh" for led in res.ledgers)
     assert res.models[0][0].centres.is_cuda and res.proportions[1].proportions.is_cuda
     assert evaluate(res, nodes, test).accuracy > 0.6

@@ -26,8 +26,9 @@ def _node(seed=0, slots=320, num_classes=3, **extra):
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, num_classes, slots)
     feats = labels[:, None] * 20.0 + rng.normal(0, 3, (slots, 2))
-    return SimpleNamespace(features=feats, labels=labels.astype(np.int64), time=np.arange(slots),
-                           num_classes=num_classes, **extra)
+    return SimpleNamespace(
+        features=feats, labels=labels.astype(np.int64), time=np.arange(slots), num_classes=num_classes, **extra
+    )
 
 
 # --------------------------------------------------------------------------- the grid
@@ -58,11 +59,20 @@ def test_config_checks_and_normalises_its_settings():
     cfg = LLPConfig(batch_size=np.int64(8), k=4, epsilon=1, time_range=(np.int64(0), 64))
     assert type(cfg.batch_size) is int and cfg.epsilon == 1.0 and cfg.time_range == (0, 64)
     assert cfg.grid.num_batches == 8 and cfg.private and not LLPConfig(batch_size=8, k=4).private
-    for bad, match in [({"batch_size": 0}, "batch_size"), ({"k": 0}, "k must"), ({"epsilon": 0.0}, "epsilon"),
-                       ({"time_range": (0, 4)}, "longer than the time range"), ({"num_classes": 0}, "num_classes"),
-                       ({"seed": -1}, "seed"), ({"noise_seed": -2}, "noise_seed"), ({"n_starts": 0}, "n_starts"),
-                       ({"floor": 0.0}, "floor"), ({"own_proportions": "noisy"}, "own_proportions"),
-                       ({"estimator": "other"}, "estimator"), ({"search_max_iter": -1}, "search_max_iter")]:
+    for bad, match in [
+        ({"batch_size": 0}, "batch_size"),
+        ({"k": 0}, "k must"),
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"time_range": (0, 4)}, "longer than the time range"),
+        ({"num_classes": 0}, "num_classes"),
+        ({"seed": -1}, "seed"),
+        ({"noise_seed": -2}, "noise_seed"),
+        ({"n_starts": 0}, "n_starts"),
+        ({"floor": 0.0}, "floor"),
+        ({"own_proportions": "noisy"}, "own_proportions"),
+        ({"estimator": "other"}, "estimator"),
+        ({"search_max_iter": -1}, "search_max_iter"),
+    ]:
         with pytest.raises(ValueError, match=match):
             LLPConfig(**{"batch_size": 8, "k": 4, **bad})
     with pytest.warns(DeprecationWarning, match="'clipped'"):
@@ -102,8 +112,9 @@ def test_resolve_takes_the_label_set_from_the_nodes_and_never_derives_a_private_
 # --------------------------------------------------------------------------- one node
 def test_node_release_then_train_is_the_protocol_step_by_step():
     data = _node(0)
-    cfg = LLPConfig(batch_size=16, k=4, epsilon=0.5, time_range=(0, 320), num_classes=3, n_starts=4,
-                    noise_seed=5, seed=2)
+    cfg = LLPConfig(
+        batch_size=16, k=4, epsilon=0.5, time_range=(0, 320), num_classes=3, n_starts=4, noise_seed=5, seed=2
+    )
     node = LLPNode(1, data, cfg)
     with pytest.raises(RuntimeError, match="release"):
         node.train([])
@@ -153,7 +164,10 @@ def test_simulate_network_accepts_a_config_or_keywords_alike():
     cfg = LLPConfig(batch_size=16, k=4, n_starts=4, time_range=(0, 320))
     a = simulate_network(nodes, [[1], [0]], cfg)
     b = simulate_network(nodes, [[1], [0]], batch_size=16, k=4, n_starts=4, time_range=(0, 320))
-    assert all(torch.equal(x.cluster_labels, y.cluster_labels)
-               for ma, mb in zip(a.models, b.models, strict=True) for x, y in zip(ma, mb, strict=True))
+    assert all(
+        torch.equal(x.cluster_labels, y.cluster_labels)
+        for ma, mb in zip(a.models, b.models, strict=True)
+        for x, y in zip(ma, mb, strict=True)
+    )
     with pytest.raises(TypeError, match="either config"):
         simulate_network(nodes, [[1], [0]], cfg, k=5)

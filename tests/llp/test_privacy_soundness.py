@@ -57,8 +57,16 @@ def _records(late_window: bool = True):
 
 
 def _nodes(node, feats, labels, times):
-    return [SimpleNamespace(detector=(300 + i, 1), features=feats[node == i], labels=labels[node == i],
-                            time=times[node == i], num_classes=3) for i in range(3)]
+    return [
+        SimpleNamespace(
+            detector=(300 + i, 1),
+            features=feats[node == i],
+            labels=labels[node == i],
+            time=times[node == i],
+            num_classes=3,
+        )
+        for i in range(3)
+    ]
 
 
 # -- finding 3: the noise is not a function of a public seed ------------------------------
@@ -71,8 +79,10 @@ def test_default_seed_no_longer_recovers_the_counts():
     eps = 0.1
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        runs = [simulate_network(nodes, NEIGHBOURS, epsilon=eps, time_range=TIME_RANGE,
-                                 estimator="unbiased", **FAST) for _ in range(2)]  # seed=0 default
+        runs = [
+            simulate_network(nodes, NEIGHBOURS, epsilon=eps, time_range=TIME_RANGE, estimator="unbiased", **FAST)
+            for _ in range(2)
+        ]  # seed=0 default
     y0 = torch.as_tensor(nodes[0].labels)
     ids0 = torch.as_tensor(time_batches(nodes[0].time, B))
     true = batch_label_counts(y0, ids0, 12, L)
@@ -121,8 +131,10 @@ def test_private_run_without_public_time_range_is_refused():
 
 def _release(time_range):
     def release(node, feats, labels, times):
-        return simulate_network(_nodes(node, feats, labels, times), NEIGHBOURS, epsilon=0.5,
-                                time_range=time_range, **FAST)
+        return simulate_network(
+            _nodes(node, feats, labels, times), NEIGHBOURS, epsilon=0.5, time_range=time_range, **FAST
+        )
+
     return release
 
 
@@ -169,8 +181,10 @@ def test_default_time_range_is_refused_identically_on_every_neighbour():
 def test_windows_outside_the_time_range_go_to_the_curator_log_only(caplog):
     records = _records()
     nodes = _nodes(*records)
-    small = [SimpleNamespace(**{**vars(n), "features": n.features[:20], "labels": n.labels[:20],
-                                "time": n.time[:20]}) for n in nodes]
+    small = [
+        SimpleNamespace(**{**vars(n), "features": n.features[:20], "labels": n.labels[:20], "time": n.time[:20]})
+        for n in nodes
+    ]
     with warnings.catch_warnings(), caplog.at_level(logging.DEBUG, logger="dp_proto.curator"):
         warnings.simplefilter("error")
         res = simulate_network(nodes, NEIGHBOURS, epsilon=0.5, time_range=TIME_RANGE, **FAST)
@@ -179,8 +193,9 @@ def test_windows_outside_the_time_range_go_to_the_curator_log_only(caplog):
     assert res.num_batches == 12 and all(p.proportions.shape == (12, L) for p in res.proportions)
     assert int(res.fits[2].cluster_counts.sum()) == 192  # the window at slot 192 was dropped
     messages = [r.getMessage() for r in caplog.records]
-    assert any("node 2 (detector (302, 1)): 1 training window(s) outside the public time_range [0, 192)"
-               in m for m in messages)
+    assert any(
+        "node 2 (detector (302, 1)): 1 training window(s) outside the public time_range [0, 192)" in m for m in messages
+    )
     assert any("fewer than batch_size=32" in m for m in messages)
     with pytest.raises(ValueError, match="fewer than batch_size=32"):
         simulate_network(small, NEIGHBOURS, time_range=(0, 192), **{**FAST, "batch_size": 32})

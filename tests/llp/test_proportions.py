@@ -91,8 +91,9 @@ def test_noise_scale_is_one_over_epsilon():
 def test_ledger_records_one_laplace_release_with_epsilon():
     ledger = PrivacyLedger()
     counts = torch.ones(10, 3, dtype=torch.float64)
-    private_label_proportions(counts, 0.1, batch_sizes=8, ledger=ledger, name="llp/test",
-                              generator=torch.Generator().manual_seed(0))
+    private_label_proportions(
+        counts, 0.1, batch_sizes=8, ledger=ledger, name="llp/test", generator=torch.Generator().manual_seed(0)
+    )
     (event,) = ledger.events
     assert event.kind == "discrete_laplace" and event.name == "llp/test"
     assert event.epsilon == pytest.approx(0.1) and event.grid_steps == 1 and event.sensitivity == 1.0
@@ -144,15 +145,15 @@ def test_private_proportions_reject_bad_input():
         private_label_proportions(torch.ones(3), 0.1)
 
 
-
 def test_counts_over_the_public_bound_go_to_the_curator_log_only(caplog):
     """Whether a batch exceeds its bound depends on single records: no warning, a curator log."""
     with warnings.catch_warnings(), caplog.at_level(logging.DEBUG, logger="dp_proto.curator"):
         warnings.simplefilter("error")
         rel = private_label_proportions(torch.full((2, 2), 10.0), 1.0, batch_sizes=4, name="llp/over")
     assert float(rel.noisy_counts.max()) <= 4
-    assert any("llp/over: 2 batch(es) hold more records than their public bound" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "llp/over: 2 batch(es) hold more records than their public bound" in r.getMessage() for r in caplog.records
+    )
 
 
 def test_proportion_bounds_formula():
@@ -164,14 +165,14 @@ def test_proportion_bounds_formula():
 def test_unbiased_estimator_is_unbiased_and_costs_the_same():
     counts = torch.tensor([[0.0, 2.0, 30.0], [10.0, 10.0, 12.0]], dtype=torch.float64).repeat(2000, 1)
     ledger = PrivacyLedger()
-    rel = private_label_proportions(counts, 0.1, batch_sizes=32, estimator="unbiased", ledger=ledger,
-                                    generator=torch.Generator().manual_seed(0))
+    rel = private_label_proportions(
+        counts, 0.1, batch_sizes=32, estimator="unbiased", ledger=ledger, generator=torch.Generator().manual_seed(0)
+    )
     mean = rel.proportions.reshape(2000, 2, 3).mean(0)
     # sd of one entry 10 * sqrt(2) / 32 = 0.44, of the mean over 2000 about 0.01
     assert torch.allclose(mean, counts[:2] / 32, atol=0.04)
     assert float(rel.proportions.min()) < 0  # not clipped
-    clipped = private_label_proportions(counts, 0.1, batch_sizes=32,
-                                        generator=torch.Generator().manual_seed(0))
+    clipped = private_label_proportions(counts, 0.1, batch_sizes=32, generator=torch.Generator().manual_seed(0))
     assert float(clipped.proportions.reshape(2000, 2, 3).mean(0)[0, 0]) > 0.1  # pulled to uniform
     (event,) = ledger.events  # the same release as the clipping estimator's: discrete Laplace, epsilon 0.1
     assert event.kind == "discrete_laplace" and event.epsilon == pytest.approx(0.1) and event.grid_steps == 1

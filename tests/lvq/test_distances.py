@@ -49,8 +49,7 @@ def test_distances_match_naive_formulas(shape):
 @given(shapes)
 def test_distances_are_nonnegative_and_zero_at_the_prototype(shape):
     x, w, omega, omegas = _data(*shape)
-    for dist in (squared_euclidean_distance(x, w), omega_distance(x, w, omega),
-                 lomega_distance(x, w, omegas)):
+    for dist in (squared_euclidean_distance(x, w), omega_distance(x, w, omega), lomega_distance(x, w, omegas)):
         assert (dist >= 0).all()
     on_top = squared_euclidean_distance(w, w).diagonal()
     torch.testing.assert_close(on_top, torch.zeros_like(on_top), atol=1e-9, rtol=0)

@@ -32,9 +32,15 @@ def _split(loader, seed=0):
 @pytest.mark.parametrize(
     "cls, loader, floor",
     [
-        (GLVQ, load_iris, 0.8), (GMLVQ, load_iris, 0.9), (LGMLVQ, load_iris, 0.85),
-        (GLVQ, load_wine, 0.9), (GMLVQ, load_wine, 0.9), (LGMLVQ, load_wine, 0.85),
-        (GLVQ, load_digits, 0.88), (GMLVQ, load_digits, 0.92), (LGMLVQ, load_digits, 0.9),
+        (GLVQ, load_iris, 0.8),
+        (GMLVQ, load_iris, 0.9),
+        (LGMLVQ, load_iris, 0.85),
+        (GLVQ, load_wine, 0.9),
+        (GMLVQ, load_wine, 0.9),
+        (LGMLVQ, load_wine, 0.85),
+        (GLVQ, load_digits, 0.88),
+        (GMLVQ, load_digits, 0.92),
+        (LGMLVQ, load_digits, 0.9),
     ],
 )
 def test_accuracy_floor_on_bundled_data(cls, loader, floor):
@@ -128,9 +134,14 @@ class TestBadInput:
 
     @pytest.mark.parametrize(
         "params, message",
-        [({"solver": "newton"}, "solver"), ({"max_iter": 0}, "max_iter"), ({"lr": -1.0}, "lr"),
-         ({"dtype": "float16"}, "dtype"), ({"prototypes_per_class": 0}, "at least one prototype"),
-         ({"transfer_fn": "tanh"}, "transfer")],
+        [
+            ({"solver": "newton"}, "solver"),
+            ({"max_iter": 0}, "max_iter"),
+            ({"lr": -1.0}, "lr"),
+            ({"dtype": "float16"}, "dtype"),
+            ({"prototypes_per_class": 0}, "at least one prototype"),
+            ({"transfer_fn": "tanh"}, "transfer"),
+        ],
     )
     def test_bad_parameters(self, params, message):
         with pytest.raises(ValueError, match=message):

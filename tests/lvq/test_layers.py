@@ -42,8 +42,7 @@ def test_relevance_matrices_are_psd_and_normalised():
         layer.omega.mul_(5.0)
     layer.normalize_()
     torch.testing.assert_close(torch.trace(layer.relevance_matrix), torch.tensor(1.0, dtype=torch.float64))
-    local = LGMLVQLayer(5, 3, rank=2, omega_init="random", normalize=True, generator=g,
-                        dtype=torch.float64)
+    local = LGMLVQLayer(5, 3, rank=2, omega_init="random", normalize=True, generator=g, dtype=torch.float64)
     lams = local.relevance_matrices
     assert torch.linalg.eigvalsh(lams).min() > -1e-12
     torch.testing.assert_close(lams.diagonal(dim1=1, dim2=2).sum(1), torch.ones(3, dtype=torch.float64))
@@ -95,8 +94,12 @@ def test_bad_layer_arguments():
 def test_gmlvq_head_on_a_cnn_trains_on_mnist_shaped_input():
     torch.manual_seed(0)
     cnn = nn.Sequential(
-        nn.Conv2d(1, 8, 3, stride=2), nn.ReLU(), nn.Conv2d(8, 16, 3, stride=2), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(2), nn.Flatten(),
+        nn.Conv2d(1, 8, 3, stride=2),
+        nn.ReLU(),
+        nn.Conv2d(8, 16, 3, stride=2),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(2),
+        nn.Flatten(),
     )
     model = PrototypeModel(GMLVQLayer(64, 4, rank=8), [0, 1, 2, 3], backbone=cnn)
     # Four synthetic "digits": a bright quadrant per class, plus noise.
@@ -104,7 +107,7 @@ def test_gmlvq_head_on_a_cnn_trains_on_mnist_shaped_input():
     x = 0.3 * torch.randn(64, 1, 28, 28)
     for k in range(4):
         r, c = divmod(k, 2)
-        x[y == k, :, 14 * r:14 * r + 14, 14 * c:14 * c + 14] += 1.0
+        x[y == k, :, 14 * r : 14 * r + 14, 14 * c : 14 * c + 14] += 1.0
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     for _ in range(60):
         opt.zero_grad()

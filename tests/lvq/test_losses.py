@@ -118,8 +118,9 @@ def test_autograd_matches_closed_form(kind, batch, d, per_class, seed):
         layer = GLVQLayer(d, W, prototypes=protos, dtype=torch.float64)
     elif kind == "gmlvq":
         omega = torch.randn(max(d - 1, 1), d, generator=g, dtype=torch.float64)
-        layer = GMLVQLayer(d, W, rank=omega.shape[0], prototypes=protos, omega_init=omega,
-                           normalize=False, dtype=torch.float64)
+        layer = GMLVQLayer(
+            d, W, rank=omega.shape[0], prototypes=protos, omega_init=omega, normalize=False, dtype=torch.float64
+        )
     else:
         omegas = torch.randn(W, d, d, generator=g, dtype=torch.float64)
         layer = LGMLVQLayer(d, W, prototypes=protos, omega_init=omegas, dtype=torch.float64)
@@ -132,8 +133,13 @@ def test_autograd_matches_closed_form(kind, batch, d, per_class, seed):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(1, 8), st.integers(1, 3), st.sampled_from(["identity", "sigmoid"]),
-       st.floats(0.5, 10.0), st.integers(0, 2**31 - 1))
+@given(
+    st.integers(1, 8),
+    st.integers(1, 3),
+    st.sampled_from(["identity", "sigmoid"]),
+    st.floats(0.5, 10.0),
+    st.integers(0, 2**31 - 1),
+)
 def test_closed_form_cost_gradient_matches_autograd(batch, per_class, transfer_fn, beta, seed):
     g = torch.Generator().manual_seed(seed)
     labels = torch.arange(3).repeat_interleave(per_class)

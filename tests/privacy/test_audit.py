@@ -116,8 +116,9 @@ def test_explicit_thresholds_and_summary():
     assert result.epsilon_estimate == pytest.approx(1.0, abs=0.15)
 
 
-@pytest.mark.parametrize("kwargs", [{"n_trials": 10}, {"confidence": 1.0}, {"delta": 1.0}, {"batch": 0},
-                                    {"thresholds": []}])
+@pytest.mark.parametrize(
+    "kwargs", [{"n_trials": 10}, {"confidence": 1.0}, {"delta": 1.0}, {"batch": 0}, {"thresholds": []}]
+)
 def test_rejects_bad_arguments(kwargs):
     setup = laplace_audit_setup(1.0)
     kwargs = {"n_trials": 100, "batch": 100, **kwargs}

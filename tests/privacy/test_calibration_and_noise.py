@@ -28,8 +28,12 @@ ALPHA = 1e-4
 
 @pytest.mark.parametrize(
     "epsilon, sensitivity, analytic, classic",
-    [(1.0, 1.0, 3.731, 4.845), (1.0, math.sqrt(30), 20.434, 26.536), (2.0, math.sqrt(30), 10.921, 13.268),
-     (5.0, math.sqrt(30), 4.885, 5.307)],
+    [
+        (1.0, 1.0, 3.731, 4.845),
+        (1.0, math.sqrt(30), 20.434, 26.536),
+        (2.0, math.sqrt(30), 10.921, 13.268),
+        (5.0, math.sqrt(30), 4.885, 5.307),
+    ],
 )
 def test_gaussian_check_values(epsilon, sensitivity, analytic, classic):
     assert analytic_gaussian_sigma(epsilon, 1e-5, sensitivity) == pytest.approx(analytic, abs=1e-3)

@@ -39,8 +39,19 @@ def test_fused_dp_sgd_on_cuda(layer_kind, gen_device):
     layer = (GLVQLayer(8, 2) if layer_kind == "glvq" else GMLVQLayer(8, 2, omega_init="identity")).cuda()
     model = PrototypeModel(layer, [0, 1])
     ledger = PrivacyLedger()
-    result = fit_dp_sgd(model, x, y, ledger=ledger, noise_multiplier=1.0, sampling_rate=0.05,
-                        max_grad_norm=1.0, steps=60, expected_batch_size=0.05 * len(y), lr=0.5, engine="fused",
-                        generator=torch.Generator(device=gen_device).manual_seed(1))
+    result = fit_dp_sgd(
+        model,
+        x,
+        y,
+        ledger=ledger,
+        noise_multiplier=1.0,
+        sampling_rate=0.05,
+        max_grad_norm=1.0,
+        steps=60,
+        expected_batch_size=0.05 * len(y),
+        lr=0.5,
+        engine="fused",
+        generator=torch.Generator(device=gen_device).manual_seed(1),
+    )
     assert result.steps == 60 and layer.prototypes.device.type == "cuda"
     assert (model.predict(x) == y).float().mean().item() > 0.8

@@ -29,12 +29,13 @@ def _chi_square_pvalue(draws: np.ndarray, sigma: float) -> float:
     (at least 2) and one per tail."""
     kmax = max(2, int(3 * sigma))
     support = np.arange(-int(40 * sigma) - 40, int(40 * sigma) + 41)
-    weights = np.exp(-support.astype(np.float64) ** 2 / (2 * sigma**2))
+    weights = np.exp(-(support.astype(np.float64) ** 2) / (2 * sigma**2))
     pmf = weights / weights.sum()
     inner = np.abs(support) <= kmax
     probs = np.concatenate([[pmf[support < -kmax].sum()], pmf[inner], [pmf[support > kmax].sum()]])
-    observed = np.concatenate([[np.sum(draws < -kmax)], [np.sum(draws == k) for k in support[inner]],
-                               [np.sum(draws > kmax)]])
+    observed = np.concatenate(
+        [[np.sum(draws < -kmax)], [np.sum(draws == k) for k in support[inner]], [np.sum(draws > kmax)]]
+    )
     return stats.chisquare(observed, probs * draws.size).pvalue
 
 

@@ -27,11 +27,19 @@ def test_an_epoch_is_what_the_poisson_loader_yields():
     assert (plan.steps_per_epoch, plan.steps, plan.init_epsilon) == (3, 6, pytest.approx(0.2))
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"epsilon": 0.0}, "epsilon"), ({"delta": 1.0}, "delta"), ({"sampling_rate": 0.0}, "sampling_rate"),
-    ({"sampling_rate": 1.5}, "sampling_rate"), ({"epochs": 0}, "epochs"), ({"epochs": float("inf")}, "epochs"),
-    ({"init_fraction": 1.0}, "init_fraction"), ({"calibration": "abadi"}, "calibration"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"delta": 1.0}, "delta"),
+        ({"sampling_rate": 0.0}, "sampling_rate"),
+        ({"sampling_rate": 1.5}, "sampling_rate"),
+        ({"epochs": 0}, "epochs"),
+        ({"epochs": float("inf")}, "epochs"),
+        ({"init_fraction": 1.0}, "init_fraction"),
+        ({"calibration": "abadi"}, "calibration"),
+    ],
+)
 def test_bad_settings_raise(kwargs, match):
     settings = {"epsilon": 1.0, "delta": 1e-5, "sampling_rate": 0.1, "epochs": 5, **kwargs}
     with pytest.raises(ValueError, match=match):
@@ -76,8 +84,7 @@ def test_budgeted_epochs_spend_each_epoch_before_it_runs_and_stop_cleanly():
 
 def test_the_estimator_runs_the_plan():
     X, y = load_iris(return_X_y=True)
-    est = DPGLVQ(epsilon=3.0, delta=1e-5, sampling_rate=0.3, epochs=2, bounds=(0, 8), classes=[0, 1, 2],
-                 noise_seed=0)
+    est = DPGLVQ(epsilon=3.0, delta=1e-5, sampling_rate=0.3, epochs=2, bounds=(0, 8), classes=[0, 1, 2], noise_seed=0)
     with pytest.warns(Warning):  # noise_seed: the explicit opt-in to reproducible noise
         est.fit(X, y)
     plan = est.dp_sgd_plan()

@@ -140,9 +140,13 @@ def test_summary_and_attach_travel_with_the_model():
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [({"kind": "poisson"}, "unknown event kind"), ({"kind": "laplace"}, "noise_multiplier"),
-     ({"kind": "pure"}, "epsilon"), ({"kind": "subsampled_gaussian", "noise_multiplier": 1.0}, "sampling_rate"),
-     ({"kind": "gaussian", "noise_multiplier": 1.0, "count": 0}, "count")],
+    [
+        ({"kind": "poisson"}, "unknown event kind"),
+        ({"kind": "laplace"}, "noise_multiplier"),
+        ({"kind": "pure"}, "epsilon"),
+        ({"kind": "subsampled_gaussian", "noise_multiplier": 1.0}, "sampling_rate"),
+        ({"kind": "gaussian", "noise_multiplier": 1.0, "count": 0}, "count"),
+    ],
 )
 def test_bad_events(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -151,10 +155,15 @@ def test_bad_events(kwargs, message):
 
 @pytest.mark.parametrize(
     "build, message",
-    [(lambda: LaplaceEvent(0.0), "noise_multiplier"), (lambda: GaussianEvent(math.nan), "noise_multiplier"),
-     (lambda: SubsampledGaussianEvent(1.0, 1.5), "sampling_rate"), (lambda: PureEvent(-1.0), "epsilon"),
-     (lambda: ApproxEvent(1.0, 0.0), "delta"), (lambda: DiscreteLaplaceEvent(1.0, grid_steps=0), "grid_steps"),
-     (lambda: GaussianEvent(1.0, count=True), "count")],
+    [
+        (lambda: LaplaceEvent(0.0), "noise_multiplier"),
+        (lambda: GaussianEvent(math.nan), "noise_multiplier"),
+        (lambda: SubsampledGaussianEvent(1.0, 1.5), "sampling_rate"),
+        (lambda: PureEvent(-1.0), "epsilon"),
+        (lambda: ApproxEvent(1.0, 0.0), "delta"),
+        (lambda: DiscreteLaplaceEvent(1.0, grid_steps=0), "grid_steps"),
+        (lambda: GaussianEvent(1.0, count=True), "count"),
+    ],
 )
 def test_typed_events_check_their_parameters(build, message):
     with pytest.raises(ValueError, match=message):
@@ -162,9 +171,16 @@ def test_typed_events_check_their_parameters(build, message):
 
 
 def test_typed_events_are_immutable_values_that_round_trip():
-    events = [LaplaceEvent(2.0, name="a", sensitivity=1.0), DiscreteLaplaceEvent(0.5, grid_steps=3, count=2),
-              GaussianEvent(1.5), DiscreteGaussianEvent(4.0), PureEvent(0.3), ApproxEvent(1.0, 1e-6),
-              SubsampledGaussianEvent(1.1, 0.01, count=7), NonPrivateEvent(name="debug")]
+    events = [
+        LaplaceEvent(2.0, name="a", sensitivity=1.0),
+        DiscreteLaplaceEvent(0.5, grid_steps=3, count=2),
+        GaussianEvent(1.5),
+        DiscreteGaussianEvent(4.0),
+        PureEvent(0.3),
+        ApproxEvent(1.0, 1e-6),
+        SubsampledGaussianEvent(1.1, 0.01, count=7),
+        NonPrivateEvent(name="debug"),
+    ]
     for event in events:
         assert PrivacyEvent.from_dict(event.to_dict()) == event
         assert hash(event.with_count(event.count)) == hash(event)
@@ -179,14 +195,43 @@ def test_the_old_event_constructor_still_works_with_a_warning():
         event = PrivacyEvent("laplace", noise_multiplier=2.0, name="counts")
     assert event == LaplaceEvent(2.0, name="counts")
     # a ledger saved before typed events: one class, every field, a meta dict
-    old = {"version": 1, "budget": None, "accountant": "pld", "default_delta": 1e-5, "events": [
-        {"kind": "discrete_laplace", "noise_multiplier": None, "epsilon": 0.5, "sampling_rate": None, "count": 2,
-         "name": "counts", "sensitivity": 1.0, "delta": None, "grid_steps": 1, "meta": {}},
-        {"kind": "subsampled_gaussian", "noise_multiplier": 1.1, "epsilon": None, "sampling_rate": 0.01,
-         "count": 100, "name": "dp_sgd", "sensitivity": None, "delta": None, "grid_steps": None, "meta": {}}]}
+    old = {
+        "version": 1,
+        "budget": None,
+        "accountant": "pld",
+        "default_delta": 1e-5,
+        "events": [
+            {
+                "kind": "discrete_laplace",
+                "noise_multiplier": None,
+                "epsilon": 0.5,
+                "sampling_rate": None,
+                "count": 2,
+                "name": "counts",
+                "sensitivity": 1.0,
+                "delta": None,
+                "grid_steps": 1,
+                "meta": {},
+            },
+            {
+                "kind": "subsampled_gaussian",
+                "noise_multiplier": 1.1,
+                "epsilon": None,
+                "sampling_rate": 0.01,
+                "count": 100,
+                "name": "dp_sgd",
+                "sensitivity": None,
+                "delta": None,
+                "grid_steps": None,
+                "meta": {},
+            },
+        ],
+    }
     ledger = PrivacyLedger.from_state_dict(old)
-    assert ledger.events == (DiscreteLaplaceEvent(0.5, count=2, name="counts", sensitivity=1.0),
-                             SubsampledGaussianEvent(1.1, 0.01, count=100, name="dp_sgd"))
+    assert ledger.events == (
+        DiscreteLaplaceEvent(0.5, count=2, name="counts", sensitivity=1.0),
+        SubsampledGaussianEvent(1.1, 0.01, count=100, name="dp_sgd"),
+    )
     with pytest.raises(ValueError, match="no field"):  # a value where the mechanism has no parameter
         PrivacyEvent.from_dict({"kind": "pure", "epsilon": 1.0, "sampling_rate": 0.1})
 
@@ -225,7 +270,8 @@ def test_releases_beyond_the_pld_range_compose_by_basic_composition():
     approx.spend(ApproxEvent(epsilon=800.0, delta=1e-6))
     approx.spend(GaussianEvent(noise_multiplier=2.0))
     assert approx.get_epsilon(1e-5) == pytest.approx(
-        800.0 + PrivacyLedger.epsilon_of([GaussianEvent(noise_multiplier=2.0)], 9e-6))
+        800.0 + PrivacyLedger.epsilon_of([GaussianEvent(noise_multiplier=2.0)], 9e-6)
+    )
     assert approx.get_epsilon(1e-6) == math.inf  # no delta left for the Gaussian release
     with pytest.raises(ValueError, match="basic composition"):
         PureEvent(epsilon=800.0).to_pld()
@@ -239,7 +285,10 @@ def test_the_ledger_composes_events_without_looking_at_their_kind():
 
     from dp_proto.privacy import ledger as ledger_module
 
-    uses = [node.lineno for node in ast.walk(ast.parse(inspect.getsource(ledger_module)))
-            if isinstance(node, ast.Compare) and any(isinstance(side, ast.Attribute) and side.attr == "kind"
-                                                     for side in (node.left, *node.comparators))]
+    uses = [
+        node.lineno
+        for node in ast.walk(ast.parse(inspect.getsource(ledger_module)))
+        if isinstance(node, ast.Compare)
+        and any(isinstance(side, ast.Attribute) and side.attr == "kind" for side in (node.left, *node.comparators))
+    ]
     assert uses == []

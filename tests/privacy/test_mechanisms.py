@@ -27,8 +27,7 @@ ALPHA = 1e-4
 def test_laplace_mechanism_noise_scale_and_event():
     ledger = PrivacyLedger()
     value = torch.zeros(40_000, dtype=torch.float64)
-    out = laplace_mechanism(value, 3.0, 1.5, ledger=ledger, generator=torch.Generator().manual_seed(0),
-                            name="vec")
+    out = laplace_mechanism(value, 3.0, 1.5, ledger=ledger, generator=torch.Generator().manual_seed(0), name="vec")
     assert stats.kstest(out.numpy(), stats.laplace(scale=2.0).cdf).pvalue > ALPHA
     (event,) = ledger.events
     assert event.kind == "pure" and event.epsilon == 1.5 and event.sensitivity == 3.0
@@ -47,8 +46,9 @@ def test_histogram_is_single_coordinate_laplace():
     assert event.sensitivity == 1.0 and not hasattr(event, "noise_multiplier")
     assert ledger.get_epsilon(0.0) == pytest.approx(2.0)
     # many repetitions: mean of the noisy histogram is the true histogram
-    reps = torch.stack([noisy_histogram(labels, 4, 2.0, generator=torch.Generator().manual_seed(s))
-                        for s in range(2000)])
+    reps = torch.stack(
+        [noisy_histogram(labels, 4, 2.0, generator=torch.Generator().manual_seed(s)) for s in range(2000)]
+    )
     np.testing.assert_allclose(reps.mean(0).numpy(), [1, 2, 3, 0], atol=0.06)
     # and the 8000 noise values follow P(k) ~ exp(-2 |k|): chi-square, false failure probability
     # ALPHA; epsilon 2 / 1.5 is rejected
@@ -67,7 +67,7 @@ def test_laplace_mechanism_default_grid_is_float_safe(single_coordinate):
     (0.1 % more). With n = 2^16 draws the sample std has a relative sd of sqrt(5 / n) / 2 =
     0.44 % (Laplace kurtosis 6), so the 5 % tolerance is > 11 sd: false failure probability
     below 1e-25 (normal approximation)."""
-    n, delta, eps = 2 ** 16, 2.0, 0.8
+    n, delta, eps = 2**16, 2.0, 0.8
     k = 1 if single_coordinate else n
     grid = delta / (1024 * k)  # 2^-9 or 2^-25: a power of two, so the arithmetic below is exact
     gen = torch.Generator().manual_seed(5)
@@ -76,8 +76,9 @@ def test_laplace_mechanism_default_grid_is_float_safe(single_coordinate):
     value = (m + 0.25 + 0.5 * up) * grid  # 1/4 step above m or below m + 1: rounds to the nearest
     m = m + up  # the rounded value in grid steps
     ledger = PrivacyLedger()
-    out = laplace_mechanism(value, delta, eps, ledger=ledger, generator=gen, name="auto",
-                            single_coordinate=single_coordinate)
+    out = laplace_mechanism(
+        value, delta, eps, ledger=ledger, generator=gen, name="auto", single_coordinate=single_coordinate
+    )
     assert out.dtype == torch.float64 and out.shape == value.shape
     steps = out / grid - m  # the noise in grid steps
     assert torch.equal(steps, steps.round())  # on the grid
@@ -99,8 +100,9 @@ def test_laplace_mechanism_default_grid_is_float_safe(single_coordinate):
     assert int((sharp / grid != m).sum()) <= 80
     # grid=None: the textbook continuous Laplace, off any grid, value not rounded
     ledger = PrivacyLedger()
-    cont = laplace_mechanism(value, delta, eps, ledger=ledger, generator=gen, grid=None,
-                             single_coordinate=single_coordinate)
+    cont = laplace_mechanism(
+        value, delta, eps, ledger=ledger, generator=gen, grid=None, single_coordinate=single_coordinate
+    )
     (event,) = ledger.events
     if single_coordinate:
         assert event.kind == "laplace" and event.noise_multiplier == pytest.approx(1 / eps)
@@ -117,8 +119,14 @@ def test_discrete_counts_are_not_over_noised():
     """Counts already lie on the unit grid: discrete Laplace with scale 1/epsilon, whose
     variance is 2 e^{-1/b} / (1 - e^{-1/b})^2 for b = 1/epsilon."""
     eps = 1.0
-    out = torch.stack([noisy_histogram(torch.zeros(0, dtype=torch.long), 1, eps, discrete=True,
-                                       generator=torch.Generator().manual_seed(s)) for s in range(4000)])
+    out = torch.stack(
+        [
+            noisy_histogram(
+                torch.zeros(0, dtype=torch.long), 1, eps, discrete=True, generator=torch.Generator().manual_seed(s)
+            )
+            for s in range(4000)
+        ]
+    )
     q = math.exp(-eps)
     assert out.var().item() == pytest.approx(2 * q / (1 - q) ** 2, rel=0.1)
     with pytest.raises(ValueError, match="off the grid"):
@@ -135,7 +143,9 @@ def test_numpy_and_tensor_scalars_are_accepted():
 def test_discrete_histogram_outputs_integers():
     out = noisy_histogram(torch.tensor([0, 1, 1]), 3, 1.0, discrete=True, generator=torch.Generator().manual_seed(0))
     assert torch.equal(out, out.round())
-    snapped = laplace_mechanism(torch.tensor([0.26, 1.0]), 1.0, 1.0, grid=0.5, generator=torch.Generator().manual_seed(0))
+    snapped = laplace_mechanism(
+        torch.tensor([0.26, 1.0]), 1.0, 1.0, grid=0.5, generator=torch.Generator().manual_seed(0)
+    )
     assert torch.equal(snapped * 2, (snapped * 2).round())
 
 
@@ -148,8 +158,9 @@ def test_noisy_count():
     assert abs(np.mean(values) - 100) < 0.1
     q = math.exp(-1.0)
     assert np.var(values) == pytest.approx(2 * q / (1 - q) ** 2, rel=0.1)
-    cont = np.array([noisy_count(100, 1.0, discrete=False, generator=torch.Generator().manual_seed(s))
-                     for s in range(3000)])
+    cont = np.array(
+        [noisy_count(100, 1.0, discrete=False, generator=torch.Generator().manual_seed(s)) for s in range(3000)]
+    )
     assert not np.any(cont == np.round(cont))  # continuous: never an integer
     assert abs(np.mean(cont) - 100) < 0.1
     assert np.var(cont) == pytest.approx(2.0, rel=0.1)  # Var Lap(1) = 2
@@ -165,15 +176,17 @@ def test_noisy_count():
 def test_continuous_gaussian_mechanism_sigma_and_event():
     """grid=None: the analytic Gaussian mechanism, accounted by its exact PLD."""
     ledger = PrivacyLedger()
-    out = gaussian_mechanism(torch.zeros(40_000), 2.0, 1.0, 1e-5, ledger=ledger, grid=None,
-                             generator=torch.Generator().manual_seed(1))
+    out = gaussian_mechanism(
+        torch.zeros(40_000), 2.0, 1.0, 1e-5, ledger=ledger, grid=None, generator=torch.Generator().manual_seed(1)
+    )
     sigma = 3.7306316 * 2.0
     assert stats.kstest(out.double().numpy(), stats.norm(scale=sigma).cdf).pvalue > ALPHA
     (event,) = ledger.events
     assert event.kind == "gaussian" and event.noise_multiplier == pytest.approx(3.7306316, rel=1e-5)
     assert ledger.get_epsilon(1e-5) == pytest.approx(1.0, rel=2e-3)  # the PLD agrees with the calibration
-    classic = gaussian_mechanism(torch.zeros(3), 1.0, 0.5, 1e-5, calibration="classic", grid=None,
-                                 ledger=PrivacyLedger())
+    classic = gaussian_mechanism(
+        torch.zeros(3), 1.0, 0.5, 1e-5, calibration="classic", grid=None, ledger=PrivacyLedger()
+    )
     assert classic.shape == (3,)
     with pytest.raises(ValueError, match="epsilon < 1"):
         gaussian_mechanism(torch.zeros(3), 1.0, 2.0, 1e-5, calibration="classic", grid=None)
@@ -192,12 +205,15 @@ def test_report_noisy_max_and_majority_vote():
     assert noisy_majority_vote(votes, 3, 1.0, ledger=ledger, generator=torch.Generator().manual_seed(0)) == 2
     assert ledger.events[0].kind == "pure" and ledger.get_epsilon(0.0) == 1.0
     # with tiny epsilon the winner is close to uniform among tied counts
-    wins = [report_noisy_max(torch.tensor([3.0, 3.0]), 1.0, generator=torch.Generator().manual_seed(s)).item()
-            for s in range(2000)]
+    wins = [
+        report_noisy_max(torch.tensor([3.0, 3.0]), 1.0, generator=torch.Generator().manual_seed(s)).item()
+        for s in range(2000)
+    ]
     assert 0.45 < np.mean(wins) < 0.55
     # integer noise ties often; ties go to a uniformly random index, not the first one
-    tied = [report_noisy_max(torch.zeros(3), 50.0, generator=torch.Generator().manual_seed(s)).item()
-            for s in range(1500)]
+    tied = [
+        report_noisy_max(torch.zeros(3), 50.0, generator=torch.Generator().manual_seed(s)).item() for s in range(1500)
+    ]
     assert np.allclose(np.bincount(tied, minlength=3) / 1500, 1 / 3, atol=0.05)
 
 

@@ -67,8 +67,17 @@ def test_finding1_batched_bins_equal_separate_fits():
     together = fit_glvq_bins(x, y, bins, 7, labels, epochs=4, batch_size=8, lr=0.05, bin_seeds=seeds)
     for b in range(7):
         mine = bins == b
-        alone = fit_glvq_bins(x[mine], y[mine], torch.zeros(int(mine.sum()), dtype=torch.long), 1, labels,
-                              epochs=4, batch_size=8, lr=0.05, bin_seeds=seeds[b:b + 1])
+        alone = fit_glvq_bins(
+            x[mine],
+            y[mine],
+            torch.zeros(int(mine.sum()), dtype=torch.long),
+            1,
+            labels,
+            epochs=4,
+            batch_size=8,
+            lr=0.05,
+            bin_seeds=seeds[b : b + 1],
+        )
         torch.testing.assert_close(together[b], alone[0], rtol=0, atol=1e-12)
 
 
@@ -80,8 +89,9 @@ def test_finding1_saa_passes_the_neighbour_check_with_adversarial_removals():
 
     def release(x, y):
         ledger = PrivacyLedger()
-        result = subsample_and_aggregate(x, y, 3, num_bins=6, epsilon=1.0, delta=1e-5, ledger=ledger,
-                                         epochs=3, batch_size=4)
+        result = subsample_and_aggregate(
+            x, y, 3, num_bins=6, epsilon=1.0, delta=1e-5, ledger=ledger, epochs=3, batch_size=4
+        )
         return result.prototypes, result.prototype_labels, result.noise_std, ledger
 
     removals = adversarial_removals(x, y) + [0, 55]
@@ -104,11 +114,11 @@ def test_finding2_coa_estimator_passes_the_neighbour_check():
     X, y = _iris(12)
 
     def release(X, y):
-        return SubsampleAggregateGLVQ(num_bins=4, aggregation="centre_of_attention", epsilon=2.0,
-                                      bounds=(0, 8), classes=[0, 1, 2], epochs=2).fit(X, y)
+        return SubsampleAggregateGLVQ(
+            num_bins=4, aggregation="centre_of_attention", epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], epochs=2
+        ).fit(X, y)
 
-    report = neighbour_check(release, (X, y), adversarial_removals(X, y) + [3],
-                             curator_only=("curator_",)).assert_ok()
+    report = neighbour_check(release, (X, y), adversarial_removals(X, y) + [3], curator_only=("curator_",)).assert_ok()
     assert report.releases == ["coa"]
     assert not hasattr(release(X, y), "noise_std_")
 
@@ -117,11 +127,9 @@ def test_saa_estimator_passes_the_neighbour_check():
     X, y = _iris(12)
 
     def release(X, y):
-        return SubsampleAggregateGLVQ(num_bins=5, epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2],
-                                      epochs=2).fit(X, y)
+        return SubsampleAggregateGLVQ(num_bins=5, epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], epochs=2).fit(X, y)
 
-    neighbour_check(release, (X, y), adversarial_removals(X, y) + [5],
-                    curator_only=("curator_",)).assert_ok()
+    neighbour_check(release, (X, y), adversarial_removals(X, y) + [5], curator_only=("curator_",)).assert_ok()
 
 
 # -- finding 3: fresh entropy by default, reproduction only on request --------------------
@@ -135,12 +143,18 @@ def test_finding3_default_noise_is_fresh_even_after_seeding_torch():
 
 def test_finding3_estimators_with_the_same_random_state_draw_different_noise():
     X, y = _iris()
-    fits = [DPGLVQ(epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], sampling_rate=0.2, epochs=2,
-                   random_state=0).fit(X, y) for _ in range(2)]
+    fits = [
+        DPGLVQ(epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], sampling_rate=0.2, epochs=2, random_state=0).fit(X, y)
+        for _ in range(2)
+    ]
     assert not np.array_equal(fits[0].prototypes_, fits[1].prototypes_)
     assert fits[0].privacy_["noise"] == "fresh"
-    saa = [SubsampleAggregateGLVQ(num_bins=3, epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], epochs=1,
-                                  random_state=0).fit(X, y) for _ in range(2)]
+    saa = [
+        SubsampleAggregateGLVQ(num_bins=3, epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], epochs=1, random_state=0).fit(
+            X, y
+        )
+        for _ in range(2)
+    ]
     assert not np.array_equal(saa[0].prototypes_, saa[1].prototypes_)
 
 
@@ -149,8 +163,11 @@ def test_finding3_noise_seed_reproduces_warns_and_is_recorded():
     fits = []
     for _ in range(2):
         with pytest.warns(PrivacyLeakWarning, match="noise_seed"):
-            fits.append(DPGMLVQ(epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], sampling_rate=0.2, epochs=2,
-                                noise_seed=7).fit(X, y))
+            fits.append(
+                DPGMLVQ(epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], sampling_rate=0.2, epochs=2, noise_seed=7).fit(
+                    X, y
+                )
+            )
     np.testing.assert_array_equal(fits[0].prototypes_, fits[1].prototypes_)
     assert fits[0].privacy_["noise"] == "reproducible"
     assert "REPRODUCIBLE" in str(fits[0].ledger_)
@@ -159,8 +176,7 @@ def test_finding3_noise_seed_reproduces_warns_and_is_recorded():
 def test_finding3_a_callers_generator_warns_and_marks_the_ledger():
     ledger = PrivacyLedger()
     with pytest.warns(PrivacyLeakWarning, match="caller's torch.Generator"):
-        gaussian_mechanism(torch.zeros(3), 1.0, 1.0, 1e-5, ledger=ledger,
-                           generator=torch.Generator().manual_seed(0))
+        gaussian_mechanism(torch.zeros(3), 1.0, 1.0, 1e-5, ledger=ledger, generator=torch.Generator().manual_seed(0))
     assert ledger.summary()["noise"] == "reproducible"
     restored = PrivacyLedger.from_state_dict(ledger.state_dict())
     assert restored.summary()["noise"] == "reproducible"
@@ -200,11 +216,28 @@ def test_finding6_fit_dp_sgd_needs_a_public_expected_batch_size():
 
     model = PrototypeModel(GLVQLayer(2, 2), [0, 1])
     with pytest.raises(TypeError, match="expected_batch_size"):
-        fit_dp_sgd(model, torch.zeros(4, 2), torch.tensor([0, 1, 0, 1]), ledger=PrivacyLedger(),
-                   noise_multiplier=1.0, sampling_rate=0.5, max_grad_norm=1.0, steps=1)
+        fit_dp_sgd(
+            model,
+            torch.zeros(4, 2),
+            torch.tensor([0, 1, 0, 1]),
+            ledger=PrivacyLedger(),
+            noise_multiplier=1.0,
+            sampling_rate=0.5,
+            max_grad_norm=1.0,
+            steps=1,
+        )
     with pytest.raises(ValueError, match="expected_batch_size"):
-        fit_dp_sgd(model, torch.zeros(4, 2), torch.tensor([0, 1, 0, 1]), ledger=PrivacyLedger(),
-                   noise_multiplier=1.0, sampling_rate=0.5, max_grad_norm=1.0, steps=1, expected_batch_size=0)
+        fit_dp_sgd(
+            model,
+            torch.zeros(4, 2),
+            torch.tensor([0, 1, 0, 1]),
+            ledger=PrivacyLedger(),
+            noise_multiplier=1.0,
+            sampling_rate=0.5,
+            max_grad_norm=1.0,
+            steps=1,
+            expected_batch_size=0,
+        )
 
 
 # -- finding 7: Gaussian noise with tails ---------------------------------------------------
@@ -217,6 +250,7 @@ def _smallest_uniforms(monkeypatch):
         if u.shape[0] > 1:
             u[1] = 0.5 / 2.0**53  # angle ~ 0: cos = 1
         return u
+
     monkeypatch.setattr(noise_module, "uniform_open", extreme)
 
 
@@ -232,8 +266,15 @@ def test_finding7_fused_dp_sgd_noise_has_tails(monkeypatch):
     model = PrototypeModel(layer, [0, 1])
     before = layer.prototypes.detach().clone()
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    dp_sgd_step(model, torch.zeros(0, 3), torch.zeros(0, dtype=torch.long), opt, max_grad_norm=1.0,
-                noise_std=1.0, expected_batch=1.0)
+    dp_sgd_step(
+        model,
+        torch.zeros(0, 3),
+        torch.zeros(0, dtype=torch.long),
+        opt,
+        max_grad_norm=1.0,
+        noise_std=1.0,
+        expected_batch=1.0,
+    )
     assert float((before - layer.prototypes.detach()).abs().max()) > 8.6
 
 
@@ -267,8 +308,9 @@ def test_finding11_dp_sgd_estimator_passes_the_neighbour_check():
     def release(X, y):
         return DPGLVQ(epsilon=3.0, bounds=(0, 8), classes=[0, 1, 2], sampling_rate=0.2, epochs=2).fit(X, y)
 
-    report = neighbour_check(release, (X, y), adversarial_removals(X, y) + [3, 10],
-                             curator_only=("curator_",)).assert_ok()
+    report = neighbour_check(
+        release, (X, y), adversarial_removals(X, y) + [3, 10], curator_only=("curator_",)
+    ).assert_ok()
     assert report.releases[:2] == ["dp_init/class_counts", "dp_init/class_sums"]
     assert set(report.releases[2:]) == {"dp_sgd"}
 
@@ -319,8 +361,9 @@ def test_harness_catches_understated_sensitivity_attributes_warnings_and_shapes(
         return laplace_mechanism(x.clamp(0, 1).sum(0), 1.0, 1.0)
 
     def shape_change(x):
-        return laplace_mechanism(x.clamp(0, 1)[: int(x.max()) + 1].sum(0, keepdim=True).expand(int(x.max()) + 1, 1),
-                                 1.0, 1.0)
+        return laplace_mechanism(
+            x.clamp(0, 1)[: int(x.max()) + 1].sum(0, keepdim=True).expand(int(x.max()) + 1, 1), 1.0, 1.0
+        )
 
     for release in (understated, leaky_attribute, leaky_warning):
         assert not neighbour_check(release, (x,), [2]).ok

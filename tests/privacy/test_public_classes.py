@@ -24,12 +24,15 @@ def test_reading_the_set_from_the_private_labels_warns():
         public_classes(np.array([1, 1]), None, "M")
 
 
-@pytest.mark.parametrize("classes, error, match", [
-    ([0, 1, 1], ValueError, "repeated"),
-    ([0], ValueError, "at least 2 public classes"),
-    ([[0, 1], [2, 3]], ValueError, "1-D"),
-    ([0, 2], DataValidationError, "labels outside the public classes"),
-])
+@pytest.mark.parametrize(
+    "classes, error, match",
+    [
+        ([0, 1, 1], ValueError, "repeated"),
+        ([0], ValueError, "at least 2 public classes"),
+        ([[0, 1], [2, 3]], ValueError, "1-D"),
+        ([0, 2], DataValidationError, "labels outside the public classes"),
+    ],
+)
 def test_bad_public_sets_and_unknown_labels_are_refused(classes, error, match):
     with pytest.raises(error, match=match):
         public_classes(np.array([0, 1, 2]), classes, "M")

@@ -14,9 +14,20 @@ DATA = ROOT.parent / "shared" / "data"
 
 def _run(tmp_path, *args: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "svdd_accuracy.py"), "--json", str(tmp_path / "r.json"),
-         "--figure", str(tmp_path / "f.png"), *args],
-        capture_output=True, text=True, timeout=600, cwd=ROOT)
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "svdd_accuracy.py"),
+            "--json",
+            str(tmp_path / "r.json"),
+            "--figure",
+            str(tmp_path / "f.png"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == json.loads((tmp_path / "r.json").read_text())
@@ -38,8 +49,19 @@ def test_quick_run_on_the_synthetic_sets(tmp_path):
 
 @pytest.mark.skipif(not (DATA / "uci").is_dir(), reason="needs ../shared/data (shuttle)")
 def test_table_7_3_cell_reports_its_headline(tmp_path):
-    out = _run(tmp_path, "--data-dir", str(DATA), "--datasets", "shuttle10", "--methods", "proposed",
-               "--table-7-3-epsilons", "1", "--runs", "1")
+    out = _run(
+        tmp_path,
+        "--data-dir",
+        str(DATA),
+        "--datasets",
+        "shuttle10",
+        "--methods",
+        "proposed",
+        "--table-7-3-epsilons",
+        "1",
+        "--runs",
+        "1",
+    )
     check = out["table_7_3_check"]["shuttle10"]["1"]
     assert check["thesis"] == 0.908 and math.isfinite(check["ours"])
     assert out["headline"]["shuttle10"] == {"1": check["ours"]}

@@ -68,8 +68,14 @@ def _lbfgsb_dual(phi, y, cap):
         qa = q @ a
         return 0.5 * a @ qa - a.sum(), qa - 1.0
 
-    res = minimize(f, np.zeros(len(yv)), jac=True, method="L-BFGS-B", bounds=[(0.0, cap)] * len(yv),
-                   options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 50000, "maxcor": 50})
+    res = minimize(
+        f,
+        np.zeros(len(yv)),
+        jac=True,
+        method="L-BFGS-B",
+        bounds=[(0.0, cap)] * len(yv),
+        options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 50000, "maxcor": 50},
+    )
     return res.x, -res.fun
 
 
@@ -220,8 +226,10 @@ def test_non_private_accuracy_close_to_sklearn_svc(loader, gamma):
 def test_private_accuracy_grows_with_epsilon(iris_split):
     Xtr, Xte, ytr, yte = iris_split
     for cls in (PrivateSVMWeight, PrivateSVMOutput):
-        acc = {eps: np.mean([cls(0.05, 1.0, 400, eps, random_state=s).fit(Xtr, ytr).score(Xte, yte)
-                             for s in range(4)]) for eps in (0.01, 100.0)}
+        acc = {
+            eps: np.mean([cls(0.05, 1.0, 400, eps, random_state=s).fit(Xtr, ytr).score(Xte, yte) for s in range(4)])
+            for eps in (0.01, 100.0)
+        }
         assert acc[100.0] >= 0.85, (cls.__name__, acc)
         assert acc[100.0] >= acc[0.01] + 0.3, (cls.__name__, acc)
 

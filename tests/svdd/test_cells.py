@@ -19,8 +19,17 @@ def _reference(points: torch.Tensor, r_max: float, order: torch.Tensor) -> torch
     return cube
 
 
-@pytest.mark.parametrize("k, d, r_max, scale", [(1, 3, 0.5, 1.0), (2, 1, 0.5, 0.1), (300, 2, 0.3, 1.0),
-                                                 (500, 9, 0.5, 1.0), (400, 4, 0.2, 0.1), (50, 3, 10.0, 1.0)])
+@pytest.mark.parametrize(
+    "k, d, r_max, scale",
+    [
+        (1, 3, 0.5, 1.0),
+        (2, 1, 0.5, 0.1),
+        (300, 2, 0.3, 1.0),
+        (500, 9, 0.5, 1.0),
+        (400, 4, 0.2, 0.1),
+        (50, 3, 10.0, 1.0),
+    ],
+)
 @pytest.mark.parametrize("seed", [0, 1])
 def test_grouping_equals_the_greedy_definition(k, d, r_max, scale, seed):
     gen = torch.Generator().manual_seed(seed)

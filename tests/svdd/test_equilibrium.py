@@ -66,8 +66,12 @@ def test_two_clusters_give_two_equilibria_with_their_basins():
     """SVDD on two well-separated Gaussian clusters: the support function has one
     minimum per cluster; starts near each cluster end in its own equilibrium point."""
     g = torch.Generator().manual_seed(5)
-    data = torch.cat([torch.randn(150, 2, generator=g, dtype=torch.float64) * 0.3 + torch.tensor([-2.0, 0.0]),
-                      torch.randn(150, 2, generator=g, dtype=torch.float64) * 0.3 + torch.tensor([2.0, 0.0])])
+    data = torch.cat(
+        [
+            torch.randn(150, 2, generator=g, dtype=torch.float64) * 0.3 + torch.tensor([-2.0, 0.0]),
+            torch.randn(150, 2, generator=g, dtype=torch.float64) * 0.3 + torch.tensor([2.0, 0.0]),
+        ]
+    )
     features = _features(gamma=1.0, F=800)
     centre = solve_svdd_dual(features(data), 0.05 * 300).centre
     starts = torch.tensor([[-2.5, 0.4], [-1.6, -0.3], [2.4, 0.2], [1.7, -0.4]], dtype=torch.float64)

@@ -91,7 +91,10 @@ def test_thesis_variant_warns_and_records_a_non_private_release(iris):
         model, acc = _fit(iris, epsilon=1.0, starts="training")
     assert not model.is_private_
     assert [(e.kind, e.name) for e in model.ledger_.events] == [
-        ("non_private", "svdd/training_starts"), ("pure", "svdd/centre"), ("discrete_laplace", "svdd/votes")]
+        ("non_private", "svdd/training_starts"),
+        ("pure", "svdd/centre"),
+        ("discrete_laplace", "svdd/votes"),
+    ]
     assert math.isinf(model.ledger_.get_epsilon())
     assert acc > 0.3
     from dp_proto.exceptions import PrivacyBudgetExceededError
@@ -113,8 +116,9 @@ def test_partition_does_not_depend_on_the_data(iris):
     starts = np.random.default_rng(0).uniform(-2, 2, (50, 4))
     c = PrivateSVDDClassifier(epsilon=1.0, iters=0, starts=starts, random_state=0).fit(Xtr, ytr)
     assert c.equilibria_.shape[0] == 50
-    d = PrivateSVDDClassifier(epsilon=1.0, starts="uniform", bounds=(-3, 3), n_starts=64, iters=0,
-                              random_state=0).fit(Xtr, ytr)
+    d = PrivateSVDDClassifier(epsilon=1.0, starts="uniform", bounds=(-3, 3), n_starts=64, iters=0, random_state=0).fit(
+        Xtr, ytr
+    )
     assert float(d.equilibria_.abs().max()) <= 3.0
 
 
@@ -137,11 +141,14 @@ def test_release_modes(iris):
 
 def test_dynamics_converge_to_the_cluster_centres():
     X, y = make_blobs(n_samples=300, centers=[[-2, 0], [2, 0]], cluster_std=0.3, random_state=0)
-    model = PrivateSVDDClassifier(c_over_n=0.05, gamma=0.5, epsilon=None, lr=0.5, iters=400,
-                                  merge_tol=0.05, n_starts=200, random_state=0).fit(X, y)
+    model = PrivateSVDDClassifier(
+        c_over_n=0.05, gamma=0.5, epsilon=None, lr=0.5, iters=400, merge_tol=0.05, n_starts=200, random_state=0
+    ).fit(X, y)
     # the starts near the data flow into the two modes of the support function
-    near = [float(torch.cdist(model.equilibria_, torch.tensor([c], dtype=model.equilibria_.dtype)).min())
-            for c in ([-2.0, 0.0], [2.0, 0.0])]
+    near = [
+        float(torch.cdist(model.equilibria_, torch.tensor([c], dtype=model.equilibria_.dtype)).min())
+        for c in ([-2.0, 0.0], [2.0, 0.0])
+    ]
     assert max(near) < 0.3
     assert (model.predict(X) == y).mean() > 0.95
 
@@ -162,33 +169,36 @@ def test_one_class_svdd_detects_outliers():
     np.testing.assert_allclose(scores, expected.numpy())
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(gamma=0.0), "gamma"),
-    (dict(gamma=-1.0), "gamma"),
-    (dict(num_features=401), "even"),
-    (dict(c_over_n=0.0), "C/n"),
-    (dict(c_over_n=1.5), "C/n"),
-    (dict(c_over_n=0.001, epsilon=None), "below 1/n"),  # a private fit takes the full box instead
-    (dict(noise_seed=-1), "noise_seed"),
-    (dict(noise_seed=1.5), "noise_seed"),
-    (dict(epsilon=0.0), "epsilon"),
-    (dict(epsilon=-1.0), "epsilon"),
-    (dict(starts="lattice"), "starts"),
-    (dict(starts="grid", r_max=None), "grid_step"),
-    (dict(starts="grid", grid_step=0.0), "grid_step"),
-    (dict(starts="grid", bounds=(1, -1)), "upper bound"),
-    (dict(false_cells=0.0), "false_cells"),
-    (dict(grid_ratio=-1.0), "grid_ratio"),
-    (dict(starts="uniform"), "bounds"),
-    (dict(release="kde"), "release"),
-    (dict(r_max=0.0), "r_max"),
-    (dict(centre_fraction=1.0), "centre_fraction"),
-    (dict(n_neighbors=0), "n_neighbors"),
-    (dict(n_starts=0), "n_starts"),
-    (dict(n_starts="many"), "n_starts"),
-    (dict(count_fraction=0.6), "count_fraction"),
-    (dict(dtype="float16"), "dtype"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(gamma=0.0), "gamma"),
+        (dict(gamma=-1.0), "gamma"),
+        (dict(num_features=401), "even"),
+        (dict(c_over_n=0.0), "C/n"),
+        (dict(c_over_n=1.5), "C/n"),
+        (dict(c_over_n=0.001, epsilon=None), "below 1/n"),  # a private fit takes the full box instead
+        (dict(noise_seed=-1), "noise_seed"),
+        (dict(noise_seed=1.5), "noise_seed"),
+        (dict(epsilon=0.0), "epsilon"),
+        (dict(epsilon=-1.0), "epsilon"),
+        (dict(starts="lattice"), "starts"),
+        (dict(starts="grid", r_max=None), "grid_step"),
+        (dict(starts="grid", grid_step=0.0), "grid_step"),
+        (dict(starts="grid", bounds=(1, -1)), "upper bound"),
+        (dict(false_cells=0.0), "false_cells"),
+        (dict(grid_ratio=-1.0), "grid_ratio"),
+        (dict(starts="uniform"), "bounds"),
+        (dict(release="kde"), "release"),
+        (dict(r_max=0.0), "r_max"),
+        (dict(centre_fraction=1.0), "centre_fraction"),
+        (dict(n_neighbors=0), "n_neighbors"),
+        (dict(n_starts=0), "n_starts"),
+        (dict(n_starts="many"), "n_starts"),
+        (dict(count_fraction=0.6), "count_fraction"),
+        (dict(dtype="float16"), "dtype"),
+    ],
+)
 def test_bad_parameters(iris, kw, match):
     with pytest.raises(ValueError, match=match):
         _fit(iris, **kw)

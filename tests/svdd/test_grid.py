@@ -66,12 +66,19 @@ def test_grid_needs_a_positive_step_and_a_proper_box():
 def test_threshold_gives_the_stated_expected_number_of_false_cubes():
     """The smallest integer t >= 1 whose exact expected number of passing empty cubes,
     M (1 - (1 - p^t / (1 + p))^c), is at most false_cells."""
+
     def expected(m, c, eps, t):
         p = math.exp(-eps)
         return m * (1.0 - (1.0 - p**t / (1.0 + p)) ** c)
 
-    for m, c, eps, false_cells in [(9**9, 3, 2.0, 4.0), (9**9, 2, 1.0, 3.0), (25, 2, 1.0, 1.0),
-                                   (10**6, 5, 0.3, 0.5), (40, 20, 1.5, 1.0), (1000, 3, 0.05, 2.0)]:
+    for m, c, eps, false_cells in [
+        (9**9, 3, 2.0, 4.0),
+        (9**9, 2, 1.0, 3.0),
+        (25, 2, 1.0, 1.0),
+        (10**6, 5, 0.3, 0.5),
+        (40, 20, 1.5, 1.0),
+        (1000, 3, 0.05, 2.0),
+    ]:
         t = grid_threshold(m, c, eps, false_cells=false_cells)
         assert isinstance(t, int) and t >= 1
         assert expected(m, c, eps, t) <= false_cells
@@ -111,10 +118,12 @@ def test_passing_empty_counts_follow_the_conditioned_laplace_law():
     def pmf(v: torch.Tensor, values) -> np.ndarray:
         return np.array([float((v == k).double().mean()) for k in values])
 
-    stats = [(lambda v: v.max(1).values, range(t, t + 6)),  # the largest: t + geometric
-             (lambda v: (v >= t).sum(1), range(1, c + 1)),  # how many pass: conditioned binomial
-             (lambda v: v.min(1).values, range(-4, t + 2)),
-             (lambda v: v[:, 0], range(-4, t + 4))]  # one coordinate (uniform choice of the passing ones)
+    stats = [
+        (lambda v: v.max(1).values, range(t, t + 6)),  # the largest: t + geometric
+        (lambda v: (v >= t).sum(1), range(1, c + 1)),  # how many pass: conditioned binomial
+        (lambda v: v.min(1).values, range(-4, t + 2)),
+        (lambda v: v[:, 0], range(-4, t + 4)),
+    ]  # one coordinate (uniform choice of the passing ones)
     for stat, values in stats:
         assert np.abs(pmf(stat(ours), values) - pmf(stat(ref), values)).max() < 0.012
     # the largest exactly: P(max <= x | max >= t) = (F(x)^c - F(t-1)^c) / (1 - F(t-1)^c)
@@ -195,8 +204,11 @@ def test_fallback_noisy_max_matches_the_dense_draws_conditioned_below_the_thresh
         if row is not None:
             assert value[i] == float(occ[row, cls[i]]) == float(occ.max())
     assert np.all(value < t) and np.all(value == np.round(value))
-    for ours, ref, support in [(value, dense_value, range(-2, t)), (cube, dense_cube, [-1, *occupied_keys]),
-                               (cls, dense_cls, range(c))]:
+    for ours, ref, support in [
+        (value, dense_value, range(-2, t)),
+        (cube, dense_cube, [-1, *occupied_keys]),
+        (cls, dense_cls, range(c)),
+    ]:
         for k in support:
             assert np.mean(ours == k) == pytest.approx(np.mean(ref == k), abs=0.025), (k, list(support))
 
@@ -223,8 +235,9 @@ def test_released_counts_are_integers():
     assert fallbacks > 10
     grid = PublicGrid.from_box(1.0, -4.0, 4.0, 9)
     t = grid_threshold(grid.num_cells, 2, 1.0, false_cells=100.0)  # 100 / e to 100 expected
-    idx, counts = sparse_noisy_histogram(torch.zeros(1, 9, dtype=torch.long), torch.tensor([0]), grid, 2, 1.0, t,
-                                         generator=gen)
+    idx, counts = sparse_noisy_histogram(
+        torch.zeros(1, 9, dtype=torch.long), torch.tensor([0]), grid, 2, 1.0, t, generator=gen
+    )
     assert idx.shape[0] > 10 and torch.equal(counts, torch.round(counts))  # simulated empty cubes too
     assert bool((counts.max(1).values >= t).all())
 
@@ -232,8 +245,9 @@ def test_released_counts_are_integers():
 def test_release_is_recorded_and_bad_input_is_refused():
     ledger = PrivacyLedger()
     cells = torch.tensor([[0, 0], [1, 0]])
-    idx, counts = sparse_noisy_histogram(cells, torch.tensor([0, 1]), SMALL, 2, 2.0, 1.0, ledger=ledger,
-                                         generator=torch.Generator().manual_seed(0))
+    idx, counts = sparse_noisy_histogram(
+        cells, torch.tensor([0, 1]), SMALL, 2, 2.0, 1.0, ledger=ledger, generator=torch.Generator().manual_seed(0)
+    )
     assert [e.name for e in ledger.events] == ["svdd/grid_votes"]
     assert ledger.get_epsilon() == pytest.approx(2.0, rel=1e-3)
     with pytest.raises(ValueError, match="labels"):
@@ -246,12 +260,17 @@ def test_release_is_recorded_and_bad_input_is_refused():
         with pytest.raises(ValueError, match="threshold"):
             sparse_noisy_histogram(cells, torch.tensor([0, 1]), SMALL, 2, 1.0, bad)
     # a real threshold acts as its ceiling: the same draws for 1.2 and 2, others for 2.0001 (acts as 3)
-    runs = [[sparse_noisy_histogram(cells, torch.tensor([0, 1]), SMALL, 2, 1.0, th,
-                                    generator=torch.Generator().manual_seed(seed)) for seed in range(20)]
-            for th in (1.2, 2.0, 2.0001)]
+    runs = [
+        [
+            sparse_noisy_histogram(
+                cells, torch.tensor([0, 1]), SMALL, 2, 1.0, th, generator=torch.Generator().manual_seed(seed)
+            )
+            for seed in range(20)
+        ]
+        for th in (1.2, 2.0, 2.0001)
+    ]
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(runs[0], runs[1], strict=True))
-    assert not all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-                   for a, b in zip(runs[1], runs[2], strict=True))
+    assert not all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(runs[1], runs[2], strict=True))
     huge = PublicGrid.from_box(0.1, -4.0, 4.0, 12)
     with pytest.raises(ValueError, match="2\\^62"):
         sparse_noisy_histogram(torch.zeros(1, 12, dtype=torch.long), torch.tensor([0]), huge, 2, 1.0, 1.0)
@@ -266,8 +285,7 @@ def test_false_cubes_on_a_large_grid_average_false_cells():
     p = math.exp(-1.0)
     expected = grid.num_cells * (1 - (1 - p**t / (1 + p)) ** 2)
     assert 3.0 / math.e < expected <= 3.0  # one record less than t would release more than 3
-    extra = [sparse_noisy_histogram(cells, labels, grid, 2, 1.0, t, generator=gen)[0].shape[0] - 1
-             for _ in range(800)]
+    extra = [sparse_noisy_histogram(cells, labels, grid, 2, 1.0, t, generator=gen)[0].shape[0] - 1 for _ in range(800)]
     assert np.mean(extra) == pytest.approx(expected, abs=0.15)
 
 
@@ -282,8 +300,7 @@ def test_empirical_audit_of_the_grid_votes(noise_factor, honest):
     key = int(SMALL.flat(torch.tensor([[0, 0]]))[0])
 
     def mechanism(data, generator):
-        idx, counts = sparse_noisy_histogram(data[0], data[1], SMALL, 2, eps / noise_factor, 1.0,
-                                             generator=generator)
+        idx, counts = sparse_noisy_histogram(data[0], data[1], SMALL, 2, eps / noise_factor, 1.0, generator=generator)
         hit = SMALL.flat(idx) == key
         return float(counts[hit, 0][0]) if bool(hit.any()) else -5.0
 
@@ -298,6 +315,7 @@ def test_a_threshold_that_would_release_most_empty_cubes_is_refused():
     grid = PublicGrid.from_box(1.0, -4.0, 4.0, 9)
     ledger = PrivacyLedger()
     with pytest.raises(ValueError, match="empty cubes"):
-        sparse_noisy_histogram(torch.zeros(3, 9, dtype=torch.long), torch.zeros(3, dtype=torch.long), grid, 2,
-                               1.0, 0.5, ledger=ledger)
+        sparse_noisy_histogram(
+            torch.zeros(3, 9, dtype=torch.long), torch.zeros(3, dtype=torch.long), grid, 2, 1.0, 0.5, ledger=ledger
+        )
     assert len(ledger.events) == 0  # refused before anything is spent

@@ -43,8 +43,9 @@ KW = dict(c_over_n=0.05, gamma=1.0, num_features=100, epsilon=5.0, classes=CLASS
 def data():
     """Three blobs of 20 records and a fourth class with a single record."""
     rng = np.random.default_rng(0)
-    X = np.vstack([rng.normal(c, 0.4, (20, 2)) for c in ((-1.5, 0.0), (1.5, 0.0), (0.0, 1.5))]
-                  + [np.array([[0.0, -1.5]])])
+    X = np.vstack(
+        [rng.normal(c, 0.4, (20, 2)) for c in ((-1.5, 0.0), (1.5, 0.0), (0.0, 1.5))] + [np.array([[0.0, -1.5]])]
+    )
     y = np.r_[np.repeat([0, 1, 2], 20), 3]
     return X, y
 
@@ -73,8 +74,9 @@ def test_default_noise_is_fresh_whatever_random_state(data):
     assert not torch.equal(a.centre_, b.centre_)
     assert a.cell_counts_.shape == b.cell_counts_.shape and not torch.equal(a.cell_counts_, b.cell_counts_)
     assert not torch.equal(grid_a.centre_, grid_b.centre_)
-    assert not (grid_a.cell_counts_.shape == grid_b.cell_counts_.shape
-                and torch.equal(grid_a.cell_counts_, grid_b.cell_counts_))
+    assert not (
+        grid_a.cell_counts_.shape == grid_b.cell_counts_.shape and torch.equal(grid_a.cell_counts_, grid_b.cell_counts_)
+    )
     assert not torch.equal(one_a.centre_, one_b.centre_)
     for model in (a, grid_a, one_a):
         assert model.ledger_.summary()["noise"] == "fresh"
@@ -116,11 +118,15 @@ def test_noise_seed_warns_reproduces_and_is_recorded(data):
     torch.testing.assert_close(noise_a, noise_c, atol=grid * (1 + 1e-3), rtol=0)  # up to the rounding
     # the one-class estimator, the grid and the SVM baseline take it too
     with pytest.warns(PrivacyLeakWarning, match="noise_seed"):
-        one = [PrivateSVDD(c_over_n=0.05, num_features=100, epsilon=5.0, random_state=0, noise_seed=3).fit(X)
-               for _ in range(2)]
+        one = [
+            PrivateSVDD(c_over_n=0.05, num_features=100, epsilon=5.0, random_state=0, noise_seed=3).fit(X)
+            for _ in range(2)
+        ]
         grid = [PrivateSVDDClassifier(**KW, starts="grid", r_max=0.5, noise_seed=3).fit(X, y) for _ in range(2)]
-        svm = [PrivateSVMWeight(0.05, 1.0, 100, 5.0, classes=CLASSES, random_state=0, noise_seed=3).fit(X, y)
-               for _ in range(2)]
+        svm = [
+            PrivateSVMWeight(0.05, 1.0, 100, 5.0, classes=CLASSES, random_state=0, noise_seed=3).fit(X, y)
+            for _ in range(2)
+        ]
     assert torch.equal(one[0].centre_, one[1].centre_) and one[0].radius2_ == one[1].radius2_
     assert torch.equal(grid[0].cubes_, grid[1].cubes_) and torch.equal(grid[0].cell_counts_, grid[1].cell_counts_)
     assert torch.equal(svm[0].weights_, svm[1].weights_)
@@ -138,8 +144,9 @@ def test_training_starts_record_a_non_private_release(data):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = PrivateSVDDClassifier(**KW, starts="training").fit(X, y)
-    assert any(issubclass(w.category, PrivacyLeakWarning) and "not differentially private" in str(w.message)
-               for w in caught)
+    assert any(
+        issubclass(w.category, PrivacyLeakWarning) and "not differentially private" in str(w.message) for w in caught
+    )
     assert not model.is_private_
     assert "non_private" in [e.kind for e in model.ledger_.events]
     assert math.isinf(model.ledger_.get_epsilon())
@@ -147,18 +154,23 @@ def test_training_starts_record_a_non_private_release(data):
 
 
 # -- F11: neighbouring data sets see the same release --------------------------------------
-@pytest.mark.parametrize("params", [
-    dict(),  # the default starts="auto" (here: the normal starts, few records per cube)
-    dict(r_max=0.5),  # auto with a cube size
-    dict(starts="normal", n_starts=60, r_max=0.5),
-    dict(starts="grid", r_max=0.5),
-], ids=["auto", "auto-r_max", "normal-hypercubes", "grid"])
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(),  # the default starts="auto" (here: the normal starts, few records per cube)
+        dict(r_max=0.5),  # auto with a cube size
+        dict(starts="normal", n_starts=60, r_max=0.5),
+        dict(starts="grid", r_max=0.5),
+    ],
+    ids=["auto", "auto-r_max", "normal-hypercubes", "grid"],
+)
 def test_classifier_passes_the_neighbour_check(data, params):
     X, y = data
     removals = _removals(X, y)
     assert len(X) - 1 in removals and 60 in removals  # the last record is the class's only one
-    report = neighbour_check(lambda X, y: PrivateSVDDClassifier(**KW, **params).fit(X, y), (X, y), removals,
-                             curator_only=CURATOR)
+    report = neighbour_check(
+        lambda X, y: PrivateSVDDClassifier(**KW, **params).fit(X, y), (X, y), removals, curator_only=CURATOR
+    )
     report.assert_ok()
     assert report.releases[0] == "svdd/centre"
     assert {"svdd/votes", "svdd/grid_votes"} & set(report.releases)
@@ -169,8 +181,11 @@ def test_one_class_svdd_passes_the_neighbour_check(data):
     X, _ = data
     removals = _removals(X, None)
     report = neighbour_check(
-        lambda X: PrivateSVDD(c_over_n=0.05, num_features=100, epsilon=5.0, random_state=0).fit(X), (X,),
-        removals, curator_only=CURATOR)
+        lambda X: PrivateSVDD(c_over_n=0.05, num_features=100, epsilon=5.0, random_state=0).fit(X),
+        (X,),
+        removals,
+        curator_only=CURATOR,
+    )
     report.assert_ok()
     assert report.releases == ["svdd/centre", "svdd/radius"]
     assert 0 < report.max_ratio["svdd/centre"] <= 1.0 and report.max_ratio["svdd/radius"] <= 1.0
@@ -199,11 +214,19 @@ def test_n_times_cap_just_one_behaves_like_its_neighbours(estimator):
     y = np.repeat([0, 1], 10)
     assert 0.05 * len(X) == 1.0
     if estimator == "classifier":
-        data, release = (X, y), (lambda X, y: PrivateSVDDClassifier(
-            c_over_n=0.05, num_features=100, epsilon=5.0, classes=[0, 1], random_state=0).fit(X, y))
+        data, release = (
+            (X, y),
+            (
+                lambda X, y: PrivateSVDDClassifier(
+                    c_over_n=0.05, num_features=100, epsilon=5.0, classes=[0, 1], random_state=0
+                ).fit(X, y)
+            ),
+        )
     else:
-        data, release = (X,), (lambda X: PrivateSVDD(c_over_n=0.05, num_features=100, epsilon=5.0,
-                                                     random_state=0).fit(X))
+        data, release = (
+            (X,),
+            (lambda X: PrivateSVDD(c_over_n=0.05, num_features=100, epsilon=5.0, random_state=0).fit(X)),
+        )
     removals = _removals(X, y if estimator == "classifier" else None, extra=2)
     report = neighbour_check(release, data, removals, curator_only=CURATOR)
     report.assert_ok()
@@ -222,7 +245,10 @@ def test_svm_baselines_pass_the_neighbour_check(data):
     removals = _removals(X, y, extra=2)
     weight = neighbour_check(
         lambda X, y: PrivateSVMWeight(0.05, 1.0, 100, 5.0, classes=CLASSES, random_state=0).fit(X, y),
-        (X, y), removals, curator_only=CURATOR)
+        (X, y),
+        removals,
+        curator_only=CURATOR,
+    )
     weight.assert_ok()
     assert weight.releases == ["svm_weight"] and 0 < weight.max_ratio["svm_weight"] <= 1.0
     queries = X[:6]

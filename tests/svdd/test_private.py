@@ -151,8 +151,7 @@ def test_empirical_audit_of_the_centre_release(noise_factor, honest):
     def mechanism(centre, generator):
         return release_centre(centre, cap, eps / noise_factor, tol=1e-10, generator=generator)
 
-    result = audit_epsilon(mechanism, a0, a1, statistic=lambda o: float(o @ direction),
-                           n_trials=4000, generator_seed=7)
+    result = audit_epsilon(mechanism, a0, a1, statistic=lambda o: float(o @ direction), n_trials=4000, generator_seed=7)
     if honest:
         assert 0.0 <= result.epsilon_lower_bound < eps
     else:

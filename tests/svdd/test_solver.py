@@ -61,7 +61,11 @@ def slsqp_svdd(phi: torch.Tensor, cap: float) -> tuple[np.ndarray, float]:
         return 2 * gram @ b - q
 
     res = minimize(
-        f, np.full(n, 1.0 / n), jac=jac, method="SLSQP", bounds=[(0.0, cap)] * n,
+        f,
+        np.full(n, 1.0 / n),
+        jac=jac,
+        method="SLSQP",
+        bounds=[(0.0, cap)] * n,
         constraints=[{"type": "eq", "fun": lambda b: b.sum() - 1.0, "jac": lambda b: np.ones(n)}],
         options={"ftol": 1e-15, "maxiter": 1000},
     )
@@ -130,9 +134,13 @@ def test_projection_satisfies_kkt_and_equals_slsqp():
     tau = float((v - beta)[free].mean())  # beta_i = v_i - tau on the free entries
     torch.testing.assert_close((v - tau).clamp(0, cap), beta, rtol=0, atol=1e-14)
     res = minimize(
-        lambda b: 0.5 * np.sum((b - v.numpy()) ** 2), np.full(30, 1 / 30),
-        jac=lambda b: b - v.numpy(), method="SLSQP", bounds=[(0, cap)] * 30,
-        constraints=[{"type": "eq", "fun": lambda b: b.sum() - 1}], options={"ftol": 1e-15},
+        lambda b: 0.5 * np.sum((b - v.numpy()) ** 2),
+        np.full(30, 1 / 30),
+        jac=lambda b: b - v.numpy(),
+        method="SLSQP",
+        bounds=[(0, cap)] * 30,
+        constraints=[{"type": "eq", "fun": lambda b: b.sum() - 1}],
+        options={"ftol": 1e-15},
     )
     np.testing.assert_allclose(beta.numpy(), res.x, atol=1e-7)
 
@@ -237,7 +245,9 @@ def test_box_of_one_is_the_minimum_enclosing_ball():
     # every point inside, the support on the boundary, radius = the largest distance
     assert float(dist2.max()) <= float(sol.radius2) + 1e-7
     torch.testing.assert_close(sol.radius2, dist2.max(), atol=1e-7, rtol=0)
-    torch.testing.assert_close(dist2[sol.beta > 1e-9], dist2.max().expand(int((sol.beta > 1e-9).sum())), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        dist2[sol.beta > 1e-9], dist2.max().expand(int((sol.beta > 1e-9).sum())), atol=1e-6, rtol=0
+    )
     assert int((sol.beta > 0).sum()) < n // 2
     _, w_ref = slsqp_svdd(phi, 1.0)
     assert abs(float(sol.objective) - w_ref) < 1e-6

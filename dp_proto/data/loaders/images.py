@@ -37,7 +37,19 @@ import numpy as np
 from dp_proto.data.loaders.common import PathLike, _resolve_data_dir
 from dp_proto.exceptions import DataValidationError
 
-__all__ = ["YALE_CONDITIONS", "YALE_PATTERN", "YALE_DEFAULT_CROP", "YALE_DEFAULT_SIZE", "YALE_FACE_SIZE", "TwoLabelImages", "FaceCrop", "YALE_FACE_CROP", "load_image_folder", "load_two_label_csv", "load_yale_faces"]
+__all__ = [
+    "YALE_CONDITIONS",
+    "YALE_PATTERN",
+    "YALE_DEFAULT_CROP",
+    "YALE_DEFAULT_SIZE",
+    "YALE_FACE_SIZE",
+    "TwoLabelImages",
+    "FaceCrop",
+    "YALE_FACE_CROP",
+    "load_image_folder",
+    "load_two_label_csv",
+    "load_yale_faces",
+]
 
 
 Box = tuple[int, int, int, int]
@@ -67,9 +79,7 @@ YALE_CONDITIONS: tuple[str, ...] = (
 
 
 #: File names of the Yale Face Database: ``subjectNN.<condition>``, optionally ``.gif``.
-YALE_PATTERN: str = (
-    r"subject(?P<private>\d+)\.(?P<regular>" + "|".join(YALE_CONDITIONS) + r")(?:\.gif)?"
-)
+YALE_PATTERN: str = r"subject(?P<private>\d+)\.(?P<regular>" + "|".join(YALE_CONDITIONS) + r")(?:\.gif)?"
 
 
 #: Default crop box (left, top, right, bottom) of :func:`load_yale_faces`: 256 wide,
@@ -145,16 +155,12 @@ def _check_crop(crop: CropSpec | None) -> CropSpec | None:
     try:
         left, top, right, bottom = crop
     except (TypeError, ValueError):
-        raise ValueError(
-            f"crop must be a (left, top, right, bottom) box of 4 ints, got {crop!r}"
-        ) from None
+        raise ValueError(f"crop must be a (left, top, right, bottom) box of 4 ints, got {crop!r}") from None
     values = (left, top, right, bottom)
     if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in values):
         raise ValueError(f"crop must be a (left, top, right, bottom) box of 4 ints, got {crop!r}")
     if left < 0 or top < 0 or right <= left or bottom <= top:
-        raise ValueError(
-            f"crop {crop!r} is not a box: need 0 <= left < right and 0 <= top < bottom"
-        )
+        raise ValueError(f"crop {crop!r} is not a box: need 0 <= left < right and 0 <= top < bottom")
     return int(left), int(top), int(right), int(bottom)
 
 
@@ -210,8 +216,7 @@ class FaceCrop:
         rows, cols = grey.shape
         if self.width > cols or self.height > rows:
             raise DataValidationError(
-                f"face box {self.width} x {self.height} (width x height) does not fit in an image of "
-                f"{cols} x {rows}"
+                f"face box {self.width} x {self.height} (width x height) does not fit in an image of {cols} x {rows}"
             )
         head = grey < self.threshold
         head[:, : self.border] = False
@@ -239,8 +244,7 @@ def _resample_box() -> int:
     return getattr(Image, "Resampling", Image).BOX
 
 
-def _read_image(path: Path, *, grayscale: bool, crop: CropSpec | None,
-                size: Size | None) -> np.ndarray:
+def _read_image(path: Path, *, grayscale: bool, crop: CropSpec | None, size: Size | None) -> np.ndarray:
     """One image as float32 (channels, height, width) in [0, 1]."""
     from PIL import Image, UnidentifiedImageError
 
@@ -374,8 +378,7 @@ def load_image_folder(
     missing = [g for g in ("regular", "private") if g not in regex.groupindex]
     if missing:
         raise ValueError(
-            f"pattern '{regex.pattern}' lacks the named group(s) "
-            f"{', '.join(f'(?P<{g}>...)' for g in missing)}"
+            f"pattern '{regex.pattern}' lacks the named group(s) {', '.join(f'(?P<{g}>...)' for g in missing)}"
         )
     size, crop = _check_size(size), _check_crop(crop)
     if not directory.is_dir():
@@ -398,9 +401,7 @@ def load_image_folder(
         regular.append(r)
         private.append(p)
     if not paths:
-        raise FileNotFoundError(
-            f"no file in {directory} has a name that fully matches the pattern '{regex.pattern}'"
-        )
+        raise FileNotFoundError(f"no file in {directory} has a name that fully matches the pattern '{regex.pattern}'")
     return _assemble(paths, regular, private, size=size, grayscale=grayscale, crop=crop)
 
 
@@ -463,9 +464,7 @@ def load_two_label_csv(
     columns = {"image": image_column, "regular": regular_column, "private": private_column}
     for role, name in columns.items():
         if name not in header:
-            raise DataValidationError(
-                f"{csv_path}: no {role} column {name!r}; columns found: {header}"
-            )
+            raise DataValidationError(f"{csv_path}: no {role} column {name!r}; columns found: {header}")
         if header.count(name) > 1:
             raise DataValidationError(f"{csv_path}: column {name!r} appears more than once")
     idx = {role: header.index(name) for role, name in columns.items()}
@@ -479,15 +478,11 @@ def load_two_label_csv(
             continue
         line = reader.line_num
         if len(row) != len(header):
-            raise DataValidationError(
-                f"{csv_path}: line {line} has {len(row)} fields, the header has {len(header)}"
-            )
+            raise DataValidationError(f"{csv_path}: line {line} has {len(row)} fields, the header has {len(header)}")
         cells = {role: row[i].strip() for role, i in idx.items()}
         for role, value in cells.items():
             if not value:
-                raise DataValidationError(
-                    f"{csv_path}: empty {columns[role]!r} cell on line {line}"
-                )
+                raise DataValidationError(f"{csv_path}: empty {columns[role]!r} cell on line {line}")
         image = Path(cells["image"]).expanduser()
         image = image if image.is_absolute() else base / image
         if not image.is_file():

@@ -63,9 +63,7 @@ def read_idx(path: PathLike) -> np.ndarray:
     path = Path(path)
     data = _read_bytes(path)
     if len(data) < 4:
-        raise DataValidationError(
-            f"{path}: truncated idx file ({len(data)} bytes, the magic number needs 4)"
-        )
+        raise DataValidationError(f"{path}: truncated idx file ({len(data)} bytes, the magic number needs 4)")
     zero0, zero1, code, ndim = data[0], data[1], data[2], data[3]
     if zero0 != 0 or zero1 != 0 or code not in IDX_DTYPES or ndim == 0:
         raise DataValidationError(
@@ -76,8 +74,7 @@ def read_idx(path: PathLike) -> np.ndarray:
     header = 4 + 4 * ndim
     if len(data) < header:
         raise DataValidationError(
-            f"{path}: truncated idx file: header needs {header} bytes for {ndim} dimensions, "
-            f"file has {len(data)}"
+            f"{path}: truncated idx file: header needs {header} bytes for {ndim} dimensions, file has {len(data)}"
         )
     dims = tuple(int(d) for d in np.frombuffer(data, dtype=">u4", count=ndim, offset=4))
     dtype = IDX_DTYPES[code]
@@ -86,13 +83,11 @@ def read_idx(path: PathLike) -> np.ndarray:
     actual = len(data) - header
     if actual < expected:
         raise DataValidationError(
-            f"{path}: truncated idx file: shape {dims} of {dtype.name} needs {expected} data "
-            f"bytes, found {actual}"
+            f"{path}: truncated idx file: shape {dims} of {dtype.name} needs {expected} data bytes, found {actual}"
         )
     if actual > expected:
         raise DataValidationError(
-            f"{path}: idx file has {actual - expected} trailing bytes after the {expected} "
-            f"data bytes of shape {dims}"
+            f"{path}: idx file has {actual - expected} trailing bytes after the {expected} data bytes of shape {dims}"
         )
     arr = np.frombuffer(data, dtype=dtype, count=count, offset=header).reshape(dims)
     # Copy to native byte order; also makes the array writable (frombuffer of bytes is not).
@@ -163,13 +158,10 @@ def load_mnist(
     y = read_idx(found["labels"])
     if X.ndim != 3 or X.dtype != np.uint8:
         raise DataValidationError(
-            f"{found['images']}: expected a 3-d uint8 image array, got shape {X.shape} "
-            f"dtype {X.dtype}"
+            f"{found['images']}: expected a 3-d uint8 image array, got shape {X.shape} dtype {X.dtype}"
         )
     if y.ndim != 1 or len(y) != len(X):
-        raise DataValidationError(
-            f"{found['labels']}: expected {len(X)} labels (one per image), got shape {y.shape}"
-        )
+        raise DataValidationError(f"{found['labels']}: expected {len(X)} labels (one per image), got shape {y.shape}")
     if flatten:
         X = X.reshape(len(X), -1)
     return X, y.astype(np.int64)

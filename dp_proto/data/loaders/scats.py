@@ -142,8 +142,7 @@ class TrafficNetwork:
 # --------------------------------------------------------------------------- reading
 def _find_counts_file(data_dir: PathLike | None) -> Path:
     hint = (
-        "Expected the VicRoads SCATS counts (scats_counts_oct2006.csv) in "
-        f"<data_dir>/{SCATS_COUNTS_FILE.as_posix()}."
+        f"Expected the VicRoads SCATS counts (scats_counts_oct2006.csv) in <data_dir>/{SCATS_COUNTS_FILE.as_posix()}."
     )
     if data_dir is not None and Path(data_dir).expanduser().is_file():
         return Path(data_dir).expanduser()
@@ -183,9 +182,7 @@ def _parse_int(text: str, what: str, path: Path, line: int) -> int:
     try:
         return int(text.strip())
     except ValueError:
-        raise DataValidationError(
-            f"{path}: line {line}: {what} {text!r} is not an integer"
-        ) from None
+        raise DataValidationError(f"{path}: line {line}: {what} {text!r} is not an integer") from None
 
 
 def _parse_coordinate(text: str, what: str, path: Path, line: int) -> float:
@@ -241,9 +238,7 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     missing = [c for c in _REQUIRED if c not in header]
     if missing:
         shown = missing if len(missing) <= 8 else [*missing[:8], "..."]
-        raise DataValidationError(
-            f"{path}: missing column(s) {shown} ({len(missing)} in all); columns found: {header}"
-        )
+        raise DataValidationError(f"{path}: missing column(s) {shown} ({len(missing)} in all); columns found: {header}")
     rows = []
     for row in reader:
         if not any(c.strip() for c in row):
@@ -321,9 +316,7 @@ def load_scats_counts(
     if outage_zero_fraction is not None:
         outage_zero_fraction = float(outage_zero_fraction)
         if not 0 < outage_zero_fraction <= 1:
-            raise ValueError(
-                f"outage_zero_fraction must be in (0, 1] or None, got {outage_zero_fraction}"
-            )
+            raise ValueError(f"outage_zero_fraction must be in (0, 1] or None, got {outage_zero_fraction}")
     path = _find_counts_file(data_dir)
     header, rows = _read_rows(path)
     col = {name: header.index(name) for name in _REQUIRED}
@@ -336,9 +329,7 @@ def load_scats_counts(
     names: dict[DetectorId, str] = {}
     for line, row in rows:
         if len(row) < needed:
-            raise DataValidationError(
-                f"{path}: line {line} has {len(row)} fields, the columns need at least {needed}"
-            )
+            raise DataValidationError(f"{path}: line {line} has {len(row)} fields, the columns need at least {needed}")
         site = _parse_int(row[col[_COL_SITE]], "site number", path, line)
         approach = _parse_int(row[col[_COL_APPROACH]], "approach (VR Internal Loc)", path, line)
         key = (site, approach)
@@ -349,8 +340,7 @@ def load_scats_counts(
         per_day = days.setdefault(key, {})
         if date in per_day:
             raise DataValidationError(
-                f"{path}: line {line}: second row for detector (site {site}, approach "
-                f"{approach}) on {date.isoformat()}"
+                f"{path}: line {line}: second row for detector (site {site}, approach {approach}) on {date.isoformat()}"
             )
         per_day[date] = counts
         latlon = (lat, lon)

@@ -15,7 +15,15 @@ import numpy as np
 from dp_proto.data.loaders.common import PathLike, _check_name, _read_bytes, _resolve_data_dir
 from dp_proto.exceptions import DataValidationError
 
-__all__ = ["UCI_DATASETS", "read_tsv", "load_uci", "SHUTTLE_CLASS_NAMES", "SHUTTLE_3CLASS_MAPPING", "merge_classes", "load_shuttle_3class"]
+__all__ = [
+    "UCI_DATASETS",
+    "read_tsv",
+    "load_uci",
+    "SHUTTLE_CLASS_NAMES",
+    "SHUTTLE_3CLASS_MAPPING",
+    "merge_classes",
+    "load_shuttle_3class",
+]
 
 
 #: UCI data sets known to :func:`load_uci`: name -> (n_samples, n_features, n_classes)
@@ -131,9 +139,7 @@ def read_tsv(path: PathLike, target: str = "target") -> tuple[np.ndarray, np.nda
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
         if len(row) != n_cols:
-            raise DataValidationError(
-                f"{path}: line {reader.line_num} has {len(row)} fields, the header has {n_cols}"
-            )
+            raise DataValidationError(f"{path}: line {reader.line_num} has {len(row)} fields, the header has {n_cols}")
         rows.append(row)
         line_numbers.append(reader.line_num)
 
@@ -206,8 +212,7 @@ def load_uci(name: str, data_dir: PathLike | None = None) -> tuple[np.ndarray, n
     if path is None:
         listing = "\n  ".join(str(p) for p in candidates)
         raise FileNotFoundError(
-            f"UCI data set {name!r} not found; tried:\n  {listing}\n"
-            f"Known names: {', '.join(UCI_DATASETS)}. {hint}"
+            f"UCI data set {name!r} not found; tried:\n  {listing}\nKnown names: {', '.join(UCI_DATASETS)}. {hint}"
         )
     X, y, _ = read_tsv(path)
     drop = _UCI_DROP_LEADING.get(name, 0)
@@ -276,9 +281,7 @@ def merge_classes(y: np.ndarray, mapping: Mapping[object, int]) -> np.ndarray:
     keys = [c.item() for c in classes]  # numpy scalars -> Python int / float / str
     missing = [k for k in keys if k not in mapping]
     if missing:
-        raise ValueError(
-            f"labels {missing} occur in y but are not in the mapping (covers {list(mapping)})"
-        )
+        raise ValueError(f"labels {missing} occur in y but are not in the mapping (covers {list(mapping)})")
     lookup = np.array([int(mapping[k]) for k in keys], dtype=np.int64)
     return lookup[inverse.reshape(-1)]
 

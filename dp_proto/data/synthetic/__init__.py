@@ -21,14 +21,31 @@ from dp_proto.data.synthetic.toy import (
     two_gaussians_with_outlier,
 )
 
-__all__ = ["OUTLIER_MEANS", "XOR_CENTERS", "FIVE_GAUSSIANS_MEANS", "two_gaussians_with_outlier", "noisy_xor",
-           "noisy_xor_unbalanced", "three_gaussians_means", "three_gaussians", "three_moons",
-           "five_gaussians_covariances", "five_gaussians", "EntangledTask", "entangled_label_joint",
-           "make_entangled_task"]
+__all__ = [
+    "OUTLIER_MEANS",
+    "XOR_CENTERS",
+    "FIVE_GAUSSIANS_MEANS",
+    "two_gaussians_with_outlier",
+    "noisy_xor",
+    "noisy_xor_unbalanced",
+    "three_gaussians_means",
+    "three_gaussians",
+    "three_moons",
+    "five_gaussians_covariances",
+    "five_gaussians",
+    "EntangledTask",
+    "entangled_label_joint",
+    "make_entangled_task",
+]
 
 # The shuttle helpers and the subsampler lived in the old module dp_proto.data.synthetic.
-__getattr__ = moved_names(__name__, {
-    "SHUTTLE_CLASS_NAMES": "dp_proto.data.loaders.uci", "SHUTTLE_3CLASS_MAPPING": "dp_proto.data.loaders.uci",
-    "merge_classes": "dp_proto.data.loaders.uci", "load_shuttle_3class": "dp_proto.data.loaders.uci",
-    "stratified_subsample": "dp_proto.data.sampling",
-})
+__getattr__ = moved_names(
+    __name__,
+    {
+        "SHUTTLE_CLASS_NAMES": "dp_proto.data.loaders.uci",
+        "SHUTTLE_3CLASS_MAPPING": "dp_proto.data.loaders.uci",
+        "merge_classes": "dp_proto.data.loaders.uci",
+        "load_shuttle_3class": "dp_proto.data.loaders.uci",
+        "stratified_subsample": "dp_proto.data.sampling",
+    },
+)

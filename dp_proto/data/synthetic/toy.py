@@ -19,7 +19,19 @@ import numpy as np
 
 from dp_proto.data._checks import RandomState, _check_count, _check_positive, _rng
 
-__all__ = ["OUTLIER_MEANS", "XOR_CENTERS", "FIVE_GAUSSIANS_MEANS", "two_gaussians_with_outlier", "noisy_xor", "noisy_xor_unbalanced", "three_gaussians_means", "three_gaussians", "three_moons", "five_gaussians_covariances", "five_gaussians"]
+__all__ = [
+    "OUTLIER_MEANS",
+    "XOR_CENTERS",
+    "FIVE_GAUSSIANS_MEANS",
+    "two_gaussians_with_outlier",
+    "noisy_xor",
+    "noisy_xor_unbalanced",
+    "three_gaussians_means",
+    "three_gaussians",
+    "three_moons",
+    "five_gaussians_covariances",
+    "five_gaussians",
+]
 
 
 #: Mean of the single class-1 outlier of :func:`two_gaussians_with_outlier`.
@@ -86,9 +98,7 @@ def two_gaussians_with_outlier(
     y : ndarray of shape (2 * n_per_class [+ 1],), dtype int64
     """
     if setting is not None and setting not in OUTLIER_MEANS:
-        raise ValueError(
-            f"unknown outlier setting {setting!r}; valid: {', '.join(OUTLIER_MEANS)} or None"
-        )
+        raise ValueError(f"unknown outlier setting {setting!r}; valid: {', '.join(OUTLIER_MEANS)} or None")
     n = _check_count("n_per_class", n_per_class, minimum=1)
     rng = _rng(random_state)
     parts = [
@@ -142,10 +152,7 @@ def noisy_xor(
         np.asarray(center) + std * rng.standard_normal((count, 2))
         for center, count in zip(XOR_CENTERS, counts, strict=True)
     ]
-    labels = [
-        np.full(count, label, dtype=np.int64)
-        for label, count in zip(XOR_CENTERS.values(), counts, strict=True)
-    ]
+    labels = [np.full(count, label, dtype=np.int64) for label, count in zip(XOR_CENTERS.values(), counts, strict=True)]
     return np.concatenate(parts), np.concatenate(labels)
 
 
@@ -341,8 +348,7 @@ def five_gaussians(
     """
     if n_per_class is not None and n_samples is not None:
         raise ValueError(
-            f"give n_per_class or n_samples, not both (got n_per_class={n_per_class}, "
-            f"n_samples={n_samples})"
+            f"give n_per_class or n_samples, not both (got n_per_class={n_per_class}, n_samples={n_samples})"
         )
     if n_samples is not None:
         total = _check_count("n_samples", n_samples, minimum=5)

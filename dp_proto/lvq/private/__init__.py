@@ -26,8 +26,17 @@ from dp_proto.lvq.private.saa import saa_sensitivity, subsample_and_aggregate
 from dp_proto.lvq.private.saa_estimator import SubsampleAggregateGLVQ
 
 __all__ = [
-    "DPGLVQ", "DPGMLVQ", "DPLGMLVQ", "SubsampleAggregateGLVQ",
-    "DPInitResult", "dp_class_mean_prototypes",
-    "calibrate_noise_multiplier", "fit_dp_sgd", "paper_noise_multiplier", "sgd_steps",
-    "subsample_and_aggregate", "saa_sensitivity", "coa_glvq",
+    "DPGLVQ",
+    "DPGMLVQ",
+    "DPLGMLVQ",
+    "SubsampleAggregateGLVQ",
+    "DPInitResult",
+    "dp_class_mean_prototypes",
+    "calibrate_noise_multiplier",
+    "fit_dp_sgd",
+    "paper_noise_multiplier",
+    "sgd_steps",
+    "subsample_and_aggregate",
+    "saa_sensitivity",
+    "coa_glvq",
 ]

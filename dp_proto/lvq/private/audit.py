@@ -19,9 +19,7 @@ from dp_proto.privacy.ledger import PrivacyLedger, dp_sgd_event
 __all__ = ["dp_init_audit_setup", "saa_audit_setup", "dp_sgd_audit_setup"]
 
 
-def dp_init_audit_setup(
-    epsilon: float, *, dim: int = 1, n_records: int = 50, coordinate: int = 0
-) -> AuditSetup:
+def dp_init_audit_setup(epsilon: float, *, dim: int = 1, n_records: int = 50, coordinate: int = 0) -> AuditSetup:
     """:func:`dp_class_mean_prototypes` (2 classes, ``dim`` features) with a canary.
 
     ``dataset_0`` holds ``n_records`` records of class 0 at the corner ``-1`` of the
@@ -54,8 +52,15 @@ def _canary_pair(n_per_class: int, dim: int) -> tuple[tuple[np.ndarray, np.ndarr
     return (x0, y0), (np.concatenate([x0, np.ones((1, dim))]), np.append(y0, 0))
 
 
-def saa_audit_setup(epsilon: float, delta: float = 1e-5, *, num_bins: int = 16, n_per_class: int = 8,
-                    epochs: int = 1, fixed_noise_seed: int | None = None) -> AuditSetup:
+def saa_audit_setup(
+    epsilon: float,
+    delta: float = 1e-5,
+    *,
+    num_bins: int = 16,
+    n_per_class: int = 8,
+    epochs: int = 1,
+    fixed_noise_seed: int | None = None,
+) -> AuditSetup:
     """:class:`~dp_proto.lvq.private.SubsampleAggregateGLVQ` end to end (bins, training,
     projection, noise) with a class-0 canary at the domain's corner; statistic: the
     released class-0 prototype. Each trial draws its own noise seed from the audit's
@@ -69,16 +74,31 @@ def saa_audit_setup(epsilon: float, delta: float = 1e-5, *, num_bins: int = 16, 
     def mechanism(dataset, generator: torch.Generator) -> float:
         X, y = dataset
         seed = fixed_noise_seed if fixed_noise_seed is not None else trial_noise_seed(generator)
-        est = without_leak_warning(lambda: SubsampleAggregateGLVQ(num_bins=num_bins, epsilon=epsilon, delta=delta, classes=[0, 1],
-                                                      epochs=epochs, batch_size=4, noise_seed=seed).fit(X, y))
+        est = without_leak_warning(
+            lambda: SubsampleAggregateGLVQ(
+                num_bins=num_bins,
+                epsilon=epsilon,
+                delta=delta,
+                classes=[0, 1],
+                epochs=epochs,
+                batch_size=4,
+                noise_seed=seed,
+            ).fit(X, y)
+        )
         return float(est.prototypes_[0, 0])
 
     name = f"saa_eps{epsilon:g}" if fixed_noise_seed is None else f"broken_saa_fixed_seed_claims{epsilon:g}"
     return AuditSetup(name, epsilon, delta, mechanism, d0, d1, statistic=float)
 
 
-def dp_sgd_audit_setup(noise_multiplier: float = 2.0, *, delta: float = 1e-5, steps: int = 2,
-                       sampling_rate: float = 1.0, noise_factor: float = 1.0) -> AuditSetup:
+def dp_sgd_audit_setup(
+    noise_multiplier: float = 2.0,
+    *,
+    delta: float = 1e-5,
+    steps: int = 2,
+    sampling_rate: float = 1.0,
+    noise_factor: float = 1.0,
+) -> AuditSetup:
     """A small DP-GLVQ training through :func:`~dp_proto.lvq.private.fit_dp_sgd` (fused
     engine, Poisson sampling, clipping to 1, the public normaliser 8) on 16 one-dimensional
     records with a class-0 canary at the far end; statistic: prototype 0. ``D0``'s records
@@ -96,9 +116,21 @@ def dp_sgd_audit_setup(noise_multiplier: float = 2.0, *, delta: float = 1e-5, st
     def mechanism(dataset, generator: torch.Generator) -> float:
         x, y = dataset
         model = PrototypeModel(GLVQLayer(1, 2, prototypes=torch.tensor([[-0.5], [0.5]])), [0, 1])
-        without_leak_warning(lambda: fit_dp_sgd(model, x, y, ledger=PrivacyLedger(), noise_multiplier=noise_multiplier * noise_factor,
-                                    sampling_rate=sampling_rate, max_grad_norm=1.0, steps=steps, expected_batch_size=8.0,
-                                    lr=1.0, generator=generator))
+        without_leak_warning(
+            lambda: fit_dp_sgd(
+                model,
+                x,
+                y,
+                ledger=PrivacyLedger(),
+                noise_multiplier=noise_multiplier * noise_factor,
+                sampling_rate=sampling_rate,
+                max_grad_norm=1.0,
+                steps=steps,
+                expected_batch_size=8.0,
+                lr=1.0,
+                generator=generator,
+            )
+        )
         return float(model.layer.prototypes.detach()[0, 0])
 
     name = f"dp_sgd_sigma{noise_multiplier:g}" if noise_factor == 1.0 else f"broken_dp_sgd_noise_x{noise_factor:g}"

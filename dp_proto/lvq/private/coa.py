@@ -59,8 +59,17 @@ from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.testing import intercept
 
-__all__ = ["gaussian_admissibility", "coa_grid", "t_radii", "centre_of_attention", "smooth_sensitivity",
-           "COAResult", "centre_of_attention_mechanism", "coa_bin_models", "coa_glvq"]
+__all__ = [
+    "gaussian_admissibility",
+    "coa_grid",
+    "t_radii",
+    "centre_of_attention",
+    "smooth_sensitivity",
+    "COAResult",
+    "centre_of_attention_mechanism",
+    "coa_bin_models",
+    "coa_glvq",
+]
 
 
 def gaussian_admissibility(epsilon: float, delta: float, dim: int) -> tuple[float, float]:
@@ -87,8 +96,9 @@ def centre_of_attention(points: Tensor, t0: int, *, radii: Tensor | None = None)
     return int(radii[:, t0 - 1].argmin())
 
 
-def smooth_sensitivity(points: Tensor, t0: int, beta: float, diameter: float, multiplicity: int = 1, *,
-                       radii: Tensor | None = None) -> float:
+def smooth_sensitivity(
+    points: Tensor, t0: int, beta: float, diameter: float, multiplicity: int = 1, *, radii: Tensor | None = None
+) -> float:
     """``S(Z) = 2 max_{k >= 0} rho(t0 + (k+1) s) e^{-beta k}``, ``rho(t) = min_i r_i(t)``
     for ``t <= m`` and the domain ``diameter`` beyond; ``radii`` as in
     :func:`centre_of_attention`."""
@@ -150,8 +160,10 @@ def centre_of_attention_mechanism(
     pts = points.to(torch.float64)
     radii = t_radii(pts)  # (m, m), shared by the centre and the smooth bound
     if float(radii[:, -1].max()) > diameter * (1 + 1e-9):
-        raise ValueError(f"points lie farther apart ({float(radii[:, -1].max()):.4g}) than the declared "
-                         f"domain diameter {diameter:.4g}: clip them into the domain first")
+        raise ValueError(
+            f"points lie farther apart ({float(radii[:, -1].max()):.4g}) than the declared "
+            f"domain diameter {diameter:.4g}: clip them into the domain first"
+        )
     if ledger is not None:
         ledger.spend(ApproxEvent(epsilon, delta, name=name))
     generator = noise_rng(ledger, generator, secure_mode, pts.device, name)
@@ -161,8 +173,11 @@ def centre_of_attention_mechanism(
     step = coa_grid(diameter, dim)
 
     def draw() -> Tensor:  # smooth sensitivity: no fixed sensitivity for the harness to check
-        noisy = centre + gaussian_noise(centre.shape, std, generator=generator, secure_mode=secure_mode, device=pts.device)
+        noisy = centre + gaussian_noise(
+            centre.shape, std, generator=generator, secure_mode=secure_mode, device=pts.device
+        )
         return torch.round(noisy / step) * step
+
     return COAResult(intercept(name, centre, None, None, draw), t0)
 
 
@@ -192,8 +207,16 @@ def coa_bin_models(
     m, num_prototypes, d = bin_models.shape
     projected = project_to_domain(bin_models.to(torch.float64), low, high, radius)
     diameter = saa_sensitivity(num_prototypes, d, low, high, radius)
-    result = centre_of_attention_mechanism(projected.reshape(m, -1), epsilon, delta, diameter=diameter,
-                                           ledger=ledger, name=name, generator=generator, secure_mode=secure_mode)
+    result = centre_of_attention_mechanism(
+        projected.reshape(m, -1),
+        epsilon,
+        delta,
+        diameter=diameter,
+        ledger=ledger,
+        name=name,
+        generator=generator,
+        secure_mode=secure_mode,
+    )
     prototypes = result.value.reshape(num_prototypes, d)
     if project_release:
         prototypes = project_to_domain(prototypes, low, high, radius)
@@ -227,10 +250,32 @@ def coa_glvq(
     bins' models (see the module docstring and :func:`coa_bin_models`), their labels
     ``(W,)`` and the raw result (``result.value`` is the unprojected release)."""
     labels = bin_prototype_labels(x, y, num_classes, num_bins, prototypes_per_class, reference)
-    models, _ = train_bin_models(x, y, labels, num_bins, reference=reference, epochs=epochs,
-                                 batch_size=batch_size, lr=lr, low=low, high=high, radius=radius,
-                                 generator=generator, secure_mode=secure_mode)
-    prototypes, result = coa_bin_models(models, epsilon, delta, low=low, high=high, radius=radius,
-                                        project_release=project_release, ledger=ledger, name=name,
-                                        generator=generator, secure_mode=secure_mode)
+    models, _ = train_bin_models(
+        x,
+        y,
+        labels,
+        num_bins,
+        reference=reference,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        low=low,
+        high=high,
+        radius=radius,
+        generator=generator,
+        secure_mode=secure_mode,
+    )
+    prototypes, result = coa_bin_models(
+        models,
+        epsilon,
+        delta,
+        low=low,
+        high=high,
+        radius=radius,
+        project_release=project_release,
+        ledger=ledger,
+        name=name,
+        generator=generator,
+        secure_mode=secure_mode,
+    )
     return prototypes.to(x.dtype), labels, result

@@ -97,8 +97,9 @@ def dp_class_mean_prototypes(
         raise ValueError(f"y must hold class indices in 0..{num_classes - 1}")
     d = x.shape[1]
     eps_counts, eps_sums = epsilon * count_fraction, epsilon * (1 - count_fraction)
-    counts_event = DiscreteLaplaceEvent(eps_counts, grid_steps=1, name=f"{name}/class_counts",
-                                sensitivity=1.0)  # what noisy_histogram records (integer noise)
+    counts_event = DiscreteLaplaceEvent(
+        eps_counts, grid_steps=1, name=f"{name}/class_counts", sensitivity=1.0
+    )  # what noisy_histogram records (integer noise)
     sums_event = PureEvent(eps_sums, name=f"{name}/class_sums", sensitivity=float(d))
     if ledger is not None:
         ledger.check(counts_event, sums_event)  # refuse both parts before releasing either
@@ -109,10 +110,18 @@ def dp_class_mean_prototypes(
     one_hot[torch.arange(x.shape[0], device=x.device), y.long()] = 1.0
     sums = one_hot.T @ clipped.values  # (c, d)
 
-    noisy_counts = noisy_histogram(y.long(), num_classes, eps_counts, ledger=ledger, name=counts_event.name,
-                                   generator=generator, secure_mode=secure_mode)
-    noisy_sums = laplace_mechanism(sums, float(d), eps_sums, ledger=ledger, name=sums_event.name,
-                                   generator=generator, secure_mode=secure_mode)
+    noisy_counts = noisy_histogram(
+        y.long(),
+        num_classes,
+        eps_counts,
+        ledger=ledger,
+        name=counts_event.name,
+        generator=generator,
+        secure_mode=secure_mode,
+    )
+    noisy_sums = laplace_mechanism(
+        sums, float(d), eps_sums, ledger=ledger, name=sums_event.name, generator=generator, secure_mode=secure_mode
+    )
     means = clip_box(noisy_sums / noisy_counts.clamp_min(1.0)[:, None]).values  # post-processing
 
     labels = make_prototype_labels(num_classes, prototypes_per_class).to(x.device)

@@ -84,6 +84,7 @@ class DPSGDResult:
 def _glvq_criterion(model: PrototypeModel, transfer_fn: str, beta: float):
     def criterion(distances: Tensor, targets: Tensor) -> Tensor:
         return model.loss(distances, targets, transfer_fn=transfer_fn, beta=beta)  # type: ignore[arg-type]
+
     return criterion
 
 
@@ -192,11 +193,25 @@ def fit_dp_sgd(
     if ledger.budget is not None:
         precheck_plan(ledger, dp_sgd_event(noise_multiplier, sampling_rate, steps))
     if engine == "fused":
-        fit_dp_sgd_fused(model, x, y, ledger=ledger, noise_multiplier=noise_multiplier,
-                         sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, steps=steps,
-                         expected_batch_size=expected_batch_size, optimizer=opt, result=result, post_step=post_step,
-                         generator=generator, secure_mode=secure_mode, clipping=clipping,
-                         transfer_fn=transfer_fn, beta=beta)
+        fit_dp_sgd_fused(
+            model,
+            x,
+            y,
+            ledger=ledger,
+            noise_multiplier=noise_multiplier,
+            sampling_rate=sampling_rate,
+            max_grad_norm=max_grad_norm,
+            steps=steps,
+            expected_batch_size=expected_batch_size,
+            optimizer=opt,
+            result=result,
+            post_step=post_step,
+            generator=generator,
+            secure_mode=secure_mode,
+            clipping=clipping,
+            transfer_fn=transfer_fn,
+            beta=beta,
+        )
         if average is not None:
             average.release()
         if report_opacus_epsilon:
@@ -206,14 +221,17 @@ def fit_dp_sgd(
         import importlib.util
 
         if importlib.util.find_spec("torchcsprng") is None:
-            raise ValueError("secure_mode with engine='opacus' needs Opacus' torchcsprng package, which is "
-                             "not installed; engine='fused' draws its noise from os.urandom instead")
+            raise ValueError(
+                "secure_mode with engine='opacus' needs Opacus' torchcsprng package, which is "
+                "not installed; engine='fused' draws its noise from os.urandom instead"
+            )
     # Poisson sampling at exactly q (Opacus' make_private(poisson_sampling=True) would
     # use 1 / len(loader), which depends on the private n).
     # Sampling coins: the run's generator, or in secure mode a generator seeded from
     # os.urandom (never torch's global generator, which seeding a run makes predictable).
-    loader = DPDataLoader(TensorDataset(x, y), sample_rate=sampling_rate,
-                          generator=fresh_generator() if secure_mode else generator)
+    loader = DPDataLoader(
+        TensorDataset(x, y), sample_rate=sampling_rate, generator=fresh_generator() if secure_mode else generator
+    )
     with warnings.catch_warnings():
         # Opacus warns that its own noise is not from a secure RNG; make_noise_sound below
         # replaces that noise with ours (fresh entropy, or os.urandom in secure mode).
@@ -229,9 +247,15 @@ def fit_dp_sgd(
         clip_bound = [max_grad_norm / math.sqrt(len(trainable))] * len(trainable)
         kwargs["clipping"] = "per_layer"
     made = privacy_engine.make_private(
-        module=model, optimizer=opt, data_loader=loader, noise_multiplier=noise_multiplier,
-        max_grad_norm=clip_bound, poisson_sampling=False, grad_sample_mode=grad_sample_mode,
-        noise_generator=None if secure_mode else generator, **kwargs,
+        module=model,
+        optimizer=opt,
+        data_loader=loader,
+        noise_multiplier=noise_multiplier,
+        max_grad_norm=clip_bound,
+        poisson_sampling=False,
+        grad_sample_mode=grad_sample_mode,
+        noise_generator=None if secure_mode else generator,
+        **kwargs,
     )
     if grad_sample_mode == "ghost":
         private_model, dp_opt, criterion, dp_loader = made
@@ -265,8 +289,9 @@ def fit_dp_sgd(
     return result
 
 
-def _make_optimizer(model: PrototypeModel, name: str, lr: float, metric_lr_scale: float,
-                    momentum: float) -> torch.optim.Optimizer:
+def _make_optimizer(
+    model: PrototypeModel, name: str, lr: float, metric_lr_scale: float, momentum: float
+) -> torch.optim.Optimizer:
     """SGD or Adam with the layer's metric parameters at ``lr * metric_lr_scale``."""
     groups = parameter_groups(model, lr, metric_lr_scale)
     if name == "sgd":

@@ -35,6 +35,7 @@ from dp_proto.privacy.randomness import noise_generator
 
 __all__ = ["DPGLVQ", "DPGMLVQ", "DPLGMLVQ"]
 
+
 class _DPMixin:
     """Replaces ``fit`` of a non-private estimator by DP initialisation + DP-SGD."""
 
@@ -50,8 +51,7 @@ class _DPMixin:
         if self.engine not in ("fused", "opacus"):
             raise ValueError(f"engine must be 'fused' or 'opacus', got {self.engine!r}")
         if self.grad_sample_mode not in ("hooks", "ghost", "functorch"):
-            raise ValueError(f"grad_sample_mode must be 'hooks', 'ghost' or 'functorch', got "
-                             f"{self.grad_sample_mode!r}")
+            raise ValueError(f"grad_sample_mode must be 'hooks', 'ghost' or 'functorch', got {self.grad_sample_mode!r}")
         if self.clipping not in ("joint", "per_parameter"):
             raise ValueError(f"clipping must be 'joint' or 'per_parameter', got {self.clipping!r}")
         if not 0 <= self.average_last < 1:
@@ -85,14 +85,23 @@ class _DPMixin:
     @property
     def sample_rate_(self) -> float:
         """Deprecated name of ``sampling_rate_``."""
-        warnings.warn("sample_rate_ is now called sampling_rate_; the old name will be removed in "
-                      f"{REMOVAL}", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"sample_rate_ is now called sampling_rate_; the old name will be removed in {REMOVAL}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.sampling_rate_
 
     def dp_sgd_plan(self) -> DPSGDPlan:
         """The run's public recipe: ledger, steps and noise multiplier (checks the settings)."""
-        return DPSGDPlan(self.epsilon, self.delta, self.sampling_rate, self.epochs,
-                         init_fraction=self.init_fraction, calibration=self.calibration)
+        return DPSGDPlan(
+            self.epsilon,
+            self.delta,
+            self.sampling_rate,
+            self.epochs,
+            init_fraction=self.init_fraction,
+            calibration=self.calibration,
+        )
 
     def fit(self, X, y):
         """Private training on ``X (n, d)``, ``y (n,)``; see the class docstring."""
@@ -115,8 +124,13 @@ class _DPMixin:
 
         ledger = plan.new_ledger()
         init = dp_class_mean_prototypes(
-            x_t, y_t, len(self.classes_), plan.init_epsilon, ledger=ledger,
-            prototypes_per_class=counts[0], generator=None if self.secure_mode else generator,
+            x_t,
+            y_t,
+            len(self.classes_),
+            plan.init_epsilon,
+            ledger=ledger,
+            prototypes_per_class=counts[0],
+            generator=None if self.secure_mode else generator,
             secure_mode=self.secure_mode,
         )
         layer = self._make_layer(d, len(init.prototype_labels), init_generator, tdtype)
@@ -131,15 +145,27 @@ class _DPMixin:
         expected_batch = plan.expected_batch_size(float(init.noisy_counts.sum()))
         sigma = plan.noise_multiplier(ledger.events)
         result = fit_dp_sgd(
-            self.model_, x_t, y_t, ledger=ledger, noise_multiplier=sigma, sampling_rate=q,
-            max_grad_norm=self.max_grad_norm, steps=plan.steps, lr=self.lr, optimizer=self.solver,
-            metric_lr_scale=getattr(self, "metric_lr_scale", 1.0), average_last=self.average_last,
+            self.model_,
+            x_t,
+            y_t,
+            ledger=ledger,
+            noise_multiplier=sigma,
+            sampling_rate=q,
+            max_grad_norm=self.max_grad_norm,
+            steps=plan.steps,
+            lr=self.lr,
+            optimizer=self.solver,
+            metric_lr_scale=getattr(self, "metric_lr_scale", 1.0),
+            average_last=self.average_last,
             clipping=self.clipping,
-            engine=self.engine, grad_sample_mode=self.grad_sample_mode,
+            engine=self.engine,
+            grad_sample_mode=self.grad_sample_mode,
             generator=None if self.secure_mode else generator,
             expected_batch_size=expected_batch,
             secure_mode=self.secure_mode,
-            transfer_fn=self.transfer_fn, beta=self.beta, delta=self.delta,
+            transfer_fn=self.transfer_fn,
+            beta=self.beta,
+            delta=self.delta,
         )
         self.noise_multiplier_ = sigma
         self.sampling_rate_ = q
@@ -268,51 +294,192 @@ def _set(obj, **params) -> None:
 class DPGLVQ(_DPMixin, GLVQ):
     __doc__ = "Differentially private GLVQ (DP class-mean initialisation + DP-SGD)." + _DOC
 
-    def __init__(self, prototypes_per_class=1, *, epsilon=1.0, delta=1e-5, sampling_rate=0.01,
-                 max_grad_norm=0.5, epochs=50, init_fraction=0.2, calibration="ledger", bounds=None,
-                 classes=None, clipping="joint", engine="fused", grad_sample_mode="hooks", secure_mode=False,
-                 noise_seed=None, solver="sgd", lr=0.05,
-                 average_last=0.0, transfer_fn="sigmoid", beta=16.0, random_state=None, device="cpu",
-                 dtype="float32"):
-        _set(self, prototypes_per_class=prototypes_per_class, epsilon=epsilon, delta=delta,
-             sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, epochs=epochs,
-             init_fraction=init_fraction, calibration=calibration, bounds=bounds,
-             classes=classes, clipping=clipping, engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, noise_seed=noise_seed, solver=solver, lr=lr,
-             average_last=average_last, transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)
+    def __init__(
+        self,
+        prototypes_per_class=1,
+        *,
+        epsilon=1.0,
+        delta=1e-5,
+        sampling_rate=0.01,
+        max_grad_norm=0.5,
+        epochs=50,
+        init_fraction=0.2,
+        calibration="ledger",
+        bounds=None,
+        classes=None,
+        clipping="joint",
+        engine="fused",
+        grad_sample_mode="hooks",
+        secure_mode=False,
+        noise_seed=None,
+        solver="sgd",
+        lr=0.05,
+        average_last=0.0,
+        transfer_fn="sigmoid",
+        beta=16.0,
+        random_state=None,
+        device="cpu",
+        dtype="float32",
+    ):
+        _set(
+            self,
+            prototypes_per_class=prototypes_per_class,
+            epsilon=epsilon,
+            delta=delta,
+            sampling_rate=sampling_rate,
+            max_grad_norm=max_grad_norm,
+            epochs=epochs,
+            init_fraction=init_fraction,
+            calibration=calibration,
+            bounds=bounds,
+            classes=classes,
+            clipping=clipping,
+            engine=engine,
+            grad_sample_mode=grad_sample_mode,
+            secure_mode=secure_mode,
+            noise_seed=noise_seed,
+            solver=solver,
+            lr=lr,
+            average_last=average_last,
+            transfer_fn=transfer_fn,
+            beta=beta,
+            random_state=random_state,
+            device=device,
+            dtype=dtype,
+        )
 
 
 class DPGMLVQ(_DPMixin, GMLVQ):
-    __doc__ = ("Differentially private GMLVQ (DP class-mean initialisation, identity Omega, "
-               "DP-SGD on prototypes and Omega with joint clipping, Omega kept at the "
-               "identity's scale)." + _DOC)
+    __doc__ = (
+        "Differentially private GMLVQ (DP class-mean initialisation, identity Omega, "
+        "DP-SGD on prototypes and Omega with joint clipping, Omega kept at the "
+        "identity's scale)." + _DOC
+    )
 
-    def __init__(self, prototypes_per_class=1, *, epsilon=1.0, delta=1e-5, sampling_rate=0.01,
-                 max_grad_norm=0.5, epochs=50, init_fraction=0.2, calibration="ledger", bounds=None,
-                 classes=None, clipping="joint", engine="fused", grad_sample_mode="hooks", secure_mode=False,
-                 noise_seed=None, rank=None, omega_init="identity", normalize_omega=False, solver="sgd", lr=0.05, metric_lr_scale=1.0, average_last=0.0,
-                 transfer_fn="sigmoid", beta=16.0,
-                 random_state=None, device="cpu", dtype="float32"):
-        _set(self, prototypes_per_class=prototypes_per_class, epsilon=epsilon, delta=delta,
-             sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, epochs=epochs,
-             init_fraction=init_fraction, calibration=calibration, bounds=bounds,
-             classes=classes, clipping=clipping, engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, noise_seed=noise_seed, rank=rank,
-             omega_init=omega_init, normalize_omega=normalize_omega, solver=solver, lr=lr,
-             metric_lr_scale=metric_lr_scale, average_last=average_last, transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)
+    def __init__(
+        self,
+        prototypes_per_class=1,
+        *,
+        epsilon=1.0,
+        delta=1e-5,
+        sampling_rate=0.01,
+        max_grad_norm=0.5,
+        epochs=50,
+        init_fraction=0.2,
+        calibration="ledger",
+        bounds=None,
+        classes=None,
+        clipping="joint",
+        engine="fused",
+        grad_sample_mode="hooks",
+        secure_mode=False,
+        noise_seed=None,
+        rank=None,
+        omega_init="identity",
+        normalize_omega=False,
+        solver="sgd",
+        lr=0.05,
+        metric_lr_scale=1.0,
+        average_last=0.0,
+        transfer_fn="sigmoid",
+        beta=16.0,
+        random_state=None,
+        device="cpu",
+        dtype="float32",
+    ):
+        _set(
+            self,
+            prototypes_per_class=prototypes_per_class,
+            epsilon=epsilon,
+            delta=delta,
+            sampling_rate=sampling_rate,
+            max_grad_norm=max_grad_norm,
+            epochs=epochs,
+            init_fraction=init_fraction,
+            calibration=calibration,
+            bounds=bounds,
+            classes=classes,
+            clipping=clipping,
+            engine=engine,
+            grad_sample_mode=grad_sample_mode,
+            secure_mode=secure_mode,
+            noise_seed=noise_seed,
+            rank=rank,
+            omega_init=omega_init,
+            normalize_omega=normalize_omega,
+            solver=solver,
+            lr=lr,
+            metric_lr_scale=metric_lr_scale,
+            average_last=average_last,
+            transfer_fn=transfer_fn,
+            beta=beta,
+            random_state=random_state,
+            device=device,
+            dtype=dtype,
+        )
 
 
 class DPLGMLVQ(_DPMixin, LGMLVQ):
     __doc__ = "Differentially private LGMLVQ (DP class-mean initialisation + DP-SGD)." + _DOC
 
-    def __init__(self, prototypes_per_class=1, *, epsilon=1.0, delta=1e-5, sampling_rate=0.01,
-                 max_grad_norm=0.5, epochs=50, init_fraction=0.2, calibration="ledger", bounds=None,
-                 classes=None, clipping="joint", engine="fused", grad_sample_mode="hooks", secure_mode=False,
-                 noise_seed=None, rank=None, omega_init="identity",
-                 normalize_omega=False, solver="sgd", lr=0.05, metric_lr_scale=1.0, average_last=0.0,
-                 transfer_fn="identity", beta=1.0,
-                 random_state=None, device="cpu", dtype="float32"):
-        _set(self, prototypes_per_class=prototypes_per_class, epsilon=epsilon, delta=delta,
-             sampling_rate=sampling_rate, max_grad_norm=max_grad_norm, epochs=epochs,
-             init_fraction=init_fraction, calibration=calibration, bounds=bounds,
-             classes=classes, clipping=clipping, engine=engine, grad_sample_mode=grad_sample_mode, secure_mode=secure_mode, noise_seed=noise_seed, rank=rank,
-             omega_init=omega_init, normalize_omega=normalize_omega, solver=solver, lr=lr,
-             metric_lr_scale=metric_lr_scale, average_last=average_last, transfer_fn=transfer_fn, beta=beta, random_state=random_state, device=device, dtype=dtype)
+    def __init__(
+        self,
+        prototypes_per_class=1,
+        *,
+        epsilon=1.0,
+        delta=1e-5,
+        sampling_rate=0.01,
+        max_grad_norm=0.5,
+        epochs=50,
+        init_fraction=0.2,
+        calibration="ledger",
+        bounds=None,
+        classes=None,
+        clipping="joint",
+        engine="fused",
+        grad_sample_mode="hooks",
+        secure_mode=False,
+        noise_seed=None,
+        rank=None,
+        omega_init="identity",
+        normalize_omega=False,
+        solver="sgd",
+        lr=0.05,
+        metric_lr_scale=1.0,
+        average_last=0.0,
+        transfer_fn="identity",
+        beta=1.0,
+        random_state=None,
+        device="cpu",
+        dtype="float32",
+    ):
+        _set(
+            self,
+            prototypes_per_class=prototypes_per_class,
+            epsilon=epsilon,
+            delta=delta,
+            sampling_rate=sampling_rate,
+            max_grad_norm=max_grad_norm,
+            epochs=epochs,
+            init_fraction=init_fraction,
+            calibration=calibration,
+            bounds=bounds,
+            classes=classes,
+            clipping=clipping,
+            engine=engine,
+            grad_sample_mode=grad_sample_mode,
+            secure_mode=secure_mode,
+            noise_seed=noise_seed,
+            rank=rank,
+            omega_init=omega_init,
+            normalize_omega=normalize_omega,
+            solver=solver,
+            lr=lr,
+            metric_lr_scale=metric_lr_scale,
+            average_last=average_last,
+            transfer_fn=transfer_fn,
+            beta=beta,
+            random_state=random_state,
+            device=device,
+            dtype=dtype,
+        )

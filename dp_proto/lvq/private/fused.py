@@ -47,12 +47,10 @@ from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.randomness import fresh_generator
 from dp_proto.privacy.testing import intercept
 
-__all__ = ["clipped_gradient_sum", "dp_sgd_step", "poisson_batch_index", "fit_dp_sgd_fused",
-           "check_fusable"]
+__all__ = ["clipped_gradient_sum", "dp_sgd_step", "poisson_batch_index", "fit_dp_sgd_fused", "check_fusable"]
 
 # Most specific class first (GMLVQLayer and LGMLVQLayer subclass GLVQLayer).
-_NORM_SAMPLERS = ((LGMLVQLayer, lgmlvq_norm_sample), (GMLVQLayer, gmlvq_norm_sample),
-                  (GLVQLayer, glvq_norm_sample))
+_NORM_SAMPLERS = ((LGMLVQLayer, lgmlvq_norm_sample), (GMLVQLayer, gmlvq_norm_sample), (GLVQLayer, glvq_norm_sample))
 
 # Opacus' guard in the clip factor C / (norm + 1e-6).
 _NORM_GUARD = 1e-6
@@ -81,8 +79,14 @@ CLIPPING_MODES = ("joint", "per_parameter")
 
 
 def clipped_gradient_sum(
-    model: PrototypeModel, x: Tensor, y: Tensor, max_grad_norm: float, *,
-    clipping: str = "joint", transfer_fn: str = "identity", beta: float = 1.0,
+    model: PrototypeModel,
+    x: Tensor,
+    y: Tensor,
+    max_grad_norm: float,
+    *,
+    clipping: str = "joint",
+    transfer_fn: str = "identity",
+    beta: float = 1.0,
     check_labels: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """Accumulate the clipped per-sample gradients' sum into ``p.grad`` of the layer's
@@ -123,8 +127,14 @@ def clipped_gradient_sum(
             distances = layer(features)  # (B, W)
         # backprops[i] = dL_i/dD_i: L_i depends on row i of the distances only.
         costs, backprops, winners, coef = glvq_cost_and_gradient(
-            distances, y, model.prototype_labels, check=check_labels, transfer_fn=transfer_fn,  # type: ignore[arg-type]
-            beta=beta, return_winners=True)
+            distances,
+            y,
+            model.prototype_labels,
+            check=check_labels,
+            transfer_fn=transfer_fn,  # type: ignore[arg-type]
+            beta=beta,
+            return_winners=True,
+        )
         norms_by_param = _per_sample_norms(layer, features, backprops, projections, (winners, coef))
         if not norms_by_param:
             return distances.new_zeros(distances.shape[0]), costs
@@ -134,8 +144,9 @@ def clipped_gradient_sum(
             weights = {p: backprops * factor[:, None] for p in norms_by_param}
         else:
             bound = max_grad_norm / math.sqrt(len(norms_by_param))
-            weights = {p: backprops * (bound / (n + _NORM_GUARD)).clamp(max=1.0)[:, None]
-                       for p, n in norms_by_param.items()}
+            weights = {
+                p: backprops * (bound / (n + _NORM_GUARD)).clamp(max=1.0)[:, None] for p, n in norms_by_param.items()
+            }
         for param, grad in _weighted_gradient(layer, features, weights, projections).items():
             if param.grad is None:
                 param.grad = grad
@@ -144,9 +155,13 @@ def clipped_gradient_sum(
     return norms, costs
 
 
-def _per_sample_norms(layer: GLVQLayer, x: Tensor, backprops: Tensor,
-                      projections: tuple[Tensor, Tensor] | None,
-                      winners: tuple[Tensor, Tensor]) -> dict[Tensor, Tensor]:
+def _per_sample_norms(
+    layer: GLVQLayer,
+    x: Tensor,
+    backprops: Tensor,
+    projections: tuple[Tensor, Tensor] | None,
+    winners: tuple[Tensor, Tensor],
+) -> dict[Tensor, Tensor]:
     """Per-sample gradient norms ``(B,)`` of each trainable parameter of the layer.
 
     GLVQ: ``||g_i||^2 = 4 sum_k G_ik^2 ||x_i - w_k||^2`` over the two winners ``k``
@@ -167,8 +182,9 @@ def _per_sample_norms(layer: GLVQLayer, x: Tensor, backprops: Tensor,
     return _norm_sampler(layer)(layer, [x], backprops)
 
 
-def _weighted_gradient(layer: GLVQLayer, x: Tensor, weights: dict[Tensor, Tensor],
-                       projections: tuple[Tensor, Tensor] | None = None) -> dict[Tensor, Tensor]:
+def _weighted_gradient(
+    layer: GLVQLayer, x: Tensor, weights: dict[Tensor, Tensor], projections: tuple[Tensor, Tensor] | None = None
+) -> dict[Tensor, Tensor]:
     """``sum_ij A_ij grad_p D_ij`` for each trainable parameter ``p`` with weights
     ``A = weights[p] (B, W)``, ``D (B, W)`` the layer's distances of ``x (B, d)``.
 
@@ -241,10 +257,21 @@ def fit_dp_sgd_fused(
         total, count = x.new_zeros((), dtype=torch.float64), 0  # summed on the device: no sync per step
         for _ in range(epoch_steps):
             index = poisson_batch_index(n, sampling_rate, sampling_gen, x.device)
-            costs = dp_sgd_step(model, x[index], y[index], optimizer, max_grad_norm=max_grad_norm,
-                                noise_std=std, expected_batch=expected_batch, generator=generator,
-                                secure_mode=secure_mode, clipping=clipping, transfer_fn=transfer_fn,
-                                beta=beta, check_labels=False)
+            costs = dp_sgd_step(
+                model,
+                x[index],
+                y[index],
+                optimizer,
+                max_grad_norm=max_grad_norm,
+                noise_std=std,
+                expected_batch=expected_batch,
+                generator=generator,
+                secure_mode=secure_mode,
+                clipping=clipping,
+                transfer_fn=transfer_fn,
+                beta=beta,
+                check_labels=False,
+            )
             post_step()  # renormalisation, iterate averaging: post-processing
             total += costs.detach().sum()
             count += len(index)
@@ -263,8 +290,9 @@ def _check_targets(y: Tensor, prototype_labels: Tensor) -> None:
         raise ValueError("GLVQ needs prototypes of at least two classes")
 
 
-def poisson_batch_index(n: int, sampling_rate: float, generator: torch.Generator | None,
-                        device: torch.device | str) -> Tensor:
+def poisson_batch_index(
+    n: int, sampling_rate: float, generator: torch.Generator | None, device: torch.device | str
+) -> Tensor:
     """Indices ``(B,)`` of a Poisson sample: each of ``n`` records independently with
     probability ``q = sampling_rate`` (``B`` varies, and may be 0).
 
@@ -289,10 +317,20 @@ def poisson_batch_index(n: int, sampling_rate: float, generator: torch.Generator
 
 
 def dp_sgd_step(
-    model: PrototypeModel, x: Tensor, y: Tensor, optimizer: torch.optim.Optimizer, *,
-    max_grad_norm: float, noise_std: float, expected_batch: float,
-    generator: torch.Generator | None = None, secure_mode: bool = False, clipping: str = "joint",
-    transfer_fn: str = "identity", beta: float = 1.0, check_labels: bool = True,
+    model: PrototypeModel,
+    x: Tensor,
+    y: Tensor,
+    optimizer: torch.optim.Optimizer,
+    *,
+    max_grad_norm: float,
+    noise_std: float,
+    expected_batch: float,
+    generator: torch.Generator | None = None,
+    secure_mode: bool = False,
+    clipping: str = "joint",
+    transfer_fn: str = "identity",
+    beta: float = 1.0,
+    check_labels: bool = True,
 ) -> Tensor:
     """One DP-SGD step on the (Poisson-sampled) batch ``x (B, ...)``, ``y (B,)``: clipped
     gradient sum, ``N(0, noise_std^2)`` per coordinate, division by ``expected_batch``,
@@ -302,20 +340,28 @@ def dp_sgd_step(
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    _, costs = clipped_gradient_sum(model, x, y, max_grad_norm, clipping=clipping,
-                                    transfer_fn=transfer_fn, beta=beta, check_labels=check_labels)
+    _, costs = clipped_gradient_sum(
+        model, x, y, max_grad_norm, clipping=clipping, transfer_fn=transfer_fn, beta=beta, check_labels=check_labels
+    )
     with torch.no_grad():
         summed = torch.cat([p.grad.reshape(-1) for p in params])
 
         def draw() -> Tensor:  # float64 Box-Muller noise (tails to ~8.6 sigma), then cast
             if noise_std == 0:
                 return summed.clone()
-            return summed + gaussian_noise(summed.shape, noise_std, generator=generator, secure_mode=secure_mode,
-                                           dtype=summed.dtype, device=summed.device)
+            return summed + gaussian_noise(
+                summed.shape,
+                noise_std,
+                generator=generator,
+                secure_mode=secure_mode,
+                dtype=summed.dtype,
+                device=summed.device,
+            )
+
         noisy = intercept("dp_sgd", summed, None, None, draw)  # subsampled: checked per step elsewhere
         offset = 0
         for p in params:
-            p.grad.copy_(noisy[offset:offset + p.numel()].view_as(p)).div_(expected_batch)
+            p.grad.copy_(noisy[offset : offset + p.numel()].view_as(p)).div_(expected_batch)
             offset += p.numel()
     optimizer.step()
     return costs

@@ -32,8 +32,15 @@ from torch import Tensor, nn
 
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 
-__all__ = ["winner_terms", "glvq_grad_sample", "gmlvq_grad_sample", "lgmlvq_grad_sample",
-           "glvq_norm_sample", "gmlvq_norm_sample", "lgmlvq_norm_sample"]
+__all__ = [
+    "winner_terms",
+    "glvq_grad_sample",
+    "gmlvq_grad_sample",
+    "lgmlvq_grad_sample",
+    "glvq_norm_sample",
+    "gmlvq_norm_sample",
+    "lgmlvq_norm_sample",
+]
 
 
 def _inputs(layer: GLVQLayer, activations: list[Tensor], backprops: Tensor) -> tuple[Tensor, Tensor]:
@@ -80,8 +87,9 @@ def glvq_norm_sample(layer: GLVQLayer, activations: list[Tensor], backprops: Ten
 
 
 # -- GMLVQ -----------------------------------------------------------------------------
-def _gmlvq_terms(layer: GMLVQLayer, x: Tensor, g: Tensor,
-                 projections: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _gmlvq_terms(
+    layer: GMLVQLayer, x: Tensor, g: Tensor, projections: tuple[Tensor, Tensor] | None = None
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Winner indices and coefficients, ``v = x - w`` ``(B, K, d)`` and ``p = Omega v``
     ``(B, K, r)``, plus the projections ``u = Omega x`` ``(B, r)`` and ``Omega w``
     ``(W, r)`` (projecting once instead of per winner; passed in if already computed)."""
@@ -105,8 +113,9 @@ def gmlvq_grad_sample(layer: GMLVQLayer, activations: list[Tensor], backprops: T
     return out
 
 
-def gmlvq_norm_sample(layer: GMLVQLayer, activations: list[Tensor], backprops: Tensor,
-                      projections: tuple[Tensor, Tensor] | None = None) -> dict[nn.Parameter, Tensor]:
+def gmlvq_norm_sample(
+    layer: GMLVQLayer, activations: list[Tensor], backprops: Tensor, projections: tuple[Tensor, Tensor] | None = None
+) -> dict[nn.Parameter, Tensor]:
     x, g = _inputs(layer, activations, backprops)
     index, coef, v, p, u, pw = _gmlvq_terms(layer, x, g, projections)
     out: dict[nn.Parameter, Tensor] = {}

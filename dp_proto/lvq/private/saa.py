@@ -50,14 +50,30 @@ from dp_proto.privacy.mechanisms import gaussian_mechanism, plan_gaussian
 from dp_proto.privacy.noise import gaussian_noise, uniform_open
 from dp_proto.privacy.testing import per_record_coins
 
-__all__ = ["assign_bins", "bin_shuffle_keys", "fit_glvq_bins", "match_to_reference", "saa_sensitivity", "project_to_domain",
-           "aggregate_bin_models",
-           "bin_prototype_labels", "train_bin_models", "SAAResult", "subsample_and_aggregate"]
+__all__ = [
+    "assign_bins",
+    "bin_shuffle_keys",
+    "fit_glvq_bins",
+    "match_to_reference",
+    "saa_sensitivity",
+    "project_to_domain",
+    "aggregate_bin_models",
+    "bin_prototype_labels",
+    "train_bin_models",
+    "SAAResult",
+    "subsample_and_aggregate",
+]
 
 
 @renamed_keyword("secure", "secure_mode")
-def assign_bins(n: int, num_bins: int, *, generator: torch.Generator | None = None,
-                secure_mode: bool = False, device: torch.device | str | None = None) -> Tensor:
+def assign_bins(
+    n: int,
+    num_bins: int,
+    *,
+    generator: torch.Generator | None = None,
+    secure_mode: bool = False,
+    device: torch.device | str | None = None,
+) -> Tensor:
     """I.i.d. uniform bin labels ``(n,)`` in ``0..num_bins-1`` (one coin per record, so
     removing a record leaves every other record's bin as it was)."""
     if num_bins < 1:
@@ -66,11 +82,13 @@ def assign_bins(n: int, num_bins: int, *, generator: torch.Generator | None = No
     def draw() -> Tensor:
         u = uniform_open((n,), generator=generator, secure_mode=secure_mode, device=device)
         return (u * num_bins).floor().long().clamp_(max=num_bins - 1)
+
     return per_record_coins("bins", draw)
 
 
-def saa_sensitivity(num_prototypes: int, dim: int, low: float = -1.0, high: float = 1.0,
-                    radius: float | None = None) -> float:
+def saa_sensitivity(
+    num_prototypes: int, dim: int, low: float = -1.0, high: float = 1.0, radius: float | None = None
+) -> float:
     """l2 sensitivity of the per-prototype sum over bins: ``(high - low) sqrt(W d)``, or
     ``min(that, 2 radius sqrt(W))`` when the prototypes are also projected onto a ball."""
     if not high > low:
@@ -111,8 +129,15 @@ def _padded_bins(bins: Tensor, num_bins: int) -> tuple[Tensor, Tensor]:
     return index, mask
 
 
-def _bin_class_means(x: Tensor, y: Tensor, index: Tensor, mask: Tensor, prototype_labels: Tensor,
-                     jitter: float, generator: torch.Generator | None) -> Tensor:
+def _bin_class_means(
+    x: Tensor,
+    y: Tensor,
+    index: Tensor,
+    mask: Tensor,
+    prototype_labels: Tensor,
+    jitter: float,
+    generator: torch.Generator | None,
+) -> Tensor:
     """Per-bin class means ``(m, W, d)`` (0, the box centre, for a class absent from a
     bin), with data-independent Gaussian jitter on copies of the same class."""
     xb, yb = x[index], y[index]  # (m, L, d), (m, L)
@@ -196,8 +221,9 @@ def fit_glvq_bins(
     Tensor, shape (num_bins, W, d): the trained prototypes of every bin (not private).
     """
     if x.dim() != 2 or y.shape != (x.shape[0],) or bins.shape != (x.shape[0],):
-        raise ValueError(f"expected x (n, d), y (n,), bins (n,), got {tuple(x.shape)}, "
-                         f"{tuple(y.shape)}, {tuple(bins.shape)}")
+        raise ValueError(
+            f"expected x (n, d), y (n,), bins (n,), got {tuple(x.shape)}, {tuple(y.shape)}, {tuple(bins.shape)}"
+        )
     if bins.numel() and (int(bins.min()) < 0 or int(bins.max()) >= num_bins):
         raise ValueError(f"bins must lie in 0..{num_bins - 1}")
     if epochs < 0 or batch_size < 1 or not lr > 0:
@@ -210,19 +236,21 @@ def fit_glvq_bins(
     prototypes = _bin_class_means(x, y, index, mask, prototype_labels, jitter, generator)
     if bin_seeds is None:
         gen_device = generator.device if generator is not None else torch.device("cpu")
-        bin_seeds = torch.randint(-(2**63), 2**63 - 1, (num_bins,), generator=generator, dtype=torch.int64,
-                                  device=gen_device)
+        bin_seeds = torch.randint(
+            -(2**63), 2**63 - 1, (num_bins,), generator=generator, dtype=torch.int64, device=gen_device
+        )
     bin_seeds = bin_seeds.to(x.device)
     if bin_seeds.shape != (num_bins,):
         raise ValueError(f"bin_seeds must have shape ({num_bins},), got {tuple(bin_seeds.shape)}")
     adam = _MaskedAdam(prototypes, lr)
     for epoch in range(epochs):
-        keys = torch.where(mask, bin_shuffle_keys(bin_seeds, epoch, width),
-                           torch.full_like(index, torch.iinfo(torch.int64).max))
+        keys = torch.where(
+            mask, bin_shuffle_keys(bin_seeds, epoch, width), torch.full_like(index, torch.iinfo(torch.int64).max)
+        )
         perm = torch.argsort(keys, dim=1, stable=True)  # padding slots last
         order, valid = index.gather(1, perm), mask.gather(1, perm)
         for start in range(0, width, batch_size):
-            idx, ok = order[:, start:start + batch_size], valid[:, start:start + batch_size]
+            idx, ok = order[:, start : start + batch_size], valid[:, start : start + batch_size]
             active = ok.any(1)  # (m,): bins with records left in this slice
             if not bool(active.any()):
                 break
@@ -234,10 +262,12 @@ def _bin_slice_gradient(prototypes: Tensor, xb: Tensor, yb: Tensor, ok: Tensor, 
     """Gradient ``(m, W, d)`` of every bin's mean GLVQ cost over its real records of
     one slice (``xb (m, b, d)``, ``yb (m, b)``, ``ok (m, b)``)."""
     params = prototypes.detach().requires_grad_(True)
-    dist = (xb.pow(2).sum(-1, keepdim=True) - 2.0 * xb @ params.transpose(1, 2)
-            + params.pow(2).sum(-1)[:, None, :]).clamp_min(0)  # (m, b, W)
-    cost = glvq_loss(dist.reshape(-1, dist.shape[-1]), yb.reshape(-1), prototype_labels,
-                     reduction="none").reshape(ok.shape)
+    dist = (
+        xb.pow(2).sum(-1, keepdim=True) - 2.0 * xb @ params.transpose(1, 2) + params.pow(2).sum(-1)[:, None, :]
+    ).clamp_min(0)  # (m, b, W)
+    cost = glvq_loss(dist.reshape(-1, dist.shape[-1]), yb.reshape(-1), prototype_labels, reduction="none").reshape(
+        ok.shape
+    )
     per_bin = (cost * ok).sum(1) / ok.sum(1).clamp_min(1)
     (grad,) = torch.autograd.grad(per_bin.sum(), params)
     return grad
@@ -248,8 +278,7 @@ class _MaskedAdam:
     independent optimizer per leading index: a step updates the moments, the step count
     and the parameters of the ``active`` rows only."""
 
-    def __init__(self, params: Tensor, lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8) -> None:
+    def __init__(self, params: Tensor, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
         self.params = params.detach().clone()
         self.lr, self.betas, self.eps = lr, betas, eps
         self.m1 = torch.zeros_like(self.params)
@@ -302,8 +331,14 @@ def match_to_reference(bin_prototypes: Tensor, prototype_labels: Tensor, referen
     return out
 
 
-def bin_prototype_labels(x: Tensor, y: Tensor, num_classes: int, num_bins: int,
-                         prototypes_per_class: int | Sequence[int], reference: Tensor | None) -> Tensor:
+def bin_prototype_labels(
+    x: Tensor,
+    y: Tensor,
+    num_classes: int,
+    num_bins: int,
+    prototypes_per_class: int | Sequence[int],
+    reference: Tensor | None,
+) -> Tensor:
     """Check the inputs of a bin-based scheme; the prototype labels ``(W,)``
     (``prototypes_per_class``: one count for all classes or one per class)."""
     if x.dim() != 2 or y.shape != (x.shape[0],):
@@ -323,17 +358,37 @@ def bin_prototype_labels(x: Tensor, y: Tensor, num_classes: int, num_bins: int,
 
 @renamed_keyword("secure", "secure_mode")
 def train_bin_models(
-    x: Tensor, y: Tensor, labels: Tensor, num_bins: int, *, reference: Tensor | None = None,
-    epochs: int = 30, batch_size: int = 64, lr: float = 0.01, low: float = -1.0, high: float = 1.0,
-    radius: float | None = None, generator: torch.Generator | None = None, secure_mode: bool = False,
+    x: Tensor,
+    y: Tensor,
+    labels: Tensor,
+    num_bins: int,
+    *,
+    reference: Tensor | None = None,
+    epochs: int = 30,
+    batch_size: int = 64,
+    lr: float = 0.01,
+    low: float = -1.0,
+    high: float = 1.0,
+    radius: float | None = None,
+    generator: torch.Generator | None = None,
+    secure_mode: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """The non-private half of the bin-based schemes: i.i.d. bin labels ``(n,)``, GLVQ on
     every bin, matching to ``reference`` (several prototypes per class), projection into
     the domain (:func:`project_to_domain`). Returns the bin models ``(m, W, d)`` (float64)
     and the bins."""
     bins = assign_bins(x.shape[0], num_bins, generator=generator, secure_mode=secure_mode, device=x.device)
-    trained = fit_glvq_bins(x.to(torch.float64), y.long(), bins, num_bins, labels, epochs=epochs,
-                            batch_size=batch_size, lr=lr, generator=generator)
+    trained = fit_glvq_bins(
+        x.to(torch.float64),
+        y.long(),
+        bins,
+        num_bins,
+        labels,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        generator=generator,
+    )
     if reference is not None and len(torch.unique(labels)) < len(labels):
         trained = match_to_reference(trained, labels, reference.to(trained))
     return project_to_domain(trained, low, high, radius), bins
@@ -376,8 +431,16 @@ def aggregate_bin_models(
     m, num_prototypes, d = bin_models.shape
     sensitivity = saa_sensitivity(num_prototypes, d, low, high, radius)
     projected = project_to_domain(bin_models.to(torch.float64), low, high, radius)
-    total = gaussian_mechanism(projected.sum(0), sensitivity, epsilon, delta, ledger=ledger, name=name,
-                               generator=generator, secure_mode=secure_mode)
+    total = gaussian_mechanism(
+        projected.sum(0),
+        sensitivity,
+        epsilon,
+        delta,
+        ledger=ledger,
+        name=name,
+        generator=generator,
+        secure_mode=secure_mode,
+    )
     mean = project_to_domain(total / m, low, high, radius) if project_release else total / m
     return mean, plan_gaussian(epsilon, delta, sensitivity, projected[0].numel()).sigma / m
 
@@ -452,11 +515,34 @@ def subsample_and_aggregate(
     plan = plan_gaussian(epsilon, delta, sensitivity, len(labels) * d, name=name)
     if ledger is not None and plan.event is not None:  # refuse before any training or noise
         ledger.check(plan.event)
-    models, bins = train_bin_models(x, y, labels, num_bins, reference=reference, epochs=epochs,
-                                    batch_size=batch_size, lr=lr, low=low, high=high, radius=radius,
-                                    generator=generator, secure_mode=secure_mode)
-    mean, noise_std = aggregate_bin_models(models, epsilon, delta, low=low, high=high, radius=radius,
-                                           project_release=project_release, ledger=ledger, name=name, generator=generator, secure_mode=secure_mode)
+    models, bins = train_bin_models(
+        x,
+        y,
+        labels,
+        num_bins,
+        reference=reference,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        low=low,
+        high=high,
+        radius=radius,
+        generator=generator,
+        secure_mode=secure_mode,
+    )
+    mean, noise_std = aggregate_bin_models(
+        models,
+        epsilon,
+        delta,
+        low=low,
+        high=high,
+        radius=radius,
+        project_release=project_release,
+        ledger=ledger,
+        name=name,
+        generator=generator,
+        secure_mode=secure_mode,
+    )
     empty = int((torch.bincount(bins, minlength=num_bins) == 0).sum())
     dtype = x.dtype if x.is_floating_point() else torch.float64
     return SAAResult(mean.to(dtype), labels, noise_std, empty)

@@ -83,10 +83,27 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
     the guarantee: ``del est.curator_`` before publishing a fitted estimator.
     """
 
-    def __init__(self, prototypes_per_class=1, *, num_bins=50, aggregation="mean", epsilon=1.0,
-                 delta=1e-5, bounds=None, classes=None, radius=None, reference=None, epochs=30, lr=0.01,
-                 batch_size=64, secure_mode=False, noise_seed=None, random_state=None, device="cpu",
-                 dtype="float64"):
+    def __init__(
+        self,
+        prototypes_per_class=1,
+        *,
+        num_bins=50,
+        aggregation="mean",
+        epsilon=1.0,
+        delta=1e-5,
+        bounds=None,
+        classes=None,
+        radius=None,
+        reference=None,
+        epochs=30,
+        lr=0.01,
+        batch_size=64,
+        secure_mode=False,
+        noise_seed=None,
+        random_state=None,
+        device="cpu",
+        dtype="float64",
+    ):
         self.prototypes_per_class = prototypes_per_class
         self.num_bins = num_bins
         self.aggregation = aggregation
@@ -130,25 +147,39 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
         y_t = torch.as_tensor(y_index, dtype=torch.long, device=self.device)
         reference = None
         if self.reference is not None:
-            reference = torch.as_tensor(self._domain(np.asarray(self.reference, dtype=np.float64), fitting=False),
-                                        dtype=torch.float64, device=self.device)
+            reference = torch.as_tensor(
+                self._domain(np.asarray(self.reference, dtype=np.float64), fitting=False),
+                dtype=torch.float64,
+                device=self.device,
+            )
 
         # Bin labels, shuffles and noise: all randomness of this fit touches the release.
-        generator = None if self.secure_mode else noise_generator(self.noise_seed, self.device,
-                                                                  owner=type(self).__name__)
+        generator = (
+            None if self.secure_mode else noise_generator(self.noise_seed, self.device, owner=type(self).__name__)
+        )
         ledger = PrivacyLedger(budget=(self.epsilon, self.delta), default_delta=self.delta)
-        common = dict(prototypes_per_class=counts, reference=reference, ledger=ledger, epochs=self.epochs,
-                      batch_size=self.batch_size, lr=self.lr, radius=self.radius, generator=generator,
-                      secure_mode=self.secure_mode)
+        common = dict(
+            prototypes_per_class=counts,
+            reference=reference,
+            ledger=ledger,
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            radius=self.radius,
+            generator=generator,
+            secure_mode=self.secure_mode,
+        )
         if self.aggregation == "mean":
-            result = subsample_and_aggregate(x_t, y_t, len(self.classes_), self.num_bins, self.epsilon,
-                                             self.delta, **common)
+            result = subsample_and_aggregate(
+                x_t, y_t, len(self.classes_), self.num_bins, self.epsilon, self.delta, **common
+            )
             prototypes, labels = result.prototypes, result.prototype_labels
             self.noise_std_ = result.noise_std  # public: epsilon, delta, W, d, domain and m only
             curator_attach(self, empty_bins=result.empty_bins)
         else:
-            prototypes, labels, _ = coa_glvq(x_t, y_t, len(self.classes_), self.num_bins, self.epsilon,
-                                             self.delta, **common)
+            prototypes, labels, _ = coa_glvq(
+                x_t, y_t, len(self.classes_), self.num_bins, self.epsilon, self.delta, **common
+            )
             # The centre of attention's noise std S(Z)/alpha depends on the bins' models
             # without noise: it is neither stored nor returned.
             if hasattr(self, "noise_std_"):

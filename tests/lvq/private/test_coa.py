@@ -49,10 +49,14 @@ def test_admissibility_parameters():
 def test_release_noise_scale_and_ledger_event():
     z = torch.zeros(11, 2, dtype=torch.float64)
     ledger = PrivacyLedger()
-    draws = torch.stack([
-        centre_of_attention_mechanism(z, 1.0, 1e-5, diameter=4.0, ledger=ledger,
-                                      generator=torch.Generator().manual_seed(i)).value
-        for i in range(200)])
+    draws = torch.stack(
+        [
+            centre_of_attention_mechanism(
+                z, 1.0, 1e-5, diameter=4.0, ledger=ledger, generator=torch.Generator().manual_seed(i)
+            ).value
+            for i in range(200)
+        ]
+    )
     result = centre_of_attention_mechanism(z, 1.0, 1e-5, diameter=4.0)
     alpha, beta = gaussian_admissibility(1.0, 1e-5, 2)
     assert result.t0 == (11 + 1) // 2 + 1  # floor((m + s) / 2) + 1 with s = 1
@@ -102,11 +106,22 @@ def test_points_beyond_the_declared_domain_are_rejected_before_spending():
 def test_coa_release_is_projected_into_the_domain_unless_asked_not_to():
     g = torch.Generator().manual_seed(1)
     y = torch.arange(2).repeat(100)
-    x = (torch.randn(200, 3, generator=g, dtype=torch.float64) * 0.1 + torch.where(y[:, None] == 0, -0.5, 0.5))
-    protos, _, result = coa_glvq(x.clamp(-1, 1), y, 2, 10, 0.5, 1e-5, radius=0.9, epochs=1,
-                                 generator=torch.Generator().manual_seed(2))
+    x = torch.randn(200, 3, generator=g, dtype=torch.float64) * 0.1 + torch.where(y[:, None] == 0, -0.5, 0.5)
+    protos, _, result = coa_glvq(
+        x.clamp(-1, 1), y, 2, 10, 0.5, 1e-5, radius=0.9, epochs=1, generator=torch.Generator().manual_seed(2)
+    )
     assert result.value.abs().max() > 1  # the raw release is far outside the domain ...
     assert protos.abs().max() <= 1 and protos.norm(dim=-1).max() <= 0.9 + 1e-12  # ... the model is not
-    raw, _, raw_result = coa_glvq(x.clamp(-1, 1), y, 2, 10, 0.5, 1e-5, radius=0.9, epochs=1, project_release=False,
-                                  generator=torch.Generator().manual_seed(2))
+    raw, _, raw_result = coa_glvq(
+        x.clamp(-1, 1),
+        y,
+        2,
+        10,
+        0.5,
+        1e-5,
+        radius=0.9,
+        epochs=1,
+        project_release=False,
+        generator=torch.Generator().manual_seed(2),
+    )
     torch.testing.assert_close(raw, raw_result.value.reshape(2, 3))

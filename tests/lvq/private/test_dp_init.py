@@ -24,8 +24,9 @@ def _data(n=3000, d=4, seed=0):
 def test_sensitivities_and_budget_split_are_recorded():
     x, y, _ = _data(d=6)
     ledger = PrivacyLedger()
-    result = dp_class_mean_prototypes(x, y, 3, 1.0, ledger=ledger, count_fraction=0.4,
-                                      generator=torch.Generator().manual_seed(0))
+    result = dp_class_mean_prototypes(
+        x, y, 3, 1.0, ledger=ledger, count_fraction=0.4, generator=torch.Generator().manual_seed(0)
+    )
     assert torch.equal(result.noisy_counts, result.noisy_counts.round())  # integer counts + integer noise
     counts, sums = ledger.events
     # the counts: discrete Laplace on the integer counts (float-safe), epsilon 0.4, one grid step
@@ -41,10 +42,12 @@ def test_noise_scales_match_the_sensitivities():
     error shrinks like 1/n."""
     x, y, _ = _data(n=400, d=2)
     eps = 2.0
-    counts = np.stack([
-        dp_class_mean_prototypes(x, y, 3, eps, generator=torch.Generator().manual_seed(s)).noisy_counts.numpy()
-        for s in range(1500)
-    ])
+    counts = np.stack(
+        [
+            dp_class_mean_prototypes(x, y, 3, eps, generator=torch.Generator().manual_seed(s)).noisy_counts.numpy()
+            for s in range(1500)
+        ]
+    )
     true = np.bincount(y.numpy(), minlength=3)
     np.testing.assert_allclose(counts.mean(0), true, atol=0.2)
     assert np.array_equal(counts, np.round(counts))
@@ -54,8 +57,7 @@ def test_noise_scales_match_the_sensitivities():
 
 def test_prototypes_converge_to_class_means_and_stay_in_domain():
     x, y, centres = _data(n=20000)
-    result = dp_class_mean_prototypes(x, y, 3, 1.0, prototypes_per_class=2,
-                                      generator=torch.Generator().manual_seed(1))
+    result = dp_class_mean_prototypes(x, y, 3, 1.0, prototypes_per_class=2, generator=torch.Generator().manual_seed(1))
     assert result.prototypes.shape == (6, 4) and result.prototype_labels.tolist() == [0, 0, 1, 1, 2, 2]
     assert result.prototypes.abs().max() <= 1
     err = (result.prototypes - centres[result.prototype_labels]).abs().max()
@@ -86,8 +88,7 @@ def test_empty_class_and_refusal():
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [({"epsilon": 0.0}, "epsilon"), ({"count_fraction": 1.0}, "count_fraction"),
-     ({"num_classes": 2}, "class indices")],
+    [({"epsilon": 0.0}, "epsilon"), ({"count_fraction": 1.0}, "count_fraction"), ({"num_classes": 2}, "class indices")],
 )
 def test_bad_arguments(kwargs, message):
     x, y, _ = _data(n=50)

@@ -51,8 +51,9 @@ def test_calibration_meets_the_target_tightly():
     # a small budget, where the coarse search grid over-estimates most (Table B.1's 0.25)
     small_prior = [LaplaceEvent(noise_multiplier=40.0), PureEvent(epsilon=0.025)]
     small = calibrate_noise_multiplier(0.25, 1e-5, 0.01, 5000, prior_events=small_prior)
-    eps = PrivacyLedger.epsilon_of([*small_prior, SubsampledGaussianEvent(noise_multiplier=small,
-                                                                sampling_rate=0.01, count=5000)], 1e-5)
+    eps = PrivacyLedger.epsilon_of(
+        [*small_prior, SubsampledGaussianEvent(noise_multiplier=small, sampling_rate=0.01, count=5000)], 1e-5
+    )
     assert 0.985 * 0.25 <= eps <= 0.25
     rdp_sigma = calibrate_noise_multiplier(0.8, 1e-5, 0.01, 5000, accountant="rdp")
     rdp = PrivacyLedger(accountant="rdp")
@@ -79,8 +80,19 @@ def test_noise_free_dp_trainer_matches_non_private_accuracy():
     with torch.no_grad():
         model.layer.prototypes.copy_(class_mean_prototypes(x, y, model.prototype_labels))
     ledger = PrivacyLedger()
-    fit_dp_sgd(model, x, y, ledger=ledger, noise_multiplier=0.0, sampling_rate=0.1, max_grad_norm=1e6,
-               expected_batch_size=0.1 * len(y), steps=300, lr=0.02, generator=torch.Generator().manual_seed(0))
+    fit_dp_sgd(
+        model,
+        x,
+        y,
+        ledger=ledger,
+        noise_multiplier=0.0,
+        sampling_rate=0.1,
+        max_grad_norm=1e6,
+        expected_batch_size=0.1 * len(y),
+        steps=300,
+        lr=0.02,
+        generator=torch.Generator().manual_seed(0),
+    )
     dp_acc = (model.predict(xt).numpy() == yte).mean()
     plain = GMLVQ(solver="sgd", lr=0.02, max_iter=30, batch_size=10, random_state=0, dtype="float32")
     plain_acc = plain.fit(scaler.transform(Xtr), ytr).score(scaler.transform(Xte), yte)
@@ -93,9 +105,20 @@ def test_opacus_accountant_agrees_with_the_ledger():
     x = torch.tensor(PublicBoundsScaler(0.0, 8.0).fit_transform(Xtr), dtype=torch.float32)
     model = PrototypeModel(GMLVQLayer(4, 3), [0, 1, 2])
     ledger = PrivacyLedger(accountant="rdp")
-    result = fit_dp_sgd(model, x, torch.tensor(ytr), ledger=ledger, noise_multiplier=1.2, sampling_rate=0.1,
-                        max_grad_norm=1.0, steps=50, expected_batch_size=0.1 * len(ytr), lr=0.1, generator=torch.Generator().manual_seed(0),
-                        report_opacus_epsilon=True)
+    result = fit_dp_sgd(
+        model,
+        x,
+        torch.tensor(ytr),
+        ledger=ledger,
+        noise_multiplier=1.2,
+        sampling_rate=0.1,
+        max_grad_norm=1.0,
+        steps=50,
+        expected_batch_size=0.1 * len(ytr),
+        lr=0.1,
+        generator=torch.Generator().manual_seed(0),
+        report_opacus_epsilon=True,
+    )
     assert result.steps == 50
     assert ledger.get_epsilon(1e-5) == pytest.approx(result.opacus_epsilon, rel=0.05)
 
@@ -104,8 +127,9 @@ def test_dp_estimators_learn_and_carry_their_guarantee():
     X, y = load_wine(return_X_y=True)
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
     lower, upper = np.zeros(13), np.array([15, 6, 4, 31, 170, 4, 6, 1, 4, 14, 2, 5, 1700.0])  # public ranges
-    model = DPGLVQ(epsilon=8.0, bounds=(lower, upper), sampling_rate=0.1, epochs=5, lr=0.5,
-                   noise_seed=0).fit(Xtr, ytr)  # an accuracy floor needs reproducible noise
+    model = DPGLVQ(epsilon=8.0, bounds=(lower, upper), sampling_rate=0.1, epochs=5, lr=0.5, noise_seed=0).fit(
+        Xtr, ytr
+    )  # an accuracy floor needs reproducible noise
     assert model.score(Xte, yte) > 0.6
     assert model.epsilon_ <= 8.0 + 1e-9 and model.privacy_["epsilon"] == pytest.approx(model.epsilon_)
     assert [e["name"] for e in model.privacy_["events"]] == ["dp_init/class_counts", "dp_init/class_sums", "dp_sgd"]
@@ -117,11 +141,13 @@ def test_paper_calibration_reports_what_it_spends():
     Xtr, _, ytr, _ = _iris()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # delta >= 1/n for iris
-        model = DPGMLVQ(epsilon=2.0, calibration="paper", bounds=(0.0, 8.0), sampling_rate=0.1, epochs=5,
-                        random_state=0).fit(Xtr, ytr)
+        model = DPGMLVQ(
+            epsilon=2.0, calibration="paper", bounds=(0.0, 8.0), sampling_rate=0.1, epochs=5, random_state=0
+        ).fit(Xtr, ytr)
     sgd = model.ledger_.events[-1]
     assert sgd.noise_multiplier == pytest.approx(
-        paper_noise_multiplier(1.6, 1e-5, model.sampling_rate_, model.n_iter_), rel=1e-9)
+        paper_noise_multiplier(1.6, 1e-5, model.sampling_rate_, model.n_iter_), rel=1e-9
+    )
     assert model.epsilon_ == pytest.approx(model.ledger_.get_epsilon(1e-5))
 
 
@@ -161,9 +187,21 @@ def _tiny_dp_glvq(noise):
     def mechanism(data, generator):
         x, y = data
         model = PrototypeModel(GLVQLayer(1, 2, prototypes=torch.tensor([[-0.5], [0.5]])), [0, 1])
-        fit_dp_sgd(model, x, y, ledger=PrivacyLedger(), noise_multiplier=noise, sampling_rate=0.5,
-                   max_grad_norm=1.0, steps=4, expected_batch_size=8.0, lr=1.0, generator=generator)
+        fit_dp_sgd(
+            model,
+            x,
+            y,
+            ledger=PrivacyLedger(),
+            noise_multiplier=noise,
+            sampling_rate=0.5,
+            max_grad_norm=1.0,
+            steps=4,
+            expected_batch_size=8.0,
+            lr=1.0,
+            generator=generator,
+        )
         return model.layer.prototypes.detach()[0, 0:1]
+
     return mechanism
 
 
@@ -190,8 +228,19 @@ def test_fit_dp_sgd_stops_cleanly_at_the_budget():
     x = torch.tensor(PublicBoundsScaler(0.0, 8.0).fit_transform(Xtr), dtype=torch.float32)
     model = PrototypeModel(GMLVQLayer(4, 3), [0, 1, 2])
     ledger = PrivacyLedger(budget=(3.0, 1e-5))
-    result = fit_dp_sgd(model, x, torch.tensor(ytr), ledger=ledger, noise_multiplier=1.0, sampling_rate=0.1,
-                        max_grad_norm=1.0, steps=10_000, expected_batch_size=0.1 * len(ytr), lr=0.05, generator=torch.Generator().manual_seed(0))
+    result = fit_dp_sgd(
+        model,
+        x,
+        torch.tensor(ytr),
+        ledger=ledger,
+        noise_multiplier=1.0,
+        sampling_rate=0.1,
+        max_grad_norm=1.0,
+        steps=10_000,
+        expected_batch_size=0.1 * len(ytr),
+        lr=0.05,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert result.stopped_by_budget and 0 < result.steps < 10_000
     assert ledger.get_epsilon(1e-5) <= 3.0
     assert sum(e.count for e in ledger.events) == result.steps  # every step run was reserved, no more
@@ -266,10 +315,20 @@ def test_iterate_averaging_releases_the_mean_of_the_last_iterates():
 
     def run(steps, average_last=0.0):
         layer = GLVQLayer(3, 2, prototypes=torch.full((2, 3), 0.5, dtype=torch.float64), dtype=torch.float64)
-        fit_dp_sgd(PrototypeModel(layer, [0, 1]), x, y, ledger=PrivacyLedger(), noise_multiplier=1.0,
-                   sampling_rate=0.1, max_grad_norm=1.0, steps=steps, lr=0.1, average_last=average_last,
-                   expected_batch_size=0.1 * len(y),
-                   generator=torch.Generator().manual_seed(7))
+        fit_dp_sgd(
+            PrototypeModel(layer, [0, 1]),
+            x,
+            y,
+            ledger=PrivacyLedger(),
+            noise_multiplier=1.0,
+            sampling_rate=0.1,
+            max_grad_norm=1.0,
+            steps=steps,
+            lr=0.1,
+            average_last=average_last,
+            expected_batch_size=0.1 * len(y),
+            generator=torch.Generator().manual_seed(7),
+        )
         return layer.prototypes.detach()
 
     expected = torch.stack([run(k) for k in range(11, 21)]).mean(0)
@@ -283,10 +342,16 @@ def test_secure_mode_draws_from_the_os_and_opacus_needs_csprng():
     X, _, y, _ = _iris()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = DPGLVQ(epsilon=3.0, delta=1e-3, bounds=(0, 8), sampling_rate=0.1, epochs=2,
-                       secure_mode=True).fit(X, y)
+        model = DPGLVQ(epsilon=3.0, delta=1e-3, bounds=(0, 8), sampling_rate=0.1, epochs=2, secure_mode=True).fit(X, y)
         assert model.epsilon_ <= 3.0 and model.n_iter_ == 20
         if importlib.util.find_spec("torchcsprng") is None:
             with pytest.raises(ValueError, match="torchcsprng"):
-                DPGLVQ(epsilon=3.0, delta=1e-3, bounds=(0, 8), sampling_rate=0.1, epochs=2, engine="opacus",
-                       secure_mode=True).fit(X, y)
+                DPGLVQ(
+                    epsilon=3.0,
+                    delta=1e-3,
+                    bounds=(0, 8),
+                    sampling_rate=0.1,
+                    epochs=2,
+                    engine="opacus",
+                    secure_mode=True,
+                ).fit(X, y)

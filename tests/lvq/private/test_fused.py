@@ -18,10 +18,10 @@ from tests.lvq.private.test_grad_samplers import _model, _reference
 @settings(max_examples=30, deadline=None)
 @given(
     st.sampled_from([GLVQLayer, GMLVQLayer, LGMLVQLayer]),
-    st.integers(0, 9),   # batch (empty and a batch of one included)
-    st.integers(1, 6),   # d
-    st.integers(1, 3),   # prototypes per class
-    st.integers(1, 4),   # rank
+    st.integers(0, 9),  # batch (empty and a batch of one included)
+    st.integers(1, 6),  # d
+    st.integers(1, 3),  # prototypes per class
+    st.integers(1, 4),  # rank
     st.sampled_from([0.05, 0.5, 100.0]),  # clip norm: most clipped ... none clipped
     st.sampled_from([("identity", 1.0), ("sigmoid", 16.0), ("sigmoid", 1.0)]),  # the DP estimators' default: 16
     st.integers(0, 2**31 - 1),
@@ -52,9 +52,20 @@ def test_clipped_sum_matches_clipping_a_per_sample_loop(kind, batch, d, per_clas
 
 def _fit(model, x, y, *, sigma, steps, q=0.25, clip=1.0, lr=1.0, seed=0, engine="fused"):
     ledger = PrivacyLedger()
-    result = fit_dp_sgd(model, x, y, ledger=ledger, noise_multiplier=sigma, sampling_rate=q,
-                        max_grad_norm=clip, steps=steps, expected_batch_size=q * len(y), lr=lr, engine=engine,
-                        generator=torch.Generator().manual_seed(seed))
+    result = fit_dp_sgd(
+        model,
+        x,
+        y,
+        ledger=ledger,
+        noise_multiplier=sigma,
+        sampling_rate=q,
+        max_grad_norm=clip,
+        steps=steps,
+        expected_batch_size=q * len(y),
+        lr=lr,
+        engine=engine,
+        generator=torch.Generator().manual_seed(seed),
+    )
     return result, ledger
 
 
@@ -105,7 +116,11 @@ def test_ledger_records_poisson_subsampled_gaussian_steps():
     assert len(events) == 1  # the epochs (10, 10 and 5 steps) merge into one event
     (event,) = events
     assert (event.kind, event.count, event.sampling_rate, event.noise_multiplier) == (
-        "subsampled_gaussian", 25, 0.1, 1.1)
+        "subsampled_gaussian",
+        25,
+        0.1,
+        1.1,
+    )
 
 
 def test_trainable_backbone_is_refused_and_auto_falls_back_to_opacus():
@@ -136,16 +151,20 @@ def test_both_engines_spend_what_was_calibrated():
     X, y = load_digits(return_X_y=True)
     X, y = X[:1347], y[:1347]
     for engine in ("fused", "opacus"):
-        m = DPGLVQ(epsilon=3.0, bounds=(0, 16), sampling_rate=0.2, epochs=2, engine=engine,
-                   random_state=0).fit(X, y)
+        m = DPGLVQ(epsilon=3.0, bounds=(0, 16), sampling_rate=0.2, epochs=2, engine=engine, random_state=0).fit(X, y)
         (sgd,) = [e for e in m.ledger_.events if e.name == "dp_sgd"]
         assert sgd.sampling_rate == pytest.approx(m.sampling_rate_)
         assert m.epsilon_ == pytest.approx(3.0, abs=0.02)
 
 
 @settings(max_examples=20, deadline=None)
-@given(st.sampled_from([GMLVQLayer, LGMLVQLayer]), st.integers(1, 8), st.integers(1, 5),
-       st.sampled_from([0.05, 0.5]), st.integers(0, 2**31 - 1))
+@given(
+    st.sampled_from([GMLVQLayer, LGMLVQLayer]),
+    st.integers(1, 8),
+    st.integers(1, 5),
+    st.sampled_from([0.05, 0.5]),
+    st.integers(0, 2**31 - 1),
+)
 def test_per_parameter_clipping_bounds_each_part_by_c_over_sqrt_p(kind, batch, d, clip, seed):
     model = _model(kind, d, 2, 2, seed)
     g = torch.Generator().manual_seed(seed + 1)
@@ -171,9 +190,21 @@ def test_per_parameter_clipping_engines_agree_without_noise():
     y = torch.randint(0, 3, (30,), generator=g)
     models = [_model(GMLVQLayer, 4, 1, 3, seed=6) for _ in range(2)]
     for model, engine in zip(models, ("fused", "opacus"), strict=True):
-        fit_dp_sgd(model, x, y, ledger=PrivacyLedger(), noise_multiplier=0.0, sampling_rate=1.0,
-                   max_grad_norm=0.3, steps=5, expected_batch_size=len(y), lr=0.1, engine=engine, clipping="per_parameter",
-                   generator=torch.Generator().manual_seed(0))
+        fit_dp_sgd(
+            model,
+            x,
+            y,
+            ledger=PrivacyLedger(),
+            noise_multiplier=0.0,
+            sampling_rate=1.0,
+            max_grad_norm=0.3,
+            steps=5,
+            expected_batch_size=len(y),
+            lr=0.1,
+            engine=engine,
+            clipping="per_parameter",
+            generator=torch.Generator().manual_seed(0),
+        )
     for a, b in zip(models[0].layer.parameters(), models[1].layer.parameters(), strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 

@@ -36,8 +36,14 @@ def _reference(model, x, y, transfer_fn="identity", beta=1.0):
     out = {name: [] for name, _ in model.layer.named_parameters()}
     for i in range(x.shape[0]):
         model.zero_grad()
-        glvq_loss(model(x[i:i + 1]), y[i:i + 1], model.prototype_labels, reduction="sum",
-                  transfer_fn=transfer_fn, beta=beta).backward()
+        glvq_loss(
+            model(x[i : i + 1]),
+            y[i : i + 1],
+            model.prototype_labels,
+            reduction="sum",
+            transfer_fn=transfer_fn,
+            beta=beta,
+        ).backward()
         for name, p in model.layer.named_parameters():
             out[name].append(p.grad.detach().clone())
     return {name: torch.stack(v) if v else None for name, v in out.items()}
@@ -46,10 +52,10 @@ def _reference(model, x, y, transfer_fn="identity", beta=1.0):
 @settings(max_examples=30, deadline=None)
 @given(
     st.sampled_from([GLVQLayer, GMLVQLayer, LGMLVQLayer]),
-    st.integers(1, 9),   # batch (a batch of one included)
-    st.integers(1, 6),   # d
-    st.integers(1, 3),   # prototypes per class
-    st.integers(1, 4),   # rank
+    st.integers(1, 9),  # batch (a batch of one included)
+    st.integers(1, 6),  # d
+    st.integers(1, 3),  # prototypes per class
+    st.integers(1, 4),  # rank
     st.integers(0, 2**31 - 1),
 )
 def test_grad_samples_and_norms_match_a_per_sample_loop(kind, batch, d, per_class, rank, seed):
@@ -95,7 +101,7 @@ def test_dense_backprops_are_handled_exactly():
     gsm._close()
     for i in range(5):
         model.zero_grad()
-        (-torch.logsumexp(-model(x[i:i + 1]), dim=1)).sum().backward()
+        (-torch.logsumexp(-model(x[i : i + 1]), dim=1)).sum().backward()
         for n, p in model.layer.named_parameters():
             torch.testing.assert_close(got[n][i], p.grad, atol=1e-9, rtol=1e-7)
 

@@ -27,7 +27,9 @@ def _discrete_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
 def test_sensitivity_is_the_box_diameter_of_a_whole_bin_model():
     assert saa_sensitivity(1, 1) == 2.0
     assert saa_sensitivity(3, 4) == pytest.approx(2 * math.sqrt(12))
-    assert saa_sensitivity(3, 4, 0.0, 1.0) == pytest.approx(math.sqrt(12))  # the [0, 1]^d case of Brinkrolf, Göpfert & Hammer (2019)
+    assert saa_sensitivity(3, 4, 0.0, 1.0) == pytest.approx(
+        math.sqrt(12)
+    )  # the [0, 1]^d case of Brinkrolf, Göpfert & Hammer (2019)
     # Worst case realised: one bin's prototypes move from one corner of the box to the other.
     a, b = -torch.ones(3, 4), torch.ones(3, 4)
     assert (b - a).norm().item() == pytest.approx(saa_sensitivity(3, 4))
@@ -97,7 +99,7 @@ def test_batched_bin_training_equals_separate_fits():
             perm = torch.argsort(torch.where(mask[b], keys, torch.full_like(keys, top)), stable=True)
             order, valid = index[b][perm], mask[b][perm]
             for start in range(0, width, batch):
-                rows, ok = order[start:start + batch], valid[start:start + batch]
+                rows, ok = order[start : start + batch], valid[start : start + batch]
                 if not bool(ok.any()):
                     break
                 cost = glvq_loss(torch.cdist(x[rows], w).pow(2), y[rows], labels, reduction="none")
@@ -120,8 +122,7 @@ def test_an_empty_bin_and_a_missing_class_stay_finite():
 def test_matching_reorders_each_class_to_the_reference():
     labels = torch.tensor([0, 0, 1])
     reference = torch.tensor([[0.0, 0.0], [1.0, 1.0], [5.0, 5.0]])
-    bins = torch.tensor([[[1.1, 0.9], [0.1, -0.1], [5.0, 5.1]],
-                         [[0.0, 0.1], [0.9, 1.0], [4.9, 5.0]]])
+    bins = torch.tensor([[[1.1, 0.9], [0.1, -0.1], [5.0, 5.1]], [[0.0, 0.1], [0.9, 1.0], [4.9, 5.0]]])
     matched = match_to_reference(bins, labels, reference)
     torch.testing.assert_close(matched[0], torch.tensor([[0.1, -0.1], [1.1, 0.9], [5.0, 5.1]]))
     torch.testing.assert_close(matched[1], bins[1])
@@ -137,8 +138,18 @@ def test_identical_bins_return_their_common_prototypes_plus_noise_of_the_stated_
     draws = []
     for seed in range(30):
         ledger = PrivacyLedger()
-        result = subsample_and_aggregate(x, y, 2, m, eps, delta, ledger=ledger, epochs=2, project_release=False,
-                                         generator=torch.Generator().manual_seed(seed))
+        result = subsample_and_aggregate(
+            x,
+            y,
+            2,
+            m,
+            eps,
+            delta,
+            ledger=ledger,
+            epochs=2,
+            project_release=False,
+            generator=torch.Generator().manual_seed(seed),
+        )
         draws.append(result.prototypes - centres)
         assert ledger.get_epsilon(delta) == pytest.approx(eps, rel=1e-6)
     noise = torch.stack(draws).flatten()
@@ -152,8 +163,20 @@ def test_unequal_prototype_counts_per_class():
     x, y = _two_class_data(n=400, d=2)
     reference = torch.tensor([[-0.5, -0.5], [-0.5, 0.5], [0.5, 0.5]], dtype=torch.float64)
     ledger = PrivacyLedger()
-    result = subsample_and_aggregate(x, y, 2, 5, 2.0, 1e-5, prototypes_per_class=[2, 1], reference=reference,
-                                     radius=1.0, ledger=ledger, epochs=2, generator=torch.Generator().manual_seed(0))
+    result = subsample_and_aggregate(
+        x,
+        y,
+        2,
+        5,
+        2.0,
+        1e-5,
+        prototypes_per_class=[2, 1],
+        reference=reference,
+        radius=1.0,
+        ledger=ledger,
+        epochs=2,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert result.prototype_labels.tolist() == [0, 0, 1] and result.prototypes.shape == (3, 2)
     expected = _discrete_sigma(2.0, 1e-5, saa_sensitivity(3, 2, radius=1.0)) / 5
     assert result.noise_std == pytest.approx(expected)
@@ -173,6 +196,5 @@ def test_bad_input():
     with pytest.raises(ValueError, match="epsilon"):
         subsample_and_aggregate(x, y, 2, 4, 0.0, 1e-5)
     # more bins than records: most bins are empty; the release is still defined
-    result = subsample_and_aggregate(x, y, 2, 50, 1.0, 1e-5, epochs=1,
-                                     generator=torch.Generator().manual_seed(0))
+    result = subsample_and_aggregate(x, y, 2, 50, 1.0, 1e-5, epochs=1, generator=torch.Generator().manual_seed(0))
     assert result.empty_bins >= 30 and torch.isfinite(result.prototypes).all()

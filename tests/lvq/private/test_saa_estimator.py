@@ -38,8 +38,9 @@ def test_public_classes_keep_a_class_absent_from_the_private_data():
     X, y = _three_gaussians(300, 0)
     # epsilon 20: the mechanics, not the noise, are under test (at epsilon 2 and 10 bins the
     # noise std per coordinate is 1.2 on [-1, 1], and the score depends on the draw)
-    est = SubsampleAggregateGLVQ(num_bins=10, epsilon=20.0, bounds=(-10, 10), classes=["a", "b", "c"],
-                                 noise_seed=0).fit(X[y != "c"], y[y != "c"])
+    est = SubsampleAggregateGLVQ(
+        num_bins=10, epsilon=20.0, bounds=(-10, 10), classes=["a", "b", "c"], noise_seed=0
+    ).fit(X[y != "c"], y[y != "c"])
     assert est.prototype_labels_.tolist() == ["a", "b", "c"] and np.isfinite(est.prototypes_).all()
     assert est.score(X[y != "c"], y[y != "c"]) > 0.9  # "c" sits at the box centre, between "a" and "b"
 
@@ -52,27 +53,30 @@ def test_same_noise_seed_same_model_and_several_prototypes_need_a_reference():
     with pytest.raises(ValueError, match="reference"):
         SubsampleAggregateGLVQ({"a": 2}, num_bins=5, bounds=(-10, 10)).fit(X, y)
     reference = [[5, -2], [5, 2], [-5, 0], [0, 5]]
-    est = SubsampleAggregateGLVQ({"a": 2}, num_bins=5, bounds=(-10, 10), reference=reference,
-                                 random_state=0).fit(X, y)
+    est = SubsampleAggregateGLVQ({"a": 2}, num_bins=5, bounds=(-10, 10), reference=reference, random_state=0).fit(X, y)
     assert est.prototype_labels_.tolist() == ["a", "a", "b", "c"]
 
 
 def test_centre_of_attention_aggregation_records_an_approx_event():
     X, y = _three_gaussians(200, 4)
-    est = SubsampleAggregateGLVQ(num_bins=10, aggregation="centre_of_attention", epsilon=1.0,
-                                 bounds=(-10, 10), random_state=0).fit(X, y)
+    est = SubsampleAggregateGLVQ(
+        num_bins=10, aggregation="centre_of_attention", epsilon=1.0, bounds=(-10, 10), random_state=0
+    ).fit(X, y)
     assert est.privacy_["events"][0]["kind"] == "approx"
     assert np.abs(est.prototypes_).max() <= 10 + 1e-9
     assert not hasattr(est, "noise_std_")  # S(Z)/alpha depends on the data without noise
 
 
-@pytest.mark.parametrize("params, match", [
-    ({"aggregation": "median"}, "aggregation"),
-    ({"num_bins": 0}, "num_bins"),
-    ({"epsilon": 0.0}, "epsilon"),
-    ({"delta": 1.0}, "delta"),
-    ({"radius": -1.0}, "radius"),
-])
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"aggregation": "median"}, "aggregation"),
+        ({"num_bins": 0}, "num_bins"),
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"delta": 1.0}, "delta"),
+        ({"radius": -1.0}, "radius"),
+    ],
+)
 def test_bad_parameters(params, match):
     X, y = _three_gaussians(20, 5)
     with pytest.raises(ValueError, match=match):
