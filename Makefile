@@ -1,31 +1,46 @@
 # Two commands that work on a fresh machine with nothing but Python:
 #   make demo   create the environment, install, run the main job
 #   make test   create (or reuse) the environment, install, run the whole test suite
+#               (tests/ and the notebooks, as CI runs it)
+#   make test-fast   the quick loop: no notebooks, benchmark smoke tests or slow tests
+#   make lint   ruff check and ruff format --check (CI runs it before the tests)
+#   make typecheck   mypy on dp_proto/privacy and dp_proto/lvq (CI runs it too)
+#   make docs   build the documentation site into site/ (mkdocs build --strict)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DATA_DIR ?= ../shared/data
 
-.PHONY: demo test lint bench-baseline clean
+.PHONY: demo test test-fast lint typecheck docs bench-baseline clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,docs]"
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/dp-proto demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --nbmake tests notebooks
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not benchmark" tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dp_proto tests benchmarks training
+	$(VENV)/bin/ruff format --check dp_proto tests benchmarks training
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
 
 bench-baseline: $(STAMP)
-	$(PY) benchmarks/baseline_accuracy.py --data-dir $(DATA_DIR)
+	$(PY) -m benchmarks.lvq.baseline_accuracy --data-dir $(DATA_DIR)
 
 clean:
 	rm -rf $(VENV) runs lightning_logs .pytest_cache .hypothesis

@@ -583,15 +583,7 @@ def launch_network(
     num_threads = check_int("num_threads", num_threads, 1)
     port = _free_port(master_addr) if master_port is None else check_int("master_port", master_port, 1)
     init_method = f"tcp://{master_addr}:{port}"
-    if start_method is None:
-        start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-    if start_method not in ("spawn", "forkserver"):
-        raise ValueError(f"start_method must be 'spawn' or 'forkserver', got {start_method!r}")
-    ctx = mp.get_context(start_method)
-    env = None
-    if start_method == "forkserver":
-        ctx.set_forkserver_preload(["dp_proto.llp.network"])  # torch, dp_proto (slow imports)
-        env = dict(os.environ)  # the server's environment is that of its start
+    ctx, env = _process_context(start_method)
     with tempfile.TemporaryDirectory(prefix="dp_proto_llp_") as out_dir:
         out = Path(out_dir)
         procs = []
@@ -631,18 +623,7 @@ def launch_network(
                 if proc.is_alive():
                     proc.kill()
                     proc.join()
-        errors = {i: _read(out / f"error_{i}.pkl") for i in range(n_nodes) if (out / f"error_{i}.pkl").exists()}
-        failure, cause = None, None
-        if errors:
-            primary = [i for i, e in errors.items() if not e["peer"]] or sorted(errors)
-            i = min(primary)
-            err = errors[i]
-            failure = NodeProcessError(
-                f"node {i} failed ({err['type']}: {err['message']})\n\nTraceback in its process:\n{err['traceback']}",
-                i,
-                err["traceback"],
-            )
-            cause = err["exception"]
+        failure, cause = _first_failure(out, n_nodes)
         if running:
             raise TimeoutError(
                 f"node(s) {running} did not finish within {timeout:g} s and were terminated"
@@ -650,20 +631,53 @@ def launch_network(
             ) from failure
         if failure is not None:
             raise failure from cause
-        results = []
-        for i, proc in enumerate(procs):
-            path = out / f"result_{i}.pkl"
-            if not path.exists():
-                raise NodeProcessError(
-                    f"node {i}'s process exited with code {proc.exitcode} without a result "
-                    f"(killed, or crashed in native code)",
-                    i,
-                )
-            payload = _read(path)
-            result = payload["result"]
-            result.ledger = PrivacyLedger.from_state_dict(payload["ledger"])
-            results.append(result)
-    return results
+        return [_node_result(out, i, proc) for i, proc in enumerate(procs)]
+
+
+def _process_context(start_method: str | None) -> tuple[Any, dict[str, str] | None]:
+    """The multiprocessing context of the workers, and the environment a forkserver's
+    workers must take over (``None`` with spawn, whose workers inherit it)."""
+    if start_method is None:
+        start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    if start_method not in ("spawn", "forkserver"):
+        raise ValueError(f"start_method must be 'spawn' or 'forkserver', got {start_method!r}")
+    ctx = mp.get_context(start_method)
+    if start_method != "forkserver":
+        return ctx, None
+    ctx.set_forkserver_preload(["dp_proto.llp.network"])  # torch, dp_proto (slow imports)
+    return ctx, dict(os.environ)  # the server's environment is that of its start
+
+
+def _first_failure(out: Path, n_nodes: int) -> tuple[NodeProcessError | None, BaseException | None]:
+    """The error of the first node that failed on its own (not because a peer did; else
+    the first that failed at all) and its original exception, from the workers' files."""
+    errors = {i: _read(out / f"error_{i}.pkl") for i in range(n_nodes) if (out / f"error_{i}.pkl").exists()}
+    if not errors:
+        return None, None
+    primary = [i for i, e in errors.items() if not e["peer"]] or sorted(errors)
+    i = min(primary)
+    err = errors[i]
+    failure = NodeProcessError(
+        f"node {i} failed ({err['type']}: {err['message']})\n\nTraceback in its process:\n{err['traceback']}",
+        i,
+        err["traceback"],
+    )
+    return failure, err["exception"]
+
+
+def _node_result(out: Path, rank: int, proc: Any) -> NodeResult:
+    """Node ``rank``'s result as its worker wrote it, with its ledger restored."""
+    path = out / f"result_{rank}.pkl"
+    if not path.exists():
+        raise NodeProcessError(
+            f"node {rank}'s process exited with code {proc.exitcode} without a result "
+            f"(killed, or crashed in native code)",
+            rank,
+        )
+    payload = _read(path)
+    result = payload["result"]
+    result.ledger = PrivacyLedger.from_state_dict(payload["ledger"])
+    return result
 
 
 def _wait(procs: list, timeout: float, grace: float) -> list[int]:

@@ -11,7 +11,7 @@ torch model is ``model_``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -363,7 +363,7 @@ class GMLVQ(_LVQBase):
         )
 
     def _store_metric(self) -> None:
-        layer = self.model_.layer
+        layer = cast(GMLVQLayer, self.model_.layer)
         self.omega_ = layer.omega.detach().cpu().numpy().copy()
         self.lambda_ = self.omega_.T @ self.omega_
 
@@ -431,5 +431,5 @@ class LGMLVQ(GMLVQ):
         )
 
     def _store_metric(self) -> None:
-        self.omega_ = self.model_.layer.omegas.detach().cpu().numpy().copy()
+        self.omega_ = cast(LGMLVQLayer, self.model_.layer).omegas.detach().cpu().numpy().copy()
         self.lambda_ = np.transpose(self.omega_, (0, 2, 1)) @ self.omega_

@@ -185,18 +185,18 @@ class LGMLVQLayer(GLVQLayer):
         super().__init__(in_features, num_prototypes, prototypes=prototypes, dtype=dtype, device=device)
         self.rank = in_features if rank is None else _check_positive("rank", rank)
         self.normalize = bool(normalize)
-        kwargs = {"dtype": self.prototypes.dtype, "device": self.prototypes.device}
+        dtype_, device_ = self.prototypes.dtype, self.prototypes.device
         if isinstance(omega_init, Tensor) and omega_init.dim() == 3:
             if tuple(omega_init.shape) != (num_prototypes, self.rank, in_features):
                 raise ValueError(
                     f"expected omegas of shape ({num_prototypes}, {self.rank}, {in_features}), "
                     f"got {tuple(omega_init.shape)}"
                 )
-            omegas = omega_init.detach().to(**kwargs).clone()
+            omegas = omega_init.detach().to(dtype=dtype_, device=device_).clone()
         else:
             omegas = torch.stack(
                 [
-                    init_omega(omega_init, self.rank, in_features, generator=generator, **kwargs)
+                    init_omega(omega_init, self.rank, in_features, generator=generator, dtype=dtype_, device=device_)
                     for _ in range(num_prototypes)
                 ]
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -85,12 +86,12 @@ class PrototypeModel(nn.Module):
         *,
         transfer_fn: Transfer = "identity",
         beta: float = 1.0,
-        reduction: str = "mean",
+        reduction: Literal["mean", "sum", "none"] = "mean",
     ) -> Tensor:
         """GLVQ cost of :meth:`forward`'s output, see :func:`dp_proto.lvq.glvq_loss`."""
         return glvq_loss(
             distances, targets, self.prototype_labels, transfer_fn=transfer_fn, beta=beta, reduction=reduction
-        )  # type: ignore[arg-type]
+        )
 
     @torch.no_grad()
     def predict(self, x: Tensor) -> Tensor:

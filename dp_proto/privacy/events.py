@@ -205,7 +205,7 @@ class PrivacyEvent(metaclass=_EventType):
         versions (their unused fields must be None; their ``meta`` is dropped)."""
         values = dict(values)
         kind = values.pop("kind", None)
-        cls = _REGISTRY.get(kind)  # type: ignore[arg-type]
+        cls = _REGISTRY.get(kind)
         if cls is None:
             raise ValueError(f"unknown event kind {kind!r}; expected one of {tuple(_REGISTRY)}")
         values.pop("meta", None)

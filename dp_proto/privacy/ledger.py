@@ -280,7 +280,8 @@ class PrivacyLedger:
         elif not all(e.has_pld for e in events):
             eps = self._epsilon_with_discrete_gaussians(events, new, delta)
         else:
-            eps = self._composed_pld(new).get_epsilon_for_delta(delta)
+            composed = self._composed_pld(new)
+            eps = math.inf if composed is None else composed.get_epsilon_for_delta(delta)
         return float(min(eps, basic))  # basic composition is always valid too
 
     def _epsilon_with_discrete_gaussians(
@@ -314,7 +315,7 @@ class PrivacyLedger:
         """
         big = [e for e, h in zip(events, huge, strict=True) if h]
         rest = [e for e, h in zip(events, huge, strict=True) if not h]
-        big_epsilon = sum(e.epsilon * e.count for e in big)  # (pure or approx events)
+        big_epsilon = sum(_release_epsilon(e) * e.count for e in big)
         rest_delta = delta - sum(e.delta_per_release * e.count for e in big)
         if not rest:
             return big_epsilon if rest_delta >= 0 else math.inf
@@ -398,7 +399,7 @@ class PrivacyLedger:
             raise ValueError(f"unsupported ledger state version {state.get('version')!r}")
         budget = state.get("budget")
         current = self._events
-        self.budget = tuple(budget) if budget else None  # type: ignore[assignment]
+        self.budget = tuple(budget) if budget else None
         self.accountant = state["accountant"]
         self.default_delta = state["default_delta"]
         self._noise_sources |= set(state.get("noise_sources", ()))
@@ -432,10 +433,22 @@ class PrivacyLedger:
 
 def _basic_epsilon(events: Sequence[PrivacyEvent]) -> float:
     """Basic composition of pure releases, ``sum count * epsilon`` (inf if any is not pure)."""
-    pure = [e.pure_epsilon for e in events]
-    if any(p is None for p in pure):
-        return math.inf
-    return sum(p * e.count for p, e in zip(pure, events, strict=True))
+    total = 0.0
+    for event in events:
+        epsilon = event.pure_epsilon
+        if epsilon is None:
+            return math.inf
+        total += epsilon * event.count
+    return total
+
+
+def _release_epsilon(event: PrivacyEvent) -> float:
+    """The epsilon of one release of an event beyond the PLD's range (a pure or an
+    approximate-DP event: both carry their epsilon)."""
+    epsilon = getattr(event, "epsilon", None)
+    if epsilon is None:
+        raise TypeError(f"{type(event).__name__} has no epsilon to compose by basic composition")
+    return float(epsilon)
 
 
 @functools.lru_cache(maxsize=512)

@@ -293,7 +293,7 @@ def plan_gaussian(
         raise ValueError(f"grid must be a number > 0, 'auto' or None, got {grid!r}")
     if grid is None:
         sigma = gaussian_sigma(epsilon, delta, sens, calibration or "analytic")
-        event = GaussianEvent(sigma / sens, name=name, sensitivity=sens) if sens else None
+        event: PrivacyEvent | None = GaussianEvent(sigma / sens, name=name, sensitivity=sens) if sens else None
         return GaussianPlan(sigma, None, None, event)
     if calibration is not None:
         raise ValueError(
@@ -389,13 +389,15 @@ def gaussian_mechanism(
 
         return intercept(name, value, sens, "l2", draw)
 
+    grid = float(plan.grid or 0.0)  # not None: the value was snapped to it
+
     def draw_discrete() -> Tensor:
         if plan.sigma == 0:
-            return (snapped * plan.grid).to(dtype)
+            return (snapped * grid).to(dtype)
         noise = discrete_gaussian_noise(
-            value.shape, plan.sigma / plan.grid, generator=generator, secure_mode=secure_mode, device=value.device
+            value.shape, plan.sigma / grid, generator=generator, secure_mode=secure_mode, device=value.device
         )
-        return ((snapped + noise.to(torch.float64)) * plan.grid).to(dtype)
+        return ((snapped + noise.to(torch.float64)) * grid).to(dtype)
 
     return intercept(name, value, sens, "l2", draw_discrete)
 

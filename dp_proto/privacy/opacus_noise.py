@@ -20,8 +20,6 @@ Opacus' variants, per-layer and ghost clipping included):
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from opacus.optimizers.optimizer import DPOptimizer, _check_processed_flag, _mark_as_processed
 
@@ -66,9 +64,16 @@ def _sound_add_noise(self) -> None:
         _mark_as_processed(p.summed_grad)
 
 
-@functools.cache
+_SOUND_CLASSES: dict[type, type] = {}
+
+
 def _sound_class(base: type) -> type:
-    return type(f"Sound{base.__name__}", (base,), {"add_noise": _sound_add_noise, "_dp_proto_sound": True})
+    """The subclass of an Opacus optimizer class whose ``add_noise`` draws our noise (one per base)."""
+    if base not in _SOUND_CLASSES:
+        _SOUND_CLASSES[base] = type(
+            f"Sound{base.__name__}", (base,), {"add_noise": _sound_add_noise, "_dp_proto_sound": True}
+        )
+    return _SOUND_CLASSES[base]
 
 
 @renamed_keyword("secure", "secure_mode")

@@ -90,7 +90,7 @@ def seeded_generator(
     """
     if seed is None:
         raise ValueError("seeded_generator needs a seed; use fresh_generator() for fresh entropy")
-    seed = check_noise_seed(seed)
+    checked = int(check_noise_seed(seed) or 0)  # not None: seed is not None
     if warn:
         warnings.warn(
             f"{owner}: noise_seed makes the noise reproducible; whoever knows the seed can "
@@ -100,7 +100,7 @@ def seeded_generator(
             stacklevel=3,
         )
     gen = torch.Generator(device=device if device is not None else "cpu")
-    gen.manual_seed(seed % 2**64)
+    gen.manual_seed(checked % 2**64)
     _ACKNOWLEDGED.add(gen)
     return gen
 

@@ -250,7 +250,7 @@ def _diff_paths(a: Any, b: Any, path: str = "") -> list[str]:
 # -- neighbours -------------------------------------------------------------------------
 def remove_record(data: Sequence[Any], index: int) -> tuple:
     """``data`` (arrays or tensors of equal length) without row ``index``."""
-    out = []
+    out: list[Any] = []
     for part in data:
         if isinstance(part, Tensor):
             keep = torch.ones(part.shape[0], dtype=torch.bool, device=part.device)

@@ -160,24 +160,7 @@ def fit_dp_sgd(
     from opacus import PrivacyEngine
     from opacus.data_loader import DPDataLoader
 
-    if not max_grad_norm > 0:
-        raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm!r}")
-    if not noise_multiplier >= 0:
-        raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier!r}")
-    if engine not in ("auto", "fused", "opacus"):
-        raise ValueError(f"engine must be 'auto', 'fused' or 'opacus', got {engine!r}")
-    if engine == "auto":
-        try:
-            check_fusable(model)
-            engine = "fused"
-        except ValueError:
-            engine = "opacus"
-    if not metric_lr_scale > 0:
-        raise ValueError(f"metric_lr_scale must be > 0, got {metric_lr_scale!r}")
-    if not 0 <= average_last < 1:
-        raise ValueError(f"average_last must lie in [0, 1), got {average_last!r}")
-    if clipping not in CLIPPING_MODES:
-        raise ValueError(f"clipping must be one of {CLIPPING_MODES}, got {clipping!r}")
+    engine = _check_settings(model, max_grad_norm, noise_multiplier, engine, metric_lr_scale, average_last, clipping)
     expected_batch_size = check_expected_batch_size(expected_batch_size)
     generator = noise_rng(ledger, generator, secure_mode, None, "dp_sgd")
     opt = _make_optimizer(model, optimizer, lr, metric_lr_scale, momentum)
@@ -218,13 +201,7 @@ def fit_dp_sgd(
             result.opacus_epsilon = _opacus_rdp_epsilon(noise_multiplier, sampling_rate, result.steps, delta)
         return result
     if secure_mode:
-        import importlib.util
-
-        if importlib.util.find_spec("torchcsprng") is None:
-            raise ValueError(
-                "secure_mode with engine='opacus' needs Opacus' torchcsprng package, which is "
-                "not installed; engine='fused' draws its noise from os.urandom instead"
-            )
+        _check_torchcsprng()
     # Poisson sampling at exactly q (Opacus' make_private(poisson_sampling=True) would
     # use 1 / len(loader), which depends on the private n).
     # Sampling coins: the run's generator, or in secure mode a generator seeded from
@@ -239,13 +216,7 @@ def fit_dp_sgd(
         privacy_engine = PrivacyEngine(accountant="rdp", secure_mode=secure_mode)
     criterion = _glvq_criterion(model, transfer_fn, beta)
     kwargs: dict = {"criterion": criterion} if grad_sample_mode == "ghost" else {}
-    clip_bound: float | list[float] = max_grad_norm
-    if clipping == "per_parameter":
-        if grad_sample_mode == "ghost":
-            raise ValueError("clipping='per_parameter' needs grad_sample_mode 'hooks' or 'functorch'")
-        trainable = [p for p in model.parameters() if p.requires_grad]
-        clip_bound = [max_grad_norm / math.sqrt(len(trainable))] * len(trainable)
-        kwargs["clipping"] = "per_layer"
+    clip_bound = _opacus_clip_bound(model, max_grad_norm, clipping, grad_sample_mode, kwargs)
     made = privacy_engine.make_private(
         module=model,
         optimizer=opt,
@@ -287,6 +258,64 @@ def fit_dp_sgd(
     if average is not None:
         average.release()
     return result
+
+
+def _check_settings(
+    model: PrototypeModel,
+    max_grad_norm: float,
+    noise_multiplier: float,
+    engine: str,
+    metric_lr_scale: float,
+    average_last: float,
+    clipping: str,
+) -> str:
+    """Check the public settings of :func:`fit_dp_sgd`; returns the engine (``"auto"``
+    resolved: ``fused`` where the model allows it, else ``opacus``)."""
+    if not max_grad_norm > 0:
+        raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm!r}")
+    if not noise_multiplier >= 0:
+        raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier!r}")
+    if engine not in ("auto", "fused", "opacus"):
+        raise ValueError(f"engine must be 'auto', 'fused' or 'opacus', got {engine!r}")
+    if not metric_lr_scale > 0:
+        raise ValueError(f"metric_lr_scale must be > 0, got {metric_lr_scale!r}")
+    if not 0 <= average_last < 1:
+        raise ValueError(f"average_last must lie in [0, 1), got {average_last!r}")
+    if clipping not in CLIPPING_MODES:
+        raise ValueError(f"clipping must be one of {CLIPPING_MODES}, got {clipping!r}")
+    if engine != "auto":
+        return engine
+    try:
+        check_fusable(model)
+    except ValueError:
+        return "opacus"
+    return "fused"
+
+
+def _check_torchcsprng() -> None:
+    """Opacus' secure mode draws from torchcsprng; refuse early when it is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchcsprng") is None:
+        raise ValueError(
+            "secure_mode with engine='opacus' needs Opacus' torchcsprng package, which is "
+            "not installed; engine='fused' draws its noise from os.urandom instead"
+        )
+
+
+def _opacus_clip_bound(
+    model: PrototypeModel, max_grad_norm: float, clipping: str, grad_sample_mode: str, kwargs: dict
+) -> float | list[float]:
+    """Opacus' ``max_grad_norm``: ``C`` (joint), or ``C / sqrt(P)`` for each of the ``P``
+    trainable parameters (``per_parameter``, which also sets Opacus' ``per_layer``
+    clipping in ``kwargs``); the sensitivity is ``C`` either way."""
+    if clipping != "per_parameter":
+        return max_grad_norm
+    if grad_sample_mode == "ghost":
+        raise ValueError("clipping='per_parameter' needs grad_sample_mode 'hooks' or 'functorch'")
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    kwargs["clipping"] = "per_layer"
+    return [max_grad_norm / math.sqrt(len(trainable))] * len(trainable)
 
 
 def _make_optimizer(

@@ -29,9 +29,10 @@ trainable backbone needs Opacus' samplers (``engine="opacus"``).
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from dp_proto.lvq.distances import squared_euclidean_distance
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
@@ -161,7 +162,7 @@ def _per_sample_norms(
     backprops: Tensor,
     projections: tuple[Tensor, Tensor] | None,
     winners: tuple[Tensor, Tensor],
-) -> dict[Tensor, Tensor]:
+) -> dict[nn.Parameter, Tensor]:
     """Per-sample gradient norms ``(B,)`` of each trainable parameter of the layer.
 
     GLVQ: ``||g_i||^2 = 4 sum_k G_ik^2 ||x_i - w_k||^2`` over the two winners ``k``
@@ -178,12 +179,12 @@ def _per_sample_norms(
         sq = torch.linalg.vector_norm(x.unsqueeze(1) - w, dim=-1).pow(2)  # (B, 2)
         return {layer.prototypes: 2.0 * (coef.pow(2) * sq).sum(1).sqrt()}
     if projections is not None:
-        return gmlvq_norm_sample(layer, [x], backprops, projections)  # type: ignore[arg-type]
+        return gmlvq_norm_sample(cast(GMLVQLayer, layer), [x], backprops, projections)
     return _norm_sampler(layer)(layer, [x], backprops)
 
 
 def _weighted_gradient(
-    layer: GLVQLayer, x: Tensor, weights: dict[Tensor, Tensor], projections: tuple[Tensor, Tensor] | None = None
+    layer: GLVQLayer, x: Tensor, weights: dict[nn.Parameter, Tensor], projections: tuple[Tensor, Tensor] | None = None
 ) -> dict[Tensor, Tensor]:
     """``sum_ij A_ij grad_p D_ij`` for each trainable parameter ``p`` with weights
     ``A = weights[p] (B, W)``, ``D (B, W)`` the layer's distances of ``x (B, d)``.
@@ -290,6 +291,13 @@ def _check_targets(y: Tensor, prototype_labels: Tensor) -> None:
         raise ValueError("GLVQ needs prototypes of at least two classes")
 
 
+def _grad(param: Tensor) -> Tensor:
+    """``param.grad``, which the step allocated (zeros) before the clipped sum."""
+    if param.grad is None:
+        raise RuntimeError("the DP-SGD step's gradient buffer is missing")
+    return param.grad
+
+
 def poisson_batch_index(
     n: int, sampling_rate: float, generator: torch.Generator | None, device: torch.device | str
 ) -> Tensor:
@@ -344,7 +352,8 @@ def dp_sgd_step(
         model, x, y, max_grad_norm, clipping=clipping, transfer_fn=transfer_fn, beta=beta, check_labels=check_labels
     )
     with torch.no_grad():
-        summed = torch.cat([p.grad.reshape(-1) for p in params])
+        grads = [_grad(p) for p in params]
+        summed = torch.cat([g.reshape(-1) for g in grads])
 
         def draw() -> Tensor:  # float64 Box-Muller noise (tails to ~8.6 sigma), then cast
             if noise_std == 0:
@@ -360,8 +369,8 @@ def dp_sgd_step(
 
         noisy = intercept("dp_sgd", summed, None, None, draw)  # subsampled: checked per step elsewhere
         offset = 0
-        for p in params:
-            p.grad.copy_(noisy[offset : offset + p.numel()].view_as(p)).div_(expected_batch)
+        for p, g in zip(params, grads, strict=True):
+            g.copy_(noisy[offset : offset + p.numel()].view_as(p)).div_(expected_batch)
             offset += p.numel()
     optimizer.step()
     return costs
