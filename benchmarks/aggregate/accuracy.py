@@ -43,8 +43,8 @@ training fold (or the artificial d = 8 set if MNIST is not run), same thread cou
 
 Usage::
 
-    python benchmarks/aggregate_accuracy.py --data-dir ../shared/data
-    python benchmarks/aggregate_accuracy.py --datasets artificial --quick
+    python -m benchmarks.aggregate.accuracy --data-dir ../shared/data
+    python -m benchmarks.aggregate.accuracy --datasets artificial --quick
 
 Ends with one JSON line ``{"benchmark": "aggregate_accuracy", "results": {...},
 "headline": {"sa_error_d2_eps1.25_m50": ..., "bins_vs_single_fit_time_ratio": ...}, ...}``;
@@ -65,23 +65,13 @@ import torch
 from sklearn.model_selection import StratifiedKFold
 from tqdm import tqdm
 
-try:  # run as a script: benchmarks/ is on sys.path
-    from _common import (
-        emit_json,
-        load_benchmark_sets,
-        resolve_data_dir,
-        run_metadata,
-    )
-    from dpsgd_accuracy import PIXEL_DATASETS, make_private, preprocess
-except ImportError:  # imported as benchmarks.aggregate_accuracy
-    from benchmarks._common import (
-        emit_json,
-        load_benchmark_sets,
-        resolve_data_dir,
-        run_metadata,
-    )
-    from benchmarks.dpsgd_accuracy import PIXEL_DATASETS, make_private, preprocess
-
+from benchmarks.common import (
+    emit_json,
+    load_benchmark_sets,
+    resolve_data_dir,
+    run_metadata,
+)
+from benchmarks.dpsgd.accuracy import PIXEL_DATASETS, make_private, preprocess
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lvq import GLVQ
 from dp_proto.lvq.private.coa import coa_bin_models

@@ -7,8 +7,8 @@ as horizontal lines.
 
 Usage::
 
-    python benchmarks/aggregate_accuracy.py --data-dir ../shared/data --out agg.json
-    python benchmarks/plot_aggregate_accuracy.py agg.json --out benchmarks/figures/aggregate_accuracy.png
+    python -m benchmarks.aggregate.accuracy --data-dir ../shared/data --out agg.json
+    python -m benchmarks.aggregate.plot_accuracy agg.json --out benchmarks/aggregate/figures/aggregate_accuracy.png
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def plot(data: dict, out: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("json", help="output file of aggregate_accuracy.py (--out)")
-    parser.add_argument("--out", default="benchmarks/figures/aggregate_accuracy.png")
+    parser.add_argument("--out", default="benchmarks/aggregate/figures/aggregate_accuracy.png")
     args = parser.parse_args(argv)
     text = Path(args.json).read_text().strip().splitlines()[-1]
     plot(json.loads(text), args.out)

@@ -29,8 +29,8 @@ the first phase), per mode, on Yale.
 
 Usage::
 
-    python benchmarks/anonymizer_tradeoff.py --data-dir ../shared/data
-    python benchmarks/anonymizer_tradeoff.py --datasets synthetic --quick
+    python -m benchmarks.anonymizer.tradeoff --data-dir ../shared/data
+    python -m benchmarks.anonymizer.tradeoff --datasets synthetic --quick
 
 Ends with a trade-off figure (``--figure``) and one JSON line
 ``{"benchmark": "anonymizer_tradeoff", "results": {...}, "headline": {...}}``.
@@ -49,11 +49,7 @@ import torch
 from sklearn.model_selection import train_test_split
 from tqdm import tqdm
 
-try:  # run as a script: benchmarks/ is on sys.path
-    from _common import emit_json, resolve_data_dir, run_metadata
-except ImportError:  # imported as benchmarks.anonymizer_tradeoff
-    from benchmarks._common import emit_json, resolve_data_dir, run_metadata
-
+from benchmarks.common import emit_json, resolve_data_dir, run_metadata
 from dp_proto.anonymizer import Anonymizer
 from dp_proto.lightning.anonymizer import evaluate_held_out, fit_anonymizer
 
@@ -316,7 +312,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads per fit (1)")
     p.add_argument("--jobs", type=int, default=1, help="fits run in parallel worker processes (1)")
-    p.add_argument("--figure", default="benchmarks/figures/anonymizer_tradeoff.png")
+    p.add_argument("--figure", default="benchmarks/anonymizer/figures/anonymizer_tradeoff.png")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     if args.jobs < 1 or args.threads < 1:

@@ -35,8 +35,8 @@ k folds (the dataset key says so, e.g. ``"segmentation (quick: 1x5 folds)"``);
 
 Usage::
 
-    python benchmarks/dpsgd_accuracy.py --data-dir ../shared/data
-    python benchmarks/dpsgd_accuracy.py --data-dir ../shared/data --datasets segmentation \\
+    python -m benchmarks.dpsgd.accuracy --data-dir ../shared/data
+    python -m benchmarks.dpsgd.accuracy --data-dir ../shared/data --datasets segmentation \\
         --quick --folds 2 --epsilons 1.5 5 --calibrations ledger
 
 The script prints a table and ends with one JSON line::
@@ -68,16 +68,12 @@ from sklearn.model_selection import RepeatedStratifiedKFold, train_test_split
 from sklearn.preprocessing import StandardScaler
 from tqdm import tqdm
 
-try:  # run as a script: benchmarks/ is on sys.path
-    from _common import emit_json, load_benchmark_sets, machine_description, resolve_data_dir
-except ImportError:  # imported as benchmarks.dpsgd_accuracy
-    from benchmarks._common import (
-        emit_json,
-        load_benchmark_sets,
-        machine_description,
-        resolve_data_dir,
-    )
-
+from benchmarks.common import (
+    emit_json,
+    load_benchmark_sets,
+    machine_description,
+    resolve_data_dir,
+)
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lvq import GLVQ, GMLVQ
 from dp_proto.lvq.private.estimators import DPGLVQ, DPGMLVQ
@@ -355,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         f"C={MAX_GRAD_NORM:g}, E={EPOCHS}, noisy sum divided by the public q n~ with n~ the DP "
         f"initialisation's noisy record count; {_optimizer_defaults(args.lr)}); delta={DELTA:g}; add/remove "
         "adjacency; one prototype per class; estimator defaults otherwise (GLVQ: joint clipping; "
-        f"GMLVQ: {_gmlvq_defaults()}, chosen on development sets by benchmarks/dpsgd_tuning.py); "
+        f"GMLVQ: {_gmlvq_defaults()}, chosen on development sets by benchmarks/studies/dpsgd_tuning.py); "
         "no hyperparameter tuned on the test folds",
         "PREPROCESSING IS NOT PRIVATISED: fitted on the (private) training folds, as in "
         "Brinkrolf (2023); Image Segmentation: StandardScaler; MNIST and optdigits (pixels): PCA(30) on the "

@@ -6,8 +6,8 @@ L-BFGS error as a dashed line.
 
 Usage::
 
-    python benchmarks/dpsgd_accuracy.py --data-dir ../shared/data --out seg.json ...
-    python benchmarks/plot_dpsgd_accuracy.py seg.json mnist.json --out benchmarks/figures/dpsgd_accuracy.png
+    python -m benchmarks.dpsgd.accuracy --data-dir ../shared/data --out seg.json ...
+    python -m benchmarks.dpsgd.plot_accuracy seg.json mnist.json --out benchmarks/dpsgd/figures/dpsgd_accuracy.png
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def plot(merged: dict, out: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("json", nargs="+", help="output files of dpsgd_accuracy.py (--out)")
-    parser.add_argument("--out", default="benchmarks/figures/dpsgd_accuracy.png")
+    parser.add_argument("--out", default="benchmarks/dpsgd/figures/dpsgd_accuracy.png")
     args = parser.parse_args(argv)
     plot(load(args.json), args.out)
 

@@ -79,9 +79,9 @@ deterministic, so its bound is the largest the trial count can certify.
 
 Usage::
 
-    python benchmarks/leakage.py                       # defaults, about 10-15 minutes on one core
-    python benchmarks/leakage.py --quick               # 20 pairs / runs, 40 audit trials
-    python benchmarks/leakage.py --epsilon 2 --pairs 200 --runs 200 --schemes dp_sgd
+    python -m benchmarks.leakage.leakage                       # defaults, about 10-15 minutes on one core
+    python -m benchmarks.leakage.leakage --quick               # 20 pairs / runs, 40 audit trials
+    python -m benchmarks.leakage.leakage --epsilon 2 --pairs 200 --runs 200 --schemes dp_sgd
 
 Ends with one JSON line::
 
@@ -112,11 +112,7 @@ import torch
 from scipy import stats
 from tqdm import tqdm
 
-try:  # run as a script: benchmarks/ is on sys.path
-    from _common import emit_json, machine_description
-except ImportError:  # imported as benchmarks.leakage
-    from benchmarks._common import emit_json, machine_description
-
+from benchmarks.common import emit_json, machine_description
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lvq import GLVQ, GLVQLayer, PrototypeModel, make_prototype_labels
 from dp_proto.lvq.private import DPGLVQ, dp_class_mean_prototypes

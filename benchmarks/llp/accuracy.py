@@ -44,11 +44,11 @@ the pooled accuracy over the nodes' test windows (majority vote of the c + 1 mod
 averaged over seeds, then over folds. The own-model-only accuracy is reported as a
 secondary number.
 
-Prints tables, writes ``benchmarks/results/llp_accuracy.json`` and
-``benchmarks/figures/llp_accuracy.png`` and ends with one JSON line
+Prints tables, writes ``benchmarks/llp/results/llp_accuracy.json`` and
+``benchmarks/llp/figures/llp_accuracy.png`` and ends with one JSON line
 ``{"benchmark": "llp_accuracy", "results": ..., "headline": ...}``.
 
-    python benchmarks/llp_accuracy.py --data-dir ../shared/data
+    python -m benchmarks.llp.accuracy --data-dir ../shared/data
 """
 
 from __future__ import annotations
@@ -63,16 +63,12 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-try:  # run as a script: benchmarks/ is on sys.path
-    from _common import die, emit_json, resolve_data_dir, run_metadata
-except ImportError:  # imported as benchmarks.llp_accuracy
-    from benchmarks._common import (
-        die,
-        emit_json,
-        resolve_data_dir,
-        run_metadata,
-    )
-
+from benchmarks.common import (
+    die,
+    emit_json,
+    resolve_data_dir,
+    run_metadata,
+)
 from dp_proto._neighbours import knn_predict
 from dp_proto.data.geometry import nearest_neighbours
 from dp_proto.data.loaders.scats import load_scats_counts
@@ -514,8 +510,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-network", action="store_true", help="4-node setting only")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument("--json", default=None, help="results file (default benchmarks/results/llp_accuracy[_quick].json)")
-    p.add_argument("--figure", default=None, help="plot (default benchmarks/figures/llp_accuracy[_quick].png)")
+    p.add_argument(
+        "--json", default=None, help="results file (default benchmarks/llp/results/llp_accuracy[_quick].json)"
+    )
+    p.add_argument("--figure", default=None, help="plot (default benchmarks/llp/figures/llp_accuracy[_quick].png)")
     args = p.parse_args(argv)
     args.batch_sizes, args.cluster_counts, args.epsilons = BATCH_SIZES, CLUSTER_COUNTS, EPSILONS
     if args.quick:

@@ -18,8 +18,8 @@ run with the full protocol.
 
 Usage::
 
-    python benchmarks/baseline_accuracy.py --data-dir ../shared/data
-    python benchmarks/baseline_accuracy.py --data-dir ../shared/data --datasets mnist --quick
+    python -m benchmarks.lvq.baseline_accuracy --data-dir ../shared/data
+    python -m benchmarks.lvq.baseline_accuracy --data-dir ../shared/data --datasets mnist --quick
 
 The script prints a table and ends with one JSON line::
 
@@ -45,16 +45,12 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 from tqdm import tqdm
 
-try:  # run as a script: benchmarks/ is on sys.path
-    from _common import emit_json, load_benchmark_sets, machine_description, resolve_data_dir
-except ImportError:  # imported as benchmarks.baseline_accuracy
-    from benchmarks._common import (
-        emit_json,
-        load_benchmark_sets,
-        machine_description,
-        resolve_data_dir,
-    )
-
+from benchmarks.common import (
+    emit_json,
+    load_benchmark_sets,
+    machine_description,
+    resolve_data_dir,
+)
 from dp_proto.lvq import GLVQ, GMLVQ, LGMLVQ
 
 BENCHMARK = "baseline_accuracy"

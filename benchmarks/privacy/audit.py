@@ -31,9 +31,9 @@ confidence allows); a bound above the claim is a detected violation.
 
 Usage::
 
-    python benchmarks/privacy_audit.py                      # defaults, a few minutes
-    python benchmarks/privacy_audit.py --quick              # fewer trials, same rows, about a minute
-    python benchmarks/privacy_audit.py --trials 200000 --init-trials 5000 --seed 1
+    python -m benchmarks.privacy.audit                      # defaults, a few minutes
+    python -m benchmarks.privacy.audit --quick              # fewer trials, same rows, about a minute
+    python -m benchmarks.privacy.audit --trials 200000 --init-trials 5000 --seed 1
 
 Ends with one JSON line::
 
@@ -49,11 +49,7 @@ import time
 import torch
 from tqdm import tqdm
 
-try:  # run as a script: benchmarks/ is on sys.path
-    from _common import emit_json, machine_description
-except ImportError:  # imported as benchmarks.privacy_audit
-    from benchmarks._common import emit_json, machine_description
-
+from benchmarks.common import emit_json, machine_description
 from dp_proto.llp.audit import llp_release_audit_setup
 from dp_proto.lvq.private.audit import dp_init_audit_setup, dp_sgd_audit_setup, saa_audit_setup
 from dp_proto.privacy.audit import (

@@ -22,8 +22,8 @@ goodness of fit to the exact pmf (chi-square over ``|k| <= 3 scale`` plus the tw
 
 Usage::
 
-    python benchmarks/noise_samplers.py            # n = 1,000,000 per scale
-    python benchmarks/noise_samplers.py --quick    # n = 100,000
+    python -m benchmarks.privacy.noise_samplers            # n = 1,000,000 per scale
+    python -m benchmarks.privacy.noise_samplers --quick    # n = 100,000
 
 Ends with one JSON line ``{"benchmark": "noise_samplers", "results": {SAMPLER: {...}},
 "speed_ratio_opendp_over_dp_proto": R, "speed_ratio_opendp_over_dp_proto_gaussian": R}``
@@ -42,11 +42,7 @@ import torch
 from scipy import stats
 from tqdm import tqdm
 
-try:  # run as a script: benchmarks/ is on sys.path
-    from _common import emit_json, machine_description
-except ImportError:  # imported as benchmarks.noise_samplers
-    from benchmarks._common import emit_json, machine_description
-
+from benchmarks.common import emit_json, machine_description
 from dp_proto.privacy.noise import discrete_gaussian_noise, discrete_laplace_noise
 
 BENCHMARK = "noise_samplers"

@@ -21,7 +21,7 @@ noise (the estimators' ``PrivacyLeakWarning`` is silenced).
 
 Usage::
 
-    python benchmarks/dpsgd_gmlvq_diagnosis.py --data-dir ../shared/data
+    python -m benchmarks.studies.dpsgd_gmlvq_diagnosis --data-dir ../shared/data
 
 Prints a table and one JSON line ``{"benchmark": "dpsgd_gmlvq_diagnosis", "results":
 {CONFIG: {EPSILON: mean validation error}}, "nonprivate": error, ...}``.
@@ -40,17 +40,13 @@ from sklearn.model_selection import StratifiedKFold, train_test_split
 from sklearn.preprocessing import StandardScaler
 from tqdm import tqdm
 
-try:  # run as a script: benchmarks/ is on sys.path
-    from _common import emit_json, load_benchmark_sets, machine_description, resolve_data_dir
-except ImportError:  # imported as benchmarks.dpsgd_gmlvq_diagnosis
-    from benchmarks._common import (
-        emit_json,
-        load_benchmark_sets,
-        machine_description,
-        resolve_data_dir,
-    )
-
 import dp_proto.lvq.private.estimators as dp_estimators
+from benchmarks.common import (
+    emit_json,
+    load_benchmark_sets,
+    machine_description,
+    resolve_data_dir,
+)
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lvq.estimators import GMLVQ
 from dp_proto.privacy.ledger import PrivacyLedger

@@ -15,7 +15,7 @@ silenced), so all configurations of a split see the same seed.
 
 Usage::
 
-    python benchmarks/dpsgd_tuning.py --data-dir ../shared/data --model gmlvq
+    python -m benchmarks.studies.dpsgd_tuning --data-dir ../shared/data --model gmlvq
 
 Prints a table (best first) and one JSON line
 ``{"benchmark": "dpsgd_tuning", "model": ..., "results": {CONFIG: mean_error}, "best": CONFIG, ...}``.
@@ -35,16 +35,12 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 from tqdm import tqdm
 
-try:  # run as a script: benchmarks/ is on sys.path
-    from _common import emit_json, load_benchmark_sets, machine_description, resolve_data_dir
-except ImportError:  # imported as benchmarks.dpsgd_tuning
-    from benchmarks._common import (
-        emit_json,
-        load_benchmark_sets,
-        machine_description,
-        resolve_data_dir,
-    )
-
+from benchmarks.common import (
+    emit_json,
+    load_benchmark_sets,
+    machine_description,
+    resolve_data_dir,
+)
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lvq.private.estimators import DPGLVQ, DPGMLVQ
 

@@ -10,7 +10,7 @@ and once for the identity (private label, 15 classes). Prints a table and one JS
 
 Usage::
 
-    python benchmarks/yale_crops.py --data-dir ../shared/data
+    python -m benchmarks.studies.yale_crops --data-dir ../shared/data
 """
 
 from __future__ import annotations
@@ -21,11 +21,7 @@ import warnings
 
 import numpy as np
 
-try:  # run as a script: benchmarks/ is on sys.path
-    from _common import emit_json, resolve_data_dir, run_metadata
-except ImportError:  # imported as benchmarks.yale_crops
-    from benchmarks._common import emit_json, resolve_data_dir, run_metadata
-
+from benchmarks.common import emit_json, resolve_data_dir, run_metadata
 from dp_proto.data import (
     YALE_DEFAULT_CROP,
     YALE_DEFAULT_SIZE,

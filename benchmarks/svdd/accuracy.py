@@ -1,6 +1,6 @@
 """Accuracy of the private SVDD equilibrium-point classifier against the private SVM baselines.
 
-Reproduces the protocol of Park (2022), Section 7 (``benchmarks/svdd_protocol.py`` holds
+Reproduces the protocol of Park (2022), Section 7 (``benchmarks/svdd/protocol.py`` holds
 the settings, the target numbers and every fill of what the thesis leaves open): the
 eight data sets of Table 7.1 with their hyperparameters, epsilon in {0.01, 0.1, 1, 5,
 10, 100} plus non-private, 5 stratified 80/20 splits (features standardised with the
@@ -27,11 +27,11 @@ Methods (all on F = 400 random Fourier features, one fit per split and epsilon):
 * reference: scikit-learn's ``SVC`` (RBF, non-private, its default ``C = 1``, the SVM columns'
   gamma; with ``C = C/n`` its one-vs-one machines underfit: 0.61 on iris).
 
-Prints per-set tables, writes ``benchmarks/results/svdd_accuracy.json`` and
-``benchmarks/figures/svdd_accuracy.png``, and ends with one JSON line
+Prints per-set tables, writes ``benchmarks/svdd/results/svdd_accuracy.json`` and
+``benchmarks/svdd/figures/svdd_accuracy.png``, and ends with one JSON line
 ``{"benchmark": "svdd_accuracy", "results": ..., "headline": ...}``.
 
-    python benchmarks/svdd_accuracy.py --data-dir ../shared/data
+    python -m benchmarks.svdd.accuracy --data-dir ../shared/data
 """
 
 from __future__ import annotations
@@ -48,13 +48,8 @@ import torch
 from sklearn.svm import SVC
 from tqdm import tqdm
 
-try:  # run as a script: benchmarks/ is on sys.path
-    import svdd_protocol as protocol
-    from _common import emit_json, resolve_data_dir, run_metadata
-except ImportError:  # imported as benchmarks.svdd_accuracy
-    from benchmarks import svdd_protocol as protocol
-    from benchmarks._common import emit_json, resolve_data_dir, run_metadata
-
+from benchmarks.common import emit_json, resolve_data_dir, run_metadata
+from benchmarks.svdd import protocol as protocol
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.privacy.mechanisms import laplace_mechanism
 from dp_proto.privacy.randomness import seeded_generator

@@ -28,8 +28,8 @@ dynamics on the grid dominate the run time, and float32 roughly halves it on a C
 
 Usage::
 
-    python benchmarks/plot_svdd_regions.py
-    python benchmarks/plot_svdd_regions.py --table-7-1 --out /tmp/svdd_regions_table.png
+    python -m benchmarks.svdd.plot_regions
+    python -m benchmarks.svdd.plot_regions --table-7-1 --out /tmp/svdd_regions_table.png
 """
 
 from __future__ import annotations
@@ -46,17 +46,13 @@ import numpy as np
 import torch
 from sklearn.base import clone
 
-try:  # run as a script: benchmarks/ is on sys.path
-    from svdd_protocol import N_RANDOM_FEATURES, TABLE_7_1, load_dataset, split_indices, standardize
-except ImportError:  # imported as benchmarks.plot_svdd_regions
-    from benchmarks.svdd_protocol import (
-        N_RANDOM_FEATURES,
-        TABLE_7_1,
-        load_dataset,
-        split_indices,
-        standardize,
-    )
-
+from benchmarks.svdd.protocol import (
+    N_RANDOM_FEATURES,
+    TABLE_7_1,
+    load_dataset,
+    split_indices,
+    standardize,
+)
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.svdd import PrivateSVDDClassifier, support_function, support_gradient
 
@@ -196,7 +192,7 @@ def draw(panels: list[dict], out: str, title: str, footnote: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="benchmarks/figures/svdd_regions.png")
+    parser.add_argument("--out", default="benchmarks/svdd/figures/svdd_regions.png")
     parser.add_argument(
         "--seed",
         type=int,

@@ -51,12 +51,12 @@ fair.
 
 Usage::
 
-    python benchmarks/svdd_speed.py --threads 1            # full run, several minutes
-    python benchmarks/svdd_speed.py --quick                # smoke run, a few seconds
+    python -m benchmarks.svdd.speed --threads 1            # full run, several minutes
+    python -m benchmarks.svdd.speed --quick                # smoke run, a few seconds
 
 Ends with one JSON line ``{"benchmark": "svdd_speed", "results": {...}, "headline":
 {"shuttle_end_to_end_s": ..., "solver_speedup_vs_qp": ..., "solver_objective_gap": ...}, ...}``,
-also written to ``--out`` (default ``benchmarks/results/svdd_speed.json``).
+also written to ``--out`` (default ``benchmarks/svdd/results/svdd_speed.json``).
 """
 
 from __future__ import annotations
@@ -76,26 +76,21 @@ import torch
 from sklearn.svm import SVC
 from tqdm import tqdm
 
-try:  # run as a script: benchmarks/ is on sys.path
-    from _common import cpu_model, emit_json, machine_description
-    from svdd_protocol import TABLE_7_1, TABLE_7_2, load_dataset, split_indices, standardize
-except ImportError:  # imported as benchmarks.svdd_speed
-    from benchmarks._common import cpu_model, emit_json, machine_description
-    from benchmarks.svdd_protocol import (
-        TABLE_7_1,
-        TABLE_7_2,
-        load_dataset,
-        split_indices,
-        standardize,
-    )
-
+from benchmarks.common import cpu_model, emit_json, machine_description
+from benchmarks.svdd.protocol import (
+    TABLE_7_1,
+    TABLE_7_2,
+    load_dataset,
+    split_indices,
+    standardize,
+)
 from dp_proto.data import five_gaussians, stratified_subsample
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.svdd import PrivateSVDDClassifier, RandomFourierFeatures, solve_svdd_dual
 
 BENCHMARK = "svdd_speed"
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = ROOT / "benchmarks" / "results" / f"{BENCHMARK}.json"
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+DEFAULT_OUT = ROOT / "benchmarks" / "svdd" / "results" / f"{BENCHMARK}.json"
 EPSILON = 1.0
 NUM_FEATURES = 400
 SOLVER_TOL = 1e-8

@@ -1,6 +1,6 @@
-"""Markdown tables of ``benchmarks/results/svdd_accuracy.json`` (the per-set tables of RESULTS.md).
+"""Markdown tables of ``benchmarks/svdd/results/svdd_accuracy.json`` (the per-set tables of RESULTS.md).
 
-``python benchmarks/svdd_tables.py [--json benchmarks/results/svdd_accuracy.json]`` prints, per
+``python -m benchmarks.svdd.tables [--json benchmarks/svdd/results/svdd_accuracy.json]`` prints, per
 data set, the mean accuracy of every method at every epsilon, the scikit-learn SVC reference and
 which cells the sound default used (``start_modes``).
 """

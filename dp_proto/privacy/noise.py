@@ -37,7 +37,7 @@ adversary who sees the full-precision output may learn the input. Two defences h
 * Secure mode draws 53-bit uniform variates from ``os.urandom`` and never from a
   seedable PRNG, so noise cannot be reproduced from a leaked seed.
 
-Why not OpenDP's exact sampler: ``benchmarks/noise_samplers.py`` compares this
+Why not OpenDP's exact sampler: ``benchmarks/privacy/noise_samplers.py`` compares this
 discrete Laplace sampler with OpenDP's ``make_laplace`` on integers (exact rational
 arithmetic in Rust). Both fit the exact pmf (chi-square p 0.3-0.9 at 10^6 draws), and
 OpenDP takes 120-200 times as long per draw (7-14 us against 24-96 ns on the 2-core

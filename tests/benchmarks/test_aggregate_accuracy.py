@@ -1,5 +1,6 @@
-"""Smoke runs of benchmarks/aggregate_accuracy.py: they finish with the JSON line and headline keys."""
+"""Smoke runs of benchmarks/aggregate/accuracy.py: they finish with the JSON line and headline keys."""
 
+import importlib
 import json
 import subprocess
 import sys
@@ -7,14 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tests._benchmarks import import_benchmark
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "aggregate_accuracy.py"), *args],
+        [sys.executable, "-m", "benchmarks.aggregate.accuracy", *args],
         capture_output=True,
         text=True,
         timeout=600,
@@ -48,7 +47,7 @@ def test_artificial_target_cell_and_speed():
 
 
 def test_artificial_data_follow_the_seeds():
-    bench = import_benchmark("aggregate_accuracy")
+    bench = importlib.import_module("benchmarks.aggregate.accuracy")
     assert bench.artificial_means(2).tolist() == [[5, 0], [-5, 0], [0, 5]]
     assert bench.artificial_means(4).tolist() == [[5, 0, 0, 0], [0, 5, 0, 0], [0, 0, 5, 0]]
 

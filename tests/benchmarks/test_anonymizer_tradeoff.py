@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(args: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
@@ -21,7 +21,8 @@ def test_tradeoff_benchmark_quick_synthetic(tmp_path):
     proc = _run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "anonymizer_tradeoff.py"),
+            "-m",
+            "benchmarks.anonymizer.tradeoff",
             "--datasets",
             "synthetic",
             "--quick",
@@ -43,7 +44,8 @@ def test_tradeoff_benchmark_quick_synthetic(tmp_path):
     parallel = _run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "anonymizer_tradeoff.py"),
+            "-m",
+            "benchmarks.anonymizer.tradeoff",
             "--datasets",
             "synthetic",
             "--quick",
@@ -121,7 +123,7 @@ def test_anonymize_cli_on_yale(real_data_dir, tmp_path):
 @pytest.mark.data
 def test_yale_crops_benchmark(real_data_dir):
     proc = _run(
-        [sys.executable, str(ROOT / "benchmarks" / "yale_crops.py"), "--data-dir", str(real_data_dir), "--splits", "2"]
+        [sys.executable, "-m", "benchmarks.studies.yale_crops", "--data-dir", str(real_data_dir), "--splits", "2"]
     )
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(out["results"]) == {"box", "face"}

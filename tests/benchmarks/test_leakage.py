@@ -1,6 +1,7 @@
-"""Smoke run of benchmarks/leakage.py, and a check that its 2 + 1 private pipelines are the
+"""Smoke run of benchmarks/leakage/leakage.py, and a check that its 2 + 1 private pipelines are the
 library's schemes (built from the same pieces) rather than something else."""
 
+import importlib
 import json
 import os
 import subprocess
@@ -12,10 +13,9 @@ import numpy as np
 import pytest
 
 from dp_proto.exceptions import PrivacyLeakWarning
-from tests._benchmarks import import_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "leakage.py"
+ROOT = Path(__file__).resolve().parents[2]
+MODULE = "benchmarks.leakage.leakage"
 HEADLINE_KEYS = {
     "outlier_extreme_vanilla_p",
     "outlier_extreme_private_p",
@@ -30,7 +30,7 @@ def test_quick_run_ends_with_the_documented_json(tmp_path):
     out_file = tmp_path / "leakage.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--threads", "1", "--out", str(out_file)],
+        [sys.executable, "-m", MODULE, "--quick", "--threads", "1", "--out", str(out_file)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -69,7 +69,7 @@ def test_quick_run_ends_with_the_documented_json(tmp_path):
 
 @pytest.fixture(scope="module")
 def leakage():
-    return import_benchmark("leakage")
+    return importlib.import_module("benchmarks.leakage.leakage")
 
 
 def _outlier_data(seed: int = 0):

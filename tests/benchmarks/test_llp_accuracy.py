@@ -1,4 +1,4 @@
-"""Smoke run of benchmarks/llp_accuracy.py --quick on the SCATS counts (skipped without them)."""
+"""Smoke run of benchmarks/llp/accuracy.py --quick on the SCATS counts (skipped without them)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "llp_accuracy.py"
+MODULE = "benchmarks.llp.accuracy"
 DATA_DIR = ROOT.parent / "shared" / "data"
 HEADLINE_KEYS = {
     "llp_accuracy_b32_k16",
@@ -31,7 +31,8 @@ def test_quick_run_ends_with_the_documented_json(tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
-            str(SCRIPT),
+            "-m",
+            MODULE,
             "--data-dir",
             str(DATA_DIR),
             "--quick",

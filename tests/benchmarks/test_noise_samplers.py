@@ -1,16 +1,16 @@
-"""benchmarks/noise_samplers.py: the discrete Laplace sampler comparison runs and its
+"""benchmarks/privacy/noise_samplers.py: the discrete Laplace sampler comparison runs and its
 goodness-of-fit test separates the right scale from a wrong one."""
 
+import importlib
 import json
 
 import numpy as np
 
 from dp_proto.privacy.noise import discrete_gaussian_noise, discrete_laplace_noise
-from tests._benchmarks import import_benchmark
 
 
 def test_noise_sampler_benchmark_prints_its_keys(tmp_path, capsys):
-    bench = import_benchmark("noise_samplers")
+    bench = importlib.import_module("benchmarks.privacy.noise_samplers")
     out = tmp_path / "noise.json"
     assert bench.main(["--n", "20000", "--out", str(out)]) == 0
     payload = json.loads(out.read_text())
@@ -24,7 +24,7 @@ def test_noise_sampler_benchmark_prints_its_keys(tmp_path, capsys):
 
 
 def test_pmf_test_rejects_a_wrong_scale():
-    bench = import_benchmark("noise_samplers")
+    bench = importlib.import_module("benchmarks.privacy.noise_samplers")
     noise = discrete_laplace_noise(50_000, 10.0).numpy()
     assert bench.pmf_pvalue(noise, 10.0) > 1e-4
     assert bench.pmf_pvalue(noise, 12.0) < 1e-6
@@ -32,7 +32,7 @@ def test_pmf_test_rejects_a_wrong_scale():
 
 
 def test_gaussian_pmf_test_rejects_a_wrong_sigma():
-    bench = import_benchmark("noise_samplers")
+    bench = importlib.import_module("benchmarks.privacy.noise_samplers")
     noise = discrete_gaussian_noise(50_000, 4.0).numpy()
     assert bench.gaussian_pmf_pvalue(noise, 4.0) > 1e-4
     assert bench.gaussian_pmf_pvalue(noise, 4.4) < 1e-6

@@ -1,5 +1,6 @@
 """Smoke runs of the DP-SGD benchmark scripts: they finish and end with their JSON line."""
 
+import importlib
 import json
 import subprocess
 import sys
@@ -10,14 +11,13 @@ import numpy as np
 import pytest
 
 from dp_proto.exceptions import PrivacyLeakWarning
-from tests._benchmarks import import_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(script: str, *args: str) -> dict:
+def _run(module: str, *args: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        [sys.executable, "-m", f"benchmarks.{module}", *args],
         capture_output=True,
         text=True,
         timeout=600,
@@ -28,7 +28,7 @@ def _run(script: str, *args: str) -> dict:
 
 
 def test_speed_benchmark_reports_the_fused_engine():
-    out = _run("dpsgd_speed.py", "--quick", "--threads", "1", "--modes", "nonprivate", "dp_fused")
+    out = _run("dpsgd.speed", "--quick", "--threads", "1", "--modes", "nonprivate", "dp_fused")
     assert out["benchmark"] == "dpsgd_speed"
     for model in ("glvq_d784", "gmlvq_d784", "lgmlvq_d30"):
         assert out["results"][model]["dp_fused"] > 0
@@ -38,7 +38,7 @@ def test_speed_benchmark_reports_the_fused_engine():
 def test_accuracy_cells_opt_in_to_reproducible_noise():
     """The private cells pass their seed as noise_seed (random_state alone no longer
     reaches the noise); the opt-in is written into the fitted model's ledger."""
-    make_private = import_benchmark("dpsgd_accuracy").make_private
+    make_private = importlib.import_module("benchmarks.dpsgd.accuracy").make_private
     est = make_private("GLVQ", epsilon=5.0, calibration="paper", bound=3.0, lr=None, seed=11, classes=np.arange(2))
     assert est.noise_seed == 11
     rng = np.random.default_rng(0)
@@ -59,7 +59,7 @@ def test_accuracy_cells_opt_in_to_reproducible_noise():
 @pytest.mark.data
 def test_accuracy_benchmark_runs_one_cell(real_data_dir):
     out = _run(
-        "dpsgd_accuracy.py",
+        "dpsgd.accuracy",
         "--data-dir",
         str(real_data_dir),
         "--datasets",
@@ -87,7 +87,7 @@ def test_accuracy_benchmark_runs_one_cell(real_data_dir):
 def test_gmlvq_diagnosis_separates_clipping_from_noise(real_data_dir):
     unclipped, clipped = "trace 1, C 100, lr 0.005, Omega x1, noise free", "trace 1, C 0.5, lr 0.05, Omega x0.1"
     out = _run(
-        "dpsgd_gmlvq_diagnosis.py",
+        "studies.dpsgd_gmlvq_diagnosis",
         "--data-dir",
         str(real_data_dir),
         "--splits",
@@ -107,7 +107,7 @@ def test_gmlvq_diagnosis_separates_clipping_from_noise(real_data_dir):
 
 
 def test_plot_loader_merges_runs_of_other_models_of_a_data_set(tmp_path):
-    load = import_benchmark("plot_dpsgd_accuracy").load
+    load = importlib.import_module("benchmarks.dpsgd.plot_accuracy").load
     glvq = {"results": {"seg": {"GLVQ": {"ledger": {"1": [0.2, 0.01]}}}}, "nonprivate": {"seg": {"GLVQ": [0.1, 0.0]}}}
     gmlvq = {
         "results": {"seg": {"GMLVQ": {"paper": {"1": [0.3, 0.02]}}}},
@@ -126,7 +126,7 @@ def test_plot_loader_merges_runs_of_other_models_of_a_data_set(tmp_path):
 @pytest.mark.data
 def test_tuning_compares_optimizers_and_transfers(real_data_dir):
     out = _run(
-        "dpsgd_tuning.py",
+        "studies.dpsgd_tuning",
         "--data-dir",
         str(real_data_dir),
         "--model",

@@ -1,4 +1,4 @@
-"""Smoke run of benchmarks/svdd_accuracy.py: tables, JSON line, figure; shuttle when the data exist."""
+"""Smoke run of benchmarks/svdd/accuracy.py: tables, JSON line, figure; shuttle when the data exist."""
 
 import json
 import math
@@ -16,7 +16,8 @@ def _run(tmp_path, *args: str) -> dict:
     proc = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "svdd_accuracy.py"),
+            "-m",
+            "benchmarks.svdd.accuracy",
             "--json",
             str(tmp_path / "r.json"),
             "--figure",

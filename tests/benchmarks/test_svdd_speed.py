@@ -1,19 +1,18 @@
-"""Smoke run of benchmarks/svdd_speed.py: ``--quick`` ends with the JSON line, its headline
+"""Smoke run of benchmarks/svdd/speed.py: ``--quick`` ends with the JSON line, its headline
 keys, and a solver comparison whose objectives agree."""
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
 
-from tests._benchmarks import import_benchmark
-
 
 @pytest.fixture(scope="module")
 def bench():
-    """benchmarks/svdd_speed.py imported as a module (benchmarks/ is not a package)."""
-    return import_benchmark("svdd_speed")
+    """benchmarks/svdd/speed.py imported as a module (benchmarks/ is not a package)."""
+    return importlib.import_module("benchmarks.svdd.speed")
 
 
 def test_quick_run_ends_with_the_json_line(bench, tmp_path, capsys):

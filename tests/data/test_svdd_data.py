@@ -1,7 +1,8 @@
-"""Data of the SVDD / equilibrium-point experiments (Park 2022) and benchmarks/svdd_protocol.py."""
+"""Data of the SVDD / equilibrium-point experiments (Park 2022) and benchmarks/svdd/protocol.py."""
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -16,13 +17,12 @@ from dp_proto.data import (
     stratified_subsample,
     three_moons,
 )
-from tests._benchmarks import import_benchmark
 
 
 @pytest.fixture(scope="module")
 def protocol():
-    """benchmarks/svdd_protocol.py imported as a module (benchmarks/ is not a package)."""
-    return import_benchmark("svdd_protocol")
+    """benchmarks/svdd/protocol.py imported as a module (benchmarks/ is not a package)."""
+    return importlib.import_module("benchmarks.svdd.protocol")
 
 
 # --------------------------------------------------------------------------- synthetic sets

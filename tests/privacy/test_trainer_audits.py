@@ -1,7 +1,7 @@
 """Canary audits of whole trainers (issue 20): an honest release stays below its claim,
 and a deliberately broken variant of each is caught (audited lower bound above the claim).
 
-Fast forms of the trainer rows of ``benchmarks/privacy_audit.py``. The audits are
+Fast forms of the trainer rows of ``benchmarks/privacy/audit.py``. The audits are
 seeded (``generator_seed``), so these tests are deterministic. A valid lower bound is
 above the truth with probability at most 5 %; the honest rows' margins are large.
 """

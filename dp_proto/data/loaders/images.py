@@ -534,7 +534,7 @@ def load_yale_faces(
     every image. It makes the condition easier and the identity harder to
     learn from the pixels: a logistic regression trained on half of the faces
     scores condition 0.224 -> 0.254 and identity 0.833 -> 0.732 on the other
-    half (mean of 6 halvings, ``benchmarks/yale_crops.py``).
+    half (mean of 6 halvings, ``benchmarks/studies/yale_crops.py``).
 
     Parameters
     ----------

@@ -16,6 +16,7 @@ Records outside are clipped; their count is curator-only (``curator_``, not a wa
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -38,6 +39,30 @@ __all__ = ["DPGLVQ", "DPGMLVQ", "DPLGMLVQ"]
 
 class _DPMixin:
     """Replaces ``fit`` of a non-private estimator by DP initialisation + DP-SGD."""
+
+    # parameters the estimators set in __init__ (annotations only, for the type checker)
+    solver: str
+    dtype: str
+    device: str
+    lr: float
+    epsilon: float
+    delta: float
+    sampling_rate: float
+    epochs: int
+    init_fraction: float
+    calibration: str
+    engine: str
+    grad_sample_mode: str
+    clipping: str
+    average_last: float
+    metric_lr_scale: float
+    max_grad_norm: float
+    bounds: Any
+    classes: Any
+
+    if TYPE_CHECKING:
+
+        def _check_X(self, X: Any, *, reset: bool, y: Any = None) -> Any: ...
 
     def _validate_params(self) -> None:
         if self.solver not in ("sgd", "adam"):
@@ -212,7 +237,7 @@ _DOC = """
         other out of the clipping budget. It helped DP-GMLVQ while Omega was
         renormalised to trace 1 (its gradients were then ``sqrt(d)`` times larger); with
         Omega at the identity's scale joint clipping is better on the development sets
-        (``benchmarks/dpsgd_tuning.py``).
+        (``benchmarks/studies/dpsgd_tuning.py``).
     epochs : float, default 50
         ``T = ceil(epochs * int(1 / q))`` DP-SGD steps (:class:`~dp_proto.privacy.dpsgd_plan.DPSGDPlan`).
     init_fraction : float, default 0.2
@@ -260,14 +285,14 @@ _DOC = """
         gradients are ``sqrt(d)`` times smaller than at trace 1 and far fewer are
         clipped, and the same noise moves the metric relatively less. Chosen, with
         ``metric_lr_scale=1`` and joint clipping, on development sets that the accuracy
-        benchmark does not use (``benchmarks/dpsgd_tuning.py``).
+        benchmark does not use (``benchmarks/studies/dpsgd_tuning.py``).
     transfer_fn : {"identity", "sigmoid"}; beta : float
         Transfer of the GLVQ cost (the non-private models' default is the identity).
         DP-GLVQ and DP-GMLVQ default to ``"sigmoid"`` with ``beta=16``: the cost then
         concentrates on records near the class borders, and the gradient of a record far
         from them fades instead of being clipped to ``C`` with the rest, so less of the
         clipped sum is bias. Chosen on the development sets of
-        ``benchmarks/dpsgd_tuning.py`` (beta 1-64); DP-LGMLVQ keeps the identity (not
+        ``benchmarks/studies/dpsgd_tuning.py`` (beta 1-64); DP-LGMLVQ keeps the identity (not
         tuned).
     average_last : float in [0, 1)
         Release the mean of the iterates of the last ``average_last`` share of the steps
