@@ -29,6 +29,7 @@ def _small_model(seed=0):
     return Anonymizer.mlp(20, 4, 8, representation_dim=8, encoder_hidden=(32,), head_hidden=(16,))
 
 
+@pytest.mark.slow
 def test_ledger_counts_the_prior_and_every_step_and_certifies_the_target():
     x, y, s = _task(600)
     fit, ledger = fit_dp_anonymizer(
@@ -59,6 +60,7 @@ def test_ledger_counts_the_prior_and_every_step_and_certifies_the_target():
     assert fit.module.noise_multiplier > 0
 
 
+@pytest.mark.slow
 def test_a_public_prior_spends_nothing_and_simultaneous_mode_is_refused():
     x, y, s = _task(300)
     settings = dict(
@@ -178,6 +180,7 @@ def test_per_record_objective_is_the_mean_of_per_record_terms():
     torch.testing.assert_close(total, torch.stack(terms).mean())
 
 
+@pytest.mark.slow
 def test_empty_poisson_batches_still_take_their_step():
     x, y, s = _task(20)
     fit, ledger = fit_dp_anonymizer(

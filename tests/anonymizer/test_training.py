@@ -660,6 +660,7 @@ def _small_anonymizer() -> Anonymizer:
     return Anonymizer.mlp(6, 2, 3, representation_dim=4, encoder_hidden=(8,), head_hidden=(4,))
 
 
+@pytest.mark.slow
 def test_restarts_keep_the_best_score_on_the_training_records():
     from dp_proto.lightning.anonymizer import restart_score
 

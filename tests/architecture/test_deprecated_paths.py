@@ -112,6 +112,7 @@ def test_llp_estimator_seed_is_now_clipped():
     assert torch.equal(old.proportions, private_label_proportions(counts, None, estimator="clipped").proportions)
 
 
+@pytest.mark.slow
 def test_python_m_llp_distributed_runs_dp_proto_llp():
     import subprocess
 

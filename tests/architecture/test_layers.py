@@ -134,6 +134,7 @@ def test_allowed_imports_pass_the_checker():
     )
 
 
+@pytest.mark.slow
 def test_model_free_packages_load_neither_opacus_nor_lightning():
     code = (
         "import sys, dp_proto.privacy, dp_proto.svdd, dp_proto.llp, dp_proto.lvq, dp_proto.data; "

@@ -321,6 +321,7 @@ def test_yale_missing_folder(tmp_path, monkeypatch):
         load_yale_faces(tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.data
 def test_real_yale(real_data_dir):
     if not (real_data_dir / "faces" / "yale").is_dir():

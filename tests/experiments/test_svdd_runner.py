@@ -32,6 +32,7 @@ def test_non_private_default_run_on_iris():
     assert [e.name for e in result["ledger"].events] == ["svdd/non_private"]
 
 
+@pytest.mark.slow
 def test_private_config_file_is_fully_private_and_reports_its_guarantee(caplog):
     config = load_svdd_config(CONFIG)
     with warnings.catch_warnings(), caplog.at_level(logging.DEBUG, logger="dp_proto.curator"):
@@ -78,11 +79,13 @@ def test_bad_configs_are_refused(path, overrides, error, match):
         run_svdd_experiment(load_svdd_config(path, overrides))
 
 
+@pytest.mark.slow
 def test_a_private_run_without_public_classes_warns():
     with pytest.warns(PrivacyLeakWarning, match="classes"):
         run_svdd_experiment(load_svdd_config(CONFIG, ["privacy.classes=null"]))
 
 
+@pytest.mark.slow
 def test_cli_svdd_text_and_json(capsys):
     assert main(["svdd", "--config", str(CONFIG)]) == 0
     out = capsys.readouterr().out

@@ -39,6 +39,7 @@ def _setup(ledger, noise=1.0, epochs=3):
     return dm, module, trainer
 
 
+@pytest.mark.slow
 def test_dp_training_records_every_step_and_learns():
     ledger = PrivacyLedger()
     dm, module, trainer = _setup(ledger, noise=0.5, epochs=4)

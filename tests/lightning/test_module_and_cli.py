@@ -122,6 +122,7 @@ def test_cli_reports_bad_config_cleanly(tmp_path, capsys):
     assert "unknown model.type 'svm'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_demo_entry_point_quick(tmp_path):
     """The `make demo` path: the installed console script on the bundled digits,
     DP-GMLVQ at epsilon 1 next to non-private GMLVQ."""
@@ -145,6 +146,7 @@ def test_demo_entry_point_quick(tmp_path):
     assert Path(private["log_dir"]).is_dir() and Path(public["log_dir"]).is_dir()
 
 
+@pytest.mark.slow
 @pytest.mark.data
 def test_mnist_cnn_config_runs_on_real_data(tmp_path, real_data_dir):
     config = load_config(
@@ -161,6 +163,7 @@ def test_mnist_cnn_config_runs_on_real_data(tmp_path, real_data_dir):
     assert result["test_acc"] > 0.3  # chance is 0.1; 3 short epochs reach 0.45-0.7 depending on threads
 
 
+@pytest.mark.slow
 def test_private_config_runs_and_reports_its_guarantee(tmp_path, capsys):
     config = load_config(
         ROOT / "training/configs/digits_dp_gmlvq.yaml",
@@ -201,6 +204,7 @@ def test_private_data_clipped_into_the_bounds_raise_no_warning(caplog):
     assert any("clipped" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.slow
 @pytest.mark.data
 @pytest.mark.parametrize("name", ["segmentation_dp_gmlvq", "optdigits_dp_gmlvq", "mnist_dp_gmlvq"])
 def test_private_benchmark_configs_run_on_real_data(name, tmp_path, real_data_dir):

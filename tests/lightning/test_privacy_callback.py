@@ -60,6 +60,7 @@ def test_epsilon_is_logged_every_epoch_and_grows(tmp_path):
     assert "privacy/ledger/text_summary" in acc.Tags()["tensors"]
 
 
+@pytest.mark.slow
 def test_resume_restores_the_spend(tmp_path):
     ledger = PrivacyLedger()
     _, ckpt = _fit(tmp_path, ledger, epochs=2)
@@ -154,6 +155,7 @@ def test_a_checkpoint_of_an_older_version_is_restored_once():
     assert _count(fresh) == 2
 
 
+@pytest.mark.slow
 def test_a_new_process_takes_over_every_kind_of_release():
     """Each mechanism's parameters survive the checkpoint's per-origin tally (before typed
     events the discrete-Laplace grid steps were dropped, and such a run could not resume)."""

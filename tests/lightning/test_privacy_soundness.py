@@ -125,6 +125,7 @@ def _has_generator(obj) -> bool:
 
 
 # -- F3: fresh noise by default, reproducible only on request --------------------------------------------
+@pytest.mark.slow
 def test_same_seed_gives_fresh_noise_and_noise_seed_reproduces_with_a_warning(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyLeakWarning)  # no seed of the noise: no leak warning
@@ -313,6 +314,7 @@ def test_dp_sgd_noise_reaches_beyond_six_sigma(monkeypatch):
 
 
 # -- F11 / F12: no data-dependent messages; the scope is stated ----------------------------------------------
+@pytest.mark.slow
 def test_a_private_run_prints_its_scope_and_logs_nothing_from_the_training_split(tmp_path, capsys):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(_config(tmp_path)))

@@ -37,6 +37,7 @@ def test_llp_simulated(scats_dir, capsys):
     assert 0.3 < accuracy <= 1.0
 
 
+@pytest.mark.slow
 def test_llp_distributed_equals_the_simulation(scats_dir, capsys):
     assert main(["llp", "--data-dir", str(scats_dir), *ARGS, "--distributed", "--compare", "--noise-seed", "0"]) == 0
     out = capsys.readouterr().out

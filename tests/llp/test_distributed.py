@@ -144,6 +144,7 @@ def _assert_same_as_simulation(results, sim, nodes, train):
     assert ev.accuracy == ev_sim.accuracy and np.array_equal(ev.correct, ev_sim.correct)
 
 
+@pytest.mark.slow
 def test_private_network_in_four_processes_equals_simulation(tmp_path):
     nodes, train = _network(seed=1)
     eps = 0.5
@@ -293,6 +294,7 @@ def _sleep_forever(rank: int) -> None:
     time.sleep(600)
 
 
+@pytest.mark.slow
 def test_a_hanging_network_times_out():
     nodes, _ = _network(seed=6)
     t0 = time.perf_counter()

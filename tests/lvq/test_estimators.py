@@ -40,7 +40,7 @@ def _split(loader, seed=0):
         (LGMLVQ, load_wine, 0.85),
         (GLVQ, load_digits, 0.88),
         (GMLVQ, load_digits, 0.92),
-        (LGMLVQ, load_digits, 0.9),
+        pytest.param(LGMLVQ, load_digits, 0.9, marks=pytest.mark.slow),
     ],
 )
 def test_accuracy_floor_on_bundled_data(cls, loader, floor):

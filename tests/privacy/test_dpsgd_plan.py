@@ -46,6 +46,7 @@ def test_bad_settings_raise(kwargs, match):
         DPSGDPlan(**settings)
 
 
+@pytest.mark.slow
 def test_ledger_and_noise_multiplier_follow_the_calibration():
     ledger_plan = DPSGDPlan(1.0, 1e-5, 0.1, 5)
     assert ledger_plan.new_ledger().budget == (1.0, 1e-5)
@@ -82,6 +83,7 @@ def test_budgeted_epochs_spend_each_epoch_before_it_runs_and_stop_cleanly():
         tight.spend(dp_sgd_event(sigma, 0.3, 3))  # the refused epoch was not recorded either
 
 
+@pytest.mark.slow
 def test_the_estimator_runs_the_plan():
     X, y = load_iris(return_X_y=True)
     est = DPGLVQ(epsilon=3.0, delta=1e-5, sampling_rate=0.3, epochs=2, bounds=(0, 8), classes=[0, 1, 2], noise_seed=0)

@@ -141,6 +141,7 @@ def test_finding3_default_noise_is_fresh_even_after_seeding_torch():
     assert not torch.equal(values[0], values[1])
 
 
+@pytest.mark.slow
 def test_finding3_estimators_with_the_same_random_state_draw_different_noise():
     X, y = _iris()
     fits = [
@@ -184,6 +185,7 @@ def test_finding3_a_callers_generator_warns_and_marks_the_ledger():
 
 
 # -- finding 6: the DP-SGD normaliser is public --------------------------------------------
+@pytest.mark.slow
 def test_finding6_normaliser_is_the_noisy_count_not_q_times_n():
     """Given the same released noisy counts, removing a record leaves the normaliser as it
     is (the old q * n moved by q); it is q times the released total."""
@@ -315,6 +317,7 @@ def test_finding11_dp_sgd_estimator_passes_the_neighbour_check():
     assert set(report.releases[2:]) == {"dp_sgd"}
 
 
+@pytest.mark.slow
 def test_finding11_small_expected_batch_does_not_raise_on_the_private_n():
     X, y = _iris(4)  # 12 records, q = 0.05: q n < 1
     with pytest.warns(UserWarning, match="noisy record count"):

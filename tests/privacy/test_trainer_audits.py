@@ -19,6 +19,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("honest, broken, trials", CASES, ids=["saa", "llp_release", "dp_sgd"])
 def test_trainer_audit_honest_below_claim_broken_caught(honest, broken, trials):
     setup = honest()

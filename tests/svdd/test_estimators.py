@@ -338,6 +338,7 @@ def test_grid_mode_classifies_with_public_cubes_and_records_its_votes(iris):
     assert float((private.predict(iris[1]) == iris[3]).mean()) >= 0.7
 
 
+@pytest.mark.slow
 def test_auto_takes_the_grid_only_when_cubes_hold_many_records():
     X, y = make_blobs(n_samples=6000, centers=[[-1.5, 0], [1.5, 0], [0, 1.5]], cluster_std=0.4, random_state=0)
     kw = dict(c_over_n=0.05, gamma=1.0, r_max=0.25, classes=[0, 1, 2], random_state=0)

@@ -149,6 +149,7 @@ def _dense_reference(cells, labels, grid, c, eps, threshold, rng):
     return set(grid.flat(every[torch.as_tensor(keep)]).tolist())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threshold", [1.5, 6.0])
 def test_sparse_release_has_the_distribution_of_the_dense_mechanism(threshold):
     """Per-cube release frequencies agree with noising every cube (threshold 1.5 acts as 2;
@@ -289,6 +290,7 @@ def test_false_cubes_on_a_large_grid_average_false_cells():
     assert np.mean(extra) == pytest.approx(expected, abs=0.15)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("noise_factor, honest", [(1.0, True), (0.1, False)])
 def test_empirical_audit_of_the_grid_votes(noise_factor, honest):
     """One extra record in cube (0, 0): the audited epsilon stays below the budget; a

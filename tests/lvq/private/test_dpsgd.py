@@ -42,6 +42,7 @@ def test_paper_formula_and_what_the_ledger_certifies_for_it():
     assert pld.get_epsilon(1e-5) < rdp.get_epsilon(1e-5) < 0.8
 
 
+@pytest.mark.slow
 def test_calibration_meets_the_target_tightly():
     prior = [LaplaceEvent(noise_multiplier=10.0), PureEvent(epsilon=0.1)]
     sigma = calibrate_noise_multiplier(1.0, 1e-5, 0.01, 5000, prior_events=prior)
@@ -123,6 +124,7 @@ def test_opacus_accountant_agrees_with_the_ledger():
     assert ledger.get_epsilon(1e-5) == pytest.approx(result.opacus_epsilon, rel=0.05)
 
 
+@pytest.mark.slow
 def test_dp_estimators_learn_and_carry_their_guarantee():
     X, y = load_wine(return_X_y=True)
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
@@ -158,15 +160,18 @@ class TestBadInput:
         with pytest.raises(ValueError, match="epsilon"):
             DPGLVQ(epsilon=0.0).fit(self.Xtr, self.ytr)
 
+    @pytest.mark.slow
     def test_delta_not_below_one_over_n(self):
         # judged on the released noisy count (post-processing), never on the private n
         with pytest.warns(UserWarning, match=r"delta = 0.05 is not below 1/n for the noisy record count"):
             DPGLVQ(epsilon=3.0, delta=0.05, bounds=(0, 8), sampling_rate=0.1, epochs=1).fit(self.Xtr, self.ytr)
 
+    @pytest.mark.slow
     def test_empty_expected_batches_warn_on_the_noisy_count(self):
         with pytest.warns(UserWarning, match=r"expected batch below one record"):
             DPGLVQ(epsilon=1.0, sampling_rate=0.001).fit(self.Xtr, self.ytr)
 
+    @pytest.mark.slow
     def test_out_of_domain_records_are_clipped_and_counted_for_the_curator(self):
         with warnings.catch_warnings():
             warnings.simplefilter("error", DomainWarning)
@@ -205,6 +210,7 @@ def _tiny_dp_glvq(noise):
     return mechanism
 
 
+@pytest.mark.slow
 def test_audit_of_a_small_dp_glvq_training_stays_below_the_claim():
     """A class-0 canary at the far end of the domain; D1 = D0 + canary. The audited lower
     bound stays below the ledger's claim, and the same audit flags a noise-free trainer."""
@@ -223,6 +229,7 @@ def test_audit_of_a_small_dp_glvq_training_stays_below_the_claim():
     assert leaky.epsilon_lower_bound > claimed  # the test can fail: no noise is detected
 
 
+@pytest.mark.slow
 def test_fit_dp_sgd_stops_cleanly_at_the_budget():
     Xtr, _, ytr, _ = _iris()
     x = torch.tensor(PublicBoundsScaler(0.0, 8.0).fit_transform(Xtr), dtype=torch.float32)
@@ -264,6 +271,7 @@ def test_a_class_absent_from_the_private_data_still_trains():
     assert init.noisy_counts.shape == (3,)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator", [DPGLVQ, DPGMLVQ])
 def test_public_classes_fix_the_model_whatever_labels_the_private_data_hold(estimator):
     """With classes=..., the released structure (classes, prototype labels) does not
@@ -281,6 +289,7 @@ def test_public_classes_fix_the_model_whatever_labels_the_private_data_hold(esti
     assert without.score(X[y < 2], y[y < 2]) > 0.8  # the absent class does not break the others
 
 
+@pytest.mark.slow
 def test_classes_read_from_the_private_labels_warn_and_unknown_labels_are_refused():
     X, y = load_iris(return_X_y=True)
     with pytest.warns(PrivacyLeakWarning, match="classes=None"):
@@ -336,6 +345,7 @@ def test_iterate_averaging_releases_the_mean_of_the_last_iterates():
     assert not torch.allclose(run(20), expected)
 
 
+@pytest.mark.slow
 def test_secure_mode_draws_from_the_os_and_opacus_needs_csprng():
     import importlib.util
 

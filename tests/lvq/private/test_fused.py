@@ -141,6 +141,7 @@ def test_trainable_backbone_is_refused_and_auto_falls_back_to_opacus():
     check_fusable(model)
 
 
+@pytest.mark.slow
 def test_both_engines_spend_what_was_calibrated():
     """The estimators pass q = 1/k; both engines must sample at exactly that rate, so
     the ledger certifies the target (the Opacus loader once ran at 1/(k+1))."""
