@@ -39,7 +39,36 @@ def mlp(
 
 class MLPEncoder(nn.Module):
     """``(B, *shape) -> (B, representation_dim)``: flatten, then an MLP whose last layer
-    is also rectified (the representation is non-negative, as in the MLP of Feutry et al. 2018)."""
+    is also rectified (the representation is non-negative, as in the MLP of Feutry et al. 2018).
+
+    Parameters
+    ----------
+    in_features : int
+        Features per record after flattening.
+    representation_dim : int, default 64
+        Width ``r`` of the released representation.
+    hidden : sequence of int, default (256,)
+        Widths of the hidden layers.
+    dropout : float, default 0.0
+        Dropout after every hidden layer.
+
+    Attributes
+    ----------
+    net : nn.Sequential
+        The MLP.
+
+    References
+    ----------
+    Feutry, Piantanida, Bengio & Duhamel (2018). Learning anonymized representations
+    with adversarial neural networks. arXiv:1802.09386.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from dp_proto.anonymizer import MLPEncoder
+    >>> MLPEncoder(12, representation_dim=8)(torch.zeros(5, 3, 4)).shape
+    torch.Size([5, 8])
+    """
 
     def __init__(
         self, in_features: int, representation_dim: int = 64, hidden: Sequence[int] = (256,), dropout: float = 0.0
@@ -57,8 +86,27 @@ class MLPEncoder(nn.Module):
 
 
 class ConvEncoder(nn.Module):
-    """``(B, C, H, W) -> (B, representation_dim)``: two 3x3 conv blocks (ReLU, 2x2 max
-    pooling), then a linear layer with ReLU. For small images such as faces."""
+    """``(B, C, H, W) -> (B, representation_dim)``: 3x3 conv blocks (ReLU, 2x2 max
+    pooling), then a linear layer with ReLU. For small images such as faces.
+
+    Parameters
+    ----------
+    image_shape : sequence of int
+        ``(C, H, W)`` of the input images.
+    representation_dim : int, default 64
+        Width ``r`` of the released representation.
+    channels : sequence of int, default (16, 32)
+        Output channels of the conv blocks (one block each).
+    dropout : float, default 0.0
+        Dropout before the final linear layer.
+
+    Attributes
+    ----------
+    features : nn.Sequential
+        The conv blocks.
+    project : nn.Sequential
+        Flatten, linear layer and ReLU.
+    """
 
     def __init__(
         self,
@@ -100,7 +148,24 @@ class ConvEncoder(nn.Module):
 
 
 class MLPHead(nn.Module):
-    """A branch: ``(B, in_features) -> (B, num_classes)`` class scores (logits)."""
+    """A branch: ``(B, in_features) -> (B, num_classes)`` class scores (logits).
+
+    Parameters
+    ----------
+    in_features : int
+        Width of the representation it reads.
+    num_classes : int
+        Number of classes (at least 2).
+    hidden : sequence of int, default (64,)
+        Widths of the hidden layers.
+    dropout : float, default 0.0
+        Dropout after every hidden layer.
+
+    Attributes
+    ----------
+    net : nn.Sequential
+        The MLP.
+    """
 
     def __init__(self, in_features: int, num_classes: int, hidden: Sequence[int] = (64,), dropout: float = 0.0) -> None:
         super().__init__()
@@ -119,6 +184,38 @@ class Anonymizer(nn.Module):
     ``encode(x)`` is the released representation ``(B, r)``; ``forward(x)`` returns the
     class scores of both branches, ``(B, num_regular)`` and ``(B, num_private)``. Any
     ``nn.Module`` encoder works as long as the branches take its output.
+
+    Parameters
+    ----------
+    encoder : nn.Module
+        Maps a batch of records to the representation ``(B, r)``.
+    regular_head : nn.Module
+        The regular-label branch: ``(B, r) -> (B, num_regular)`` logits.
+    private_head : nn.Module
+        The private-label branch: ``(B, r) -> (B, num_private)`` logits.
+
+    Attributes
+    ----------
+    encoder : nn.Module
+        The encoder, as given.
+    regular_head : nn.Module
+        The regular-label branch, as given.
+    private_head : nn.Module
+        The private-label branch, as given.
+
+    References
+    ----------
+    Feutry, Piantanida, Bengio & Duhamel (2018). Learning anonymized representations
+    with adversarial neural networks. arXiv:1802.09386.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from dp_proto.anonymizer import Anonymizer
+    >>> model = Anonymizer.mlp(20, num_regular=3, num_private=5, representation_dim=8)
+    >>> regular, private = model(torch.zeros(4, 20))
+    >>> model.encode(torch.zeros(4, 20)).shape, regular.shape, private.shape
+    (torch.Size([4, 8]), torch.Size([4, 3]), torch.Size([4, 5]))
     """
 
     def __init__(self, encoder: nn.Module, regular_head: nn.Module, private_head: nn.Module) -> None:

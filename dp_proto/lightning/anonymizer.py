@@ -62,28 +62,44 @@ class AnonymizerModule(L.LightningModule):
     Parameters
     ----------
     anonymizer : Anonymizer
+        The model to train.
     prior : Tensor (K,)
         Empirical prior of the private labels on the training set
         (:func:`~dp_proto.anonymizer.losses.empirical_prior`).
     num_regular : int
-    lam : float
+        Number of regular classes.
+    lam : float, default 1.0
         Weight of ``|CE_private - CE_random|`` in the encoder objective (0: a plain
         classifier).
-    mode : {"toggle", "simultaneous"}
-    pretrain_regular_epochs, pretrain_private_epochs : int
-    toggle_steps : int or None
+    mode : {"toggle", "simultaneous"}, default "toggle"
+        Toggle between branch and encoder blocks (Feutry et al. 2018), or update all
+        parts at every step.
+    pretrain_regular_epochs : int, default 10
+        Epochs of pre-training the encoder and the regular branch.
+    pretrain_private_epochs : int, default 10
+        Epochs of pre-training the private branch on the frozen encoder.
+    toggle_steps : int or None, default None
         Length of a toggle block in steps; ``None``: one epoch of batches.
-    encoder_steps : int or None
-        Length of the encoder's blocks if different from the branches' (``toggle_steps``).
-    final_branch_block : bool
-        End the run with a branch block (default), so that the released regular branch
-        fits the final encoder.
-    lr : float
+    lr : float, default 0.01
         Learning rate of the branches (and of the encoder while pre-training).
-    encoder_lr : float
+    encoder_lr : float, default 0.001
         Learning rate of the encoder in the adversarial phase.
-    optimizer : {"nesterov", "adam"}
-    momentum, weight_decay : float
+    optimizer : {"nesterov", "adam"}, default "nesterov"
+        Nesterov SGD (with ``momentum``) or Adam.
+    momentum : float, default 0.9
+        Momentum of Nesterov SGD.
+    weight_decay : float, default 0.0
+        Weight decay of every optimizer.
+    encoder_steps : int or None, default None
+        Length of the encoder's blocks if different from the branches' (``toggle_steps``).
+    final_branch_block : bool, default True
+        End the run with a branch block, so that the released regular branch fits the
+        final encoder.
+
+    References
+    ----------
+    Feutry, Piantanida, Bengio & Duhamel (2018). Learning anonymized representations
+    with adversarial neural networks. arXiv:1802.09386.
     """
 
     def __init__(

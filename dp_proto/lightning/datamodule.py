@@ -69,10 +69,14 @@ class ArrayDataModule(L.LightningDataModule):
     Parameters
     ----------
     X : array, shape (n, d) or (n, C, H, W)
-    y : array, shape (n,); any labels, mapped to indices ``0..c-1`` (``classes_``)
-    val_size, test_size : float
-        Fractions of all samples (``val_size`` may be 0).
-    scaling : {"standard", "minmax", "none"}
+        The records.
+    y : array, shape (n,)
+        Any labels, mapped to indices ``0..c-1`` (``classes_``).
+    val_size : float, default 0.1
+        Fraction of all samples in the validation split (may be 0).
+    test_size : float, default 0.2
+        Fraction of all samples in the test split.
+    scaling : {"standard", "minmax", "none"}, default "standard"
         Per-feature z-score, or min-max to ``[-1, 1]``, fitted on the training split.
         Applied to the flattened features; the input shape is kept.
     pca : int, optional
@@ -86,8 +90,10 @@ class ArrayDataModule(L.LightningDataModule):
         ``batch_size`` is then ignored for training. Its sampling coins come from a
         generator seeded with fresh operating-system entropy (a new one for every
         training loader), never from ``seed``.
-    seed : int
+    seed : int, default 0
         Seeds the split and the (non-private) shuffling.
+    dtype : torch.dtype, default torch.float32
+        Dtype of the tensors the loaders yield.
     sampling_seed : int, optional
         Makes the Poisson batches of ``sampling_rate`` reproducible (tests and
         benchmarks only): warns :class:`~dp_proto.exceptions.PrivacyLeakWarning`, since

@@ -59,23 +59,38 @@ __all__ = ["DPAnonymizerModule", "fit_dp_anonymizer", "per_record_objective"]  #
 class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
     """:class:`AnonymizerModule` trained by DP-SGD (see the module docstring).
 
-    Parameters (besides those of :class:`AnonymizerModule`)
+    Parameters
     ----------
+    anonymizer : Anonymizer
+        The model to train (:class:`~dp_proto.anonymizer.Anonymizer`).
+    prior : Tensor (K,)
+        Prior of the private labels: public, or a noisy histogram charged to ``ledger``.
+    num_regular : int
+        Number of regular classes (public).
     ledger : PrivacyLedger
         Every step is recorded before its noise is drawn; each epoch's steps are checked
         against the budget before it runs (a budget that would be exceeded stops
         training cleanly; see :class:`~dp_proto.lightning.dp_module.EpochBudgetMixin`).
         The ledger is kept in checkpoints and restored without counting a step twice.
-    noise_multiplier : float; max_grad_norm : float
+    noise_multiplier : float
+        ``sigma / C`` of every step.
+    max_grad_norm : float
+        Per-record clipping norm ``C``.
     sampling_rate : float
-        The Poisson rate ``q`` of the training loader (old name: ``sample_rate``).
+        The Poisson rate ``q`` of the training loader.
     expected_batch_size : float
         The public normaliser of the noisy sum (never ``q n`` of the private ``n``).
     generator : torch.Generator, optional
-        (Old name: ``noise_generator``.) None: fresh operating-system entropy. A seeded one makes the noise reproducible
+        None: fresh operating-system entropy. A seeded one makes the noise reproducible
         (the ledger records it). Never saved as a hyperparameter.
-    secure_mode : bool
+    secure_mode : bool, default False
         Noise from ``os.urandom``.
+    sample_rate : float, optional
+        Deprecated name of ``sampling_rate`` (warns ``DeprecationWarning``).
+    noise_generator : torch.Generator, optional
+        Deprecated name of ``generator`` (warns ``DeprecationWarning``).
+    **kwargs
+        The other parameters of :class:`AnonymizerModule` (``mode="toggle"`` only).
     """
 
     def __init__(

@@ -60,6 +60,8 @@ OWN_PROPORTIONS = ("exact", "released")
 class LLPConfig:
     """The settings of an LLP run, the same at every node (checked on construction).
 
+    A frozen dataclass: its fields are its parameters and its attributes.
+
     Attributes
     ----------
     batch_size : int
@@ -85,8 +87,10 @@ class LLPConfig:
         (:func:`node_noise_generator`): for tests and benchmarks only; warns with
         :class:`~dp_proto.exceptions.PrivacyLeakWarning` in a private run, and the
         ledgers say ``"noise": "reproducible"``.
-    n_starts, n_init : int, default 32, 3
-        Local-search starts per source of proportions, k-means restarts.
+    n_starts : int, default 32
+        Local-search starts per source of proportions.
+    n_init : int, default 3
+        k-means restarts.
     floor : float, default 1e-3
         Lower clip bound of the noisy counts.
     own_proportions : {"exact", "released"}, default "exact"
@@ -97,8 +101,11 @@ class LLPConfig:
         How noisy counts become proportions
         (:func:`~dp_proto.llp.private_label_proportions`).
     swaps : bool, default True
-    kmeans_max_iter, search_max_iter : int, default 100, 1000
-        See :func:`~dp_proto.llp.fit_node_models`.
+        Whether the local search also tries swap moves (besides relabel moves).
+    kmeans_max_iter : int, default 100
+        Lloyd iterations of k-means (see :func:`~dp_proto.llp.fit_node_models`).
+    search_max_iter : int, default 1000
+        Steps of the local search (see :func:`~dp_proto.llp.fit_node_models`).
     """
 
     batch_size: int

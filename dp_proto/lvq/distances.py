@@ -39,11 +39,24 @@ def squared_euclidean_distance(x: Tensor, w: Tensor) -> Tensor:
     Parameters
     ----------
     x : Tensor, shape (B, d)
+        Inputs.
     w : Tensor, shape (W, d)
+        Prototypes.
 
     Returns
     -------
     Tensor, shape (B, W)
+        The squared distance of every input to every prototype.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from dp_proto.lvq import squared_euclidean_distance
+    >>> x = torch.tensor([[0.0, 0.0], [1.0, 1.0]])
+    >>> w = torch.tensor([[0.0, 0.0], [3.0, 4.0]])
+    >>> squared_euclidean_distance(x, w)
+    tensor([[ 0., 25.],
+            [ 2., 13.]])
     """
     _check_pair(x, w)
     return _pairwise_sq(x, w)
@@ -58,12 +71,25 @@ def omega_distance(x: Tensor, w: Tensor, omega: Tensor) -> Tensor:
     Parameters
     ----------
     x : Tensor, shape (B, d)
+        Inputs.
     w : Tensor, shape (W, d)
+        Prototypes.
     omega : Tensor, shape (r, d)
+        The projection ``Omega``.
 
     Returns
     -------
     Tensor, shape (B, W)
+        The distance of every input to every prototype.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from dp_proto.lvq import omega_distance
+    >>> x = torch.tensor([[1.0, 1.0]])
+    >>> w = torch.zeros(1, 2)
+    >>> omega_distance(x, w, torch.tensor([[2.0, 0.0]]))  # only the first feature, scaled by 2
+    tensor([[4.]])
     """
     _check_pair(x, w)
     if omega.dim() != 2 or omega.shape[1] != x.shape[1]:

@@ -233,9 +233,13 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
 class GLVQ(_LVQBase):
     """Generalized LVQ (Sato & Yamada 1996) with the squared Euclidean distance.
 
+    Parameter names follow sklvq where they overlap. Passes scikit-learn's
+    ``check_estimator``.
+
     Parameters
     ----------
     prototypes_per_class : int or mapping class -> int, default 1
+        Prototypes of every class, or a count per class label (classes left out get one).
     solver : {"lbfgs", "adam", "sgd"}, default "lbfgs"
         Full-batch L-BFGS with strong-Wolfe line search, or minibatch Adam/SGD.
     max_iter : int, default 500
@@ -243,26 +247,51 @@ class GLVQ(_LVQBase):
     lr : float, default 0.01
         Learning rate of the minibatch solvers.
     batch_size : int, default 128
+        Minibatch size of the minibatch solvers.
     transfer_fn : {"identity", "sigmoid"}, default "identity"
+        Transfer applied to ``mu = (d+ - d-) / (d+ + d-)`` in the GLVQ cost.
     beta : float, default 1.0
         Slope of the sigmoid transfer.
     tol : float, default 1e-9
         L-BFGS tolerance on cost and parameter changes.
-    random_state : int, RandomState or None
-        Seeds the jitter of several prototypes per class, random Omega and shuffling.
+    random_state : int, RandomState or None, default None
+        Seeds the jitter of several prototypes per class, a random Omega and shuffling.
     device : str, default "cpu"
+        Torch device of the model.
     dtype : {"float64", "float32"}, default "float64"
+        Torch dtype of the model.
 
     Attributes
     ----------
     classes_ : ndarray (c,)
+        The class labels seen in ``fit``, sorted.
     prototypes_ : ndarray (W, d)
+        The prototypes, ``W`` the total prototype count.
     prototype_labels_ : ndarray (W,)
+        Class label of every prototype.
     n_features_in_ : int
+        Number of features seen in ``fit``.
     n_iter_ : int
+        Iterations (L-BFGS) or epochs (minibatch) run.
     loss_ : float
         Final mean GLVQ cost.
     model_ : PrototypeModel
+        The trained torch model (layer and prototype labels).
+
+    References
+    ----------
+    Sato & Yamada (1996). Generalized learning vector quantization. *Advances in Neural
+    Information Processing Systems 8*.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dp_proto.lvq import GLVQ
+    >>> X = np.array([[0.0, 0.0], [0.2, 0.1], [2.0, 2.0], [2.1, 1.9]])
+    >>> y = np.array([0, 0, 1, 1])
+    >>> model = GLVQ(random_state=0).fit(X, y)
+    >>> model.prototypes_.shape, model.predict([[0.1, 0.0], [2.0, 2.1]]).tolist()
+    ((2, 2), [0, 1])
     """
 
     def __init__(
@@ -296,23 +325,78 @@ class GLVQ(_LVQBase):
 
 
 class GMLVQ(_LVQBase):
-    """Generalized matrix LVQ (Schneider et al. 2009): one global metric
+    """Generalized matrix LVQ (Schneider, Biehl & Hammer 2009): one global metric
     ``d(x, w) = (x - w)^T Omega^T Omega (x - w)``.
 
-    Parameters are those of :class:`GLVQ` plus
-
+    Parameters
+    ----------
+    prototypes_per_class : int or mapping class -> int, default 1
+        Prototypes of every class, or a count per class label (classes left out get one).
     rank : int or None, default None
         Rows of ``Omega (r, d)``; None means ``r = d``.
     omega_init : {"identity", "scaled_identity", "random"}, default "identity"
+        Initial Omega (``"random"`` draws from ``random_state``).
     normalize_omega : bool, default True
-        Keep ``trace(Lambda) = 1`` (eq. 2.20).
+        Keep ``trace(Lambda) = 1`` after every step (Brinkrolf 2023, eq. 2.20); for the
+        global metric this changes only the scale, not the classifier.
+    solver : {"lbfgs", "adam", "sgd"}, default "lbfgs"
+        Full-batch L-BFGS with strong-Wolfe line search, or minibatch Adam/SGD.
+    max_iter : int, default 500
+        L-BFGS iterations, or epochs for the minibatch solvers.
+    lr : float, default 0.01
+        Learning rate of the minibatch solvers.
+    batch_size : int, default 128
+        Minibatch size of the minibatch solvers.
+    transfer_fn : {"identity", "sigmoid"}, default "identity"
+        Transfer applied to ``mu = (d+ - d-) / (d+ + d-)`` in the GLVQ cost.
+    beta : float, default 1.0
+        Slope of the sigmoid transfer.
+    tol : float, default 1e-9
+        L-BFGS tolerance on cost and parameter changes.
+    random_state : int, RandomState or None, default None
+        Seeds the jitter of several prototypes per class, a random Omega and shuffling.
+    device : str, default "cpu"
+        Torch device of the model.
+    dtype : {"float64", "float32"}, default "float64"
+        Torch dtype of the model.
 
     Attributes
     ----------
+    classes_ : ndarray (c,)
+        The class labels seen in ``fit``, sorted.
+    prototypes_ : ndarray (W, d)
+        The prototypes, ``W`` the total prototype count.
+    prototype_labels_ : ndarray (W,)
+        Class label of every prototype.
+    n_features_in_ : int
+        Number of features seen in ``fit``.
+    n_iter_ : int
+        Iterations (L-BFGS) or epochs (minibatch) run.
+    loss_ : float
+        Final mean GLVQ cost.
+    model_ : PrototypeModel
+        The trained torch model (layer and prototype labels).
     omega_ : ndarray (r, d)
+        The learned projection.
     lambda_ : ndarray (d, d)
         The relevance matrix ``Omega^T Omega``.
-    (and those of :class:`GLVQ`)
+
+    References
+    ----------
+    Schneider, Biehl & Hammer (2009). Adaptive relevance matrices in learning vector
+    quantization. *Neural Computation* 21(12).
+
+    Brinkrolf (2023). *Learning Vector Quantization for the Real-World: Privacy,
+    Robustness, and Sparsity*. Dissertation, Bielefeld University (chapter 2).
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from dp_proto.lvq import GMLVQ
+    >>> X, y = load_iris(return_X_y=True)
+    >>> model = GMLVQ(rank=2, random_state=0).fit(X, y)
+    >>> model.omega_.shape, model.lambda_.shape
+    ((2, 4), (4, 4))
     """
 
     def __init__(
@@ -371,16 +455,66 @@ class GMLVQ(_LVQBase):
 class LGMLVQ(GMLVQ):
     """Localized GMLVQ: one metric ``Lambda_j = Omega_j^T Omega_j`` per prototype.
 
-    Parameters are those of :class:`GMLVQ`; ``normalize_omega`` (default False)
-    rescales every local ``Omega_j`` to ``trace(Lambda_j) = 1`` after each step,
-    which, unlike the global case, changes the classifier.
+    Parameters
+    ----------
+    prototypes_per_class : int or mapping class -> int, default 1
+        Prototypes of every class, or a count per class label (classes left out get one).
+    rank : int or None, default None
+        Rows of ``Omega (r, d)``; None means ``r = d``.
+    omega_init : {"identity", "scaled_identity", "random"}, default "identity"
+        Initial Omega (``"random"`` draws from ``random_state``).
+    normalize_omega : bool, default False
+        Rescale every local ``Omega_j`` to ``trace(Lambda_j) = 1`` after each step,
+        which, unlike the global case, changes the classifier.
+    solver : {"lbfgs", "adam", "sgd"}, default "lbfgs"
+        Full-batch L-BFGS with strong-Wolfe line search, or minibatch Adam/SGD.
+    max_iter : int, default 500
+        L-BFGS iterations, or epochs for the minibatch solvers.
+    lr : float, default 0.01
+        Learning rate of the minibatch solvers.
+    batch_size : int, default 128
+        Minibatch size of the minibatch solvers.
+    transfer_fn : {"identity", "sigmoid"}, default "identity"
+        Transfer applied to ``mu = (d+ - d-) / (d+ + d-)`` in the GLVQ cost.
+    beta : float, default 1.0
+        Slope of the sigmoid transfer.
+    tol : float, default 1e-9
+        L-BFGS tolerance on cost and parameter changes.
+    random_state : int, RandomState or None, default None
+        Seeds the jitter of several prototypes per class, a random Omega and shuffling.
+    device : str, default "cpu"
+        Torch device of the model.
+    dtype : {"float64", "float32"}, default "float64"
+        Torch dtype of the model.
 
     Attributes
     ----------
+    classes_ : ndarray (c,)
+        The class labels seen in ``fit``, sorted.
+    prototypes_ : ndarray (W, d)
+        The prototypes, ``W`` the total prototype count.
+    prototype_labels_ : ndarray (W,)
+        Class label of every prototype.
+    n_features_in_ : int
+        Number of features seen in ``fit``.
+    n_iter_ : int
+        Iterations (L-BFGS) or epochs (minibatch) run.
+    loss_ : float
+        Final mean GLVQ cost.
+    model_ : PrototypeModel
+        The trained torch model (layer and prototype labels).
     omega_ : ndarray (W, r, d)
         One projection per prototype.
     lambda_ : ndarray (W, d, d)
-    (and those of :class:`GLVQ`)
+        The local relevance matrices.
+
+    References
+    ----------
+    Schneider, Biehl & Hammer (2009). Adaptive relevance matrices in learning vector
+    quantization. *Neural Computation* 21(12).
+
+    Brinkrolf (2023). *Learning Vector Quantization for the Real-World: Privacy,
+    Robustness, and Sparsity*. Dissertation, Bielefeld University (chapter 2).
     """
 
     def __init__(

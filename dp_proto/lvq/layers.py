@@ -42,10 +42,32 @@ class GLVQLayer(nn.Module):
     prototypes : Tensor, shape (W, d), optional
         Initial prototypes; defaults to zeros (initialise with
         :func:`dp_proto.lvq.class_mean_prototypes` or a DP initialiser).
+    dtype : torch.dtype, optional
+        Dtype of the parameters (torch's default if None).
+    device : torch.device or str, optional
+        Device of the parameters.
 
-    Shape
+    Attributes
+    ----------
+    prototypes : torch.nn.Parameter, shape (W, d)
+        The trainable prototypes.
+    in_features : int
+        Input dimension ``d``.
+    num_prototypes : int
+        Number of prototypes ``W``.
+
+    Notes
     -----
-    input ``(B, d)`` (a ``(B, ...)`` input is flattened), output ``(B, W)``.
+    Input ``(B, d)`` (a ``(B, ...)`` input is flattened), output ``(B, W)``: the squared
+    distance of every input to every prototype.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from dp_proto.lvq import GLVQLayer
+    >>> layer = GLVQLayer(2, 3, prototypes=torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0]]))
+    >>> layer(torch.tensor([[1.0, 1.0]]))
+    tensor([[2., 1., 2.]], grad_fn=<...>)
     """
 
     def __init__(
@@ -92,22 +114,56 @@ class GMLVQLayer(GLVQLayer):
 
     Parameters
     ----------
-    in_features, num_prototypes, prototypes
-        As for :class:`GLVQLayer`.
+    in_features : int
+        Input dimension ``d``.
+    num_prototypes : int
+        Number of prototypes ``W`` (over all classes).
     rank : int, optional
         Number of rows ``r`` of ``Omega (r, d)``; ``None`` means ``r = d``.
-    omega_init : {"identity", "scaled_identity", "random"} or Tensor
+    prototypes : Tensor, shape (W, d), optional
+        Initial prototypes; defaults to zeros.
+    omega_init : {"identity", "scaled_identity", "random"} or Tensor, default "identity"
         ``identity``: ``Omega = I`` (its first ``r`` rows if ``r < d``);
         ``scaled_identity``: ``I / sqrt(d)``, which has ``trace(Lambda) = 1`` for ``r = d``;
         ``random``: entries ``U[-1, 1]`` (the choice of Brinkrolf (2023) for ``r < d``);
         or an explicit ``(r, d)`` tensor.
-    normalize : bool
+    normalize : bool, default True
         If True, :meth:`normalize_` rescales ``Omega`` so that
-        ``trace(Lambda) = ||Omega||_F^2 = 1`` (eq. 2.20); trainers call it after
-        every optimiser step. For a global metric this does not change any
+        ``trace(Lambda) = ||Omega||_F^2 = 1`` (Brinkrolf 2023, eq. 2.20); trainers call it
+        after every optimiser step. For a global metric this does not change any
         classification or the GLVQ cost, which is scale invariant.
     generator : torch.Generator, optional
         Source of randomness for ``omega_init="random"``.
+    dtype : torch.dtype, optional
+        Dtype of the parameters (torch's default if None).
+    device : torch.device or str, optional
+        Device of the parameters.
+
+    Attributes
+    ----------
+    prototypes : torch.nn.Parameter, shape (W, d)
+        The trainable prototypes.
+    omega : torch.nn.Parameter, shape (r, d)
+        The trainable projection.
+    rank : int
+        Number of rows ``r`` of ``Omega``.
+
+    Notes
+    -----
+    Input ``(B, d)``, output ``(B, W)``: ``||Omega (x - w_j)||^2``.
+
+    References
+    ----------
+    Schneider, Biehl & Hammer (2009). Adaptive relevance matrices in learning vector
+    quantization. *Neural Computation* 21(12).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from dp_proto.lvq import GMLVQLayer
+    >>> layer = GMLVQLayer(784, 10, rank=30)
+    >>> layer(torch.zeros(8, 28, 28)).shape, layer.relevance_matrix.shape
+    (torch.Size([8, 10]), torch.Size([784, 784]))
     """
 
     def __init__(
@@ -162,11 +218,55 @@ class GMLVQLayer(GLVQLayer):
 class LGMLVQLayer(GLVQLayer):
     """Prototypes with one local adaptive metric ``Lambda_j = Omega_j^T Omega_j`` each.
 
-    Parameters are those of :class:`GMLVQLayer`; ``omegas`` has shape ``(W, r, d)``
-    and ``omega_init`` is applied to every prototype (a ``(W, r, d)`` tensor is also
-    accepted). ``normalize`` rescales every ``Omega_j`` to ``trace(Lambda_j) = 1``
-    (Schneider et al. 2009). Unlike the global case this changes the classifier,
-    so it defaults to False.
+    Parameters
+    ----------
+    in_features : int
+        Input dimension ``d``.
+    num_prototypes : int
+        Number of prototypes ``W`` (over all classes).
+    rank : int, optional
+        Number of rows ``r`` of every ``Omega_j (r, d)``; ``None`` means ``r = d``.
+    prototypes : Tensor, shape (W, d), optional
+        Initial prototypes; defaults to zeros.
+    omega_init : {"identity", "scaled_identity", "random"} or Tensor, default "identity"
+        Applied to every prototype as in :class:`GMLVQLayer`; an ``(r, d)`` tensor is
+        copied to every prototype, a ``(W, r, d)`` tensor gives each its own.
+    normalize : bool, default False
+        If True, :meth:`normalize_` rescales every ``Omega_j`` to ``trace(Lambda_j) = 1``
+        (Schneider, Biehl & Hammer 2009). Unlike the global case this changes the
+        classifier, so it is off by default.
+    generator : torch.Generator, optional
+        Source of randomness for ``omega_init="random"``.
+    dtype : torch.dtype, optional
+        Dtype of the parameters (torch's default if None).
+    device : torch.device or str, optional
+        Device of the parameters.
+
+    Attributes
+    ----------
+    prototypes : torch.nn.Parameter, shape (W, d)
+        The trainable prototypes.
+    omegas : torch.nn.Parameter, shape (W, r, d)
+        One trainable projection per prototype.
+    rank : int
+        Number of rows ``r`` of every ``Omega_j``.
+
+    Notes
+    -----
+    Input ``(B, d)``, output ``(B, W)``: ``||Omega_j (x - w_j)||^2``.
+
+    References
+    ----------
+    Schneider, Biehl & Hammer (2009). Adaptive relevance matrices in learning vector
+    quantization. *Neural Computation* 21(12).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from dp_proto.lvq import LGMLVQLayer
+    >>> layer = LGMLVQLayer(4, 3, rank=2)
+    >>> layer.omegas.shape, layer(torch.zeros(5, 4)).shape
+    (torch.Size([3, 2, 4]), torch.Size([5, 3]))
     """
 
     def __init__(

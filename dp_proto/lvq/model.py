@@ -31,12 +31,28 @@ class PrototypeModel(nn.Module):
         Any feature extractor mapping inputs to ``(B, d)`` (or ``(B, ...)`` that
         flattens to ``d``); default: the identity.
 
-    Example
-    -------
+    Attributes
+    ----------
+    backbone : nn.Module
+        The feature extractor (``nn.Identity`` if none was given).
+    layer : GLVQLayer
+        The prototype layer.
+    prototype_labels : Tensor, shape (W,)
+        Class index of every prototype (a buffer, not trained).
+    privacy_ : dict
+        Only after :meth:`dp_proto.privacy.PrivacyLedger.attach`: the ledger's summary,
+        kept in the ``state_dict``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch import nn
+    >>> from dp_proto.lvq import GMLVQLayer, PrototypeModel, wtac
     >>> cnn = nn.Sequential(nn.Conv2d(1, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten())
     >>> model = PrototypeModel(GMLVQLayer(128, 10, rank=16), range(10), backbone=cnn)
-    >>> model(torch.randn(5, 1, 28, 28)).shape  # distances (B, W)
-    torch.Size([5, 10])
+    >>> distances = model(torch.zeros(5, 1, 28, 28))  # distances (B, W)
+    >>> distances.shape, wtac(distances, model.prototype_labels).shape
+    (torch.Size([5, 10]), torch.Size([5]))
     """
 
     prototype_labels: Tensor

@@ -260,6 +260,7 @@ class DPSGDPlan:
     epsilon : float > 0
         The total epsilon of the run (releases before training and DP-SGD).
     delta : float in (0, 1)
+        The total delta of the run.
     sampling_rate : float in (0, 1]
         ``q``, the Poisson sampling rate of every step.
     epochs : float > 0
@@ -338,6 +339,22 @@ class BudgetedEpochs:
     use the same object step by step (:meth:`reserve` an epoch's steps when it starts,
     :meth:`record` each step before its noise is drawn), so that a checkpoint in the middle
     of an epoch is exact.
+
+    Parameters
+    ----------
+    ledger : PrivacyLedger
+        Where every step is spent (its budget, if any, is enforced).
+    noise_multiplier : float
+        ``sigma / C`` of every step.
+    sampling_rate : float
+        The Poisson sampling rate ``q``.
+    steps : int or None, default None
+        Total steps of the run; None for the step-by-step use of the Lightning modules.
+
+    Attributes
+    ----------
+    stopped_by_budget : bool
+        Whether the budget refused an epoch.
     """
 
     def __init__(

@@ -109,14 +109,29 @@ class _EventType(ABCMeta):
 class PrivacyEvent(metaclass=_EventType):
     """One release, or ``count`` identical releases, of one mechanism (abstract).
 
-    Attributes common to every event
-    --------------------------------
-    count : int
-        Number of identical releases (e.g. DP-SGD steps).
-    name : str
-        What was released, e.g. ``"dp_init/class_counts"``.
-    sensitivity : float or None
-        For the record: the sensitivity the mechanism was calibrated to.
+    Every event is an immutable dataclass; the subclasses add the parameters of their
+    mechanism, map themselves to a dp-accounting event and privacy loss distribution,
+    and round-trip through :meth:`to_dict` / :meth:`from_dict` (ledger checkpoints).
+
+    Parameters
+    ----------
+    count : int, default 1
+        Number of identical releases (e.g. DP-SGD steps); keyword only.
+    name : str, default ""
+        What was released, e.g. ``"dp_init/class_counts"``; keyword only.
+    sensitivity : float or None, default None
+        For the record: the sensitivity the mechanism was calibrated to; keyword only.
+
+    Attributes
+    ----------
+    kind : str
+        The mechanism's name in summaries and saved ledgers (a class attribute).
+    has_pld : bool
+        The event has an exact (pessimistic) privacy loss distribution.
+    has_renyi_curve : bool
+        The event has a Renyi-DP curve (the RDP accountant can compose it).
+    is_private : bool
+        False only for releases without noise.
     """
 
     kind: ClassVar[str]
@@ -271,8 +286,25 @@ class _NoiseMultiplierEvent(PrivacyEvent):
 @dataclass(frozen=True)
 class LaplaceEvent(_NoiseMultiplierEvent):
     """Additive ``Lap(b)`` on a query whose change under add/remove of one record moves a
-    *single* coordinate by at most the sensitivity (a scalar or a histogram);
-    ``noise_multiplier = b / sensitivity``."""
+    *single* coordinate by at most the sensitivity (a scalar or a histogram).
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        ``b / sensitivity``; the release is ``1 / noise_multiplier``-DP.
+    count : int, default 1
+        Number of identical releases (e.g. DP-SGD steps); keyword only.
+    name : str, default ""
+        What was released, e.g. ``"dp_init/class_counts"``; keyword only.
+    sensitivity : float or None, default None
+        For the record: the sensitivity the mechanism was calibrated to; keyword only.
+
+    Examples
+    --------
+    >>> from dp_proto.privacy import LaplaceEvent
+    >>> LaplaceEvent(2.0, name="count").pure_epsilon
+    0.5
+    """
 
     kind: ClassVar[str] = "laplace"
 
@@ -292,8 +324,20 @@ class LaplaceEvent(_NoiseMultiplierEvent):
 
 @dataclass(frozen=True)
 class GaussianEvent(_NoiseMultiplierEvent):
-    """Additive ``N(0, sigma^2 I)``, ``noise_multiplier = sigma / Delta_2`` (exact in any
-    dimension)."""
+    """Additive ``N(0, sigma^2 I)`` on a query of l2 sensitivity ``Delta_2`` (exact in any
+    dimension).
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        ``sigma / Delta_2``.
+    count : int, default 1
+        Number of identical releases (e.g. DP-SGD steps); keyword only.
+    name : str, default ""
+        What was released, e.g. ``"dp_init/class_counts"``; keyword only.
+    sensitivity : float or None, default None
+        For the record: the sensitivity the mechanism was calibrated to; keyword only.
+    """
 
     kind: ClassVar[str] = "gaussian"
 
@@ -316,6 +360,22 @@ class DiscreteGaussianEvent(_NoiseMultiplierEvent):
     coordinates add). Its privacy loss distribution is not the Gaussian's, so the PLD
     accountant composes these releases with the others by basic composition over the
     best of a fixed grid of splits of delta.
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        ``sigma / Delta_2``, both in grid steps.
+    count : int, default 1
+        Number of identical releases (e.g. DP-SGD steps); keyword only.
+    name : str, default ""
+        What was released, e.g. ``"dp_init/class_counts"``; keyword only.
+    sensitivity : float or None, default None
+        For the record: the sensitivity the mechanism was calibrated to; keyword only.
+
+    References
+    ----------
+    Canonne, Kamath & Steinke (2020). The discrete Gaussian for differential privacy.
+    *NeurIPS 2020*.
     """
 
     kind: ClassVar[str] = "discrete_gaussian"
@@ -333,8 +393,26 @@ class DiscreteGaussianEvent(_NoiseMultiplierEvent):
 
 @dataclass(frozen=True)
 class SubsampledGaussianEvent(_NoiseMultiplierEvent):
-    """One DP-SGD step: Poisson sampling with ``sampling_rate``, then Gaussian noise with
-    ``noise_multiplier = sigma / C``."""
+    """One DP-SGD step: Poisson sampling with ``sampling_rate``, then Gaussian noise on
+    the sum of the gradients clipped to ``C``.
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        ``sigma / C``.
+    sampling_rate : float
+        Poisson sampling rate ``q`` in ``(0, 1]``.
+    count : int, default 1
+        Number of identical releases (e.g. DP-SGD steps); keyword only.
+    name : str, default ""
+        What was released, e.g. ``"dp_init/class_counts"``; keyword only.
+    sensitivity : float or None, default None
+        For the record: the sensitivity the mechanism was calibrated to; keyword only.
+
+    References
+    ----------
+    Abadi et al. (2016). Deep learning with differential privacy. *ACM CCS 2016*.
+    """
 
     kind: ClassVar[str] = "subsampled_gaussian"
     sampling_rate: float
@@ -370,7 +448,19 @@ class _EpsilonEvent(PrivacyEvent):
 class PureEvent(_EpsilonEvent):
     """Any epsilon-DP release, for example Laplace noise on a vector whose l1 change may
     spread over coordinates, or report-noisy-max; accounted by its worst-case privacy
-    loss distribution."""
+    loss distribution.
+
+    Parameters
+    ----------
+    epsilon : float
+        The release's pure epsilon.
+    count : int, default 1
+        Number of identical releases (e.g. DP-SGD steps); keyword only.
+    name : str, default ""
+        What was released, e.g. ``"dp_init/class_counts"``; keyword only.
+    sensitivity : float or None, default None
+        For the record: the sensitivity the mechanism was calibrated to; keyword only.
+    """
 
     kind: ClassVar[str] = "pure"
 
@@ -396,7 +486,21 @@ class PureEvent(_EpsilonEvent):
 class DiscreteLaplaceEvent(_EpsilonEvent):
     """Integer noise ``P(k) ~ exp(-|k| epsilon / s)`` on a query on a public grid that one
     record moves by at most ``s = grid_steps`` steps in a single coordinate (counts:
-    ``s = 1``); ``epsilon`` is its pure epsilon."""
+    ``s = 1``).
+
+    Parameters
+    ----------
+    epsilon : float
+        The release's pure epsilon.
+    grid_steps : int, default 1
+        ``s``: how many grid steps one record moves the query.
+    count : int, default 1
+        Number of identical releases (e.g. DP-SGD steps); keyword only.
+    name : str, default ""
+        What was released, e.g. ``"dp_init/class_counts"``; keyword only.
+    sensitivity : float or None, default None
+        For the record: the sensitivity the mechanism was calibrated to; keyword only.
+    """
 
     kind: ClassVar[str] = "discrete_laplace"
     grid_steps: int = 1
@@ -427,7 +531,21 @@ class DiscreteLaplaceEvent(_EpsilonEvent):
 class ApproxEvent(_EpsilonEvent):
     """Any ``(epsilon, delta)``-DP release known only by its parameters (e.g.
     smooth-sensitivity noise); accounted by the worst-case privacy loss distribution of
-    an ``(epsilon, delta)`` mechanism (PLD accountant only: it has no Renyi-DP curve)."""
+    an ``(epsilon, delta)`` mechanism (PLD accountant only: it has no Renyi-DP curve).
+
+    Parameters
+    ----------
+    epsilon : float
+        The release's epsilon.
+    delta : float
+        The release's delta, in ``(0, 1)``.
+    count : int, default 1
+        Number of identical releases (e.g. DP-SGD steps); keyword only.
+    name : str, default ""
+        What was released, e.g. ``"dp_init/class_counts"``; keyword only.
+    sensitivity : float or None, default None
+        For the record: the sensitivity the mechanism was calibrated to; keyword only.
+    """
 
     kind: ClassVar[str] = "approx"
     has_renyi_curve: ClassVar[bool] = False
@@ -460,7 +578,17 @@ class ApproxEvent(_EpsilonEvent):
 @dataclass(frozen=True)
 class NonPrivateEvent(PrivacyEvent):
     """A release without noise (e.g. a noise-free debugging run); the ledger then
-    reports epsilon = inf."""
+    reports epsilon = inf.
+
+    Parameters
+    ----------
+    count : int, default 1
+        Number of identical releases (e.g. DP-SGD steps); keyword only.
+    name : str, default ""
+        What was released, e.g. ``"dp_init/class_counts"``; keyword only.
+    sensitivity : float or None, default None
+        For the record: the sensitivity the mechanism was calibrated to; keyword only.
+    """
 
     kind: ClassVar[str] = "non_private"
     has_pld: ClassVar[bool] = False

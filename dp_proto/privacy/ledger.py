@@ -82,16 +82,46 @@ class PrivacyLedger:
     budget : (epsilon, delta), optional
         Releases that would make ``get_epsilon(delta) > epsilon`` are refused with
         :class:`~dp_proto.exceptions.PrivacyBudgetExceededError` before noise is drawn.
-    accountant : {"pld", "rdp"}
-    default_delta : float
-        Delta used by :meth:`get_epsilon` when none is given (default: the budget's).
+    accountant : {"pld", "rdp"}, default "pld"
+        ``"pld"``: privacy loss distributions (dp-accounting, pessimistic
+        discretisation), the tight default; ``"rdp"``: the Renyi-DP bound that Opacus
+        uses. Discrete Gaussian events are composed by their Renyi-DP curve and joined
+        to the others by basic composition over the best split of delta.
+    default_delta : float, optional
+        Delta used by :meth:`get_epsilon` when none is given (default: the budget's, else
+        1e-5).
 
-    Example
-    -------
+    Attributes
+    ----------
+    budget : (epsilon, delta) or None
+        The budget that :meth:`check` and :meth:`spend` enforce.
+    accountant : str
+        ``"pld"`` or ``"rdp"``.
+    default_delta : float
+        Delta of :meth:`get_epsilon` without an argument.
+    events : tuple of PrivacyEvent
+        Every release recorded so far, in order.
+
+    References
+    ----------
+    Mironov (2017). Renyi differential privacy. *IEEE CSF 2017*.
+
+    Google's dp-accounting library: the privacy loss distribution and RDP accountants.
+
+    Examples
+    --------
+    A Laplace release of a count (sensitivity 1) at epsilon 0.5, recorded before its
+    noise is drawn:
+
+    >>> import torch
+    >>> from dp_proto.privacy import LaplaceEvent, PrivacyLedger, laplace_mechanism
     >>> ledger = PrivacyLedger(budget=(1.0, 1e-5))
-    >>> ledger.spend(LaplaceEvent(5.0, name="counts"))
+    >>> noisy = laplace_mechanism(torch.tensor([42.0]), 1.0, 0.5, ledger=ledger, name="count")
+    >>> round(ledger.get_epsilon(), 3), round(ledger.remaining(), 3)
+    (0.5, 0.5)
+    >>> ledger.spend(LaplaceEvent(5.0, name="counts"))  # Lap(5) on a count: epsilon 0.2
     >>> round(ledger.get_epsilon(), 3)
-    0.2
+    0.7
     """
 
     def __init__(

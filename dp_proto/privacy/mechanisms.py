@@ -212,8 +212,39 @@ def laplace_mechanism(
 
 
 def gaussian_sigma(epsilon: float, delta: float, l2_sensitivity: float, calibration: str = "analytic") -> float:
-    """Noise standard deviation for (epsilon, delta)-DP: ``analytic`` (Balle & Wang 2018,
-    the default) or ``classic`` (``sqrt(2 ln(1.25/delta)) Delta / epsilon``, epsilon < 1)."""
+    """Noise standard deviation of a continuous Gaussian release that is (epsilon, delta)-DP.
+
+    Parameters
+    ----------
+    epsilon : float
+        Epsilon of the release.
+    delta : float
+        Delta of the release.
+    l2_sensitivity : float
+        Largest l2 change of the value that one record can cause.
+    calibration : {"analytic", "classic"}, default "analytic"
+        ``"analytic"``: the exact calibration of Balle & Wang (2018); ``"classic"``:
+        ``sqrt(2 ln(1.25/delta)) Delta / epsilon`` (Dwork & Roth 2014), valid for
+        epsilon < 1 only.
+
+    Returns
+    -------
+    float
+        The standard deviation ``sigma``.
+
+    References
+    ----------
+    Balle & Wang (2018). Improving the Gaussian mechanism for differential privacy:
+    analytical calibration and optimal denoising. *ICML 2018*.
+
+    Examples
+    --------
+    >>> from dp_proto.privacy import gaussian_sigma
+    >>> round(gaussian_sigma(1.0, 1e-5, 1.0), 3)
+    3.731
+    >>> round(gaussian_sigma(0.5, 1e-5, 1.0, calibration="classic"), 3)
+    9.69
+    """
     if calibration == "analytic":
         return analytic_gaussian_sigma(epsilon, delta, l2_sensitivity)
     if calibration == "classic":
@@ -230,7 +261,14 @@ def renyi_noise_multiplier(epsilon: float, delta: float, *, rtol: float = 1e-9) 
     :func:`~dp_proto.privacy.ledger.renyi_epsilon`, so a single release spends exactly
     ``epsilon`` at most). About 5-10 % above the analytic Gaussian's multiplier: the
     price of accounting a discrete Gaussian, whose exact loss distribution is not the
-    continuous one's (check value: epsilon 1, delta 1e-5 gives 4.045 against 3.731)."""
+    continuous one's (check value: epsilon 1, delta 1e-5 gives 4.045 against 3.731).
+
+    Examples
+    --------
+    >>> from dp_proto.privacy import renyi_noise_multiplier
+    >>> round(renyi_noise_multiplier(1.0, 1e-5), 3)
+    4.045
+    """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta, allow_zero=False)
 

@@ -474,7 +474,14 @@ class _RFFSVMBase(ClassifierMixin, BaseEstimator):
         return self.classes_[np.argmax(scores, axis=1)]
 
 
-_PARAMS_DOC = """
+class PrivateSVMWeight(_RFFSVMBase):
+    """SVM WEIGHT (Rubinstein et al. 2012; Park 2022, Section 6.3): one-vs-all linear SVM on
+    random Fourier features whose weight vectors are released with Laplace noise.
+
+    The released ``weights_ (K, F)`` and the (data-independent) feature map ``features_``
+    are the whole model: prediction is ``argmax_k w_k . phi(x)``, post-processing that
+    costs no further budget.
+
     Parameters
     ----------
     c_over_n : float, default 0.05
@@ -487,18 +494,20 @@ _PARAMS_DOC = """
     epsilon : float or None, default 1.0
         Privacy budget ``> 0``; ``None`` or ``math.inf`` train the non-private model (no
         noise, no ledger event).
-    classes : array-like or None
+    classes : array-like or None, default None
         The public label set (one one-vs-all classifier per class, also for a class
         without records). ``None`` reads it from ``y``, with a
         :class:`~dp_proto.exceptions.PrivacyLeakWarning` when the model is private.
-    random_state : int, RandomState or None
+    random_state : int, RandomState or None, default None
         Seeds the ``torch.Generator`` of the (public) feature map; it never reaches the noise.
     noise_seed : int or None, default None
         ``None``: the noise comes from fresh operating-system entropy. An int makes it
         reproducible (tests, benchmarks): :class:`~dp_proto.exceptions.PrivacyLeakWarning`,
         and the ledger's summary says ``"noise": "reproducible"``.
-    device : torch device or str, optional (CPU by default)
-    dtype : torch.dtype, default float64
+    device : torch.device or str, optional
+        Where to compute; CPU by default.
+    dtype : torch.dtype, default torch.float64
+        Precision of the feature map and the weights.
     ledger : PrivacyLedger, optional
         Records the releases (and enforces its budget); a fresh ledger per ``fit`` if None.
     tol : float, default 1e-6
@@ -510,18 +519,24 @@ _PARAMS_DOC = """
         the sensitivity bound assumes that gap, and a cap that one record could make the
         solver hit would void the guarantee (so its running time depends on the data; the
         gap and iteration count go to the curator-only ``curator_``).
-"""
 
+    Attributes
+    ----------
+    classes_ : ndarray (K,)
+        The class labels.
+    weights_ : Tensor (K, F)
+        The released (noisy) weights (exact ones when non-private).
+    features_ : RandomFourierFeatures
+        The public feature map.
+    sensitivity_ : float
+        The L1 sensitivity of the ``K x F`` release.
+    l2_sensitivity_ : float
+        ``cap kappa + 2 sqrt(2 tol)`` per classifier.
+    ledger_ : PrivacyLedger
+        The release of the weights.
 
-class PrivateSVMWeight(_RFFSVMBase):
-    (
-        """SVM WEIGHT (Rubinstein et al. 2012; Park 2022, Section 6.3): one-vs-all linear SVM on
-    random Fourier features whose weight vectors are released with Laplace noise.
-
-    The released ``weights_ (K, F)`` and the (data-independent) feature map ``features_``
-    are the whole model: prediction is ``argmax_k w_k . phi(x)``, post-processing that
-    costs no further budget.
-
+    Notes
+    -----
     Sensitivity (add/remove one record; ``cap`` fixed, ``kappa = sup ||phi|| = 1``).
     ``J_D(w) = 0.5 ||w||^2 + cap sum_{i in D} hinge_i(w)`` is 1-strongly convex. For
     ``D' = D + {x}``, ``J_D' = J_D + cap hinge_x`` with ``hinge_x`` ``kappa``-Lipschitz in
@@ -541,22 +556,16 @@ class PrivateSVMWeight(_RFFSVMBase):
     at ``epsilon`` -- one ledger event named ``"svm_weight"``. Rubinstein et al. (2012) state
     ``4 C kappa sqrt(F) / n`` for their replace-one relation (looser); we use the add/remove
     bound derived above. ``K`` and the labels are taken as public (as in Park 2022).
-    """
-        + _PARAMS_DOC
-        + """
-    Attributes
+
+    References
     ----------
-    classes_ : ndarray ``(K,)``
-    weights_ : Tensor ``(K, F)``
-        The released (noisy) weights (exact ones when non-private).
-    features_ : RandomFourierFeatures
-    sensitivity_ : float
-        The L1 sensitivity of the ``K x F`` release.
-    l2_sensitivity_ : float
-        ``cap kappa + 2 sqrt(2 tol)`` per classifier.
-    ledger_ : PrivacyLedger
+    Rubinstein, Bartlett, Huang & Taft (2012). Learning in a large function space:
+    privacy-preserving mechanisms for SVM learning. *Journal of Privacy and
+    Confidentiality* 4(1).
+
+    Park (2022). *Differentially private multi-class classification using kernel
+    supports and equilibrium points*. Master's thesis, Seoul National University.
     """
-    )
 
     def fit(self, X, y):
         """Train on ``X (n, d)``, ``y (n,)`` and release the noisy weights."""
@@ -582,8 +591,7 @@ class PrivateSVMWeight(_RFFSVMBase):
 
 
 class PrivateSVMOutput(_RFFSVMBase):
-    (
-        """SVM OUTPUT (output perturbation in the style of Jain & Thakurta 2013, as Park 2022,
+    """SVM OUTPUT (output perturbation in the style of Jain & Thakurta 2013, as Park 2022,
     Section 6.3 uses it): exact one-vs-all SVM on random Fourier features; every answered
     query gets Laplace noise on its ``K`` scores.
 
@@ -591,6 +599,59 @@ class PrivateSVMOutput(_RFFSVMBase):
     so the budget grows with the number of query points -- Park (2022) uses this method only
     as a reference for "a desired level of accuracy", not as a releasable model.
 
+    Parameters
+    ----------
+    c_over_n : float, default 0.05
+        The weight ``cap`` in ``(0, 1]`` of every hinge term (``C/n`` of Park 2022, Table 7.1),
+        a public constant under add/remove.
+    gamma : float, default 1.0
+        RBF width of ``exp(-gamma ||x - y||^2)``, ``> 0``.
+    num_features : int, default 400
+        Random Fourier features ``F`` (even, ``>= 2``; Park 2022 uses 400).
+    epsilon : float or None, default 1.0
+        Privacy budget ``> 0``; ``None`` or ``math.inf`` train the non-private model (no
+        noise, no ledger event).
+    classes : array-like or None, default None
+        The public label set (one one-vs-all classifier per class, also for a class
+        without records). ``None`` reads it from ``y``, with a
+        :class:`~dp_proto.exceptions.PrivacyLeakWarning` when the model is private.
+    random_state : int, RandomState or None, default None
+        Seeds the ``torch.Generator`` of the (public) feature map; it never reaches the noise.
+    noise_seed : int or None, default None
+        ``None``: the noise comes from fresh operating-system entropy. An int makes it
+        reproducible (tests, benchmarks): :class:`~dp_proto.exceptions.PrivacyLeakWarning`,
+        and the ledger's summary says ``"noise": "reproducible"``.
+    device : torch.device or str, optional
+        Where to compute; CPU by default.
+    dtype : torch.dtype, default torch.float64
+        Precision of the feature map and the weights.
+    ledger : PrivacyLedger, optional
+        Records the releases (and enforces its budget); a fresh ledger per ``fit`` if None.
+    tol : float, default 1e-6
+        Absolute duality gap at which the solver stops; enters the sensitivity. A private
+        fit needs ``tol >= 1e-8`` (``MIN_PRIVATE_SVM_TOL``).
+    max_iter : int, default 20000
+        Solver iterations of a non-private fit, which raises ``RuntimeError`` if they do not
+        reach ``tol``. A private fit ignores it and iterates until the gap is ``<= tol``:
+        the sensitivity bound assumes that gap, and a cap that one record could make the
+        solver hit would void the guarantee (so its running time depends on the data; the
+        gap and iteration count go to the curator-only ``curator_``).
+
+    Attributes
+    ----------
+    classes_ : ndarray (K,)
+        The class labels.
+    features_ : RandomFourierFeatures
+        The public feature map.
+    sensitivity_ : float
+        L1 sensitivity of the ``K`` scores of one query point.
+    l2_sensitivity_ : float
+        ``cap kappa + 2 sqrt(2 tol)`` per classifier.
+    ledger_ : PrivacyLedger
+        Grows by one event per answered batch.
+
+    Notes
+    -----
     Sensitivity (add/remove one record; ``cap`` fixed, ``kappa = 1``): per classifier
     ``||w_D - w_D'||_2 <= cap kappa + 2 sqrt(2 tol)`` (see :class:`PrivateSVMWeight`), so a
     score moves by ``|(w_D - w_D') . phi(z)| <= (cap kappa + 2 sqrt(2 tol)) kappa`` and the
@@ -605,20 +666,14 @@ class PrivateSVMOutput(_RFFSVMBase):
     any noise is drawn. ``predict`` is ``argmax`` of the noisy scores (post-processing), and
     ``score`` spends like ``predict``; calling ``predict`` and ``decision_function`` on the
     same points spends twice.
-    """
-        + _PARAMS_DOC
-        + """
-    Attributes
+
+    References
     ----------
-    classes_ : ndarray ``(K,)``
-    features_ : RandomFourierFeatures
-    sensitivity_ : float
-        L1 sensitivity of the ``K`` scores of one query point.
-    l2_sensitivity_ : float
-    ledger_ : PrivacyLedger
-        Grows by one event per answered batch.
+    Jain & Thakurta (2013). Differentially private learning with kernels. *ICML 2013*.
+
+    Park (2022). *Differentially private multi-class classification using kernel
+    supports and equilibrium points*. Master's thesis, Seoul National University.
     """
-    )
 
     def fit(self, X, y):
         """Train the exact (non-private) weights on ``X (n, d)``, ``y (n,)``; nothing is released."""

@@ -238,12 +238,36 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
 
     Attributes
     ----------
-    centre_ : Tensor ``(F,)``; features_ : RandomFourierFeatures; radius2_ : float;
-    ledger_ : PrivacyLedger (a ``non_private`` event when ``epsilon`` is None).
-    curator_ : dict, private fits only -- **curator-only** diagnostics computed from the
-        data without noise: ``n_records``, ``box_full`` (fewer than ``n / C`` records),
-        ``solver_gap`` (at most ``tol``) and ``solver_iterations``. Delete it before
-        publishing.
+    centre_ : Tensor (F,)
+        The released centre ``a^`` in feature space.
+    features_ : RandomFourierFeatures
+        The public feature map.
+    radius2_ : float
+        The released squared radius ``R^2``.
+    offset_ : float
+        ``-radius2_`` (scikit-learn's outlier-detector convention).
+    ledger_ : PrivacyLedger
+        The fit's releases (a ``non_private`` event when ``epsilon`` is None).
+    curator_ : dict
+        Private fits only -- **curator-only** diagnostics computed from the data without
+        noise: ``n_records``, ``box_full`` (fewer than ``n / C`` records), ``solver_gap``
+        (at most ``tol``) and ``solver_iterations``. Delete it before publishing.
+
+    References
+    ----------
+    Park (2022). *Differentially private multi-class classification using kernel
+    supports and equilibrium points*. Master's thesis, Seoul National University.
+
+    Rahimi & Recht (2007). Random features for large-scale kernel machines. *NIPS 2007*.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dp_proto.svdd import PrivateSVDD
+    >>> X = np.random.default_rng(0).normal(size=(200, 2))
+    >>> svdd = PrivateSVDD(c_over_n=0.05, gamma=0.5, epsilon=None, random_state=0).fit(X)
+    >>> svdd.predict([[0.0, 0.0], [8.0, 8.0]]).tolist()  # inside, outside
+    [1, -1]
     """
 
     def __init__(
@@ -367,9 +391,16 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
 
     Parameters
     ----------
-    c_over_n, gamma, num_features, tol : see :class:`PrivateSVDD`.
+    c_over_n : float, default 0.05
+        Box of the dual, ``0 <= beta_i <= C/n``, a public constant (as in
+        :class:`PrivateSVDD`).
+    gamma : float, default 1.0
+        RBF kernel width of ``exp(-gamma ||x - y||^2)``.
+    num_features : int, default 400
+        Random Fourier features ``F`` (even).
     epsilon : float or None, default 1.0
-        ``None`` or ``inf``: non-private (exact centre, exact counts).
+        Total budget (pure DP, add/remove one record); ``None`` or ``inf``: non-private
+        (exact centre, exact counts).
     centre_fraction : float, default 0.5
         Share of ``epsilon`` spent on the centre with public starts.
     bounds : (lower, upper), floats or arrays ``(d,)``
@@ -379,7 +410,8 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         The public set of class labels; a class without records wins a cell's vote
         only by noise. ``None`` reads it from ``y``, with a
         :class:`~dp_proto.exceptions.PrivacyLeakWarning` when the fit is private.
-    starts : "auto", "normal", "grid", "uniform", "training" or array ``(m, d)``
+    starts : {"auto", "normal", "grid", "uniform", "training"} or array (m, d), default "auto"
+        Where the dynamics start (see above); ``"training"`` is not private.
     n_starts : int or "auto", default "auto"
         Number of public starts (the number of cells is at most this). More cells resolve
         finer class boundaries, but a cell's vote is only reliable when it holds well over
@@ -391,8 +423,10 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         ``n_starts="auto"`` (drawn once for both).
     max_starts : int, default 2000
         Upper limit of ``n_starts="auto"``.
-    lr, iters : float, int, default 0.001, 20
-        Learning rate and number of steps of the dynamics (Park 2022, Table 7.1).
+    lr : float, default 0.001
+        Learning rate of the dynamics (Park 2022, Table 7.1).
+    iters : int, default 20
+        Number of steps of the dynamics (Park 2022, Table 7.1).
     merge_tol : float or None
         End points in the same grid cell of this width merge into one EP; default
         ``1e-3 / sqrt(2 gamma)`` (a thousandth of the kernel length).
@@ -410,7 +444,8 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         ``t >= 1`` with at most ``false_cells`` expected empty cubes passing, at most
         ``ceil(ln(c M / ((1 + exp(-epsilon_votes)) false_cells)) / epsilon_votes)`` for ``M``
         cubes; if no cube reaches it, the cube with the largest noisy count labels everything.
-    release : "support_function" or "equilibrium_points"
+    release : {"support_function", "equilibrium_points"}, default "support_function"
+        What is published and how a point is classified (see above).
     n_neighbors : int, default 1
         ``k`` of the k-nearest-EP vote in the ``"equilibrium_points"`` mode.
     grid_step : float or None
@@ -421,24 +456,65 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     grid_ratio : float, default 200
         ``starts="auto"`` takes the grid when its threshold is at most ``n^ / grid_ratio``
         (chosen on development splits of the Table 7.1 sets).
-    random_state, noise_seed, device, dtype, ledger : see :class:`PrivateSVDD`.
-        ``random_state`` draws the feature map and the ``"normal"`` / ``"uniform"`` start
-        points; the noise (centre, record count, votes, the grid's empty cubes) comes from
-        fresh entropy unless ``noise_seed`` is given.
+    tol : float, default 1e-8
+        Duality-gap tolerance of the dual solver (as in :class:`PrivateSVDD`; private
+        fits need ``tol >= 1e-10``).
+    random_state : int or None, default None
+        Draws the feature map and the ``"normal"`` / ``"uniform"`` start points; never the
+        noise.
+    noise_seed : int or None, default None
+        ``None``: the noise (centre, record count, votes, the grid's empty cubes) comes
+        from fresh operating-system entropy. An int makes it reproducible, with a
+        :class:`~dp_proto.exceptions.PrivacyLeakWarning`.
+    device : str or None, default None
+        Where to compute (``"cpu"``, ``"cuda"``); default CPU.
+    dtype : {"float32", "float64"}, default "float32"
+        Precision of the feature map, the dynamics and the released centre.
+    ledger : PrivacyLedger, optional
+        Ledger to record the releases in (a budget there is enforced); default a new one.
 
     Attributes
     ----------
-    classes_ : array ``(c,)``; features_; centre_ ``(F,)``; equilibria_ ``(k, d)`` all EPs;
-    ep_cell_ ``(k,)`` cell of each EP; cell_counts_ ``(cells, c)`` released (noisy)
-    counts; cell_labels_ ``(cells,)`` class index or -1 (unlabelled); labelled_points_
-    ``(m, d)`` and labelled_classes_ ``(m,)``: the EPs the model classifies with;
-    starts_ (the start mode used: ``"auto"`` resolved); grid_ (:class:`~dp_proto.svdd.grid.PublicGrid`
-    or None) and, with the grid, cubes_ ``(cells, d)`` the released cubes' integer
-    coordinates (their centres are ``equilibria_``); ledger_; is_private_ (bool).
-    curator_ : dict, private fits only -- **curator-only** diagnostics computed from the
-    data without noise (see :class:`PrivateSVDD`, plus ``single_record_classes``: the
-    classes with exactly one record, which a non-private fit warns about). Delete it
-    before publishing.
+    classes_ : ndarray (c,)
+        The class labels.
+    features_ : RandomFourierFeatures
+        The public feature map.
+    centre_ : Tensor (F,)
+        The released centre ``a^``.
+    equilibria_ : Tensor (k, d)
+        All equilibrium points (with the grid: the released cubes' centres).
+    ep_cell_ : Tensor (k,)
+        Cell of each equilibrium point.
+    cell_counts_ : Tensor (cells, c)
+        Released (noisy) class counts per cell.
+    cell_labels_ : Tensor (cells,)
+        Class index of every cell, or -1 (unlabelled).
+    labelled_points_ : Tensor (m, d)
+        The equilibrium points the model classifies with.
+    labelled_classes_ : Tensor (m,)
+        Their class indices.
+    starts_ : str
+        The start mode used (``"auto"`` resolved).
+    grid_ : PublicGrid or None
+        The public lattice (:class:`~dp_proto.svdd.grid.PublicGrid`) of ``starts="grid"``.
+    cubes_ : Tensor (cells, d)
+        With the grid: the released cubes' integer coordinates.
+    ledger_ : PrivacyLedger
+        The fit's releases.
+    is_private_ : bool
+        False for ``epsilon=None`` and for ``starts="training"``.
+    curator_ : dict
+        Private fits only -- **curator-only** diagnostics computed from the data without
+        noise (see :class:`PrivateSVDD`, plus ``single_record_classes``: the classes with
+        exactly one record, which a non-private fit warns about). Delete it before
+        publishing.
+
+    References
+    ----------
+    Park (2022). *Differentially private multi-class classification using kernel
+    supports and equilibrium points*. Master's thesis, Seoul National University.
+
+    Rahimi & Recht (2007). Random features for large-scale kernel machines. *NIPS 2007*.
     """
 
     def __init__(

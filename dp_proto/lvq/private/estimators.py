@@ -218,106 +218,156 @@ class _DPMixin:
             return self.model_(x_t)
 
 
-_DOC = """
-
-    Private parameters
-    ------------------
-    epsilon : float, default 1.0
-        Total budget of the run (initialisation + DP-SGD), at ``delta``.
-    delta : float, default 1e-5
-    sampling_rate : float, default 0.01
-        Poisson sampling rate ``q`` (expected batch ``q n``).
-    max_grad_norm : float, default 0.5
-        Per-sample clipping norm ``C``.
-    clipping : {"joint", "per_parameter"}, default "joint"
-        ``joint``: the per-sample gradient of prototypes and Omega together is clipped to
-        ``C``, as in Brinkrolf, Göpfert & Hammer (2019). ``per_parameter``: the prototypes and Omega are clipped
-        to ``C / sqrt(2)`` each (the joint norm stays at most ``C``: same sensitivity,
-        same noise), so that large per-sample gradients of one part cannot crowd the
-        other out of the clipping budget. It helped DP-GMLVQ while Omega was
-        renormalised to trace 1 (its gradients were then ``sqrt(d)`` times larger); with
-        Omega at the identity's scale joint clipping is better on the development sets
-        (``benchmarks/studies/dpsgd_tuning.py``).
-    epochs : float, default 50
-        ``T = ceil(epochs * int(1 / q))`` DP-SGD steps (:class:`~dp_proto.privacy.dpsgd_plan.DPSGDPlan`).
-    init_fraction : float, default 0.2
-        Share of epsilon spent on the DP class-mean initialisation.
-    calibration : {"ledger", "paper"}, default "ledger"
-    bounds : (lower, upper) or None
-        Public bounds of the features, mapped onto [-1, 1].
-    classes : array-like or None
-        The public set of class labels (one prototype group per class, in sorted
-        order). A class without records still gets its prototypes from the noisy DP
-        initialisation. ``None`` reads the set from ``y`` with a
-        :class:`~dp_proto.exceptions.PrivacyLeakWarning`: the released model then shows
-        which labels the private data contain.
-    engine : {"fused", "opacus"}, default "fused"
-        ``fused`` runs Opacus' DP-SGD step (Poisson sampling, joint per-sample clipping,
-        Gaussian noise, division by the expected batch) directly on tensors with the
-        closed-form gradient norms (:mod:`dp_proto.lvq.private.fused`), 3-20x faster;
-        ``opacus`` goes through Opacus' ``PrivacyEngine``. Same guarantee either way.
-    grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
-        Opacus engine only.
-    secure_mode : bool, default False
-        Noise read from ``os.urandom`` directly (initialisation and DP-SGD; batch
-        membership from a generator seeded by it). The Opacus engine needs Opacus'
-        ``torchcsprng`` package for this.
-    noise_seed : int or None, default None
-        None (the default): noise and Poisson sampling from a generator seeded with 64
-        bits of fresh operating-system entropy. An int reproduces the private fit
-        exactly, for tests and benchmarks: it warns ``PrivacyLeakWarning`` and the
-        ledger's summary says ``"noise": "reproducible"`` (whoever knows the seed can
-        remove the noise).
-    random_state : int, RandomState or None
-        Non-private randomness only (a random Omega initialisation); never the noise.
-    solver : {"sgd", "adam"}, default "sgd"; lr : float, default 0.05
-        The optimizer applied to the noisy clipped gradient (post-processing) and its
-        step size. Adam (lr 0.01) was measured as DP-GLVQ's default and not adopted
-        (``benchmarks/RESULTS.md``, "Optimizer").
-    metric_lr_scale : float, default 1.0
-        Learning rate of Omega relative to ``lr``. Every coordinate of Omega gets as
-        much noise as a prototype coordinate; a smaller rate keeps the metric's random
-        walk short.
-    normalize_omega : bool (DPGMLVQ: default False)
-        Renormalise Omega to ``trace(Omega^T Omega) = 1`` after every step (free
-        post-processing). DP-GMLVQ keeps Omega at the scale of its identity
-        initialisation instead: the cost is invariant to that scale, so Omega's
-        gradients are ``sqrt(d)`` times smaller than at trace 1 and far fewer are
-        clipped, and the same noise moves the metric relatively less. Chosen, with
-        ``metric_lr_scale=1`` and joint clipping, on development sets that the accuracy
-        benchmark does not use (``benchmarks/studies/dpsgd_tuning.py``).
-    transfer_fn : {"identity", "sigmoid"}; beta : float
-        Transfer of the GLVQ cost (the non-private models' default is the identity).
-        DP-GLVQ and DP-GMLVQ default to ``"sigmoid"`` with ``beta=16``: the cost then
-        concentrates on records near the class borders, and the gradient of a record far
-        from them fades instead of being clipped to ``C`` with the rest, so less of the
-        clipped sum is bias. Chosen on the development sets of
-        ``benchmarks/studies/dpsgd_tuning.py`` (beta 1-64); DP-LGMLVQ keeps the identity (not
-        tuned).
-    average_last : float in [0, 1)
-        Release the mean of the iterates of the last ``average_last`` share of the steps
-        (post-processing; 0 releases the last iterate).
-
-    Fitted attributes (besides those of the non-private model): ``epsilon_`` (what the
-    ledger certifies at ``delta``), ``privacy_`` (ledger summary), ``ledger_``,
-    ``noise_multiplier_``, ``sampling_rate_``, ``expected_batch_size_`` (the public
-    normaliser ``q n~``, ``n~`` the sum of the initialisation's noisy class counts),
-    ``n_iter_`` (steps), ``stopped_by_budget_``. ``prototypes_`` are in the original
-    feature units. Unlike the non-private models there is no ``loss_``/``loss_curve_``:
-    a training loss would be a release about the private data outside the ledger.
-    ``curator_`` (a dict; ``num_clipped``: how many records lay outside ``bounds``) is
-    for the data curator and is not covered by the guarantee: ``del est.curator_``
-    before publishing a fitted estimator.
-"""
-
-
 def _set(obj, **params) -> None:
     for key, value in params.items():
         setattr(obj, key, value)
 
 
 class DPGLVQ(_DPMixin, GLVQ):
-    __doc__ = "Differentially private GLVQ (DP class-mean initialisation + DP-SGD)." + _DOC
+    """Differentially private GLVQ (DP class-mean initialisation + DP-SGD).
+
+    DP class-mean initialisation with ``init_fraction * epsilon`` (discrete Laplace on
+    the class counts and sums), then DP-SGD: Poisson sampling at exactly the rate ``q``,
+    per-sample clipping to ``C``, Gaussian noise (float64, fresh operating-system
+    entropy), ``T = ceil(epochs * int(1 / q))`` steps; ``q`` and ``T`` are public settings
+    that never depend on the private ``n``. The whole run is ``(epsilon, delta)``-DP under
+    add/remove one record, as composed by the ledger.
+
+    Parameters
+    ----------
+    prototypes_per_class : int or mapping class -> int, default 1
+        Prototypes per class; the DP initialisation needs the same count for every class.
+    epsilon : float, default 1.0
+        Total budget of the run (initialisation + DP-SGD), at ``delta``.
+    delta : float, default 1e-5
+        The ``delta`` of the ``(epsilon, delta)`` guarantee.
+    sampling_rate : float, default 0.01
+        Poisson sampling rate ``q`` (expected batch ``q n``); a public setting.
+    max_grad_norm : float, default 0.5
+        Per-sample clipping norm ``C``.
+    epochs : float, default 50
+        ``T = ceil(epochs * int(1 / q))`` DP-SGD steps
+        (:class:`~dp_proto.privacy.dpsgd_plan.DPSGDPlan`).
+    init_fraction : float, default 0.2
+        Share of epsilon spent on the DP class-mean initialisation.
+    calibration : {"ledger", "paper"}, default "ledger"
+        ``"ledger"``: the smallest noise multiplier for which the ledger certifies the
+        whole run at ``(epsilon, delta)``. ``"paper"``: the noise multiplier of
+        Brinkrolf, Göpfert & Hammer (2019); ``epsilon_`` then reports what the ledger
+        certifies for it.
+    bounds : (lower, upper) or None, default None
+        Public bounds of the features (scalars or per-feature arrays), mapped onto
+        ``[-1, 1]``; records outside are clipped. None: the data are in ``[-1, 1]^d``
+        already.
+    classes : array-like or None, default None
+        The public set of class labels (one prototype group per class, in sorted
+        order). A class without records still gets its prototypes from the noisy DP
+        initialisation. None reads the set from ``y`` with a
+        :class:`~dp_proto.exceptions.PrivacyLeakWarning`: the released model then shows
+        which labels the private data contain.
+    clipping : {"joint", "per_parameter"}, default "joint"
+        How the per-sample gradient is clipped to ``C``. The prototypes are the only
+        trainable parameter here, so both modes clip them to ``C``.
+    engine : {"fused", "opacus"}, default "fused"
+        ``"fused"`` runs Opacus' DP-SGD step (Poisson sampling, per-sample clipping,
+        Gaussian noise, division by the expected batch) directly on tensors with the
+        closed-form gradient norms (:mod:`dp_proto.lvq.private.fused`), 3-20x faster;
+        ``"opacus"`` goes through Opacus' ``PrivacyEngine``. Same guarantee either way.
+    grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
+        How Opacus computes per-sample gradients (``engine="opacus"`` only).
+    secure_mode : bool, default False
+        Noise read from ``os.urandom`` directly (initialisation and DP-SGD; batch
+        membership from a generator seeded by it). The Opacus engine needs Opacus'
+        ``torchcsprng`` package for this.
+    noise_seed : int or None, default None
+        None: noise and Poisson sampling from a generator seeded with 64 bits of fresh
+        operating-system entropy. An int reproduces the private fit exactly, for tests
+        and benchmarks: it warns ``PrivacyLeakWarning`` and the ledger's summary says
+        ``"noise": "reproducible"`` (whoever knows the seed can remove the noise).
+    solver : {"sgd", "adam"}, default "sgd"
+        The optimizer applied to the noisy clipped gradient (post-processing). Adam
+        (lr 0.01) was measured as DP-GLVQ's default and not adopted
+        (``benchmarks/RESULTS.md``, "Optimizer").
+    lr : float, default 0.05
+        Step size of ``solver``.
+    average_last : float in [0, 1), default 0.0
+        Release the mean of the iterates of the last ``average_last`` share of the steps
+        (post-processing; 0 releases the last iterate).
+    transfer_fn : {"identity", "sigmoid"}, default "sigmoid"
+        Transfer of the GLVQ cost (the non-private models' default is the identity).
+        With ``"sigmoid"`` the cost concentrates on records near the class borders, and
+        the gradient of a record far from them fades instead of being clipped to ``C``
+        with the rest, so less of the clipped sum is bias. Chosen on the development
+        sets of ``python -m benchmarks.studies.dpsgd_tuning`` (beta 1-64).
+    beta : float, default 16.0
+        Slope of the sigmoid transfer.
+    random_state : int, RandomState or None, default None
+        Non-private randomness only (a random Omega initialisation); never the noise.
+    device : str, default "cpu"
+        Torch device of the training.
+    dtype : {"float32", "float64"}, default "float32"
+        Torch dtype of the training.
+
+    Attributes
+    ----------
+    classes_ : ndarray (c,)
+        The class labels (``classes``, sorted).
+    prototypes_ : ndarray (W, d)
+        Released prototypes, in the original feature units.
+    prototype_labels_ : ndarray (W,)
+        Class label of every prototype.
+    n_features_in_ : int
+        Number of features seen in ``fit``.
+    epsilon_ : float
+        What the ledger certifies at ``delta``.
+    privacy_ : dict
+        The ledger's summary (also stored on ``model_``).
+    ledger_ : PrivacyLedger
+        Every release of the run: the DP initialisation's counts and sums, the DP-SGD steps.
+    noise_multiplier_ : float
+        Noise multiplier ``sigma`` of the DP-SGD steps.
+    sampling_rate_ : float
+        The Poisson sampling rate ``q``.
+    expected_batch_size_ : float
+        The public normaliser ``q n~``, ``n~`` the sum of the initialisation's noisy class
+        counts (never the private ``q n``).
+    n_iter_ : int
+        DP-SGD steps taken.
+    stopped_by_budget_ : bool
+        Whether the ledger's budget stopped training between epochs.
+    scaler_ : PublicBoundsScaler
+        The public map of ``bounds`` onto ``[-1, 1]^d``.
+    model_ : PrototypeModel
+        The trained torch model (in the mapped units).
+    curator_ : dict
+        Curator-only, outside the guarantee (``num_clipped``: records that lay outside
+        ``bounds``): ``del est.curator_`` before publishing a fitted estimator.
+
+    Notes
+    -----
+    Unlike the non-private models there is no ``loss_``: a training loss would be a
+    release about the private data outside the ledger. The noisy gradient sum is divided
+    by the public ``expected_batch_size_``, never by the private ``q n`` that Opacus
+    would use.
+
+    References
+    ----------
+    Brinkrolf, Göpfert & Hammer (2019). Differential privacy for learning vector
+    quantization. *Neurocomputing* 342.
+
+    Abadi et al. (2016). Deep learning with differential privacy. *ACM CCS 2016*.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_digits
+    >>> from dp_proto.lvq.private import DPGLVQ
+    >>> X, y = load_digits(return_X_y=True)
+    >>> model = DPGLVQ(epsilon=1.0, bounds=(0, 16), classes=range(10), sampling_rate=0.1, epochs=2)
+    >>> model.dp_sgd_plan().steps  # public: T = ceil(epochs * int(1 / q))
+    20
+    >>> model.fit(X, y).epsilon_ <= 1.0, model.prototypes_.shape
+    (True, (10, 64))
+    """
 
     def __init__(
         self,
@@ -375,11 +425,177 @@ class DPGLVQ(_DPMixin, GLVQ):
 
 
 class DPGMLVQ(_DPMixin, GMLVQ):
-    __doc__ = (
-        "Differentially private GMLVQ (DP class-mean initialisation, identity Omega, "
-        "DP-SGD on prototypes and Omega with joint clipping, Omega kept at the "
-        "identity's scale)." + _DOC
-    )
+    """Differentially private GMLVQ (DP class-mean initialisation, identity Omega,
+    DP-SGD on prototypes and Omega with joint clipping, Omega kept at the identity's scale).
+
+    DP class-mean initialisation with ``init_fraction * epsilon`` (discrete Laplace on
+    the class counts and sums), then DP-SGD: Poisson sampling at exactly the rate ``q``,
+    per-sample clipping to ``C``, Gaussian noise (float64, fresh operating-system
+    entropy), ``T = ceil(epochs * int(1 / q))`` steps; ``q`` and ``T`` are public settings
+    that never depend on the private ``n``. The whole run is ``(epsilon, delta)``-DP under
+    add/remove one record, as composed by the ledger.
+
+    Parameters
+    ----------
+    prototypes_per_class : int or mapping class -> int, default 1
+        Prototypes per class; the DP initialisation needs the same count for every class.
+    epsilon : float, default 1.0
+        Total budget of the run (initialisation + DP-SGD), at ``delta``.
+    delta : float, default 1e-5
+        The ``delta`` of the ``(epsilon, delta)`` guarantee.
+    sampling_rate : float, default 0.01
+        Poisson sampling rate ``q`` (expected batch ``q n``); a public setting.
+    max_grad_norm : float, default 0.5
+        Per-sample clipping norm ``C``.
+    epochs : float, default 50
+        ``T = ceil(epochs * int(1 / q))`` DP-SGD steps
+        (:class:`~dp_proto.privacy.dpsgd_plan.DPSGDPlan`).
+    init_fraction : float, default 0.2
+        Share of epsilon spent on the DP class-mean initialisation.
+    calibration : {"ledger", "paper"}, default "ledger"
+        ``"ledger"``: the smallest noise multiplier for which the ledger certifies the
+        whole run at ``(epsilon, delta)``. ``"paper"``: the noise multiplier of
+        Brinkrolf, Göpfert & Hammer (2019); ``epsilon_`` then reports what the ledger
+        certifies for it.
+    bounds : (lower, upper) or None, default None
+        Public bounds of the features (scalars or per-feature arrays), mapped onto
+        ``[-1, 1]``; records outside are clipped. None: the data are in ``[-1, 1]^d``
+        already.
+    classes : array-like or None, default None
+        The public set of class labels (one prototype group per class, in sorted
+        order). A class without records still gets its prototypes from the noisy DP
+        initialisation. None reads the set from ``y`` with a
+        :class:`~dp_proto.exceptions.PrivacyLeakWarning`: the released model then shows
+        which labels the private data contain.
+    clipping : {"joint", "per_parameter"}, default "joint"
+        ``"joint"``: the per-sample gradient of prototypes and Omega together is clipped
+        to ``C``, as in Brinkrolf, Göpfert & Hammer (2019). ``"per_parameter"``: the
+        prototypes and Omega are clipped to ``C / sqrt(2)`` each (the joint norm stays
+        at most ``C``: same sensitivity, same noise), so that large per-sample gradients
+        of one part cannot crowd the other out of the clipping budget. It helped DP-GMLVQ
+        while Omega was renormalised to trace 1 (its gradients were then ``sqrt(d)``
+        times larger); with Omega at the identity's scale joint clipping is better on the
+        development sets (``python -m benchmarks.studies.dpsgd_tuning``).
+    engine : {"fused", "opacus"}, default "fused"
+        ``"fused"`` runs Opacus' DP-SGD step (Poisson sampling, per-sample clipping,
+        Gaussian noise, division by the expected batch) directly on tensors with the
+        closed-form gradient norms (:mod:`dp_proto.lvq.private.fused`), 3-20x faster;
+        ``"opacus"`` goes through Opacus' ``PrivacyEngine``. Same guarantee either way.
+    grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
+        How Opacus computes per-sample gradients (``engine="opacus"`` only).
+    secure_mode : bool, default False
+        Noise read from ``os.urandom`` directly (initialisation and DP-SGD; batch
+        membership from a generator seeded by it). The Opacus engine needs Opacus'
+        ``torchcsprng`` package for this.
+    noise_seed : int or None, default None
+        None: noise and Poisson sampling from a generator seeded with 64 bits of fresh
+        operating-system entropy. An int reproduces the private fit exactly, for tests
+        and benchmarks: it warns ``PrivacyLeakWarning`` and the ledger's summary says
+        ``"noise": "reproducible"`` (whoever knows the seed can remove the noise).
+    rank : int or None, default None
+        Rows of ``Omega (r, d)``; None means ``r = d``.
+    omega_init : {"identity", "scaled_identity", "random"}, default "identity"
+        Initial Omega (``"random"`` draws from ``random_state``, not from the noise).
+    normalize_omega : bool, default False
+        Renormalise Omega to ``trace(Omega^T Omega) = 1`` after every step (free
+        post-processing). DP-GMLVQ keeps Omega at the scale of its identity
+        initialisation instead: the cost is invariant to that scale, so Omega's
+        gradients are ``sqrt(d)`` times smaller than at trace 1 and far fewer are
+        clipped, and the same noise moves the metric relatively less. Chosen, with
+        ``metric_lr_scale=1`` and joint clipping, on development sets that the accuracy
+        benchmark does not use (``python -m benchmarks.studies.dpsgd_tuning``).
+    solver : {"sgd", "adam"}, default "sgd"
+        The optimizer applied to the noisy clipped gradient (post-processing). Adam
+        (lr 0.01) was measured as DP-GLVQ's default and not adopted
+        (``benchmarks/RESULTS.md``, "Optimizer").
+    lr : float, default 0.05
+        Step size of ``solver``.
+    metric_lr_scale : float, default 1.0
+        Learning rate of Omega relative to ``lr``. Every coordinate of Omega gets as
+        much noise as a prototype coordinate; a smaller rate keeps the metric's random
+        walk short.
+    average_last : float in [0, 1), default 0.0
+        Release the mean of the iterates of the last ``average_last`` share of the steps
+        (post-processing; 0 releases the last iterate).
+    transfer_fn : {"identity", "sigmoid"}, default "sigmoid"
+        Transfer of the GLVQ cost (the non-private models' default is the identity).
+        With ``"sigmoid"`` the cost concentrates on records near the class borders, and
+        the gradient of a record far from them fades instead of being clipped to ``C``
+        with the rest, so less of the clipped sum is bias. Chosen on the development
+        sets of ``python -m benchmarks.studies.dpsgd_tuning`` (beta 1-64).
+    beta : float, default 16.0
+        Slope of the sigmoid transfer.
+    random_state : int, RandomState or None, default None
+        Non-private randomness only (a random Omega initialisation); never the noise.
+    device : str, default "cpu"
+        Torch device of the training.
+    dtype : {"float32", "float64"}, default "float32"
+        Torch dtype of the training.
+
+    Attributes
+    ----------
+    classes_ : ndarray (c,)
+        The class labels (``classes``, sorted).
+    prototypes_ : ndarray (W, d)
+        Released prototypes, in the original feature units.
+    prototype_labels_ : ndarray (W,)
+        Class label of every prototype.
+    omega_ : ndarray (r, d)
+        Released projection (in the mapped ``[-1, 1]^d`` units).
+    lambda_ : ndarray (d, d)
+        The relevance matrix ``Omega^T Omega``.
+    n_features_in_ : int
+        Number of features seen in ``fit``.
+    epsilon_ : float
+        What the ledger certifies at ``delta``.
+    privacy_ : dict
+        The ledger's summary (also stored on ``model_``).
+    ledger_ : PrivacyLedger
+        Every release of the run: the DP initialisation's counts and sums, the DP-SGD steps.
+    noise_multiplier_ : float
+        Noise multiplier ``sigma`` of the DP-SGD steps.
+    sampling_rate_ : float
+        The Poisson sampling rate ``q``.
+    expected_batch_size_ : float
+        The public normaliser ``q n~``, ``n~`` the sum of the initialisation's noisy class
+        counts (never the private ``q n``).
+    n_iter_ : int
+        DP-SGD steps taken.
+    stopped_by_budget_ : bool
+        Whether the ledger's budget stopped training between epochs.
+    scaler_ : PublicBoundsScaler
+        The public map of ``bounds`` onto ``[-1, 1]^d``.
+    model_ : PrototypeModel
+        The trained torch model (in the mapped units).
+    curator_ : dict
+        Curator-only, outside the guarantee (``num_clipped``: records that lay outside
+        ``bounds``): ``del est.curator_`` before publishing a fitted estimator.
+
+    Notes
+    -----
+    Unlike the non-private models there is no ``loss_``: a training loss would be a
+    release about the private data outside the ledger. The noisy gradient sum is divided
+    by the public ``expected_batch_size_``, never by the private ``q n`` that Opacus
+    would use.
+
+    References
+    ----------
+    Brinkrolf, Göpfert & Hammer (2019). Differential privacy for learning vector
+    quantization. *Neurocomputing* 342.
+
+    Abadi et al. (2016). Deep learning with differential privacy. *ACM CCS 2016*.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_digits
+    >>> from dp_proto.lvq.private import DPGMLVQ
+    >>> X, y = load_digits(return_X_y=True)
+    >>> model = DPGMLVQ(epsilon=1.0, bounds=(0, 16), classes=range(10), sampling_rate=0.1, epochs=2)
+    >>> model.dp_sgd_plan().steps  # public: T = ceil(epochs * int(1 / q))
+    20
+    >>> model.fit(X, y).epsilon_ <= 1.0, model.prototypes_.shape
+    (True, (10, 64))
+    """
 
     def __init__(
         self,
@@ -445,7 +661,164 @@ class DPGMLVQ(_DPMixin, GMLVQ):
 
 
 class DPLGMLVQ(_DPMixin, LGMLVQ):
-    __doc__ = "Differentially private LGMLVQ (DP class-mean initialisation + DP-SGD)." + _DOC
+    """Differentially private localized GMLVQ (DP class-mean initialisation + DP-SGD on
+    the prototypes and one Omega per prototype).
+
+    DP class-mean initialisation with ``init_fraction * epsilon`` (discrete Laplace on
+    the class counts and sums), then DP-SGD: Poisson sampling at exactly the rate ``q``,
+    per-sample clipping to ``C``, Gaussian noise (float64, fresh operating-system
+    entropy), ``T = ceil(epochs * int(1 / q))`` steps; ``q`` and ``T`` are public settings
+    that never depend on the private ``n``. The whole run is ``(epsilon, delta)``-DP under
+    add/remove one record, as composed by the ledger.
+
+    Parameters
+    ----------
+    prototypes_per_class : int or mapping class -> int, default 1
+        Prototypes per class; the DP initialisation needs the same count for every class.
+    epsilon : float, default 1.0
+        Total budget of the run (initialisation + DP-SGD), at ``delta``.
+    delta : float, default 1e-5
+        The ``delta`` of the ``(epsilon, delta)`` guarantee.
+    sampling_rate : float, default 0.01
+        Poisson sampling rate ``q`` (expected batch ``q n``); a public setting.
+    max_grad_norm : float, default 0.5
+        Per-sample clipping norm ``C``.
+    epochs : float, default 50
+        ``T = ceil(epochs * int(1 / q))`` DP-SGD steps
+        (:class:`~dp_proto.privacy.dpsgd_plan.DPSGDPlan`).
+    init_fraction : float, default 0.2
+        Share of epsilon spent on the DP class-mean initialisation.
+    calibration : {"ledger", "paper"}, default "ledger"
+        ``"ledger"``: the smallest noise multiplier for which the ledger certifies the
+        whole run at ``(epsilon, delta)``. ``"paper"``: the noise multiplier of
+        Brinkrolf, Göpfert & Hammer (2019); ``epsilon_`` then reports what the ledger
+        certifies for it.
+    bounds : (lower, upper) or None, default None
+        Public bounds of the features (scalars or per-feature arrays), mapped onto
+        ``[-1, 1]``; records outside are clipped. None: the data are in ``[-1, 1]^d``
+        already.
+    classes : array-like or None, default None
+        The public set of class labels (one prototype group per class, in sorted
+        order). A class without records still gets its prototypes from the noisy DP
+        initialisation. None reads the set from ``y`` with a
+        :class:`~dp_proto.exceptions.PrivacyLeakWarning`: the released model then shows
+        which labels the private data contain.
+    clipping : {"joint", "per_parameter"}, default "joint"
+        ``"joint"``: the per-sample gradient of the prototypes and the local Omegas
+        together is clipped to ``C``. ``"per_parameter"``: each part is clipped to
+        ``C / sqrt(2)`` (same sensitivity, same noise).
+    engine : {"fused", "opacus"}, default "fused"
+        ``"fused"`` runs Opacus' DP-SGD step (Poisson sampling, per-sample clipping,
+        Gaussian noise, division by the expected batch) directly on tensors with the
+        closed-form gradient norms (:mod:`dp_proto.lvq.private.fused`), 3-20x faster;
+        ``"opacus"`` goes through Opacus' ``PrivacyEngine``. Same guarantee either way.
+    grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
+        How Opacus computes per-sample gradients (``engine="opacus"`` only).
+    secure_mode : bool, default False
+        Noise read from ``os.urandom`` directly (initialisation and DP-SGD; batch
+        membership from a generator seeded by it). The Opacus engine needs Opacus'
+        ``torchcsprng`` package for this.
+    noise_seed : int or None, default None
+        None: noise and Poisson sampling from a generator seeded with 64 bits of fresh
+        operating-system entropy. An int reproduces the private fit exactly, for tests
+        and benchmarks: it warns ``PrivacyLeakWarning`` and the ledger's summary says
+        ``"noise": "reproducible"`` (whoever knows the seed can remove the noise).
+    rank : int or None, default None
+        Rows of ``Omega (r, d)``; None means ``r = d``.
+    omega_init : {"identity", "scaled_identity", "random"}, default "identity"
+        Initial Omega (``"random"`` draws from ``random_state``, not from the noise).
+    normalize_omega : bool, default False
+        Rescale every local ``Omega_j`` to ``trace(Lambda_j) = 1`` after every step
+        (post-processing; unlike the global case it changes the classifier).
+    solver : {"sgd", "adam"}, default "sgd"
+        The optimizer applied to the noisy clipped gradient (post-processing). Adam
+        (lr 0.01) was measured as DP-GLVQ's default and not adopted
+        (``benchmarks/RESULTS.md``, "Optimizer").
+    lr : float, default 0.05
+        Step size of ``solver``.
+    metric_lr_scale : float, default 1.0
+        Learning rate of Omega relative to ``lr``. Every coordinate of Omega gets as
+        much noise as a prototype coordinate; a smaller rate keeps the metric's random
+        walk short.
+    average_last : float in [0, 1), default 0.0
+        Release the mean of the iterates of the last ``average_last`` share of the steps
+        (post-processing; 0 releases the last iterate).
+    transfer_fn : {"identity", "sigmoid"}, default "identity"
+        Transfer of the GLVQ cost (not tuned for DP-LGMLVQ, so the identity of the
+        non-private model).
+    beta : float, default 1.0
+        Slope of the sigmoid transfer.
+    random_state : int, RandomState or None, default None
+        Non-private randomness only (a random Omega initialisation); never the noise.
+    device : str, default "cpu"
+        Torch device of the training.
+    dtype : {"float32", "float64"}, default "float32"
+        Torch dtype of the training.
+
+    Attributes
+    ----------
+    classes_ : ndarray (c,)
+        The class labels (``classes``, sorted).
+    prototypes_ : ndarray (W, d)
+        Released prototypes, in the original feature units.
+    prototype_labels_ : ndarray (W,)
+        Class label of every prototype.
+    omega_ : ndarray (W, r, d)
+        Released local projections, one per prototype (mapped units).
+    lambda_ : ndarray (W, d, d)
+        The local relevance matrices.
+    n_features_in_ : int
+        Number of features seen in ``fit``.
+    epsilon_ : float
+        What the ledger certifies at ``delta``.
+    privacy_ : dict
+        The ledger's summary (also stored on ``model_``).
+    ledger_ : PrivacyLedger
+        Every release of the run: the DP initialisation's counts and sums, the DP-SGD steps.
+    noise_multiplier_ : float
+        Noise multiplier ``sigma`` of the DP-SGD steps.
+    sampling_rate_ : float
+        The Poisson sampling rate ``q``.
+    expected_batch_size_ : float
+        The public normaliser ``q n~``, ``n~`` the sum of the initialisation's noisy class
+        counts (never the private ``q n``).
+    n_iter_ : int
+        DP-SGD steps taken.
+    stopped_by_budget_ : bool
+        Whether the ledger's budget stopped training between epochs.
+    scaler_ : PublicBoundsScaler
+        The public map of ``bounds`` onto ``[-1, 1]^d``.
+    model_ : PrototypeModel
+        The trained torch model (in the mapped units).
+    curator_ : dict
+        Curator-only, outside the guarantee (``num_clipped``: records that lay outside
+        ``bounds``): ``del est.curator_`` before publishing a fitted estimator.
+
+    Notes
+    -----
+    Unlike the non-private models there is no ``loss_``: a training loss would be a
+    release about the private data outside the ledger. The noisy gradient sum is divided
+    by the public ``expected_batch_size_``, never by the private ``q n`` that Opacus
+    would use.
+
+    References
+    ----------
+    Brinkrolf, Göpfert & Hammer (2019). Differential privacy for learning vector
+    quantization. *Neurocomputing* 342.
+
+    Brinkrolf (2023). *Learning Vector Quantization for the Real-World: Privacy,
+    Robustness, and Sparsity*. Dissertation, Bielefeld University.
+
+    Abadi et al. (2016). Deep learning with differential privacy. *ACM CCS 2016*.
+
+    Examples
+    --------
+    >>> from dp_proto.lvq.private import DPLGMLVQ
+    >>> model = DPLGMLVQ(epsilon=1.0, bounds=(0, 16), classes=range(10), sampling_rate=0.1, epochs=2)
+    >>> plan = model.dp_sgd_plan()  # the public recipe, before any data are seen
+    >>> plan.steps, plan.init_epsilon
+    (20, 0.2)
+    """
 
     def __init__(
         self,

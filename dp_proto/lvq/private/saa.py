@@ -493,7 +493,8 @@ def subsample_and_aggregate(
         ``m`` (public). Each bin holds about ``n / m`` records; bins may end up empty
         or without some class: their prototypes then start (and, without data, stay)
         at the box centre 0 / their class means, which is harmless for the guarantee.
-    prototypes_per_class : int or sequence of int (one count per class)
+    prototypes_per_class : int or sequence of int, default 1
+        One count for every class, or one count per class.
     reference : Tensor (W, d), optional
         Public reference for matching when some class has several prototypes (required then).
     radius : float, optional
@@ -502,6 +503,8 @@ def subsample_and_aggregate(
     project_release : bool, default True
         Project the noisy prototypes into the domain (post-processing).
 
+    Notes
+    -----
     The noise std on the released mean is ``sigma(epsilon, delta, Delta) / m`` with
     ``Delta`` from :func:`saa_sensitivity` and ``sigma`` from
     :func:`~dp_proto.privacy.mechanisms.plan_gaussian` (discrete Gaussian on a public

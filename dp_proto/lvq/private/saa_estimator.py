@@ -48,8 +48,11 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
     num_bins : int, default 50
         ``m`` (public). More bins: less noise on the mean (``1/m``), fewer records per bin.
     aggregation : {"mean", "centre_of_attention"}, default "mean"
-    epsilon : float, default 1.0; delta : float, default 1e-5
+        Subsample-and-aggregate, or the centre of attention.
+    epsilon : float, default 1.0
         Budget of the single release.
+    delta : float, default 1e-5
+        The ``delta`` of the ``(epsilon, delta)`` guarantee.
     bounds : (lower, upper) or None
         Public bounds of the features, mapped onto ``[-1, 1]`` (records outside are
         clipped and counted); ``None``: the data are in ``[-1, 1]^d`` already.
@@ -63,7 +66,12 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
     reference : array (W, d) or None
         Public prototypes, in feature units and in the order of the classes, to which
         each bin's prototypes of a class are matched (several prototypes per class).
-    epochs, lr, batch_size : GLVQ on every bin (Adam).
+    epochs : int, default 30
+        Epochs of GLVQ (Adam) on every bin.
+    lr : float, default 0.01
+        Adam's learning rate on every bin.
+    batch_size : int, default 64
+        Minibatch size on every bin.
     secure_mode : bool, default False
         Bin labels, shuffles and noise from ``os.urandom`` directly.
     noise_seed : int or None, default None
@@ -74,13 +82,51 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
     random_state : ignored
         Kept for scikit-learn compatibility: every random choice of this estimator
         touches the release, so none of it may come from a public seed.
+    device : str, default "cpu"
+        Torch device of the bins' training.
+    dtype : {"float64", "float32"}, default "float64"
+        Torch dtype of the bins' training.
 
-    Fitted attributes: ``prototypes_`` (feature units), ``prototype_labels_``,
-    ``classes_``, ``epsilon_`` (what the ledger certifies at ``delta``), ``privacy_``,
-    ``ledger_``, ``noise_std_`` (``aggregation="mean"`` only: the noise std per coordinate
-    of the mean, in the mapped units; public). ``curator_`` (a dict: how many records
-    were clipped into the domain, how many bins stayed empty) is curator-only, outside
-    the guarantee: ``del est.curator_`` before publishing a fitted estimator.
+    Attributes
+    ----------
+    classes_ : ndarray (c,)
+        The class labels (``classes``, sorted).
+    prototypes_ : ndarray (W, d)
+        Released prototypes, in the original feature units.
+    prototype_labels_ : ndarray (W,)
+        Class label of every prototype.
+    epsilon_ : float
+        What the ledger certifies at ``delta``.
+    privacy_ : dict
+        The ledger's summary.
+    ledger_ : PrivacyLedger
+        The run's one release.
+    noise_std_ : float
+        ``aggregation="mean"`` only: the noise std per coordinate of the mean, in the
+        mapped units (public).
+    model_ : PrototypeModel
+        The released model (in the mapped units).
+    curator_ : dict
+        Curator-only, outside the guarantee (how many records were clipped into the
+        domain, how many bins stayed empty): ``del est.curator_`` before publishing a
+        fitted estimator.
+
+    References
+    ----------
+    Brinkrolf, Göpfert & Hammer (2019). Differential privacy for learning vector
+    quantization. *Neurocomputing* 342.
+
+    Nissim, Raskhodnikova & Smith (2007). Smooth sensitivity and sampling in private
+    data analysis. *STOC 2007*.
+
+    Examples
+    --------
+    >>> from dp_proto.data import three_gaussians
+    >>> from dp_proto.lvq.private import SubsampleAggregateGLVQ
+    >>> X, y = three_gaussians(n_per_class=300, random_state=0)
+    >>> est = SubsampleAggregateGLVQ(num_bins=10, epsilon=1.0, bounds=(-10, 10), classes=[0, 1, 2], epochs=5)
+    >>> est.fit(X, y).prototypes_.shape, est.epsilon_ <= 1.0
+    ((3, 2), True)
     """
 
     def __init__(
