@@ -1,9 +1,9 @@
 """Old import paths kept for one release after the issue-21 restructure.
 
-A moved module leaves a two-line shim at its old path that calls :func:`alias_module`;
+A moved module leaves a two-line shim at its old path that calls ``alias_module``;
 a package that lost names defines ``__getattr__ = moved_names(__name__, {...})``. Both
 import the new location lazily (by name, so the package layering stays one-way) and warn
-with :class:`DeprecationWarning`.
+with ``DeprecationWarning``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def moved_names(package: str, new_homes: Mapping[str, str]) -> Callable[[str], A
 def renamed_argument(owner: str, new: str, new_value: Any, old: str, old_value: Any, *, required: bool = False) -> Any:
     """The value of argument ``new``, taking the deprecated ``old`` name for one release.
 
-    ``old`` given: warns with :class:`DeprecationWarning` and returns its value (``TypeError``
+    ``old`` given: warns with ``DeprecationWarning`` and returns its value (``TypeError``
     when both are given). ``required``: ``TypeError`` when neither is."""
     if old_value is not None:
         if new_value is not None:
@@ -62,7 +62,7 @@ def renamed_argument(owner: str, new: str, new_value: Any, old: str, old_value: 
 
 def renamed_keyword(old: str, new: str) -> Callable:
     """Decorator: the function's keyword ``new`` also answers to its old name ``old`` for
-    one release (a :class:`DeprecationWarning`; ``TypeError`` when both are given)."""
+    one release (a ``DeprecationWarning``; ``TypeError`` when both are given)."""
 
     def decorate(function: Callable) -> Callable:
         @functools.wraps(function)

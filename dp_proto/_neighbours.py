@@ -2,7 +2,7 @@
 distances and brute-force k-nearest-neighbour classification in torch.
 
 Sachweh, Boiar and Liebig compare (private) LLP with a centralised, fully supervised
-kNN (``k = 16``) that sees every label. :func:`knn_predict` is that reference:
+kNN (``k = 16``) that sees every label. ``knn_predict`` is that reference:
 squared Euclidean distances of a chunk of test points to all training points
 (one matrix product, as ``torch.cdist``'s matrix-product mode but without the
 square root, which does not change the order), the ``k`` smallest by
@@ -12,7 +12,7 @@ square root, which does not change the order), the ``k`` smallest by
 Ties are resolved deterministically, so CPU and CUDA give the same answer:
 
 * equal distances at the ``k``-th place go to the lower training index (as
-  :func:`~dp_proto.data.geometry.nearest_neighbours`); integer-valued features such
+  ``nearest_neighbours``); integer-valued features such
   as traffic counts have many exactly equal distances, computed exactly in float64;
 * classes with the same number of votes go to the class of the nearest of their
   neighbours (scikit-learn's ``KNeighborsClassifier`` takes the smallest label instead;

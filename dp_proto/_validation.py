@@ -31,7 +31,7 @@ def format_indices(indices: np.ndarray, limit: int = 10) -> str:
 
 
 def check_finite_rows(X: np.ndarray, name: str = "X") -> None:
-    """Raise :class:`DataValidationError` naming the rows of ``X (n, ...)`` that hold NaN or inf."""
+    """Raise ``DataValidationError`` naming the rows of ``X (n, ...)`` that hold NaN or inf."""
     bad = ~np.isfinite(X.reshape(X.shape[0], -1)).all(axis=1) if X.size else np.zeros(0, bool)
     if bad.any():
         rows = np.flatnonzero(bad)
@@ -47,7 +47,7 @@ def check_finite_rows(X: np.ndarray, name: str = "X") -> None:
 
 
 def check_labels_known(y: np.ndarray, classes: np.ndarray) -> None:
-    """Raise :class:`DataValidationError` if ``y`` holds labels not in ``classes``."""
+    """Raise ``DataValidationError`` if ``y`` holds labels not in ``classes``."""
     unseen = np.setdiff1d(np.unique(y), classes)
     if unseen.size:
         raise DataValidationError(

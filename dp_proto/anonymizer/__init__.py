@@ -1,14 +1,14 @@
 """The three-branch adversarial anonymizer (Feutry, Piantanida, Bengio, Duhamel 2018).
 
-:class:`Anonymizer`            encoder + regular-label branch + private-label branch
-:mod:`.losses`                 cross-entropies, the random-guessing term, the encoder objective,
+``Anonymizer``            encoder + regular-label branch + private-label branch
+``.losses``                 cross-entropies, the random-guessing term, the encoder objective,
                                the misclassification lower bound
-:mod:`.training`               the procedure: phases, toggle or simultaneous schedule, the task of
+``.training``               the procedure: phases, toggle or simultaneous schedule, the task of
                                each step and its loss (batch, or per record for DP-SGD)
-:mod:`.evaluation`             fresh attackers on frozen representations, restart scores,
+``.evaluation``             fresh attackers on frozen representations, restart scores,
                                the held-out evaluation
-Run by :mod:`dp_proto.lightning.anonymizer` (``fit_anonymizer``) and
-:mod:`dp_proto.lightning.dp_anonymizer` (``fit_dp_anonymizer``, DP-SGD through Opacus).
+Run by ``dp_proto.lightning.anonymizer`` (``fit_anonymizer``) and
+``dp_proto.lightning.dp_anonymizer`` (``fit_dp_anonymizer``, DP-SGD through Opacus).
 """
 
 from dp_proto.anonymizer.losses import (

@@ -123,7 +123,7 @@ def fresh_attacker_accuracy(
 
 def fresh_probes(anonymizer, x: Tensor, regular: Tensor, private: Tensor, *, folds: int = 2, seed: int = 0):
     """The frozen representation ``z (n, r)`` of ``x`` by ``anonymizer.encoder`` and the
-    cross-fitted fresh probes on it (:func:`fresh_attacker_accuracy`): ``(z, regular
+    cross-fitted fresh probes on it (``fresh_attacker_accuracy``): ``(z, regular
     report, private report)``; the same probes for both labels."""
     z = encode(anonymizer.encoder, x)
     return (

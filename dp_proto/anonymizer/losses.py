@@ -12,7 +12,7 @@ the private branch's predicted distribution:
   branch is driven to the loss of random guessing, not beyond it (minus a cross-entropy
   has no lower bound; the absolute value removes the incentive to overshoot).
 
-:func:`misclassification_lower_bound` is eq. (13)-(14) of Feutry et al. (2018): Fano's inequality
+``misclassification_lower_bound`` is eq. (13)-(14) of Feutry et al. (2018): Fano's inequality
 ``H(S | Z) <= h(P_e) + P_e log(M - 1)``, solved for ``P_e``, with the conditional entropy
 estimated by the private cross-entropy (eq. 11).
 """
@@ -99,7 +99,7 @@ def per_record_objective(
 ) -> Tensor:
     """Mean over records of ``CE_regular_i + lam |CE_private_i - CE_random_i|``: the
     encoder objective of DP training, a sum over records (the batch-level absolute value
-    of :func:`anonymizer_objective` is not, so its per-record gradient is undefined)."""
+    of ``anonymizer_objective`` is not, so its per-record gradient is undefined)."""
     ce_regular = F.cross_entropy(regular_logits, y, reduction="none")
     log_q = F.log_softmax(private_logits, dim=-1)
     ce_private = -log_q.gather(1, s[:, None]).squeeze(1)

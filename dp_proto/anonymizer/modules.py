@@ -1,9 +1,9 @@
 """The three-branch anonymizer of Feutry, Piantanida, Bengio and Duhamel (2018).
 
 An encoder maps a record to the released representation ``z``; a regular-label branch
-and a private-label branch classify ``z``. Training (:mod:`dp_proto.lightning.anonymizer`)
+and a private-label branch classify ``z``. Training (``dp_proto.lightning.anonymizer``)
 keeps the regular label predictable and drives the private branch to the cross-entropy
-of random guessing (:mod:`dp_proto.anonymizer.losses`).
+of random guessing (``dp_proto.anonymizer.losses``).
 """
 
 from __future__ import annotations

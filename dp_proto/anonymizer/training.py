@@ -14,11 +14,11 @@ Feutry et al. (2018, Sec. III) train in three phases:
      and the encoder on the objective at once.
 
 Every step is one *task*: which parameters it trains on which loss
-(:data:`TASK_PARTS`). :class:`AnonymizerSchedule` says which task a step is;
-:func:`task_logits` runs the forward pass with a graph through the trained parts only;
-:func:`task_loss` (batch objective) and :func:`dp_task_loss` (mean of per-record losses,
-for DP-SGD) give its loss. The Lightning modules of :mod:`dp_proto.lightning.anonymizer`
-and :mod:`dp_proto.lightning.dp_anonymizer` drive these with their optimizers.
+(``TASK_PARTS``). ``AnonymizerSchedule`` says which task a step is;
+``task_logits`` runs the forward pass with a graph through the trained parts only;
+``task_loss`` (batch objective) and ``dp_task_loss`` (mean of per-record losses,
+for DP-SGD) give its loss. The Lightning modules of ``dp_proto.lightning.anonymizer``
+and ``dp_proto.lightning.dp_anonymizer`` drive these with their optimizers.
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def anonymizer_losses(
 
 def task_loss(task: str, losses: dict[str, Tensor], lam: float) -> Tensor:
     """The loss ``task`` minimises over its parts (non-private training; for
-    ``simultaneous`` the branches' loss, the encoder's being :func:`anonymizer_objective`)."""
+    ``simultaneous`` the branches' loss, the encoder's being ``anonymizer_objective``)."""
     if task == "regular":
         return losses["ce_regular"]
     if task == "private":
@@ -182,7 +182,7 @@ def dp_task_loss(
 ) -> Tensor:
     """The mean of per-record losses of ``task`` on the batch ``x``, as DP-SGD needs them
     (its per-sample gradients are those of each record's own loss): the encoder's
-    objective is taken per record (:func:`~dp_proto.anonymizer.losses.per_record_objective`).
+    objective is taken per record (``per_record_objective``).
     Only the outputs the loss needs are computed."""
     a = anonymizer
     if task == "regular":
@@ -240,7 +240,7 @@ def training_labels(x: Tensor, regular, private) -> tuple[Tensor, Tensor]:
 
 
 def default_anonymizer(x: Tensor, num_regular: int, num_private: int) -> Anonymizer:
-    """:meth:`Anonymizer.cnn` for images ``(n, C, H, W)``, else :meth:`Anonymizer.mlp`."""
+    """``Anonymizer.cnn`` for images ``(n, C, H, W)``, else ``Anonymizer.mlp``."""
     if x.dim() == 4:
         return Anonymizer.cnn(tuple(x.shape[1:]), num_regular, num_private)
     return Anonymizer.mlp(int(x[0].numel()), num_regular, num_private)

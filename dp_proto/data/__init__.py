@@ -1,15 +1,15 @@
 """Data sets by kind: scikit-learn's bundled sets, loaders of files in a data directory
-(:mod:`.loaders`), sensor-network windows and geometry, synthetic data (:mod:`.synthetic`).
+(``.loaders``), sensor-network windows and geometry, synthetic data (``.synthetic``).
 
 Nothing here downloads implicitly; the ``download_*`` functions must be called
 explicitly and are the only ones that use the network.
 
-Bundled (:mod:`dp_proto.data.bundled`)
+Bundled (``dp_proto.data.bundled``)
 --------------------------------------
 ``load_bundled(name)``
     "digits", "iris", "wine", "breast_cancer" -> ``(X float64, y int64)``.
 
-Files in a data directory (:mod:`dp_proto.data.loaders`: ``common``, ``mnist``, ``uci``)
+Files in a data directory (``dp_proto.data.loaders``: ``common``, ``mnist``, ``uci``)
 ------------------------------------------------------------------------------------
 ``default_data_dir()``
     ``Path($DP_PROTO_DATA_DIR)`` or ``None``.
@@ -23,14 +23,14 @@ Files in a data directory (:mod:`dp_proto.data.loaders`: ``common``, ``mnist``, 
     ``(X, y)`` from ``data_dir/uci/<name>.tsv.gz`` (names in ``UCI_DATASETS``;
     "vowel" drops its train/test flag, speaker and sex columns).
 
-Downloads (:mod:`dp_proto.data.download`)
+Downloads (``dp_proto.data.download``)
 -----------------------------------------
 ``download_mnist(data_dir, base_url=DEFAULT_MNIST_MIRROR, force=False, opener=None, ...)``
     The four MNIST files into ``data_dir/mnist/``, md5-checked, atomic.
 ``download_uci(name, data_dir, url, opener=None, ...)``
     A TSV table from ``url`` into ``data_dir/uci/<name>.tsv.gz``.
 
-Two-label images for anonymization (:mod:`dp_proto.data.loaders.images`)
+Two-label images for anonymization (``dp_proto.data.loaders.images``)
 --------------------------------------------------------------------------
 ``load_image_folder(directory, pattern, size=None, grayscale=True, crop=None)``
     Images whose file names match ``pattern`` (groups ``regular``, ``private``)
@@ -41,10 +41,10 @@ Two-label images for anonymization (:mod:`dp_proto.data.loaders.images`)
     Yale faces from ``data_dir/faces/yale/``: private = subject, regular = condition;
     ``crop=YALE_FACE_CROP, size=YALE_FACE_SIZE`` centres each face (``FaceCrop``).
 ``make_entangled_task(n, num_regular=4, num_private=8, entanglement=0.5, ...)``
-    (:mod:`dp_proto.data.synthetic.entangled`) Synthetic features with a known label dependence -> ``EntangledTask``.
+    (``dp_proto.data.synthetic.entangled``) Synthetic features with a known label dependence -> ``EntangledTask``.
 
-Traffic counts for learning from label proportions (:mod:`dp_proto.data.loaders.scats`,
-:mod:`dp_proto.data.sensors`, :mod:`dp_proto.data.geometry`)
+Traffic counts for learning from label proportions (``dp_proto.data.loaders.scats``,
+``dp_proto.data.sensors``, ``dp_proto.data.geometry``)
 ----------------------------------------------------------------------------------------
 ``load_scats_counts(data_dir=None, min_days=14)``
     SCATS loop-detector counts -> ``TrafficNetwork`` (one 15-minute series per detector,
@@ -53,9 +53,9 @@ Traffic counts for learning from label proportions (:mod:`dp_proto.data.loaders.
     Sliding windows per detector -> ``NodeData`` (features, flow-class labels, time).
 ``discretize_flow``, ``nearest_neighbours``, ``haversine_distances``, ``time_block_folds``
     Flow classes (``FLOW_BIN_EDGES``), geographic neighbours, time-aligned folds (the batch
-    grid of the LLP protocol is :class:`dp_proto.llp.BatchGrid`).
+    grid of the LLP protocol is ``dp_proto.llp.BatchGrid``).
 
-Synthetic (:mod:`dp_proto.data.synthetic.toy`), all ``-> (X float64, y int64)``
+Synthetic (``dp_proto.data.synthetic.toy``), all ``-> (X float64, y int64)``
 ------------------------------------------------------------------------------
 ``two_gaussians_with_outlier(setting="extreme", n_per_class=50, random_state=None)``
 ``noisy_xor(n_per_cluster=300, extra_bottom_left=0, std=1.0, random_state=None)``
@@ -64,7 +64,7 @@ Synthetic (:mod:`dp_proto.data.synthetic.toy`), all ``-> (X float64, y int64)``
 ``three_moons(n_samples=400, noise=0.1, random_state=None)``
 ``five_gaussians(n_per_class=1500, random_state=None, *, n_samples=None)``
 
-Class merging (:mod:`dp_proto.data.loaders.uci`) and subsampling (:mod:`dp_proto.data.sampling`)
+Class merging (``dp_proto.data.loaders.uci``) and subsampling (``dp_proto.data.sampling``)
 ---------------------------------------------------------------------------------------------
 ``merge_classes(y, mapping)``
     Relabel through a mapping -> int64 labels.
@@ -152,7 +152,7 @@ from dp_proto.data.synthetic.toy import (
     two_gaussians_with_outlier,
 )
 
-#: ``time_batches`` is the LLP protocol's batch grid now (:mod:`dp_proto.llp.grid`).
+#: ``time_batches`` is the LLP protocol's batch grid now (``dp_proto.llp.grid``).
 __getattr__ = moved_names(__name__, {"time_batches": "dp_proto.llp.grid"})
 
 __all__ = [

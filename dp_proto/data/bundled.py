@@ -22,7 +22,7 @@ def _loaders() -> dict[str, Callable[..., Any]]:
     }
 
 
-#: Names accepted by :func:`load_bundled`.
+#: Names accepted by ``load_bundled``.
 BUNDLED_NAMES: tuple[str, ...] = ("digits", "iris", "wine", "breast_cancer")
 
 
@@ -46,7 +46,7 @@ def load_bundled(name: str) -> tuple[np.ndarray, np.ndarray]:
     Raises
     ------
     ValueError
-        If ``name`` is not one of :data:`BUNDLED_NAMES`.
+        If ``name`` is not one of ``BUNDLED_NAMES``.
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")

@@ -1,7 +1,7 @@
 """Download benchmark files into a data directory (for users with internet).
 
 Nothing in dp_proto downloads implicitly: call these functions yourself, then
-read the files with :func:`dp_proto.data.load_mnist` / :func:`dp_proto.data.load_uci`.
+read the files with ``dp_proto.data.load_mnist`` / ``dp_proto.data.load_uci``.
 Every file is first written to a temporary file in the target folder and only
 renamed into place once complete and verified, so an interrupted or failed
 download never leaves a partial file under the final name.
@@ -170,7 +170,7 @@ def download_mnist(
     ----------
     data_dir : str or os.PathLike
         The data directory (created if needed); files go to ``data_dir/mnist``.
-    base_url : str, default :data:`DEFAULT_MNIST_MIRROR`
+    base_url : str, default ``DEFAULT_MNIST_MIRROR``
         URL of the folder holding the files (``file://`` URLs work too); the
         file name is appended after a ``/``.
     force : bool, default False
@@ -181,7 +181,7 @@ def download_mnist(
         ``urllib.request.urlopen`` with a 60 s timeout. Useful for proxies,
         authentication or tests.
     checksums : mapping of file name to md5 hex digest, or None
-        Expected checksums, default the canonical :data:`MNIST_MD5`; files not
+        Expected checksums, default the canonical ``MNIST_MD5``; files not
         in the mapping, or all files if ``None``, are not checked.
     progress : bool, default True
         Show a tqdm progress bar when the server reports the size.
@@ -241,7 +241,7 @@ def download_uci(
 ) -> Path:
     """Download a tab-separated data set to ``data_dir/uci/<name>.tsv.gz``.
 
-    The file at ``url`` must already be in the format :func:`dp_proto.data.read_tsv`
+    The file at ``url`` must already be in the format ``dp_proto.data.read_tsv``
     reads (tab-separated, header row, label column ``target``), gzipped or
     not: plain text is gzip-compressed on the fly. The result is checked by
     parsing it before it is moved into place; it can then be loaded with

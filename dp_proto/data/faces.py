@@ -1,4 +1,4 @@
-"""Deprecated: split by kind into :mod:`dp_proto.data.loaders.images` and :mod:`dp_proto.data.synthetic.entangled` (this path is removed in the next release)."""
+"""Deprecated: split by kind into ``dp_proto.data.loaders.images`` and ``dp_proto.data.synthetic.entangled`` (this path is removed in the next release)."""
 
 from dp_proto._deprecation import moved_names
 

@@ -1,4 +1,4 @@
-"""Deprecated: split by kind into the loaders of :mod:`dp_proto.data.loaders` (``common``, ``mnist``, ``uci``) (this path is removed in the next release)."""
+"""Deprecated: split by kind into the loaders of ``dp_proto.data.loaders`` (``common``, ``mnist``, ``uci``) (this path is removed in the next release)."""
 
 from dp_proto._deprecation import moved_names
 

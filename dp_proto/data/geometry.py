@@ -13,7 +13,7 @@ from dp_proto.exceptions import DataValidationError
 __all__ = ["EARTH_RADIUS_KM", "haversine_distances", "nearest_neighbours"]
 
 
-#: Mean Earth radius used by :func:`haversine_distances`, in km.
+#: Mean Earth radius used by ``haversine_distances``, in km.
 EARTH_RADIUS_KM = 6371.0088
 
 
@@ -44,7 +44,7 @@ def haversine_distances(coordinates: np.ndarray | Sequence[Sequence[float]]) -> 
     Returns
     -------
     ndarray of shape (N, N), dtype float64
-        Distances in km on a sphere of radius :data:`EARTH_RADIUS_KM`; symmetric,
+        Distances in km on a sphere of radius ``EARTH_RADIUS_KM``; symmetric,
         zero diagonal.
     """
     c = np.radians(_check_coordinates(coordinates))

@@ -4,15 +4,15 @@ The setting of Sachweh, Boiar and Liebig (2021): every traffic detector is a nod
 keeps its own measurements; a node's samples are sliding windows of the last ``w = 5``
 15-minute counts and the label is the count at horizon ``r = 1`` discretised into flow
 ranges; nodes exchange (noisy) label proportions of time batches with their ``c``
-nearest neighbours (:mod:`dp_proto.data.geometry`). The counts come from
-:func:`dp_proto.data.loaders.scats.load_scats_counts`.
+nearest neighbours (``dp_proto.data.geometry``). The counts come from
+``dp_proto.data.loaders.scats.load_scats_counts``.
 
 ``discretize_flow(counts, bin_edges=FLOW_BIN_EDGES)``
     Counts -> class indices: ``[0, 5) [5, 30) [30, 60) [60, 150) [150, 260) [260, inf)``.
 ``sliding_windows(series, time=None, window=5, horizon=1)``
     ``(X (m, w), y_counts (m,), t (m,))``, windows touching a missing value dropped.
 ``node_datasets(network, window=5, horizon=1, bin_edges=FLOW_BIN_EDGES)``
-    One :class:`NodeData` (features, labels, time, counts) per detector.
+    One ``NodeData`` (features, labels, time, counts) per detector.
 ``time_block_folds(time_index, n_folds=10, time_range=None, gap=0)``
     Cross-validation over contiguous blocks of the global time range.
 
@@ -50,7 +50,7 @@ __all__ = [
 FLOW_BIN_EDGES: tuple[float, ...] = (0, 5, 30, 60, 150, 260)
 
 
-#: Human-readable ranges of the classes of :data:`FLOW_BIN_EDGES`.
+#: Human-readable ranges of the classes of ``FLOW_BIN_EDGES``.
 FLOW_CLASS_NAMES: tuple[str, ...] = (
     "[0, 5)",
     "[5, 30)",
@@ -72,7 +72,7 @@ class NodeData:
     features : ndarray of shape (m, w), dtype float64
         The ``w`` counts before the target, oldest first.
     labels : ndarray of shape (m,), dtype int64
-        Flow class of the target count (see :func:`discretize_flow`).
+        Flow class of the target count (see ``discretize_flow``).
     time : ndarray of shape (m,), dtype int64
         Global slot index of the target count (``day * 96 + slot``), increasing.
     counts : ndarray of shape (m,), dtype float64
@@ -80,7 +80,7 @@ class NodeData:
     num_classes : int
         The public label set ``0 .. num_classes - 1``: the flow classes of the bin
         edges the labels were made with (``len(bin_edges)``; 6 for
-        :data:`FLOW_BIN_EDGES`), whether or not every class occurs.
+        ``FLOW_BIN_EDGES``), whether or not every class occurs.
     """
 
     detector: DetectorId
@@ -110,7 +110,7 @@ def discretize_flow(counts: np.ndarray | Sequence[float], bin_edges: Sequence[fl
 
     Class ``k`` is the half-open range ``[bin_edges[k], bin_edges[k + 1])``
     and the last class is ``[bin_edges[-1], inf)``. With the default
-    :data:`FLOW_BIN_EDGES` the classes are ``0: [0, 5)``, ``1: [5, 30)``,
+    ``FLOW_BIN_EDGES`` the classes are ``0: [0, 5)``, ``1: [5, 30)``,
     ``2: [30, 60)``, ``3: [60, 150)``, ``4: [150, 260)``, ``5: [260, inf)``;
     so a count of exactly 5 is class 1 and exactly 260 is class 5.
 
@@ -130,7 +130,7 @@ def discretize_flow(counts: np.ndarray | Sequence[float], bin_edges: Sequence[fl
     ------
     DataValidationError
         If a count is NaN/inf or below the first edge (e.g. a negative count:
-        missing values must be removed first, :func:`sliding_windows` does so).
+        missing values must be removed first, ``sliding_windows`` does so).
     ValueError
         If ``bin_edges`` is not finite and strictly increasing.
     """
@@ -241,19 +241,19 @@ def node_datasets(
     Parameters
     ----------
     network : TrafficNetwork
-        From :func:`load_scats_counts`.
+        From ``load_scats_counts``.
     window : int, default 5
         Counts per window (``w = 5`` in Sachweh et al. 2021).
     horizon : int, default 1
         Steps ahead of the target (``r = 1`` in Sachweh et al. 2021: the next 15 minutes).
     bin_edges : sequence of float, default FLOW_BIN_EDGES
-        Flow classes, see :func:`discretize_flow`.
+        Flow classes, see ``discretize_flow``.
 
     Returns
     -------
     list of NodeData
         In the order of ``network.detectors``. Windows touching a missing
-        value are dropped (see :func:`sliding_windows`); ``time`` is the
+        value are dropped (see ``sliding_windows``); ``time`` is the
         global slot of the target, so equal values across nodes mean the
         same 15 minutes.
     """
@@ -295,7 +295,7 @@ def time_block_folds(
     Parameters
     ----------
     time_index : array-like of shape (m,) of int
-        Time of each sample (e.g. :attr:`NodeData.time`); need not be sorted.
+        Time of each sample (e.g. ``NodeData.time``); need not be sorted.
     n_folds : int, default 10
         Number of blocks (Sachweh et al. 2021 use 10-fold cross-validation), >= 2.
     time_range : (int, int), optional

@@ -1,4 +1,4 @@
-"""Deprecated: split by kind into :mod:`dp_proto.data.loaders.scats` (the CSV), :mod:`dp_proto.data.sensors` (windows, flow classes, folds) and :mod:`dp_proto.data.geometry` (neighbours) (this path is removed in the next release)."""
+"""Deprecated: split by kind into ``dp_proto.data.loaders.scats`` (the CSV), ``dp_proto.data.sensors`` (windows, flow classes, folds) and ``dp_proto.data.geometry`` (neighbours) (this path is removed in the next release)."""
 
 from dp_proto._deprecation import moved_names
 

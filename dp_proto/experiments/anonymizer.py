@@ -12,14 +12,14 @@ Sections and defaults (unknown keys are rejected)::
                encoder_lr: 0.001, optimizer: nesterov, restarts: 1, accelerator: cpu, progress_bar: true}
     logging:  {log_dir: runs, name: null}
 
-``data.source``: ``synthetic`` (:func:`~dp_proto.data.make_entangled_task`), ``yale``
+``data.source``: ``synthetic`` (``make_entangled_task``), ``yale``
 (``data_dir``), ``folder`` (``path`` and a regex ``pattern`` with groups ``regular`` and
 ``private``) or ``csv`` (``path`` to a CSV with columns ``path``, ``regular``, ``private``).
 A stratified ``holdout`` share of the records is never trained on: it is the validation
 set logged to TensorBoard and the data of the fresh attackers after training.
 ``training.restarts`` > 1 trains that many anonymizers from the seeds ``seed, seed + 1, ...``
 and keeps the best on the training records
-(:func:`~dp_proto.lightning.anonymizer.fit_anonymizer`).
+(``fit_anonymizer``).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ ANONYMIZER_DEFAULTS: dict[str, Any] = {
 
 
 def load_anonymizer_config(path: str | Path | None = None, overrides: list[str] | None = None) -> dict:
-    """:data:`ANONYMIZER_DEFAULTS`, updated by a YAML file and by ``key.subkey=value`` overrides."""
+    """``ANONYMIZER_DEFAULTS``, updated by a YAML file and by ``key.subkey=value`` overrides."""
     return read_config(ANONYMIZER_DEFAULTS, path, overrides)
 
 

@@ -3,7 +3,7 @@ private run puts them on a public scale.
 
 ``data.source`` is ``bundled`` (scikit-learn sets), ``uci`` or ``mnist`` (files in
 ``data.data_dir`` or ``$DP_PROTO_DATA_DIR``) or ``synthetic`` (a generator of
-:mod:`dp_proto.data.synthetic`, seeded by the config's ``seed``).
+``dp_proto.data.synthetic``, seeded by the config's ``seed``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Sections and defaults (unknown keys are rejected)::
 
 ``data``: the detector ``anchor`` and its ``nodes - 1`` nearest detectors, each node
 listening to ``neighbours`` others (null: all of them), one time-block cross-validation
-``fold`` of ``folds``. ``llp``: the settings of :class:`~dp_proto.llp.LLPConfig`
+``fold`` of ``folds``. ``llp``: the settings of ``LLPConfig``
 (``epsilon`` per node; null or <= 0: exact proportions). ``run.distributed``: one process
 per node, proportions exchanged by ``torch.distributed`` (gloo, localhost);
 ``run.compare`` also simulates the network in this process and checks that models and
@@ -39,7 +39,7 @@ LLP_DEFAULTS: dict[str, Any] = {
 
 
 def load_llp_config(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
-    """:data:`LLP_DEFAULTS`, updated by a YAML file and by ``key.subkey=value`` overrides."""
+    """``LLP_DEFAULTS``, updated by a YAML file and by ``key.subkey=value`` overrides."""
     return read_config(LLP_DEFAULTS, path, overrides)
 
 

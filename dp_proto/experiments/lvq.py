@@ -24,7 +24,7 @@ training is DP-SGD with Poisson sampling at ``sampling_rate``, the noise calibra
 that the whole run is ``(epsilon, delta)``-DP. ``privacy/epsilon`` is logged every epoch.
 ``privacy.classes`` is the public label set (one prototype group per class, even for a
 class without records); left null, a private run reads it from the data and warns
-(:class:`~dp_proto.exceptions.PrivacyLeakWarning`).
+(``PrivacyLeakWarning``).
 
 Scope of the guarantee
     The ``(epsilon, delta)`` guarantee covers the **training split only** (add/remove
@@ -44,7 +44,7 @@ Randomness
     comes from fresh operating-system entropy, so two runs with the same ``seed`` give
     different private models. ``privacy.noise_seed`` (an int) makes the noise and the
     batches reproducible, for tests and benchmarks: it warns
-    :class:`~dp_proto.exceptions.PrivacyLeakWarning` and the ledger's summary records
+    ``PrivacyLeakWarning`` and the ledger's summary records
     ``"noise": "reproducible"``. No generator, its state or the noise seed is saved as a
     hyperparameter or logged.
 
@@ -58,7 +58,7 @@ Normaliser
 
 ``data.source`` is ``bundled`` (scikit-learn sets), ``uci`` or ``mnist`` (files in
 ``data.data_dir`` or ``$DP_PROTO_DATA_DIR``) or ``synthetic`` (a generator of
-:mod:`dp_proto.data.synthetic`).
+``dp_proto.data.synthetic``).
 """
 
 from __future__ import annotations
@@ -158,13 +158,13 @@ _LAYERS = {"glvq": GLVQLayer, "gmlvq": GMLVQLayer, "lgmlvq": LGMLVQLayer}
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
-    """:data:`DEFAULT_CONFIG`, overlaid with a YAML file, overlaid with ``key.sub=value``
+    """``DEFAULT_CONFIG``, overlaid with a YAML file, overlaid with ``key.sub=value``
     strings (values parsed as YAML, so ``model.rank=10`` gives an int)."""
     return read_config(DEFAULT_CONFIG, path, overrides)
 
 
 def dp_sgd_plan(config: Mapping[str, Any]) -> DPSGDPlan | None:
-    """The :class:`~dp_proto.privacy.DPSGDPlan` of a private config (``None`` for a non-private
+    """The ``DPSGDPlan`` of a private config (``None`` for a non-private
     one): the Poisson loader's rate, the ledger, the steps and the noise multiplier all come
     from it."""
     privacy = config["privacy"]
@@ -181,7 +181,7 @@ def dp_sgd_plan(config: Mapping[str, Any]) -> DPSGDPlan | None:
 
 
 def build_data(config: Mapping[str, Any]) -> ArrayDataModule:
-    """The :class:`ArrayDataModule` described by ``config['data']``."""
+    """The ``ArrayDataModule`` described by ``config['data']``."""
     cfg, seed = config["data"], int(config["seed"])
     x, y = load_arrays(cfg, seed)
     if config["model"]["backbone"] is None and x.ndim > 2:
@@ -221,7 +221,7 @@ def build_data(config: Mapping[str, Any]) -> ArrayDataModule:
 
 
 def build_model(config: Mapping[str, Any], dm: ArrayDataModule) -> PrototypeModel:
-    """The :class:`PrototypeModel` described by ``config['model']`` for the data of ``dm``."""
+    """The ``PrototypeModel`` described by ``config['model']`` for the data of ``dm``."""
     cfg, seed = config["model"], int(config["seed"])
     kind = str(cfg["type"]).lower()
     if kind not in _LAYERS:
@@ -343,7 +343,7 @@ def build_private_module(
     model: PrototypeModel,
     module_kwargs: Mapping[str, Any],
 ) -> tuple[DPLVQModule, PrivacyLedger]:
-    """The DP class-mean initialisation of ``model`` and a calibrated :class:`DPLVQModule`
+    """The DP class-mean initialisation of ``model`` and a calibrated ``DPLVQModule``
     for the training split ``(x_train, y_train)`` (features already in ``[-1, 1]``).
 
     Noise from fresh entropy (or ``privacy.noise_seed``); the DP-SGD normaliser is

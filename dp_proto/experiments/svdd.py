@@ -8,9 +8,9 @@ Sections and defaults (unknown keys are rejected)::
     privacy: {epsilon: null, bounds: null, classes: null, noise_seed: null}
     svdd:    {c_over_n: 0.05, gamma: 1.0, num_features: 400, starts: auto, r_max: null, ...}
 
-``svdd`` holds every parameter of :class:`~dp_proto.svdd.PrivateSVDDClassifier` except
+``svdd`` holds every parameter of ``PrivateSVDDClassifier`` except
 those set elsewhere (``epsilon``, ``classes`` and ``noise_seed`` from ``privacy``,
-``random_state`` from ``seed``); :data:`SVDD_DEFAULTS` lists them with the estimator's
+``random_state`` from ``seed``); ``SVDD_DEFAULTS`` lists them with the estimator's
 defaults. ``svdd.bounds`` is the public box of the start points and of the grid, in the
 scaled features: left null, a private run uses ``[-1, 1]`` (where the public bounds put
 the data) and a non-private run the estimator's default ``(-4, 4)`` (standardised data).
@@ -22,7 +22,7 @@ in ``result["ledger"]``): features are mapped from the public ``privacy.bounds``
 from the private records). Choose ``svdd.gamma`` for that scale: the kernel
 ``exp(-gamma ||x - y||^2)`` has length ``1 / sqrt(2 gamma)`` in units of half the public
 range. ``privacy.classes`` is the public label set; left null, a private fit reads it
-from the data and warns (:class:`~dp_proto.exceptions.PrivacyLeakWarning`).
+from the data and warns (``PrivacyLeakWarning``).
 
 Scope of the guarantee: the training split only (add/remove one of its records). The
 stratified split is drawn on all records and labels, and ``test_acc`` is computed
@@ -73,7 +73,7 @@ _SCALINGS = ("standard", "none")
 
 
 def load_svdd_config(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
-    """:data:`SVDD_DEFAULTS`, updated by a YAML file and by ``key.subkey=value`` overrides."""
+    """``SVDD_DEFAULTS``, updated by a YAML file and by ``key.subkey=value`` overrides."""
     return read_config(SVDD_DEFAULTS, path, overrides)
 
 
@@ -105,7 +105,7 @@ def _split_and_scale(config: dict[str, Any], private: bool) -> tuple[np.ndarray,
 
 
 def run_svdd_experiment(config: dict[str, Any]) -> dict[str, Any]:
-    """Fit :class:`~dp_proto.svdd.PrivateSVDDClassifier` on the training split and test it.
+    """Fit ``PrivateSVDDClassifier`` on the training split and test it.
 
     Returns
     -------

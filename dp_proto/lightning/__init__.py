@@ -1,15 +1,15 @@
 """Lightning integration: data modules, training modules and experiment runner.
 
-:class:`ArrayDataModule`  in-memory arrays, stratified splits, scaling fitted on train only
-:class:`LVQModule`        non-private GLVQ/GMLVQ/LGMLVQ training with TensorBoard pictures
-:class:`DPLVQModule`      DP-SGD (Opacus, sound float64 noise from fresh entropy), every step
+``ArrayDataModule``  in-memory arrays, stratified splits, scaling fitted on train only
+``LVQModule``        non-private GLVQ/GMLVQ/LGMLVQ training with TensorBoard pictures
+``DPLVQModule``      DP-SGD (Opacus, sound float64 noise from fresh entropy), every step
                           recorded once in a PrivacyLedger, the budget checked per epoch
-:class:`PrivacySpendCallback` epsilon per epoch in TensorBoard, the ledger in checkpoints
+``PrivacySpendCallback`` epsilon per epoch in TensorBoard, the ledger in checkpoints
                           (resuming never resets the spend nor counts a step twice)
-:mod:`.anonymizer`, :mod:`.dp_anonymizer` the anonymizer's training on Lightning
+``.anonymizer``, ``.dp_anonymizer`` the anonymizer's training on Lightning
 
 Adapters only: the experiment runners (``run_experiment``, the config loader) live in
-:mod:`dp_proto.experiments`.
+``dp_proto.experiments``.
 """
 
 from dp_proto._deprecation import moved_names

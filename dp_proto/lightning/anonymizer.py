@@ -1,10 +1,10 @@
 """LightningModule for the adversarial anonymizer: manual optimisation, three phases.
 
 An adapter: the procedure (phases, toggle or simultaneous updates, which parts each step
-trains on which loss) is :mod:`dp_proto.anonymizer.training` (Feutry et al. 2018,
+trains on which loss) is ``dp_proto.anonymizer.training`` (Feutry et al. 2018,
 Sec. III); this module runs it with Lightning's optimisers, logging and checkpoints, and
-:func:`fit_anonymizer` drives a Trainer (with restarts chosen by
-:func:`~dp_proto.anonymizer.evaluation.restart_score`).
+``fit_anonymizer`` drives a Trainer (with restarts chosen by
+``restart_score``).
 
 The encoder has its own (lower) learning rate in phase 3; Nesterov SGD as in Feutry et al. (2018),
 or Adam. Logged every step (``train/...``) and every validation epoch (``val/...``):
@@ -57,7 +57,7 @@ __all__ = [
 
 
 class AnonymizerModule(L.LightningModule):
-    """Trains an :class:`~dp_proto.anonymizer.Anonymizer` (see the module docstring).
+    """Trains an ``Anonymizer`` (see the module docstring).
 
     Parameters
     ----------
@@ -65,7 +65,7 @@ class AnonymizerModule(L.LightningModule):
         The model to train.
     prior : Tensor (K,)
         Empirical prior of the private labels on the training set
-        (:func:`~dp_proto.anonymizer.losses.empirical_prior`).
+        (``empirical_prior``).
     num_regular : int
         Number of regular classes.
     lam : float, default 1.0
@@ -213,7 +213,7 @@ class AnonymizerModule(L.LightningModule):
             opt.step()
 
     def _task(self) -> str:
-        """This step's task (:meth:`AnonymizerSchedule.task`); counts adversarial steps."""
+        """This step's task (``AnonymizerSchedule.task``); counts adversarial steps."""
         task = self.schedule.task(
             self.current_epoch, self.adversarial_step, self.trainer.num_training_batches, self.trainer.max_epochs
         )
@@ -320,9 +320,9 @@ def quiet_lightning() -> None:
 
 
 class AnonymizerFit(NamedTuple):
-    """What :func:`fit_anonymizer` returns: the trained module, its trainer and the
+    """What ``fit_anonymizer`` returns: the trained module, its trainer and the
     training epochs' wall times by phase; with ``restarts > 1`` also every restart's
-    :func:`restart_score` (``restarts``, in order) and the index of the kept one."""
+    ``restart_score`` (``restarts``, in order) and the index of the kept one."""
 
     module: AnonymizerModule
     trainer: L.Trainer
@@ -386,14 +386,14 @@ def _restart_logger(logger, k: int):
 def fresh_probes(
     module: AnonymizerModule, x: Tensor, regular: Tensor, private: Tensor, *, folds: int = 2, seed: int = 0
 ):
-    """:func:`dp_proto.anonymizer.evaluation.fresh_probes` of a trained module's anonymizer."""
+    """``dp_proto.anonymizer.evaluation.fresh_probes`` of a trained module's anonymizer."""
     return evaluation.fresh_probes(module.anonymizer, x, regular, private, folds=folds, seed=seed)
 
 
 def restart_score(
     module: AnonymizerModule, x: Tensor, regular: Tensor, private: Tensor, *, lam: float, folds: int = 2, seed: int = 0
 ) -> dict:
-    """:func:`dp_proto.anonymizer.evaluation.restart_score` of a trained module's anonymizer."""
+    """``dp_proto.anonymizer.evaluation.restart_score`` of a trained module's anonymizer."""
     return evaluation.restart_score(module.anonymizer, x, regular, private, lam=lam, folds=folds, seed=seed)
 
 
@@ -420,15 +420,15 @@ def fit_anonymizer(
     """Train an anonymizer on ``x (n, ...)`` with regular labels ``(n,)`` and private
     labels ``(n,)`` (integer class indices; every private class must occur).
 
-    ``anonymizer=None`` builds :meth:`Anonymizer.mlp` (flattened inputs) or, for images
-    ``(n, C, H, W)``, :meth:`Anonymizer.cnn`; a callable is a factory of new, untrained
-    anonymizers. ``module_kwargs`` go to :class:`AnonymizerModule` (``lr``,
+    ``anonymizer=None`` builds ``Anonymizer.mlp`` (flattened inputs) or, for images
+    ``(n, C, H, W)``, ``Anonymizer.cnn``; a callable is a factory of new, untrained
+    anonymizers. ``module_kwargs`` go to ``AnonymizerModule`` (``lr``,
     ``encoder_lr``, ``optimizer``, ``toggle_steps``...). Returns the module in eval mode
     on the CPU/GPU it trained on.
 
     ``restarts = k > 1`` trains ``k`` anonymizers from the seeds ``seed, seed + 1, ...``
     (so ``anonymizer`` must be ``None`` or a factory) and keeps the one with the best
-    :func:`restart_score` on the training records. Adversarial training on small data
+    ``restart_score`` on the training records. Adversarial training on small data
     ends in outcomes that differ from one initialisation to the next (the encoder keeps
     the private label, or drops it with or without the regular one); fresh probes on the
     training records tell them apart about as well as on held-out records. Only the
@@ -522,6 +522,6 @@ def fit_anonymizer(
 def evaluate_held_out(
     module: AnonymizerModule, x: Tensor, regular: Tensor, private: Tensor, *, folds: int = 2, seed: int = 0
 ) -> dict:
-    """:func:`dp_proto.anonymizer.evaluation.evaluate_held_out` of a trained module (its
+    """``dp_proto.anonymizer.evaluation.evaluate_held_out`` of a trained module (its
     anonymizer and the prior it trained with) on held-out records ``x (n, ...)``."""
     return evaluation.evaluate_held_out(module.anonymizer, module.prior, x, regular, private, folds=folds, seed=seed)

@@ -6,7 +6,7 @@ A checkpoint carries the ledger's ``state_dict`` (``"privacy_ledger"``) and, und
 ``"privacy_ledger_origins"``, which ledger recorded which releases: every ledger gets an
 identity the first time it is saved or restored here, and a checkpoint lists, per
 identity, the releases that ledger recorded itself or took over from checkpoints of
-others. Restoring a checkpoint (:func:`restore_ledger`) adds only the releases the
+others. Restoring a checkpoint (``restore_ledger``) adds only the releases the
 ledger does not hold yet, so each release counts exactly once:
 
 * resuming in the same process with the same ledger (``trainer.fit(..., ckpt_path=...)``)
@@ -14,7 +14,7 @@ ledger does not hold yet, so each release counts exactly once:
   checkpoint's events were added a second time, and epsilon doubled silently);
 * a new ledger (a new process) takes over the checkpoint's history, before any release
   it makes itself;
-* restoring twice (the module and :class:`PrivacySpendCallback` both restore), or a
+* restoring twice (the module and ``PrivacySpendCallback`` both restore), or a
   checkpoint of a run that was itself resumed, adds nothing twice.
 
 Every step that ran counts, including the steps of a run that went on after the
@@ -142,8 +142,8 @@ class PrivacySpendCallback(L.Callback):
       and, with a budget, ``privacy/budget_epsilon`` and ``privacy/remaining_epsilon``;
     * at the end of fitting: the ledger's events as text (TensorBoard's Text tab), with
       ``scope`` (what the guarantee covers) when given;
-    * in every checkpoint: the ledger (:func:`save_ledger`); loading a checkpoint adds
-      the releases the ledger does not hold yet (:func:`restore_ledger`), so resuming
+    * in every checkpoint: the ledger (``save_ledger``); loading a checkpoint adds
+      the releases the ledger does not hold yet (``restore_ledger``), so resuming
       never resets the spend and never counts a step twice.
 
     Parameters

@@ -5,7 +5,7 @@ and test data never inform preprocessing.
 
 For DP-SGD (``sampling_rate``) the training loader draws its Poisson sampling coins
 from fresh operating-system entropy; ``seed`` governs the split and the non-private
-shuffling only (:mod:`dp_proto.privacy.randomness`).
+shuffling only (``dp_proto.privacy.randomness``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class _CuratorOnly(logging.Filter):
 
 def route_opacus_notices() -> None:
     """Send Opacus' data-dependent loader notices to the curator log
-    (:mod:`dp_proto.privacy.curator`); idempotent."""
+    (``dp_proto.privacy.curator``); idempotent."""
     logger = logging.getLogger("opacus.data_loader")
     if not any(isinstance(f, _CuratorOnly) for f in logger.filters):
         logger.addFilter(_CuratorOnly())
@@ -96,7 +96,7 @@ class ArrayDataModule(L.LightningDataModule):
         Dtype of the tensors the loaders yield.
     sampling_seed : int, optional
         Makes the Poisson batches of ``sampling_rate`` reproducible (tests and
-        benchmarks only): warns :class:`~dp_proto.exceptions.PrivacyLeakWarning`, since
+        benchmarks only): warns ``PrivacyLeakWarning``, since
         whoever knows it knows which records entered each step, which removes the
         amplification by subsampling the guarantee relies on.
     classes : array-like, optional

@@ -16,7 +16,7 @@ every phase is one Poisson-subsampled Gaussian step recorded in the ledger:
   CE_random_i|`` (the batch-level absolute value of the non-private version is not a
   sum over records, so its per-record gradient is undefined);
 * the private labels' prior (for ``CE_random``) is public or released by a Laplace
-  histogram charged to the ledger (:func:`fit_dp_anonymizer`).
+  histogram charged to the ledger (``fit_dp_anonymizer``).
 
 Only toggle training is supported: each step updates one parameter set with one loss.
 Nothing computed from a training batch is logged (that would be a release outside the
@@ -25,13 +25,13 @@ ledger); validation metrics on held-out records are (they are not private).
 Randomness: every noise draw and every Poisson sampling coin comes from fresh
 operating-system entropy (``secure_mode``: the noise from ``os.urandom`` directly);
 ``seed`` governs the network's initialisation only. ``noise_seed=`` makes the run
-reproducible (warns :class:`~dp_proto.exceptions.PrivacyLeakWarning`; the ledger
+reproducible (warns ``PrivacyLeakWarning``; the ledger
 records ``"noise": "reproducible"``). The Gaussian noise is float64 Box-Muller noise
-(:func:`~dp_proto.privacy.opacus_noise.make_noise_sound`), not Opacus' float32 draw.
+(``make_noise_sound``), not Opacus' float32 draw.
 
 Normaliser: the noisy gradient sum is divided by a public expected batch size, never
 by ``q * n`` (``n`` is private under add/remove): see ``expected_batch_size`` of
-:func:`fit_dp_anonymizer`.
+``fit_dp_anonymizer``.
 """
 
 from __future__ import annotations
@@ -57,12 +57,12 @@ __all__ = ["DPAnonymizerModule", "fit_dp_anonymizer", "per_record_objective"]  #
 
 
 class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
-    """:class:`AnonymizerModule` trained by DP-SGD (see the module docstring).
+    """``AnonymizerModule`` trained by DP-SGD (see the module docstring).
 
     Parameters
     ----------
     anonymizer : Anonymizer
-        The model to train (:class:`~dp_proto.anonymizer.Anonymizer`).
+        The model to train (``Anonymizer``).
     prior : Tensor (K,)
         Prior of the private labels: public, or a noisy histogram charged to ``ledger``.
     num_regular : int
@@ -70,7 +70,7 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
     ledger : PrivacyLedger
         Every step is recorded before its noise is drawn; each epoch's steps are checked
         against the budget before it runs (a budget that would be exceeded stops
-        training cleanly; see :class:`~dp_proto.lightning.dp_module.EpochBudgetMixin`).
+        training cleanly; see ``EpochBudgetMixin``).
         The ledger is kept in checkpoints and restored without counting a step twice.
     noise_multiplier : float
         ``sigma / C`` of every step.
@@ -90,7 +90,7 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
     noise_generator : torch.Generator, optional
         Deprecated name of ``generator`` (warns ``DeprecationWarning``).
     **kwargs
-        The other parameters of :class:`AnonymizerModule` (``mode="toggle"`` only).
+        The other parameters of ``AnonymizerModule`` (``mode="toggle"`` only).
     """
 
     def __init__(
@@ -206,10 +206,10 @@ def fit_dp_anonymizer(
     """Train an anonymizer whose whole transcript is ``(epsilon, delta)``-DP.
 
     ``num_regular`` / ``num_private`` are public (default: from the labels' maxima, with a
-    :class:`~dp_proto.exceptions.PrivacyLeakWarning`). The private prior is ``prior`` (public) or a Laplace
+    ``PrivacyLeakWarning``). The private prior is ``prior`` (public) or a Laplace
     histogram with ``prior_fraction * epsilon`` (counts clamped at 1, normalised). The
     noise multiplier is calibrated by the ledger's accountant so that the prior and all
-    ``T = epochs * int(1 / sampling_rate)`` steps (a :class:`~dp_proto.privacy.DPSGDPlan`) compose to
+    ``T = epochs * int(1 / sampling_rate)`` steps (a ``DPSGDPlan``) compose to
     ``(epsilon, delta)``; pass
     ``noise_multiplier`` to fix it instead (0: a noise-free check run, epsilon infinite).
     Returns ``(AnonymizerFit, ledger)``.
@@ -225,7 +225,7 @@ def fit_dp_anonymizer(
     ``seed`` governs the non-private randomness (the network's initialisation). The
     noise and the Poisson sampling coins come from fresh operating-system entropy;
     ``noise_seed`` (an int) makes them reproducible, for tests and benchmarks only: it
-    warns :class:`~dp_proto.exceptions.PrivacyLeakWarning` and the ledger's summary
+    warns ``PrivacyLeakWarning`` and the ledger's summary
     records ``"noise": "reproducible"``.
     """
     import lightning as L

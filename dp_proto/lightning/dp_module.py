@@ -51,9 +51,9 @@ class EpochBudgetMixin:
     """Privacy accounting for DP-SGD LightningModules with ``ledger``,
     ``noise_multiplier`` and ``sampling_rate``: every step is recorded exactly once, before
     its noise is drawn, and the budget is checked epoch by epoch, through the same
-    :class:`~dp_proto.privacy.BudgetedEpochs` the estimators' epoch loop uses.
+    ``BudgetedEpochs`` the estimators' epoch loop uses.
 
-    * :meth:`reserve_epoch_steps` (call it from ``on_train_epoch_start``) checks that
+    * ``reserve_epoch_steps`` (call it from ``on_train_epoch_start``) checks that
       the epoch's ``num_training_batches`` steps fit the budget, recording nothing. If
       they do not, no step of the epoch runs: training stops cleanly
       (``stopped_by_budget = True``, ``trainer.should_stop``; no exception).
@@ -62,7 +62,7 @@ class EpochBudgetMixin:
       ledger therefore holds exactly the steps that ran, also in a checkpoint saved
       in the middle of an epoch.
     * the ledger goes into every checkpoint and is restored from it
-      (:func:`~dp_proto.lightning.callbacks.restore_ledger`): resuming with the same
+      (``restore_ledger``): resuming with the same
       ledger (in the same process) adds nothing, resuming with a new ledger takes over
       the checkpoint's history, so each step counts once; a resumed epoch that would
       pass the budget is refused before any of its noise is drawn.
@@ -110,7 +110,7 @@ class EpochBudgetMixin:
     _budgeted: BudgetedEpochs | None = None
 
     def _budget(self) -> BudgetedEpochs:
-        """This fit's budgeted steps (:class:`~dp_proto.privacy.BudgetedEpochs`, the object
+        """This fit's budgeted steps (``BudgetedEpochs``, the object
         the estimators' epoch loop uses too)."""
         if self._budgeted is None:
             self._budgeted = BudgetedEpochs(self.ledger, self.noise_multiplier, self.sampling_rate)
@@ -131,7 +131,7 @@ class EpochBudgetMixin:
 
     @property
     def sample_rate(self) -> float:
-        """Deprecated name of :attr:`sampling_rate` (read-only)."""
+        """Deprecated name of ``sampling_rate`` (read-only)."""
         return self.sampling_rate
 
     def reserve_epoch_steps(self) -> None:
@@ -178,12 +178,12 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
     (``ArrayDataModule(..., sampling_rate=q)`` provides one), so that every record
     enters each step independently with probability ``q``. Every step is recorded in
     ``ledger`` before its noise is drawn, and before every epoch the epoch's steps are
-    checked against the budget (see :class:`EpochBudgetMixin`: a budget that would be
+    checked against the budget (see ``EpochBudgetMixin``: a budget that would be
     exceeded stops training cleanly, also when resuming). Pair it with
-    :class:`~dp_proto.lightning.PrivacySpendCallback` to log epsilon; the module keeps
+    ``PrivacySpendCallback`` to log epsilon; the module keeps
     the ledger in its checkpoints itself.
 
-    The noise is float64 Box-Muller noise (:func:`~dp_proto.privacy.opacus_noise.make_noise_sound`;
+    The noise is float64 Box-Muller noise (``make_noise_sound``;
     Opacus' float32 ``torch.normal`` has no tails beyond about 5.8 sigma) from a
     generator seeded with fresh operating-system entropy, never from torch's global
     generator (which ``seed_everything`` makes predictable).
@@ -210,10 +210,10 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         ``q * len(dataset)``, which depends on the private ``n``). Pass a public value,
         or ``q`` times a released noisy record count (the private experiment passes
         ``q * max(sum of the DP initialisation's noisy class counts, 1)``).
-    optimizer, lr : see :class:`LVQModule` (``lbfgs`` is not available for DP-SGD).
+    optimizer, lr : see ``LVQModule`` (``lbfgs`` is not available for DP-SGD).
     generator : torch.Generator, optional
         (Old name: ``noise_generator``.) None (the default): fresh operating-system entropy. A generator of
-        :func:`~dp_proto.privacy.randomness.noise_generator` with a ``noise_seed`` (or
+        ``noise_generator`` with a ``noise_seed`` (or
         a caller's own, which warns ``PrivacyLeakWarning``) makes the noise
         reproducible; the ledger then records ``"noise": "reproducible"``.
     secure_mode : bool

@@ -22,7 +22,7 @@ _NOT_HPARAMS = ("model", "display_transform", "ledger", "generator", "noise_gene
 
 
 class LVQModule(L.LightningModule):
-    """Trains a :class:`~dp_proto.lvq.PrototypeModel` on the GLVQ cost.
+    """Trains a ``PrototypeModel`` on the GLVQ cost.
 
     Logs ``train_loss``/``train_acc``, ``val_loss``/``val_acc`` and ``test_acc``;
     to TensorBoard it also writes, every ``image_every_n_epochs`` epochs, the
@@ -47,7 +47,7 @@ class LVQModule(L.LightningModule):
         Shape to draw each prototype in.
     display_transform : callable, optional
         Maps prototypes ``(W, d)`` back to raw input units before drawing
-        (e.g. :meth:`ArrayDataModule.inverse_transform`).
+        (e.g. ``ArrayDataModule.inverse_transform``).
     """
 
     def __init__(

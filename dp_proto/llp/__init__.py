@@ -8,21 +8,21 @@ labels a k-means clustering of its own windows once per source of proportions by
 a multi-start local search; its prediction is the majority vote of the ``c + 1``
 models.
 
-* :mod:`.grid` -- :class:`BatchGrid`, :func:`time_batches`: the public time grid of the batches.
-* :mod:`.proportions` -- :func:`batch_label_counts`, :func:`private_label_proportions`
+* ``.grid`` -- ``BatchGrid``, ``time_batches``: the public time grid of the batches.
+* ``.proportions`` -- ``batch_label_counts``, ``private_label_proportions``
   (``estimator="clipped"`` or ``"unbiased"``).
-* :mod:`.kmeans` -- :func:`kmeans` (greedy k-means++, Lloyd, restarts batched), :func:`predict`.
-* :mod:`.assignment` -- :func:`local_search` (all relabel and swap moves of all
-  starts evaluated as one tensor computation per step), :func:`proportion_loss`.
-* :mod:`.model` -- :class:`LLPNodeModel`, :func:`train_node_models`, :func:`majority_vote`.
-* :mod:`.knn` -- :func:`knn_predict` (brute-force kNN, the centralised baseline).
-* :mod:`.node` -- :class:`LLPConfig` (the settings every node shares) and :class:`LLPNode`
-  (one node: data on the grid, :meth:`~LLPNode.release`, :meth:`~LLPNode.train`), used by
+* ``.kmeans`` -- ``kmeans`` (greedy k-means++, Lloyd, restarts batched), ``predict``.
+* ``.assignment`` -- ``local_search`` (all relabel and swap moves of all
+  starts evaluated as one tensor computation per step), ``proportion_loss``.
+* ``.model`` -- ``LLPNodeModel``, ``train_node_models``, ``majority_vote``.
+* ``.knn`` -- ``knn_predict`` (brute-force kNN, the centralised baseline).
+* ``.node`` -- ``LLPConfig`` (the settings every node shares) and ``LLPNode``
+  (one node: data on the grid, ``release``, ``train``), used by
   both the simulation and the distributed run.
-* :mod:`.network` -- :func:`simulate_network` (single process; every node's
+* ``.network`` -- ``simulate_network`` (single process; every node's
   Laplace noise from fresh operating-system entropy, or from
-  :func:`node_noise_generator` with the explicit opt-in ``noise_seed``; its
-  non-private randomness from :func:`node_generator` ``(seed, i)``), :func:`evaluate`.
+  ``node_noise_generator`` with the explicit opt-in ``noise_seed``; its
+  non-private randomness from ``node_generator`` ``(seed, i)``), ``evaluate``.
 
 A private run takes the batch grid from the public ``time_range`` (required): the
 shape of a release never depends on the data.

@@ -53,7 +53,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class AssignmentResult:
-    """Outcome of :func:`local_search`.
+    """Outcome of ``local_search``.
 
     Attributes
     ----------

@@ -1,4 +1,4 @@
-"""Audit setup of the LLP release (:func:`dp_proto.privacy.audit.audit_epsilon`)."""
+"""Audit setup of the LLP release (``dp_proto.privacy.audit.audit_epsilon``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ __all__ = ["llp_release_audit_setup"]
 
 
 def llp_release_audit_setup(epsilon: float, *, batch_size: int = 8, fixed_noise_seed: int | None = None) -> AuditSetup:
-    """The LLP release of one node (:func:`dp_proto.llp.private_label_proportions` on the
+    """The LLP release of one node (``dp_proto.llp.private_label_proportions`` on the
     label counts of a public batch grid of 2 batches), ``D1`` = ``D0`` plus one window
     of class 0 in batch 0; statistic: the released class-0 proportion of batch 0.
     ``fixed_noise_seed``: the broken variant, one seed for every run (finding 3)."""

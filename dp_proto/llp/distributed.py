@@ -1,20 +1,20 @@
 """The LLP network with every node in its own process, exchanging proportions by ``torch.distributed``.
 
-:func:`~dp_proto.llp.simulate_network` runs all nodes in one process; here every
+``simulate_network`` runs all nodes in one process; here every
 node is a process of a ``torch.distributed`` process group (gloo backend on
 localhost by default) that holds only its own data and exchanges nothing but
 released label-proportion tables (plus public metadata) with the other nodes.
 
-* :func:`run_node` -- one node, inside an initialised process group: release,
+* ``run_node`` -- one node, inside an initialised process group: release,
   exchange, train. Same code path and generator order as the simulation, so with
   the same ``seed`` and the same ``noise_seed`` it computes the same release and the
   same models, bit for bit (same kind of device, same number of intra-op threads).
   By default (``noise_seed=None``) every node draws its Laplace noise from fresh
   operating-system entropy, as in the simulation, and no run reproduces it.
-* :func:`launch_network` -- starts one process per node on localhost,
-  runs :func:`run_node` in each and returns a :class:`NodeResult` per node;
-  :func:`as_network_result` turns them into a :class:`~dp_proto.llp.NetworkResult`
-  for :func:`~dp_proto.llp.evaluate`.
+* ``launch_network`` -- starts one process per node on localhost,
+  runs ``run_node`` in each and returns a ``NodeResult`` per node;
+  ``as_network_result`` turns them into a ``NetworkResult``
+  for ``evaluate``.
 * ``dp-proto llp --distributed --data-dir DIR --nodes 4`` -- the 4-node setting of
   Sachweh, Boiar & Liebig (2021) on the SCATS counts, run distributed, with its accuracy.
 
@@ -44,7 +44,7 @@ Node ``i`` (rank ``i``) makes exactly these ``torch.distributed`` calls:
 3. ``barrier`` (no data).
 
 Features, labels, batch ids, the noisy counts behind a private release, the
-clustering and the models never leave a node. :func:`launch_network` hands each
+clustering and the models never leave a node. ``launch_network`` hands each
 process only its own node's data (a node never holds another node's data), and
 the results come back to the launching process through files in a temporary
 directory, not through the process group.
@@ -52,12 +52,12 @@ directory, not through the process group.
 Differences from the simulation
 -------------------------------
 * A received release carries no ``noisy_counts`` (the simulation hands the whole
-  :class:`~dp_proto.llp.LabelProportions` object to the neighbours, noisy counts
+  ``LabelProportions`` object to the neighbours, noisy counts
   included; training never reads them). Proportions, ``valid`` and ``epsilon``
   are identical, and so are the models.
-* ``time_range`` is required by :func:`run_node`: the simulation's default for
+* ``time_range`` is required by ``run_node``: the simulation's default for
   exact runs (one past the largest time of *any* node) is a property of every node's
-  data, which no single node knows. :func:`launch_network` computes that default in
+  data, which no single node knows. ``launch_network`` computes that default in
   the launching process for an exact run, as the simulation does; a private run
   needs the public recording period (``time_range``) in both, since a grid derived
   from the data would make the shape of every release depend on single records.
@@ -65,16 +65,16 @@ Differences from the simulation
   ``dp_proto.curator`` of the node's process only).
 * The simulation validates every node before any node releases; here a node that
   fails its own checks reports ``ok = 0`` in step 1, after the others have drawn
-  their noise (nothing is sent). The error raised by :func:`launch_network` is that
+  their noise (nothing is sent). The error raised by ``launch_network`` is that
   node's.
 
-Processes and ports. :func:`launch_network` uses one process per node
+Processes and ports. ``launch_network`` uses one process per node
 (``world_size == len(nodes)``; several nodes per process is not supported),
 started by ``forkserver`` where the platform has it, else ``spawn`` (never
 ``fork``: the launching process may hold threads). A ``spawn`` worker starts a
-fresh interpreter and imports torch and :mod:`dp_proto` (several seconds, times
+fresh interpreter and imports torch and ``dp_proto`` (several seconds, times
 the number of nodes on a small machine); the forkserver imports them once (its
-preload list is set to :mod:`dp_proto.llp.network`), forks the workers from it
+preload list is set to ``dp_proto.llp.network``), forks the workers from it
 and stays up for later launches from the same process; every worker gets the
 launcher's current environment. The workers meet at a TCP rendezvous on
 ``127.0.0.1`` at a free port (found by binding port 0, so another program could
@@ -135,7 +135,7 @@ class PeerFailedError(RuntimeError):
 
 
 class NodeProcessError(RuntimeError):
-    """A node's process failed in :func:`launch_network`.
+    """A node's process failed in ``launch_network``.
 
     Attributes
     ----------
@@ -153,12 +153,12 @@ class NodeProcessError(RuntimeError):
 
 @dataclass
 class NodeResult:
-    """What one node computed in :func:`run_node`.
+    """What one node computed in ``run_node``.
 
     Attributes
     ----------
     rank : int
-        The node's index (its rank and its :func:`~dp_proto.llp.node_generator` index).
+        The node's index (its rank and its ``node_generator`` index).
     models : list of LLPNodeModel
         Its own model first, then one per neighbour in the order of its neighbour list.
     proportions : LabelProportions
@@ -216,7 +216,7 @@ def encode_proportions(release: LabelProportions) -> Tensor:
 
 
 def decode_proportions(table: Tensor, epsilon: float | None, device: torch.device | str = "cpu") -> LabelProportions:
-    """The release a receiver reconstructs from :func:`encode_proportions`' message.
+    """The release a receiver reconstructs from ``encode_proportions``' message.
 
     NaN rows become invalid rows with uniform proportions (exactly the rows an
     exact release has there); ``noisy_counts`` is ``None``.
@@ -258,11 +258,11 @@ def run_node(
 
     Must be called by every rank of an initialised process group (``group``,
     default the default group) of ``world_size`` ranks, rank ``i`` being node
-    ``i``. The node is an :class:`~dp_proto.llp.LLPNode`, as in
-    :func:`~dp_proto.llp.simulate_network`: the same release (Laplace noise from
-    :func:`~dp_proto.llp.node_noise_generator` ``(noise_seed, rank, device)``, fresh
+    ``i``. The node is an ``LLPNode``, as in
+    ``simulate_network``: the same release (Laplace noise from
+    ``node_noise_generator`` ``(noise_seed, rank, device)``, fresh
     operating-system entropy by default) and the same models (k-means seeding, then
-    the local searches, from :func:`~dp_proto.llp.node_generator` ``(seed, rank,
+    the local searches, from ``node_generator`` ``(seed, rank,
     device)``). Between the two it exchanges its release with the other ranks (see
     the module docstring for everything that is sent).
 
@@ -274,14 +274,14 @@ def run_node(
         This node's ``features (m, d)``, ``labels (m,)`` and ``time (m,)``.
     neighbours_of_rank : sequence of int
         The nodes whose proportions this node receives, in order (row ``rank`` of
-        the ``neighbours`` of :func:`~dp_proto.llp.simulate_network`).
+        the ``neighbours`` of ``simulate_network``).
     config : LLPConfig, optional
         The run's settings, or pass them as keywords (``**settings``), as in
-        :func:`~dp_proto.llp.simulate_network`. ``time_range`` is required here (see
+        ``simulate_network``. ``time_range`` is required here (see
         the module docstring); ``batch_size``, ``num_classes``, ``time_range`` and
         ``epsilon`` must be the same at every node. ``noise_seed`` (default None: fresh
         noise) makes this node's noise reproducible and warns with
-        :class:`~dp_proto.exceptions.PrivacyLeakWarning` in a private run.
+        ``PrivacyLeakWarning`` in a private run.
     train_mask : bool array of shape (m,), optional
         This node's training windows (default: all).
     device : torch.device or str, default "cpu"
@@ -514,18 +514,18 @@ def launch_network(
 
     Starts ``len(nodes)`` processes, process ``i`` receiving node ``i``'s
     data only, which join a process group on ``master_addr:master_port`` and run
-    :func:`run_node`. With the same arguments the releases and models equal those of
-    :func:`~dp_proto.llp.simulate_network` (same kind of device, same
+    ``run_node``. With the same arguments the releases and models equal those of
+    ``simulate_network`` (same kind of device, same
     ``num_threads`` as the simulating process).
 
     Parameters
     ----------
     nodes, neighbours, config, train_masks, device, **settings
-        As in :func:`~dp_proto.llp.simulate_network`: a private run needs
+        As in ``simulate_network``: a private run needs
         ``time_range``; for an exact run its default is computed here, from every
         node's times, as the simulation does. ``noise_seed`` (default None: fresh
         noise at every node) makes the noise reproducible and warns with
-        :class:`~dp_proto.exceptions.PrivacyLeakWarning` here (and in every worker).
+        ``PrivacyLeakWarning`` here (and in every worker).
     world_size : int, optional
         Must equal ``len(nodes)`` (one node per process) if given.
     backend : str, default "gloo"
@@ -704,7 +704,7 @@ def _wait(procs: list, timeout: float, grace: float) -> list[int]:
 
 
 def as_network_result(results: Sequence[NodeResult]) -> NetworkResult:
-    """The :class:`~dp_proto.llp.NetworkResult` of a distributed run (for :func:`~dp_proto.llp.evaluate`)."""
+    """The ``NetworkResult`` of a distributed run (for ``evaluate``)."""
     if not results:
         raise ValueError("no node results")
     results = sorted(results, key=lambda r: r.rank)

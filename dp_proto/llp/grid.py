@@ -93,5 +93,5 @@ class BatchGrid:
         return (t >= self.origin) & (t < self.stop)
 
     def batch_ids(self, time_index: np.ndarray | Sequence[int]) -> np.ndarray:
-        """:func:`time_batches` on this grid; every slot must lie inside it. Shape (m,), int64."""
+        """``time_batches`` on this grid; every slot must lie inside it. Shape (m,), int64."""
         return time_batches(time_index, self.batch_size, origin=self.origin)

@@ -30,7 +30,7 @@ __all__ = ["KMeansResult", "kmeans", "predict", "squared_distances"]
 
 @dataclass(frozen=True)
 class KMeansResult:
-    """The best of the restarts of :func:`kmeans`.
+    """The best of the restarts of ``kmeans``.
 
     Attributes
     ----------

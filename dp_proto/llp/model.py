@@ -4,7 +4,7 @@ Node ``j`` of the LLP algorithm (Sachweh, Boiar and Liebig, Sec. 3) trains
 ``c + 1`` models ``f_j(1..c+1)``: one per set of label proportions it holds
 (its own and those received from its ``c`` neighbours). Every model is the
 k-means clustering of the node's own windows ``D(j)`` with cluster labels
-found by :func:`~dp_proto.llp.assignment.local_search` against that source's
+found by ``local_search`` against that source's
 proportions; the final prediction is the majority vote of the ``c + 1`` models.
 The clustering depends only on ``D(j)``, so it is fitted once and shared by
 all ``c + 1`` models (Sachweh, Boiar & Liebig (2021) fit "a k-means clustering on own measured node
@@ -76,7 +76,7 @@ def majority_vote(predictions: Tensor, num_classes: int, *, tie_break: str = "fi
     Parameters
     ----------
     predictions : Tensor of shape (M, n), integer in ``0 .. num_classes - 1``
-        Row 0 is the node's own model in :func:`train_node_models`' order.
+        Row 0 is the node's own model in ``train_node_models``' order.
     num_classes : int
     tie_break : {"first", "smallest"}, default "first"
         ``"first"``: among the tied labels, the one of row 0 (the own model) if it
@@ -115,7 +115,7 @@ def _as_source(source: LabelProportions | Tensor) -> tuple[Tensor, Tensor | None
 
 @dataclass(frozen=True)
 class NodeFit:
-    """What :func:`fit_node_models` computed for one node.
+    """What ``fit_node_models`` computed for one node.
 
     Attributes
     ----------
@@ -145,7 +145,7 @@ def train_node_models(
     generator: torch.Generator | None = None,
     **kwargs,
 ) -> list[LLPNodeModel]:
-    """The ``len(proportion_sources)`` models of a node; see :func:`fit_node_models`,
+    """The ``len(proportion_sources)`` models of a node; see ``fit_node_models``,
     which takes the same arguments and also returns the clustering and the searches."""
     return fit_node_models(
         features, batch_ids, proportion_sources, k=k, n_starts=n_starts, generator=generator, **kwargs
@@ -179,7 +179,7 @@ def fit_node_models(
         is the same time window.
     proportion_sources : sequence of LabelProportions or Tensor of shape (B, L)
         The node's own proportions first, then its neighbours'. A
-        :class:`~dp_proto.llp.LabelProportions` contributes its ``valid`` mask:
+        ``LabelProportions`` contributes its ``valid`` mask:
         a batch is used for a source if the node has records in it and the
         source marks it valid ("present in the training part of both").
     k : int
@@ -189,9 +189,9 @@ def fit_node_models(
     generator : torch.Generator, optional
         On the device of ``features``.
     n_init, kmeans_max_iter : int
-        Passed to :func:`~dp_proto.llp.kmeans.kmeans`.
+        Passed to ``kmeans``.
     search_max_iter : int, swaps : bool
-        Passed to :func:`~dp_proto.llp.assignment.local_search`.
+        Passed to ``local_search``.
 
     Returns
     -------

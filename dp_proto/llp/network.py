@@ -1,34 +1,34 @@
 """A network of sensor nodes learning from (private) label proportions, in one process.
 
 The protocol of Sachweh, Boiar & Liebig (2021, Sec. 3), every node ``i`` in turn
-(each step one method of :class:`~dp_proto.llp.LLPNode`, shared with the distributed
-run of :mod:`dp_proto.llp.distributed`):
+(each step one method of ``LLPNode``, shared with the distributed
+run of ``dp_proto.llp.distributed``):
 
 1. **Release.** Count the labels of its training windows per time batch
-   (:func:`~dp_proto.llp.batch_label_counts` on the public
-   :class:`~dp_proto.llp.BatchGrid`) and release their proportions,
+   (``batch_label_counts`` on the public
+   ``BatchGrid``) and release their proportions,
    exact (``epsilon=None``) or epsilon-DP
-   (:func:`~dp_proto.llp.private_label_proportions`, public clip bound ``b``).
+   (``private_label_proportions``, public clip bound ``b``).
    The release goes to the node's neighbours.
 2. **Train.** Fit one k-means on its own training windows and label it once per
    source of proportions: its own, then each neighbour's, in the order of
-   ``neighbours[i]`` (:func:`~dp_proto.llp.fit_node_models`). Row ``k`` of every
+   ``neighbours[i]`` (``fit_node_models``). Row ``k`` of every
    release is the same time window at every node (global batch ids), and a
    source's batch is used where the receiving node has training windows in it
    and the source marks it valid (exact releases: the sender had records;
    private releases: every batch, as which batches are empty is not released).
-3. **Predict** by the majority vote of the ``c + 1`` models (:func:`evaluate`).
+3. **Predict** by the majority vote of the ``c + 1`` models (``evaluate``).
 
 Randomness. The Laplace noise of every private release comes from fresh
-operating-system entropy (:func:`node_noise_generator` with ``noise_seed=None``,
+operating-system entropy (``node_noise_generator`` with ``noise_seed=None``,
 the default): nobody, the operator included, can rebuild it, so nobody can subtract
 it from a release. ``seed`` governs only the non-private randomness of node ``i``:
-:func:`node_generator` ``(seed, i, device)`` draws, in a fixed order, the k-means
+``node_generator`` ``(seed, i, device)`` draws, in a fixed order, the k-means
 seeding, then the starts of the local searches for its own and its neighbours'
 proportions. Exact reproduction of the noise (tests, benchmarks) is the explicit
 opt-in ``noise_seed``: node ``i`` then draws its noise from
-:func:`node_noise_generator` ``(noise_seed, i, device)``, which warns with
-:class:`~dp_proto.exceptions.PrivacyLeakWarning`, and every ledger's summary says
+``node_noise_generator`` ``(noise_seed, i, device)``, which warns with
+``PrivacyLeakWarning``, and every ledger's summary says
 ``"noise": "reproducible"`` (``"fresh"`` otherwise). A distributed run (one process
 per node, proportions exchanged with ``torch.distributed``) that calls both
 generators the same way and uses the same functions reproduces every node's
@@ -42,19 +42,19 @@ requires ``time_range``: derived from the data (one past the largest time of any
 node), the number of rows would depend on single records -- removing the last window
 of one node could remove a row from every node's table. Records outside the time
 range are dropped before the release and before training (their number goes to the
-curator log ``dp_proto.curator``, see :mod:`dp_proto.privacy.curator`, never to a
+curator log ``dp_proto.curator``, see ``dp_proto.privacy.curator``, never to a
 warning or an error). Exact runs may leave ``time_range`` out and derive it.
 
 Privacy. A node's labels enter only its own release and its own models, and
 the release is the only thing that leaves the node. Each node has its own
-:class:`~dp_proto.privacy.PrivacyLedger` holding that one release: with
+``PrivacyLedger`` holding that one release: with
 ``epsilon`` the network is epsilon-DP for each node's data (add/remove one
 window of that node) with respect to everything its neighbours receive and
 therefore everything they compute. The models of node ``i`` are trained on
 node ``i``'s own features, which are not privatised (Sachweh, Boiar and Liebig
 privatise the exchanged label proportions only); the models and their
 predictions stay on the node and are not covered by the guarantee
-(:class:`NetworkResult` says which of its fields are node-local). The windows
+(``NetworkResult`` says which of its fields are node-local). The windows
 (features) are past flows, i.e. earlier labels of the same series, so the
 guarantee is per window, not per vehicle or per time span. An exact run records
 a ``non_private`` event (epsilon = inf). Each call is one release: evaluating
@@ -62,9 +62,9 @@ a ``non_private`` event (epsilon = inf). Each call is one release: evaluating
 ``F epsilon``).
 
 Floating point. The release adds discrete Laplace noise (integers, scale
-``1/epsilon``) to the integer counts (:func:`~dp_proto.privacy.mechanisms.laplace_mechanism`
+``1/epsilon``) to the integer counts (``laplace_mechanism``
 with ``grid=1``): every noisy count is an integer, so there are no input-dependent gaps
-between representable outputs (Mironov 2012); see :mod:`dp_proto.privacy.noise`.
+between representable outputs (Mironov 2012); see ``dp_proto.privacy.noise``.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ __all__ = [
 
 @dataclass
 class NetworkResult:
-    """What every node computed in :func:`simulate_network`.
+    """What every node computed in ``simulate_network``.
 
     What leaves the nodes (covered by the per-node guarantee of a private run):
     ``proportions``, ``ledgers`` and the public settings ``neighbours``,
@@ -178,7 +178,7 @@ def check_neighbours(neighbours: np.ndarray | Sequence[Sequence[int]], n_nodes: 
     """Neighbour lists as ``list[list[int]]``, checked.
 
     ``neighbours`` is an ``(N, c)`` array (e.g. from
-    :func:`~dp_proto.data.geometry.nearest_neighbours`) or ``N`` sequences of
+    ``nearest_neighbours``) or ``N`` sequences of
     possibly different lengths. An empty list is allowed: that node trains its
     own model only (and its vote is that model's prediction).
 
@@ -231,15 +231,15 @@ def simulate_network(
     nodes : sequence of NodeData-like
         Objects with ``features (m, d)``, ``labels (m,)`` (int in ``0 ..
         num_classes - 1``) and ``time (m,)`` (global slot), e.g. from
-        :func:`~dp_proto.data.sensors.node_datasets`.
+        ``node_datasets``.
     neighbours : (N, c) array or N sequences
         ``neighbours[i]``: the nodes whose proportions node ``i`` receives. See
-        :func:`check_neighbours` (a node without neighbours trains its own model only).
+        ``check_neighbours`` (a node without neighbours trains its own model only).
     config : LLPConfig, optional
         The run's settings. Or pass them as keywords instead (``**settings``):
         ``simulate_network(nodes, nbrs, batch_size=32, k=16, epsilon=0.1,
         time_range=(origin, stop))`` builds ``LLPConfig(batch_size=32, ...)``; see
-        :class:`~dp_proto.llp.LLPConfig` for every setting (``batch_size``, ``k``,
+        ``LLPConfig`` for every setting (``batch_size``, ``k``,
         ``epsilon``, ``time_range``, ``num_classes``, ``seed``, ``noise_seed``,
         ``n_starts``, ``n_init``, ``floor``, ``own_proportions``, ``estimator``,
         ``swaps``, ``kmeans_max_iter``, ``search_max_iter``). A private run needs
@@ -247,7 +247,7 @@ def simulate_network(
     train_masks : sequence of bool arrays, optional
         ``train_masks[i] (m_i,)``: node ``i``'s training windows (default: all).
         Pass time-aligned masks (e.g. the same fold of
-        :func:`~dp_proto.data.sensors.time_block_folds` with a common
+        ``time_block_folds`` with a common
         ``time_range``) so that the batches of different nodes cover the same
         training time.
     device : torch.device or str, default "cpu"
@@ -332,7 +332,7 @@ def evaluate(
     test_masks : sequence of bool arrays, optional
         ``test_masks[i] (m_i,)``; default: all windows.
     tie_break : {"first", "smallest"}
-        See :func:`~dp_proto.llp.majority_vote` (``"first"``: the own model).
+        See ``majority_vote`` (``"first"``: the own model).
 
     Returns
     -------

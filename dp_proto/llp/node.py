@@ -1,23 +1,23 @@
 """One sensor node of the LLP protocol: its settings, its data, its release and its models.
 
-:class:`LLPConfig` holds the settings every node of a run shares (the public batch grid,
+``LLPConfig`` holds the settings every node of a run shares (the public batch grid,
 the label set, epsilon, the clustering and search settings, the seeds);
-:class:`LLPNode` is one node's part of the protocol of Sachweh, Boiar & Liebig (2021):
+``LLPNode`` is one node's part of the protocol of Sachweh, Boiar & Liebig (2021):
 
 1. ``LLPNode(i, data, config)`` keeps node ``i``'s training windows inside the public
    recording period and maps them onto the batch grid;
-2. :meth:`LLPNode.release` counts its labels per batch and releases their proportions,
+2. ``LLPNode.release`` counts its labels per batch and releases their proportions,
    exact or epsilon-DP, recording the release in the node's own ledger;
-3. :meth:`LLPNode.train` fits its ``c + 1`` labelled clusterings, one per source of
+3. ``LLPNode.train`` fits its ``c + 1`` labelled clusterings, one per source of
    proportions: its own first, then those it received.
 
-:func:`~dp_proto.llp.simulate_network` (every node in one process) and
-:func:`~dp_proto.llp.run_node` (one process per node, ``torch.distributed``) both drive
+``simulate_network`` (every node in one process) and
+``run_node`` (one process per node, ``torch.distributed``) both drive
 this class, so a node computes the same thing in both.
 
 Randomness. The Laplace noise of a private release comes from fresh operating-system
-entropy (:func:`node_noise_generator` with ``noise_seed=None``); ``seed`` drives only the
-non-private randomness, :func:`node_generator` ``(seed, i)``: the k-means seeding, then
+entropy (``node_noise_generator`` with ``noise_seed=None``); ``seed`` drives only the
+non-private randomness, ``node_generator`` ``(seed, i)``: the k-means seeding, then
 the starts of the local searches, in that order.
 """
 
@@ -73,19 +73,19 @@ class LLPConfig:
         ``None``: exact proportions.
     time_range : (int, int) or None
         ``(origin, stop)``, the public recording period: it fixes the batch grid
-        (:class:`~dp_proto.llp.BatchGrid`) and so the shape of every release. Required
+        (``BatchGrid``) and so the shape of every release. Required
         for a private run; an exact run in one process may leave it out (see
-        :meth:`resolve`).
+        ``resolve``).
     num_classes : int or None
         ``L``, the public label set ``0 .. L - 1``. ``None``: taken from the nodes'
-        ``num_classes`` attribute (e.g. :class:`~dp_proto.data.NodeData`, whose value
+        ``num_classes`` attribute (e.g. ``NodeData``, whose value
         comes from the flow-class edges its labels were made with).
     seed : int >= 0, default 0
-        Non-private randomness only (:func:`node_generator`); never the noise.
+        Non-private randomness only (``node_generator``); never the noise.
     noise_seed : int >= 0 or None, default None
         ``None``: fresh noise. An int makes every node's noise reproducible
-        (:func:`node_noise_generator`): for tests and benchmarks only; warns with
-        :class:`~dp_proto.exceptions.PrivacyLeakWarning` in a private run, and the
+        (``node_noise_generator``): for tests and benchmarks only; warns with
+        ``PrivacyLeakWarning`` in a private run, and the
         ledgers say ``"noise": "reproducible"``.
     n_starts : int, default 32
         Local-search starts per source of proportions.
@@ -99,13 +99,13 @@ class LLPConfig:
         Sachweh, Boiar & Liebig 2021, whose ``Q(j)`` is the table the neighbours get).
     estimator : {"clipped", "unbiased"}, default "clipped"
         How noisy counts become proportions
-        (:func:`~dp_proto.llp.private_label_proportions`).
+        (``private_label_proportions``).
     swaps : bool, default True
         Whether the local search also tries swap moves (besides relabel moves).
     kmeans_max_iter : int, default 100
-        Lloyd iterations of k-means (see :func:`~dp_proto.llp.fit_node_models`).
+        Lloyd iterations of k-means (see ``fit_node_models``).
     search_max_iter : int, default 1000
-        Steps of the local search (see :func:`~dp_proto.llp.fit_node_models`).
+        Steps of the local search (see ``fit_node_models``).
     """
 
     batch_size: int
@@ -226,7 +226,7 @@ def node_generator(seed: int, node_index: int, device: torch.device | str = "cpu
     """The generator of node ``node_index``'s non-private randomness in a run with ``seed``.
 
     It draws the k-means seeding and the local-search starts, never the noise of a
-    release (see :func:`node_noise_generator`). The generator's seed is the first 63
+    release (see ``node_noise_generator``). The generator's seed is the first 63
     bits of ``numpy.random.SeedSequence([seed, node_index]).generate_state(2, uint32)``
     (low word first): different nodes get well-separated streams, and a node's
     stream depends only on ``(seed, node_index)``, not on how many nodes there are
@@ -253,14 +253,14 @@ def node_noise_generator(
 
     ``noise_seed=None`` (the default of every LLP release): a generator seeded with 64
     bits of operating-system entropy
-    (:func:`~dp_proto.privacy.randomness.fresh_generator`); the ledger of the release
+    (``fresh_generator``); the ledger of the release
     records ``"noise": "fresh"``.
 
     ``noise_seed`` given: the explicit opt-in to reproducible noise, for tests and
     benchmarks. The generator is seeded with the first 63 bits of
     ``SeedSequence([noise_seed, node_index, 0x6E6F697365])`` (a stream of its own per
-    node, never the stream of :func:`node_generator` for the same numbers); it warns
-    with :class:`~dp_proto.exceptions.PrivacyLeakWarning` (``warn=False`` when the
+    node, never the stream of ``node_generator`` for the same numbers); it warns
+    with ``PrivacyLeakWarning`` (``warn=False`` when the
     caller warned already), since whoever knows ``noise_seed`` can subtract the noise
     and read the exact counts, and the ledger records ``"noise": "reproducible"``.
 
@@ -281,7 +281,7 @@ def node_noise_generator(
 
 
 def warn_noise_seed(owner: str, what: str = "every node's release") -> None:
-    """The :class:`~dp_proto.exceptions.PrivacyLeakWarning` of a private run given a ``noise_seed``."""
+    """The ``PrivacyLeakWarning`` of a private run given a ``noise_seed``."""
     warnings.warn(
         f"{owner}: noise_seed makes the Laplace noise of {what} reproducible; "
         "whoever knows the seed can remove it and read the exact label counts, so the release is "
@@ -303,7 +303,7 @@ def node_tensors(index: int, data, mask, num_classes: int, device) -> tuple[Tens
     """Node ``index``'s windows selected by ``mask``: features (m, d), labels (m,), times (m,).
 
     Raises ``ValueError`` for shapes that do not match and
-    :class:`~dp_proto.exceptions.DataValidationError` for NaN/inf features or labels
+    ``DataValidationError`` for NaN/inf features or labels
     outside ``0 .. num_classes - 1``."""
     name = node_name(index, data)
     feats = np.asarray(data.features)
@@ -344,7 +344,7 @@ class LLPNode:
         ``features (m, d)``, ``labels (m,)`` (int in ``0 .. num_classes - 1``) and
         ``time (m,)`` (global slot).
     config : LLPConfig
-        With ``time_range`` and ``num_classes`` set (:meth:`LLPConfig.resolve`).
+        With ``time_range`` and ``num_classes`` set (``LLPConfig.resolve``).
     train_mask : bool array of shape (m,), optional
         The training windows (default: all). Windows outside the recording period are
         dropped; their number goes to the curator log only.
@@ -363,7 +363,7 @@ class LLPNode:
     ValueError
         Fewer training windows than ``k`` or ``batch_size`` in an exact run. A private run
         logs both for the curator instead (an error before the release would depend on
-        single records) and :meth:`train`, which runs after the release, refuses fewer
+        single records) and ``train``, which runs after the release, refuses fewer
         than ``k``.
     DataValidationError
         NaN/inf features, labels outside the label set.
@@ -422,7 +422,7 @@ class LLPNode:
         """Count the labels per batch and release their proportions (what the neighbours get).
 
         Private: one Laplace release of the whole ``(num_batches, num_classes)`` count
-        table, noise from :func:`node_noise_generator` ``(noise_seed, index)`` (fresh
+        table, noise from ``node_noise_generator`` ``(noise_seed, index)`` (fresh
         entropy by default; this method does not warn for a ``noise_seed``, its callers
         do). Exact: the proportions, and a ``non_private`` event in the ledger.
         """
@@ -453,7 +453,7 @@ class LLPNode:
         """Fit the node's models: its own proportions first, then each of ``received`` in order.
 
         The k-means seeding, then the local-search starts, come from
-        :func:`node_generator` ``(seed, index)``. Call :meth:`release` first.
+        ``node_generator`` ``(seed, index)``. Call ``release`` first.
         """
         if self._own is None:
             raise RuntimeError(f"{self.name}: release() comes before train()")

@@ -9,7 +9,7 @@ neighbours.
 Neighbouring relation and sensitivity
 -------------------------------------
 A record is one sample (window) of a node: its features, its label and its time
-slot. Batches are fixed, public time windows (:class:`~dp_proto.llp.BatchGrid`: batch ``k`` is
+slot. Batches are fixed, public time windows (``BatchGrid``: batch ``k`` is
 the slots ``[origin + k b, origin + (k + 1) b)`` at every node), so a record
 lies in exactly one batch and has exactly one label. Adding or removing one
 record therefore changes exactly one entry of the ``(num_batches, num_classes)``
@@ -18,20 +18,20 @@ Laplace noise of scale ``1/epsilon`` on every entry makes the whole table
 epsilon-DP (add/remove one record) -- the same argument as a histogram; the
 per-batch loop of Sachweh, Boiar & Liebig is parallel composition over disjoint batches.
 Clipping and normalising are post-processing, *provided the clip bounds are
-public* (see :func:`private_label_proportions`). The shape of the table must be
+public* (see ``private_label_proportions``). The shape of the table must be
 public too: the batch grid comes from a public time range, never from the times in
-the data (see :func:`~dp_proto.llp.simulate_network`).
+the data (see ``simulate_network``).
 
 Randomness. The noise comes from fresh operating-system entropy unless the caller
 opts into reproducible noise (``noise_seed``, or a ``generator`` of its own), which
-warns with :class:`~dp_proto.exceptions.PrivacyLeakWarning` and is recorded in the
+warns with ``PrivacyLeakWarning`` and is recorded in the
 ledger (``summary()["noise"] == "reproducible"``).
 
 Floating point. The noise is discrete Laplace (integers, ``P(k) ~ exp(-epsilon |k|)``)
-added to the integer counts (:func:`~dp_proto.privacy.mechanisms.laplace_mechanism` with
+added to the integer counts (``laplace_mechanism`` with
 ``grid=1``), so the noisy counts are integers and Mironov's (2012) floating-point attack
 on continuous Laplace has nothing to read; clipping and normalising are
-post-processing. See :mod:`dp_proto.privacy.noise`.
+post-processing. See ``dp_proto.privacy.noise``.
 """
 
 from __future__ import annotations
@@ -71,10 +71,10 @@ ESTIMATORS = ("clipped", "unbiased")
 
 
 def check_estimator(estimator: str) -> str:
-    """``estimator`` checked against :data:`ESTIMATORS`.
+    """``estimator`` checked against ``ESTIMATORS``.
 
     The old name ``"seed"`` of ``"clipped"`` is accepted for one release with a
-    :class:`DeprecationWarning`.
+    ``DeprecationWarning``.
     """
     if estimator == "seed":
         warnings.warn(
@@ -158,7 +158,7 @@ def batch_label_counts(labels: Tensor, batch_ids: Tensor, num_batches: int, num_
         Class of each record, ``0 .. num_classes - 1``.
     batch_ids : Tensor of shape (m,), integer
         Batch of each record, ``0 .. num_batches - 1`` (e.g. from
-        :func:`dp_proto.llp.grid.time_batches`), on the device of ``labels``.
+        ``dp_proto.llp.grid.time_batches``), on the device of ``labels``.
     num_batches, num_classes : int
         Size of the table; both >= 1.
 
@@ -189,7 +189,7 @@ def batch_label_counts(labels: Tensor, batch_ids: Tensor, num_batches: int, num_
 
 
 def proportion_bounds(num_classes: int, max_count: float, floor: float = DEFAULT_FLOOR) -> tuple[float, float]:
-    """Smallest and largest proportion :func:`private_label_proportions` can output.
+    """Smallest and largest proportion ``private_label_proportions`` can output.
 
     With every count clipped to ``[floor, max_count]``, a proportion is at least
     ``floor / (floor + (L - 1) max_count)`` and at most ``max_count / (max_count
@@ -235,7 +235,7 @@ def private_label_proportions(
 
         q_il = clip(n_il + Lap(1/epsilon), floor, M_i),   p_il = q_il / sum_l q_il
 
-    The noise is drawn by ONE :func:`~dp_proto.privacy.mechanisms.laplace_mechanism`
+    The noise is drawn by ONE ``laplace_mechanism``
     call on the whole table (l1 sensitivity 1, ``single_coordinate=True``), so
     ``ledger`` records one Laplace release with noise multiplier ``1/epsilon``
     and the whole table is epsilon-DP under add/remove one record: a record lies in
@@ -260,7 +260,7 @@ def private_label_proportions(
     releases ``(n_il + Lap(1/epsilon)) / M_i`` instead: no clipping and no
     normalisation, an unbiased estimate of ``n_il / M_i`` (the proportion itself
     when the batch is full, ``m_i = M_i``), whose rows need not sum to 1 and may be
-    negative. With the squared loss of :func:`~dp_proto.llp.local_search`, zero-mean
+    negative. With the squared loss of ``local_search``, zero-mean
     noise on the target adds a constant to the expected loss, so the expected loss
     has the minimiser of the exact proportions. Same noise, same ledger event,
     same epsilon (post-processing with a public ``M_i``).
@@ -268,7 +268,7 @@ def private_label_proportions(
     Parameters
     ----------
     counts : Tensor of shape (num_batches, num_classes)
-        From :func:`batch_label_counts`; finite, >= 0.
+        From ``batch_label_counts``; finite, >= 0.
     epsilon : float > 0 or None
         ``None``: exact proportions, nothing is drawn or recorded.
     batch_sizes : float, or Tensor of shape (num_batches,), optional
@@ -282,13 +282,13 @@ def private_label_proportions(
     generator : torch.Generator, optional
         Source of the noise, on the device of ``counts``. Default: a fresh generator
         seeded from operating-system entropy. A caller's generator makes the noise
-        reproducible (warns with :class:`~dp_proto.exceptions.PrivacyLeakWarning`
-        unless it came from :mod:`dp_proto.privacy.randomness`; the ledger records
+        reproducible (warns with ``PrivacyLeakWarning``
+        unless it came from ``dp_proto.privacy.randomness``; the ledger records
         ``"noise": "reproducible"``).
     noise_seed : int or None, default None
         Explicit opt-in to reproducible noise (tests, benchmarks): the noise comes
         from a generator seeded with ``noise_seed``; warns with
-        :class:`~dp_proto.exceptions.PrivacyLeakWarning` and the ledger records
+        ``PrivacyLeakWarning`` and the ledger records
         ``"noise": "reproducible"``. Not together with ``generator``.
     name : str
         Name of the event in the ledger.
@@ -304,7 +304,7 @@ def private_label_proportions(
         proportions the batches with records (rows without records are uniform),
         for private ones all ``True`` (all batches of the public grid are
         released). With ``batch_sizes = b`` private proportions of the clipped
-        estimator lie in :func:`proportion_bounds` ``(num_classes, b, floor)``.
+        estimator lie in ``proportion_bounds`` ``(num_classes, b, floor)``.
 
     Raises
     ------

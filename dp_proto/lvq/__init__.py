@@ -1,10 +1,10 @@
 """Learning vector quantization: distances, the GLVQ cost, prototype layers, estimators.
 
-Functional core: :func:`squared_euclidean_distance`, :func:`omega_distance`,
-:func:`lomega_distance`, :func:`glvq_margins`, :func:`glvq_loss`, :func:`wtac`.
-Layers (``nn.Module``, parameters only): :class:`GLVQLayer`, :class:`GMLVQLayer`,
-:class:`LGMLVQLayer`; :class:`PrototypeModel` adds a backbone and the labels.
-Estimators (scikit-learn API): :class:`GLVQ`, :class:`GMLVQ`, :class:`LGMLVQ`.
+Functional core: ``squared_euclidean_distance``, ``omega_distance``,
+``lomega_distance``, ``glvq_margins``, ``glvq_loss``, ``wtac``.
+Layers (``nn.Module``, parameters only): ``GLVQLayer``, ``GMLVQLayer``,
+``LGMLVQLayer``; ``PrototypeModel`` adds a backbone and the labels.
+Estimators (scikit-learn API): ``GLVQ``, ``GMLVQ``, ``LGMLVQ``.
 """
 
 from dp_proto.lvq.distances import lomega_distance, omega_distance, squared_euclidean_distance

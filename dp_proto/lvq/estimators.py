@@ -4,7 +4,7 @@
 ``predict``, ``decision_function``, ``score``, fitted attributes ending in ``_``)
 and the parameter names of sklvq where they overlap, so a pipeline that uses
 sklvq can switch by changing the import. They train the same
-:class:`~dp_proto.lvq.PrototypeModel` that the Lightning trainers use; the fitted
+``PrototypeModel`` that the Lightning trainers use; the fitted
 torch model is ``model_``.
 """
 
@@ -219,7 +219,7 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
         return scores[:, 1] if c == 2 else scores
 
     def score(self, X, y, sample_weight=None) -> float:
-        """Mean accuracy; labels unseen during fit raise :class:`DataValidationError`."""
+        """Mean accuracy; labels unseen during fit raise ``DataValidationError``."""
         check_is_fitted(self)
         check_labels_known(np.asarray(y), self.classes_)
         return super().score(X, y, sample_weight=sample_weight)

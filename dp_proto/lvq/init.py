@@ -1,7 +1,7 @@
 """Non-private initialisers for prototypes and metric matrices.
 
-The DP counterpart of :func:`class_mean_prototypes` (Laplace-noised class means)
-lives in :mod:`dp_proto.privacy`.
+The DP counterpart of ``class_mean_prototypes`` (Laplace-noised class means)
+lives in ``dp_proto.privacy``.
 """
 
 from __future__ import annotations

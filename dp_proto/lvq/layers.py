@@ -2,7 +2,7 @@
 
 The layers own trainable parameters only (no buffers), so that Opacus can wrap
 them and compute per-sample gradients. Prototype labels live beside the layer,
-in :class:`dp_proto.lvq.PrototypeModel` or in the caller's own model.
+in ``dp_proto.lvq.PrototypeModel`` or in the caller's own model.
 
 =============  ==========================  =================================
 layer          parameters                  distance
@@ -41,7 +41,7 @@ class GLVQLayer(nn.Module):
         Number of prototypes ``W`` (over all classes).
     prototypes : Tensor, shape (W, d), optional
         Initial prototypes; defaults to zeros (initialise with
-        :func:`dp_proto.lvq.class_mean_prototypes` or a DP initialiser).
+        ``dp_proto.lvq.class_mean_prototypes`` or a DP initialiser).
     dtype : torch.dtype, optional
         Dtype of the parameters (torch's default if None).
     device : torch.device or str, optional
@@ -128,7 +128,7 @@ class GMLVQLayer(GLVQLayer):
         ``random``: entries ``U[-1, 1]`` (the choice of Brinkrolf (2023) for ``r < d``);
         or an explicit ``(r, d)`` tensor.
     normalize : bool, default True
-        If True, :meth:`normalize_` rescales ``Omega`` so that
+        If True, ``normalize_`` rescales ``Omega`` so that
         ``trace(Lambda) = ||Omega||_F^2 = 1`` (Brinkrolf 2023, eq. 2.20); trainers call it
         after every optimiser step. For a global metric this does not change any
         classification or the GLVQ cost, which is scale invariant.
@@ -229,10 +229,10 @@ class LGMLVQLayer(GLVQLayer):
     prototypes : Tensor, shape (W, d), optional
         Initial prototypes; defaults to zeros.
     omega_init : {"identity", "scaled_identity", "random"} or Tensor, default "identity"
-        Applied to every prototype as in :class:`GMLVQLayer`; an ``(r, d)`` tensor is
+        Applied to every prototype as in ``GMLVQLayer``; an ``(r, d)`` tensor is
         copied to every prototype, a ``(W, r, d)`` tensor gives each its own.
     normalize : bool, default False
-        If True, :meth:`normalize_` rescales every ``Omega_j`` to ``trace(Lambda_j) = 1``
+        If True, ``normalize_`` rescales every ``Omega_j`` to ``trace(Lambda_j) = 1``
         (Schneider, Biehl & Hammer 2009). Unlike the global case this changes the
         classifier, so it is off by default.
     generator : torch.Generator, optional

@@ -92,7 +92,7 @@ def glvq_margins(distances: Tensor, targets: Tensor, prototype_labels: Tensor, *
 
 
 def glvq_mu(distances: Tensor, targets: Tensor, prototype_labels: Tensor) -> Tensor:
-    """``mu(x) = (d+ - d-) / (d+ + d-)`` per sample, shape ``(B,)``. See :func:`glvq_margins`."""
+    """``mu(x) = (d+ - d-) / (d+ + d-)`` per sample, shape ``(B,)``. See ``glvq_margins``."""
     return glvq_margins(distances, targets, prototype_labels).mu
 
 
@@ -159,7 +159,7 @@ def glvq_cost_and_gradient(
 
     Only the two winners of a row are non-zero: with ``s = d+ + d-``,
     ``dmu/dd+ = 2 d- / s^2`` and ``dmu/dd- = -2 d+ / s^2`` (both times ``Phi'(mu)``).
-    ``check=False`` skips the label checks of :func:`glvq_margins` (no host sync).
+    ``check=False`` skips the label checks of ``glvq_margins`` (no host sync).
     ``return_winners=True`` also returns the winners' indices ``(B, 2)`` (``w+``,
     ``w-``) and their gradient entries ``(B, 2)``.
     """

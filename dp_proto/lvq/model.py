@@ -24,7 +24,7 @@ class PrototypeModel(nn.Module):
     Parameters
     ----------
     layer : GLVQLayer
-        A :class:`GLVQLayer`, :class:`GMLVQLayer` or :class:`LGMLVQLayer`.
+        A ``GLVQLayer``, ``GMLVQLayer`` or ``LGMLVQLayer``.
     prototype_labels : Tensor or sequence of int, shape (W,)
         Class index of every prototype.
     backbone : nn.Module, optional
@@ -40,7 +40,7 @@ class PrototypeModel(nn.Module):
     prototype_labels : Tensor, shape (W,)
         Class index of every prototype (a buffer, not trained).
     privacy_ : dict
-        Only after :meth:`dp_proto.privacy.PrivacyLedger.attach`: the ledger's summary,
+        Only after ``dp_proto.privacy.PrivacyLedger.attach``: the ledger's summary,
         kept in the ``state_dict``.
 
     Examples
@@ -104,7 +104,7 @@ class PrototypeModel(nn.Module):
         beta: float = 1.0,
         reduction: Literal["mean", "sum", "none"] = "mean",
     ) -> Tensor:
-        """GLVQ cost of :meth:`forward`'s output, see :func:`dp_proto.lvq.glvq_loss`."""
+        """GLVQ cost of ``forward``'s output, see ``dp_proto.lvq.glvq_loss``."""
         return glvq_loss(
             distances, targets, self.prototype_labels, transfer_fn=transfer_fn, beta=beta, reduction=reduction
         )

@@ -1,9 +1,9 @@
-"""Plain-torch, non-private training loops for a :class:`PrototypeModel`.
+"""Plain-torch, non-private training loops for a ``PrototypeModel``.
 
 These are the baselines of Brinkrolf, Göpfert & Hammer (2019) and Brinkrolf (2023):
 full-batch L-BFGS and minibatch SGD/Adam.
 The estimators use them directly (no Lightning overhead); Lightning users get
-the same optimisers through :class:`dp_proto.lightning.LVQModule`.
+the same optimisers through ``dp_proto.lightning.LVQModule``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class FitResult:
 def make_optimizer(
     solver: str, params, lr: float, *, momentum: float = 0.9, nesterov: bool = False
 ) -> torch.optim.Optimizer:
-    """``sgd`` (with momentum) or ``adam``; ``lbfgs`` is handled by :func:`fit_lbfgs`."""
+    """``sgd`` (with momentum) or ``adam``; ``lbfgs`` is handled by ``fit_lbfgs``."""
     if solver == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=momentum, nesterov=nesterov and momentum > 0)
     if solver == "adam":

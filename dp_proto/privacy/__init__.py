@@ -1,18 +1,18 @@
 """The model-free privacy core: mechanisms, noise, calibration, the privacy ledger, the
 public data domain, and the tools that check releases (audit, neighbour check).
 
-Mechanisms (:mod:`.mechanisms`) add calibrated noise and record every release, as one
-typed event per mechanism (:mod:`.events`), in a :class:`PrivacyLedger`, which composes all releases of a run with a real accountant
+Mechanisms (``.mechanisms``) add calibrated noise and record every release, as one
+typed event per mechanism (``.events``), in a ``PrivacyLedger``, which composes all releases of a run with a real accountant
 (privacy loss distributions by default, Renyi DP optionally). Neighbouring relation
 everywhere: add/remove one record.
 
 This package imports nothing from the models, nor Opacus or Lightning
-(:mod:`.opacus_noise`, the Opacus adapter, is imported only by the DP-SGD trainers).
-The DP-SGD recipe every trainer shares -- :class:`DPSGDPlan` (ledger, steps, noise
-multiplier) and :class:`BudgetedEpochs` (each epoch spent before it runs) -- is in
-:mod:`.dpsgd_plan`. Private LVQ training (DP initialisation, DP-SGD, subsample-and-aggregate,
+(``.opacus_noise``, the Opacus adapter, is imported only by the DP-SGD trainers).
+The DP-SGD recipe every trainer shares -- ``DPSGDPlan`` (ledger, steps, noise
+multiplier) and ``BudgetedEpochs`` (each epoch spent before it runs) -- is in
+``.dpsgd_plan``. Private LVQ training (DP initialisation, DP-SGD, subsample-and-aggregate,
 the centre of attention and the ``DPGLVQ``-family estimators) lives in
-:mod:`dp_proto.lvq.private`.
+``dp_proto.lvq.private``.
 """
 
 from dp_proto._deprecation import moved_names

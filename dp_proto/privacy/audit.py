@@ -91,7 +91,7 @@ def _default_levels(n_pooled: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class AuditResult:
-    """Outcome of :func:`audit_epsilon`.
+    """Outcome of ``audit_epsilon``.
 
     Attributes
     ----------
@@ -303,7 +303,7 @@ def audit_epsilon(
 # -- ready-made neighbouring pairs --------------------------------------------------------
 @dataclass(frozen=True)
 class AuditSetup:
-    """A mechanism with its claim and a neighbouring pair, ready for :meth:`audit`."""
+    """A mechanism with its claim and a neighbouring pair, ready for ``audit``."""
 
     name: str
     claimed_epsilon: float
@@ -315,7 +315,7 @@ class AuditSetup:
     batch: int | None = None
 
     def audit(self, n_trials: int = 20_000, **kwargs: Any) -> AuditResult:
-        """:func:`audit_epsilon` on this setup (keyword arguments are passed on)."""
+        """``audit_epsilon`` on this setup (keyword arguments are passed on)."""
         kwargs.setdefault("delta", self.delta)
         return audit_epsilon(
             self.mechanism,
@@ -336,7 +336,7 @@ def _count_pair(n_records: int) -> tuple[Tensor, Tensor]:
 def laplace_audit_setup(
     epsilon: float, *, noise_factor: float = 1.0, n_records: int = 100, batch: int = 50_000
 ) -> AuditSetup:
-    """A count query released with :func:`laplace_mechanism` (sensitivity 1,
+    """A count query released with ``laplace_mechanism`` (sensitivity 1,
     ``single_coordinate=True``), claimed ``epsilon``-DP; ``dataset_1`` is ``dataset_0``
     plus one record. ``noise_factor < 1`` under-noises on purpose (scale times
     ``noise_factor``, true epsilon ``epsilon / noise_factor``) to check that the audit
@@ -354,7 +354,7 @@ def laplace_audit_setup(
 def gaussian_audit_setup(
     epsilon: float, delta: float = 1e-5, *, n_records: int = 100, batch: int = 50_000
 ) -> AuditSetup:
-    """A count query released with :func:`gaussian_mechanism` (l2 sensitivity 1,
+    """A count query released with ``gaussian_mechanism`` (l2 sensitivity 1,
     analytic calibration), claimed ``(epsilon, delta)``-DP."""
 
     def mechanism(dataset: Tensor, generator: torch.Generator, size: int) -> Tensor:
@@ -373,7 +373,7 @@ def trial_noise_seed(generator: torch.Generator) -> int:
 
 
 def without_leak_warning(fit: Callable[[], Any]) -> Any:
-    """Run ``fit()`` with :class:`~dp_proto.exceptions.PrivacyLeakWarning` silenced."""
+    """Run ``fit()`` with ``PrivacyLeakWarning`` silenced."""
     with warnings.catch_warnings():  # the audit opts in to reproducible noise on purpose
         warnings.simplefilter("ignore", PrivacyLeakWarning)
         return fit()

@@ -89,7 +89,7 @@ def classic_gaussian_sigma(epsilon: float, delta: float, l2_sensitivity: float) 
     """``sigma = sqrt(2 ln(1.25/delta)) Delta_2 / epsilon`` (Dwork & Roth, Thm A.1).
 
     Only valid for ``epsilon < 1``; kept for reference and comparison (it is
-    looser than :func:`analytic_gaussian_sigma` everywhere).
+    looser than ``analytic_gaussian_sigma`` everywhere).
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta, allow_zero=False)
@@ -126,7 +126,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, l2_sensitivity: float,
     (the analytic Gaussian mechanism, Balle & Wang 2018, Alg. 1; Brinkrolf 2023, Alg. 3.1,
     with its misprinted ``Delta^alpha`` corrected to ``sigma = alpha * Delta / sqrt(2 epsilon)``).
 
-    The exact condition :func:`analytic_gaussian_delta` is monotone in ``sigma``;
+    The exact condition ``analytic_gaussian_delta`` is monotone in ``sigma``;
     we bracket it by doubling and bisect in log-sigma, which gives the same value as
     Balle & Wang's search over ``v``/``u`` and is valid for every ``epsilon > 0``.
     Check value: epsilon = 1, delta = 1e-5, sensitivity 1 gives sigma = 3.7308.

@@ -3,10 +3,10 @@
 The DP mechanisms of this package assume records in ``[-1, 1]^d``. The bounds used
 to get there must be public (known a priori, e.g. pixel values 0..255, or a sensor's
 range); bounds computed from the private data leak information, so
-:meth:`PublicBoundsScaler.from_data` emits :class:`~dp_proto.exceptions.PrivacyLeakWarning`.
+``PublicBoundsScaler.from_data`` emits ``PrivacyLeakWarning``.
 
 The same holds for the labels: the set of classes a private model is built for must be
-public (:func:`public_classes`). Read from the private labels, it tells which labels
+public (``public_classes``). Read from the private labels, it tells which labels
 occur, and one record holding a label of its own changes it with certainty.
 """
 
@@ -30,10 +30,10 @@ def public_classes(y: np.ndarray, classes, owner: str, *, warn: bool = True) -> 
     label in ``y (n,)``.
 
     ``classes`` is the public label set (any order, no repeats, at least 2). A label of
-    ``y`` outside it raises :class:`~dp_proto.exceptions.DataValidationError`; a public
+    ``y`` outside it raises ``DataValidationError``; a public
     class without records is kept (the model still has its prototypes or cells, built
     from noise alone). ``classes=None`` reads the set from ``y`` -- with a
-    :class:`~dp_proto.exceptions.PrivacyLeakWarning` unless ``warn=False`` (for
+    ``PrivacyLeakWarning`` unless ``warn=False`` (for
     non-private fits), since a private model then shows which labels the private data
     contain -- and needs at least 2 of them.
     """
@@ -72,10 +72,10 @@ def public_classes(y: np.ndarray, classes, owner: str, *, warn: bool = True) -> 
 
 
 def warn_clipped(num_clipped: int, total: int, what: str = "records", *, private: bool = False) -> None:
-    """Emit a :class:`DomainWarning` saying how many of ``total`` records were clipped.
+    """Emit a ``DomainWarning`` saying how many of ``total`` records were clipped.
 
     ``private=True`` (inside a private release): the count goes to the curator-only log
-    instead (:mod:`dp_proto.privacy.curator`); a warning whose presence depends on one
+    instead (``dp_proto.privacy.curator``); a warning whose presence depends on one
     record would tell neighbouring data sets apart."""
     if private:
         if num_clipped:
@@ -92,7 +92,7 @@ def warn_clipped(num_clipped: int, total: int, what: str = "records", *, private
 
 class PublicBoundsScaler(TransformerMixin, BaseEstimator):
     """Affine map of public per-feature bounds ``[lower, upper]`` onto ``[-1, 1]``,
-    then clipping (counted, with a :class:`DomainWarning`).
+    then clipping (counted, with a ``DomainWarning``).
 
     Parameters
     ----------
@@ -101,13 +101,13 @@ class PublicBoundsScaler(TransformerMixin, BaseEstimator):
     clip : bool
         Clip transformed values into ``[-1, 1]`` (default True).
     warn : bool
-        Warn (:class:`DomainWarning`) when rows are clipped (default True). Private
+        Warn (``DomainWarning``) when rows are clipped (default True). Private
         estimators pass False and report the count on the curator-only channel.
 
     Attributes
     ----------
     num_clipped_ : int
-        Rows clipped by the last :meth:`transform`.
+        Rows clipped by the last ``transform``.
     """
 
     def __init__(self, lower=0.0, upper=1.0, clip: bool = True, warn: bool = True) -> None:
@@ -120,7 +120,7 @@ class PublicBoundsScaler(TransformerMixin, BaseEstimator):
     def from_data(cls, X, margin: float = 0.0) -> PublicBoundsScaler:
         """Bounds from the data's min and max (plus ``margin``): **not private**.
 
-        Emits :class:`PrivacyLeakWarning`: the bounds are a release about the data that
+        Emits ``PrivacyLeakWarning``: the bounds are a release about the data that
         no mechanism accounts for. Use it only for public data or for experiments.
         """
         warnings.warn(

@@ -1,4 +1,4 @@
-"""Deprecated: moved to :mod:`dp_proto.lvq.private.dpsgd` (this path is removed in the next release)."""
+"""Deprecated: moved to ``dp_proto.lvq.private.dpsgd`` (this path is removed in the next release)."""
 
 from dp_proto._deprecation import alias_module
 

@@ -1,4 +1,4 @@
-"""The public recipe of a DP-SGD run: :class:`DPSGDPlan`, and the noise calibration behind it.
+"""The public recipe of a DP-SGD run: ``DPSGDPlan``, and the noise calibration behind it.
 
 A DP-SGD run in dp-proto (private LVQ estimators, the Lightning experiment, the DP
 anonymizer) is: releases before training that spend ``init_fraction * epsilon`` (the DP
@@ -203,8 +203,8 @@ def noise_multiplier_for(
     """The noise multiplier of a DP-SGD run that follows ``prior_events`` (e.g. the DP
     initialisation) within a total ``(epsilon, delta)``.
 
-    ``calibration="ledger"``: :func:`calibrate_noise_multiplier` on the whole run;
-    ``"paper"``: :func:`paper_noise_multiplier` with ``epsilon2 = epsilon`` minus the
+    ``calibration="ledger"``: ``calibrate_noise_multiplier`` on the whole run;
+    ``"paper"``: ``paper_noise_multiplier`` with ``epsilon2 = epsilon`` minus the
     prior events' epsilon (basic composition, as in Brinkrolf, Göpfert & Hammer (2019)).
     """
     if calibration == "ledger":
@@ -220,7 +220,7 @@ def check_dp_sgd_settings(epsilon: float, delta: float, sampling_rate: float) ->
     delta outside (0, 1), a sampling rate outside (0, 1] (``ValueError``).
 
     The private ``n`` is not looked at: an error or warning whose presence depends on
-    one record would tell neighbouring data sets apart. See :func:`warn_noisy_size` for
+    one record would tell neighbouring data sets apart. See ``warn_noisy_size`` for
     the same checks on a released (noisy) record count."""
     check_epsilon(epsilon)
     check_delta(delta, allow_zero=False)
@@ -253,7 +253,7 @@ class DPSGDPlan:
 
     Build it once from the run's settings; the estimators, the Lightning experiment and
     the DP anonymizer all take their ledger, their step count and their noise multiplier
-    from it, and the Poisson data loader its rate (:attr:`sampling_rate`).
+    from it, and the Poisson data loader its rate (``sampling_rate``).
 
     Attributes
     ----------
@@ -266,10 +266,10 @@ class DPSGDPlan:
     epochs : float > 0
         Training length: ``steps = ceil(epochs * steps_per_epoch)``.
     init_fraction : float in [0, 1), default 0.2
-        Share of ``epsilon`` for the releases before DP-SGD (:attr:`init_epsilon`): the
+        Share of ``epsilon`` for the releases before DP-SGD (``init_epsilon``): the
         DP class-mean initialisation or the anonymizer's private prior.
     calibration : {"ledger", "paper"}, default "ledger"
-        See :data:`CALIBRATIONS`. Only ``"ledger"`` gives the ledger a budget (a run with
+        See ``CALIBRATIONS``. Only ``"ledger"`` gives the ledger a budget (a run with
         the paper's formula may certify more than ``epsilon``; the ledger says how much).
     """
 
@@ -293,12 +293,12 @@ class DPSGDPlan:
 
     @property
     def steps_per_epoch(self) -> int:
-        """``int(1 / q)`` (:func:`steps_per_epoch`)."""
+        """``int(1 / q)`` (``steps_per_epoch``)."""
         return steps_per_epoch(self.sampling_rate)
 
     @property
     def steps(self) -> int:
-        """``T = ceil(epochs * steps_per_epoch)`` (:func:`sgd_steps`)."""
+        """``T = ceil(epochs * steps_per_epoch)`` (``sgd_steps``)."""
         return sgd_steps(self.epochs, self.sampling_rate)
 
     @property
@@ -312,15 +312,15 @@ class DPSGDPlan:
         return PrivacyLedger(budget=budget, default_delta=self.delta)
 
     def noise_multiplier(self, prior_events: Sequence[PrivacyEvent] = ()) -> float:
-        """The noise multiplier of the :attr:`steps` DP-SGD steps after ``prior_events``
-        (the releases already in the run's ledger), :func:`noise_multiplier_for`."""
+        """The noise multiplier of the ``steps`` DP-SGD steps after ``prior_events``
+        (the releases already in the run's ledger), ``noise_multiplier_for``."""
         return noise_multiplier_for(
             self.calibration, self.epsilon, self.delta, self.sampling_rate, self.steps, prior_events=tuple(prior_events)
         )
 
     def expected_batch_size(self, noisy_count: float) -> float:
         """The public normaliser ``q * max(n~, 1)`` of the noisy gradient sums, from a released
-        noisy record count ``n~`` (post-processing; warns as :func:`warn_noisy_size`). Never
+        noisy record count ``n~`` (post-processing; warns as ``warn_noisy_size``). Never
         ``q * n`` with the private ``n``."""
         noisy_count = max(float(noisy_count), 1.0)
         warn_noisy_size(noisy_count, self.sampling_rate, self.delta, stacklevel=4)
@@ -334,10 +334,10 @@ class BudgetedEpochs:
     Iterating yields the step count of each epoch (``steps_per_epoch(q)``, the last one
     shorter, ``steps`` in all); before yielding, the epoch's Poisson-subsampled Gaussian
     steps are spent in ``ledger``. When the budget refuses an epoch, iteration ends there
-    and :attr:`stopped_by_budget` is True: the ledger holds exactly the epochs that ran.
+    and ``stopped_by_budget`` is True: the ledger holds exactly the epochs that ran.
     Both DP-SGD engines of the private LVQ estimators run this loop. The Lightning modules
-    use the same object step by step (:meth:`reserve` an epoch's steps when it starts,
-    :meth:`record` each step before its noise is drawn), so that a checkpoint in the middle
+    use the same object step by step (``reserve`` an epoch's steps when it starts,
+    ``record`` each step before its noise is drawn), so that a checkpoint in the middle
     of an epoch is exact.
 
     Parameters

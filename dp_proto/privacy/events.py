@@ -1,8 +1,8 @@
 """Privacy events: one immutable class per mechanism.
 
 Each event describes one release (or ``count`` identical releases) and knows how to
-account for itself: its privacy loss distribution (:meth:`PrivacyEvent.to_pld`, for the
-PLD accountant), its dp-accounting ``DpEvent`` (:meth:`PrivacyEvent.to_dp_event`, for the
+account for itself: its privacy loss distribution (``PrivacyEvent.to_pld``, for the
+PLD accountant), its dp-accounting ``DpEvent`` (``PrivacyEvent.to_dp_event``, for the
 Renyi-DP accountant) and, for pure-DP releases, its epsilon. The ledger composes events
 through these methods and a few capability flags (``has_pld``, ``has_renyi_curve``,
 ``is_private``), never by looking at a kind string.
@@ -10,21 +10,21 @@ through these methods and a few capability flags (``has_pld``, ``has_renyi_curve
 =======================================  ===================================================
 event                                    release
 =======================================  ===================================================
-:class:`LaplaceEvent`                    ``Lap(b)`` on a query one record moves in a single
+``LaplaceEvent``                    ``Lap(b)`` on a query one record moves in a single
                                          coordinate; ``noise_multiplier = b / sensitivity``
-:class:`DiscreteLaplaceEvent`            integer noise ``P(k) ~ exp(-|k| epsilon / s)`` on a
+``DiscreteLaplaceEvent``            integer noise ``P(k) ~ exp(-|k| epsilon / s)`` on a
                                          public grid, ``s = grid_steps``
-:class:`GaussianEvent`                   ``N(0, sigma^2 I)``, ``noise_multiplier = sigma / Delta_2``
-:class:`DiscreteGaussianEvent`           discrete Gaussian noise on a public grid
-:class:`PureEvent`                       any epsilon-DP release (report-noisy-max, l1 Laplace)
-:class:`ApproxEvent`                     any (epsilon, delta)-DP release known by its parameters
-:class:`SubsampledGaussianEvent`         one DP-SGD step: Poisson sampling, then Gaussian noise
-:class:`NonPrivateEvent`                 a release without noise (epsilon = inf)
+``GaussianEvent``                   ``N(0, sigma^2 I)``, ``noise_multiplier = sigma / Delta_2``
+``DiscreteGaussianEvent``           discrete Gaussian noise on a public grid
+``PureEvent``                       any epsilon-DP release (report-noisy-max, l1 Laplace)
+``ApproxEvent``                     any (epsilon, delta)-DP release known by its parameters
+``SubsampledGaussianEvent``         one DP-SGD step: Poisson sampling, then Gaussian noise
+``NonPrivateEvent``                 a release without noise (epsilon = inf)
 =======================================  ===================================================
 
 Neighbouring relation: add/remove one record. ``kind`` (a class constant) names the
-mechanism in summaries and in saved ledgers (:meth:`PrivacyEvent.to_dict` /
-:meth:`PrivacyEvent.from_dict`).
+mechanism in summaries and in saved ledgers (``PrivacyEvent.to_dict`` /
+``PrivacyEvent.from_dict``).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class PrivacyEvent(metaclass=_EventType):
 
     Every event is an immutable dataclass; the subclasses add the parameters of their
     mechanism, map themselves to a dp-accounting event and privacy loss distribution,
-    and round-trip through :meth:`to_dict` / :meth:`from_dict` (ledger checkpoints).
+    and round-trip through ``to_dict`` / ``from_dict`` (ledger checkpoints).
 
     Parameters
     ----------
@@ -169,7 +169,7 @@ class PrivacyEvent(metaclass=_EventType):
         """dp-accounting event of a single release."""
 
     def _parameters(self) -> list[str]:
-        """The mechanism's parameters, for :meth:`describe`."""
+        """The mechanism's parameters, for ``describe``."""
         return []
 
     @property
@@ -180,7 +180,7 @@ class PrivacyEvent(metaclass=_EventType):
     @property
     def basic_composition_only(self) -> bool:
         """True for releases beyond the PLD's numeric range (epsilon above
-        :data:`MAX_EVENT_EPSILON`); the ledger composes those by basic composition."""
+        ``MAX_EVENT_EPSILON``); the ledger composes those by basic composition."""
         return False
 
     @property
@@ -216,7 +216,7 @@ class PrivacyEvent(metaclass=_EventType):
 
     @staticmethod
     def from_dict(values: dict[str, Any]) -> PrivacyEvent:
-        """The event :meth:`to_dict` wrote; also reads the single-class events of earlier
+        """The event ``to_dict`` wrote; also reads the single-class events of earlier
         versions (their unused fields must be None; their ``meta`` is dropped)."""
         values = dict(values)
         kind = values.pop("kind", None)
@@ -608,7 +608,7 @@ class NonPrivateEvent(PrivacyEvent):
 def dp_sgd_event(noise_multiplier: float, sampling_rate: float, steps: int) -> PrivacyEvent:
     """``steps`` DP-SGD steps: Poisson subsampling at rate ``sampling_rate``, then the
     Gaussian mechanism with ``noise_multiplier`` (a noise-free debugging run,
-    ``noise_multiplier == 0``, is recorded as a :class:`NonPrivateEvent`: epsilon is inf)."""
+    ``noise_multiplier == 0``, is recorded as a ``NonPrivateEvent``: epsilon is inf)."""
     if noise_multiplier == 0:
         return NonPrivateEvent(count=steps, name="sgd_without_noise")
     return SubsampledGaussianEvent(noise_multiplier, sampling_rate, count=steps, name="dp_sgd")

@@ -1,6 +1,6 @@
 """The privacy ledger: every release of a run, composed by a real accountant.
 
-A :class:`PrivacyLedger` records :class:`PrivacyEvent` s (Laplace and Gaussian
+A ``PrivacyLedger`` records ``PrivacyEvent`` s (Laplace and Gaussian
 releases, pure-epsilon releases such as report-noisy-max, and Poisson-subsampled
 Gaussian steps of DP-SGD) and reports one epsilon for a given delta:
 
@@ -13,9 +13,9 @@ Gaussian steps of DP-SGD) and reports one epsilon for a given delta:
 Neighbouring relation: add/remove one record throughout.
 
 With an optional ``budget=(epsilon, delta)`` the ledger refuses a release that would
-exceed it, *before* any noise is drawn: mechanisms call :meth:`PrivacyLedger.spend`
+exceed it, *before* any noise is drawn: mechanisms call ``PrivacyLedger.spend``
 first. ``state_dict``/``load_state_dict`` carry the ledger through checkpoints, and
-:meth:`PrivacyLedger.attach` stores its summary on a released model.
+``PrivacyLedger.attach`` stores its summary on a released model.
 """
 
 from __future__ import annotations
@@ -81,24 +81,24 @@ class PrivacyLedger:
     ----------
     budget : (epsilon, delta), optional
         Releases that would make ``get_epsilon(delta) > epsilon`` are refused with
-        :class:`~dp_proto.exceptions.PrivacyBudgetExceededError` before noise is drawn.
+        ``PrivacyBudgetExceededError`` before noise is drawn.
     accountant : {"pld", "rdp"}, default "pld"
         ``"pld"``: privacy loss distributions (dp-accounting, pessimistic
         discretisation), the tight default; ``"rdp"``: the Renyi-DP bound that Opacus
         uses. Discrete Gaussian events are composed by their Renyi-DP curve and joined
         to the others by basic composition over the best split of delta.
     default_delta : float, optional
-        Delta used by :meth:`get_epsilon` when none is given (default: the budget's, else
+        Delta used by ``get_epsilon`` when none is given (default: the budget's, else
         1e-5).
 
     Attributes
     ----------
     budget : (epsilon, delta) or None
-        The budget that :meth:`check` and :meth:`spend` enforce.
+        The budget that ``check`` and ``spend`` enforce.
     accountant : str
         ``"pld"`` or ``"rdp"``.
     default_delta : float
-        Delta of :meth:`get_epsilon` without an argument.
+        Delta of ``get_epsilon`` without an argument.
     events : tuple of PrivacyEvent
         Every release recorded so far, in order.
 
@@ -174,7 +174,7 @@ class PrivacyLedger:
 
     def check(self, *events: PrivacyEvent) -> float:
         """Epsilon (at the budget's delta) the run would reach after ``events``;
-        raises :class:`PrivacyBudgetExceededError` if that exceeds the budget.
+        raises ``PrivacyBudgetExceededError`` if that exceeds the budget.
         Records nothing: use it to pre-check a multi-part release."""
         delta = self.budget[1] if self.budget is not None else self.default_delta
         after = self._epsilon(events, delta)
@@ -209,7 +209,7 @@ class PrivacyLedger:
         """Check ``events`` together against the budget, then record them.
         Mechanisms call this before drawing noise.
 
-        A run that stays a prefix of the last plan :meth:`check` accepted needs no new
+        A run that stays a prefix of the last plan ``check`` accepted needs no new
         composition (e.g. DP-SGD checks all its steps once, then records them epoch by
         epoch)."""
         prechecked = self._within_checked_plan(events)
@@ -413,7 +413,7 @@ class PrivacyLedger:
         }
 
     def load_state_dict(self, state: dict[str, Any], *, keep_current: bool = False) -> None:
-        """Restore recorded events (and budget, accountant) from :meth:`state_dict`.
+        """Restore recorded events (and budget, accountant) from ``state_dict``.
 
         Loading never lowers the spend. Into a ledger that already holds events it
         raises, unless ``keep_current=True``: then the saved events come first and the
@@ -450,7 +450,7 @@ class PrivacyLedger:
     def attach(self, model: Any) -> Any:
         """Store the ledger's summary on ``model`` as ``model.privacy_`` and return the model.
 
-        Estimators pickle it with the model; :class:`~dp_proto.lvq.PrototypeModel` also
+        Estimators pickle it with the model; ``PrototypeModel`` also
         saves it in its ``state_dict()``, so a checkpoint carries its guarantee.
         """
         summary = self.summary()
@@ -483,7 +483,7 @@ def _release_epsilon(event: PrivacyEvent) -> float:
 
 @functools.lru_cache(maxsize=512)
 def _epsilon_of(events: tuple[PrivacyEvent, ...], delta: float, accountant: str, discretization: float) -> float:
-    """:meth:`PrivacyLedger.epsilon_of`, memoised (a pure function of immutable values)."""
+    """``PrivacyLedger.epsilon_of``, memoised (a pure function of immutable values)."""
     if (
         accountant == "pld"
         and discretization != PLD_DISCRETISATION

@@ -4,14 +4,14 @@ Every mechanism here
 
 1. states its neighbouring relation (add/remove one record) and the sensitivity it
    assumes; the caller is responsible for the sensitivity holding, which the
-   clipping helpers of :mod:`dp_proto.privacy.clipping` enforce;
-2. records a :class:`~dp_proto.privacy.ledger.PrivacyEvent` in ``ledger`` *before*
+   clipping helpers of ``dp_proto.privacy.clipping`` enforce;
+2. records a ``PrivacyEvent`` in ``ledger`` *before*
    drawing noise, so a release over budget is refused without touching the data;
 3. draws noise from fresh operating-system entropy: a generator seeded from
    ``os.urandom`` when ``generator=None`` (the default), or ``os.urandom`` directly with
    ``secure_mode=True``. A caller's ``generator`` makes the noise reproducible: that warns
-   with :class:`~dp_proto.exceptions.PrivacyLeakWarning` and the ledger's summary says
-   ``"noise": "reproducible"`` (:mod:`dp_proto.privacy.randomness`).
+   with ``PrivacyLeakWarning`` and the ledger's summary says
+   ``"noise": "reproducible"`` (``dp_proto.privacy.randomness``).
 
 Inputs with NaN or inf are rejected: their sensitivity is unbounded.
 """
@@ -151,7 +151,7 @@ def laplace_mechanism(
     grid : float, "auto" (default) or None
         Float-safe noise on a public grid: the value is rounded to multiples of ``grid``
         and the noise is ``grid`` times discrete Laplace, so outputs lie on the grid (no
-        floating-point leakage, Mironov 2012; see :mod:`dp_proto.privacy.noise`).
+        floating-point leakage, Mironov 2012; see ``dp_proto.privacy.noise``).
         Rounding can move each coordinate by ``grid / 2``, so the sensitivity in grid
         steps becomes ``ceil(Delta_1 / grid) + k`` with ``k`` the number of coordinates
         one record can change (1 with ``single_coordinate``, else all of them).
@@ -258,7 +258,7 @@ def gaussian_sigma(epsilon: float, delta: float, l2_sensitivity: float, calibrat
 def renyi_noise_multiplier(epsilon: float, delta: float, *, rtol: float = 1e-9) -> float:
     """Smallest noise multiplier ``sigma / Delta_2`` whose Gaussian release is
     ``(epsilon, delta)``-DP by its Renyi-DP curve (the conversion of the ledger's
-    :func:`~dp_proto.privacy.ledger.renyi_epsilon`, so a single release spends exactly
+    ``renyi_epsilon``, so a single release spends exactly
     ``epsilon`` at most). About 5-10 % above the analytic Gaussian's multiplier: the
     price of accounting a discrete Gaussian, whose exact loss distribution is not the
     continuous one's (check value: epsilon 1, delta 1e-5 gives 4.045 against 3.731).
@@ -322,7 +322,7 @@ def plan_gaussian(
     value_on_grid: bool = False,
     name: str = "gaussian",
 ) -> GaussianPlan:
-    """The noise of :func:`gaussian_mechanism` for a value of ``numel`` coordinates,
+    """The noise of ``gaussian_mechanism`` for a value of ``numel`` coordinates,
     without drawing it (parameters as there). Depends on public quantities only."""
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta, allow_zero=False)
@@ -377,13 +377,13 @@ def gaussian_mechanism(
     Parameters
     ----------
     grid : float, "auto" (default) or None
-        Float-safe noise (Mironov 2012; see :mod:`dp_proto.privacy.noise`): ``value`` is
+        Float-safe noise (Mironov 2012; see ``dp_proto.privacy.noise``): ``value`` is
         rounded to multiples of ``grid`` and ``grid`` times discrete Gaussian noise
         (Canonne, Kamath & Steinke 2020) is added, so outputs lie on the grid. Rounding
         can move each coordinate by half a step, so the l2 sensitivity in steps becomes
         ``Delta_2 / grid + sqrt(k)`` with ``k = value.numel()``. ``"auto"``:
         ``grid = Delta_2 / (1024 sqrt(k))``, 0.1 % more noise for the rounding. The noise
-        multiplier comes from the Renyi-DP curve (:func:`renyi_noise_multiplier`, about
+        multiplier comes from the Renyi-DP curve (``renyi_noise_multiplier``, about
         5-10 % above the analytic Gaussian's) and the ledger records a
         ``discrete_gaussian`` event. ``None``: continuous float64 Gaussian noise
         calibrated by ``calibration`` (open to floating-point attacks; for comparisons
@@ -500,7 +500,7 @@ def noisy_count(
     discrete: bool = True,
 ) -> float:
     """``n + Lap(1/epsilon)``: epsilon-DP for a counting query (sensitivity 1 under
-    add/remove); discrete (integer) noise by default, see :func:`noisy_histogram`."""
+    add/remove); discrete (integer) noise by default, see ``noisy_histogram``."""
     value = torch.as_tensor(float(n), dtype=torch.float64).reshape(1)
     out = laplace_mechanism(
         value,

@@ -3,7 +3,7 @@
 Every sampler takes ``generator`` (a ``torch.Generator``) or ``secure_mode=True`` (bits from
 ``os.urandom``; the generator must then be None). ``generator=None`` draws from a
 fresh generator seeded with 64 bits of operating-system entropy
-(:func:`~dp_proto.privacy.randomness.fresh_generator`), never from torch's global
+(``fresh_generator``), never from torch's global
 generator, which seeding a run makes predictable. Samples are drawn in float64 and cast
 to the requested dtype.
 
@@ -23,14 +23,14 @@ Continuous noise is sampled on a computer from a finite set of doubles. Mironov
 leaves gaps in the set of reachable outputs that depend on the exact input, so an
 adversary who sees the full-precision output may learn the input. Two defences here:
 
-* :func:`discrete_laplace_noise` samples integers (a two-sided geometric
+* ``discrete_laplace_noise`` samples integers (a two-sided geometric
   distribution). A mechanism that rounds its value to a public grid and adds
   ``grid * discrete_laplace`` (see ``laplace_mechanism(..., grid=...)``) has
   outputs on the grid only, so there are no input-dependent gaps. The sampler
   still uses floating-point logarithms to draw geometric variables, so its
   probabilities are exact only up to double rounding (about 1e-16 relative),
   which is far below any epsilon used in practice.
-* :func:`discrete_gaussian_noise` samples the discrete Gaussian by rejection from the
+* ``discrete_gaussian_noise`` samples the discrete Gaussian by rejection from the
   discrete Laplace (Canonne, Kamath & Steinke 2020, Alg. 3);
   ``gaussian_mechanism(..., grid=...)`` adds ``grid`` times it to the value rounded to
   the grid (the default), with the same float64 caveat for its acceptance test.
@@ -204,7 +204,7 @@ def discrete_gaussian_noise(
     Rejection sampling from the discrete Laplace law (Canonne, Kamath & Steinke 2020,
     Alg. 3): with ``t = floor(sigma) + 1``, a discrete Laplace ``Y`` of scale ``t`` is kept
     with probability ``exp(-(|Y| - sigma^2 / t)^2 / (2 sigma^2))``; about 1.3 to 1.6
-    candidates per kept value. As in :func:`discrete_laplace_noise`, the geometric draws
+    candidates per kept value. As in ``discrete_laplace_noise``, the geometric draws
     and the acceptance test use float64 logarithms and exponentials, exact up to double
     rounding (about 1e-16 relative in each probability). Vectorised: candidates are drawn
     in batches on ``device`` until every slot is filled.

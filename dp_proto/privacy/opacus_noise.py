@@ -7,15 +7,15 @@ understated; with ``generator=None`` it also draws from torch's global generator
 ``seed_everything`` makes predictable. And ``make_private`` divides the noisy sum by
 ``q * len(dataset)``, a private quantity under add/remove.
 
-:func:`make_noise_sound` fixes all three on a constructed ``DPOptimizer`` (any of
+``make_noise_sound`` fixes all three on a constructed ``DPOptimizer`` (any of
 Opacus' variants, per-layer and ghost clipping included):
 
-* noise from :func:`dp_proto.privacy.noise.gaussian_noise` (float64 Box-Muller on
+* noise from ``dp_proto.privacy.noise.gaussian_noise`` (float64 Box-Muller on
   53-bit uniforms, then cast), from a generator seeded with fresh operating-system
   entropy unless the caller passes one (reproducible: see
-  :mod:`dp_proto.privacy.randomness`), or ``os.urandom`` with ``secure_mode=True``;
+  ``dp_proto.privacy.randomness``), or ``os.urandom`` with ``secure_mode=True``;
 * ``expected_batch_size`` set to the caller's public value;
-* every step's noisy sum passes through :func:`dp_proto.privacy.testing.intercept`.
+* every step's noisy sum passes through ``dp_proto.privacy.testing.intercept``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def check_expected_batch_size(expected_batch_size: float) -> float:
 
 
 def _sound_add_noise(self) -> None:
-    """Opacus' ``add_noise`` with float64 noise from :func:`gaussian_noise`."""
+    """Opacus' ``add_noise`` with float64 noise from ``gaussian_noise``."""
     multiplier = getattr(self, "_adjusted_noise_multiplier", self.noise_multiplier)
     std = multiplier * self.max_grad_norm
     for p in self.params:

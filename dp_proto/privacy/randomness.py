@@ -3,7 +3,7 @@
 A release is only as private as its noise is unpredictable. The rule of this package:
 
 * **Noise and sampling coins come from fresh operating-system entropy by default.**
-  :func:`fresh_generator` seeds a ``torch.Generator`` with 64 bits from ``os.urandom``
+  ``fresh_generator`` seeds a ``torch.Generator`` with 64 bits from ``os.urandom``
   (``secure_mode=True`` on a sampler skips the generator and reads ``os.urandom`` directly).
   A mechanism given ``generator=None`` uses a fresh generator, never torch's global one
   (which ``torch.manual_seed`` or Lightning's ``seed_everything`` make predictable).
@@ -11,12 +11,12 @@ A release is only as private as its noise is unpredictable. The rule of this pac
   starts, restarts): ``random_state`` and config seeds never reach the noise.
 * **Exact reproduction is an explicit opt-in** (``noise_seed=`` on the estimators and
   trainers, or a seeded ``torch.Generator`` passed to a mechanism): it warns with
-  :class:`~dp_proto.exceptions.PrivacyLeakWarning`, and the ledger's summary records
+  ``PrivacyLeakWarning``, and the ledger's summary records
   ``"noise": "reproducible"``, so a released model says whether its noise can be
   replayed by whoever knows the seed.
 
 The ledger records the source of every release's randomness
-(:meth:`~dp_proto.privacy.ledger.PrivacyLedger.note_noise_source`):
+(``note_noise_source``):
 ``"fresh"`` (a generator from OS entropy), ``"secure"`` (``os.urandom`` directly) or
 ``"reproducible"`` (a seed or a caller's generator).
 """
@@ -83,7 +83,7 @@ def seeded_generator(
 ) -> torch.Generator:
     """A generator seeded with ``seed``: the explicit opt-in to reproducible noise.
 
-    Warns with :class:`PrivacyLeakWarning` (``warn=False`` when the caller warned
+    Warns with ``PrivacyLeakWarning`` (``warn=False`` when the caller warned
     already): whoever knows ``seed`` can subtract the noise and read the pre-noise
     release, and a known sampling seed removes the amplification by subsampling. The
     warning does not print the seed (warnings end up in logs).
@@ -109,7 +109,7 @@ def noise_generator(
     noise_seed: int | None, device: torch.device | str | None = None, *, owner: str = "this release"
 ) -> torch.Generator:
     """The generator of a private release: fresh entropy when ``noise_seed`` is None,
-    else :func:`seeded_generator` (which warns)."""
+    else ``seeded_generator`` (which warns)."""
     if noise_seed is None:
         return fresh_generator(device)
     return seeded_generator(noise_seed, device, owner=owner)
@@ -132,7 +132,7 @@ def resolve_generator(
 
     A generator that this module did not make (a caller's own, possibly seeded) is the
     opt-in to reproducible noise: it warns once per generator with
-    :class:`PrivacyLeakWarning`."""
+    ``PrivacyLeakWarning``."""
     if generator is None:
         return fresh_generator(device)
     if generator not in _FRESH and generator not in _ACKNOWLEDGED:

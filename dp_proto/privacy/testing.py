@@ -8,8 +8,8 @@ Differential privacy (add/remove one record) asks two things of a release ``M``:
    attributes, the ledger's events, warnings and exceptions are functions of the
    released (noisy) outputs and of public settings only.
 
-Every mechanism of dp_proto passes its pre-noise quantity through :func:`intercept`.
-Normally that only draws the noise. Inside :func:`neighbour_check` it also records:
+Every mechanism of dp_proto passes its pre-noise quantity through ``intercept``.
+Normally that only draws the noise. Inside ``neighbour_check`` it also records:
 
 * on ``D`` (record mode) each release's name, pre-noise value, declared sensitivity and
   norm, and its noisy output;
@@ -18,11 +18,11 @@ Normally that only draws the noise. Inside :func:`neighbour_check` it also recor
   ``D`` saw, which is the conditioning of adaptive composition.
 
 Then per release ``||pre(D) - pre(D')|| <= sensitivity`` in its norm, and whatever the
-release function exposes (see :func:`public_view`) must be *identical* between ``D``
+release function exposes (see ``public_view``) must be *identical* between ``D``
 and ``D'``: anything that differs was computed from the data without noise. A
 subsampled release (a DP-SGD step) declares no sensitivity here, since a neighbour's
 Poisson batch differs; its per-step clipped sum is checked on its own (the fused
-engine's :func:`~dp_proto.lvq.private.fused.clipped_gradient_sum`).
+engine's ``clipped_gradient_sum``).
 
 Example
 -------
@@ -134,7 +134,7 @@ def intercept(
     ``pre_noise`` is the quantity the noise protects, ``sensitivity`` its declared
     sensitivity in ``norm`` (``"l1"``, ``"l2"``, ``"linf"``), or None where no fixed
     sensitivity applies (subsampled steps, smooth sensitivity). Under
-    :func:`neighbour_check` the call is recorded and, on a neighbour, replays the
+    ``neighbour_check`` the call is recorded and, on a neighbour, replays the
     output of the same release on ``D``.
     """
     recorder = _ACTIVE.get()
@@ -145,7 +145,7 @@ def intercept(
 
 def per_record_coins(name: str, draw: Callable[[], Tensor]) -> Tensor:
     """Hook for randomness drawn once per record (bin labels, sampling coins): returns
-    ``draw()``, a tensor ``(n, ...)``. On a neighbour under :func:`neighbour_check` it
+    ``draw()``, a tensor ``(n, ...)``. On a neighbour under ``neighbour_check`` it
     returns ``D``'s coins without the removed record's row, so every remaining record
     keeps its coin: the coupling under which such mechanisms are analysed."""
     recorder = _ACTIVE.get()
@@ -171,7 +171,7 @@ def capture_releases(
     removed: int | None = None,
     replay_coins: list[tuple[str, Tensor]] | None = None,
 ):
-    """Record every :func:`intercept` in the block (and replay ``replay``'s outputs, and
+    """Record every ``intercept`` in the block (and replay ``replay``'s outputs, and
     ``replay_coins`` without row ``removed``)."""
     recorder = _Recorder(replay, removed, replay_coins)
     token = _ACTIVE.set(recorder)
@@ -287,7 +287,7 @@ def adversarial_removals(X: Any, y: Any | None = None, *, groups: Any | None = N
 # -- the check --------------------------------------------------------------------------
 @dataclass
 class NeighbourReport:
-    """What :func:`neighbour_check` found; :meth:`assert_ok` raises on any violation."""
+    """What ``neighbour_check`` found; ``assert_ok`` raises on any violation."""
 
     releases: list[str] = field(default_factory=list)
     max_ratio: dict[str, float] = field(default_factory=dict)  # largest movement / sensitivity
@@ -363,7 +363,7 @@ def neighbour_check(
         outputs; it needs no seed).
     data : sequence of arrays or tensors with one row per record
     removals : indices of the records to remove, one neighbour each (see
-        :func:`adversarial_removals`)
+        ``adversarial_removals``)
     curator_only : attribute names documented as curator-only (left out of the
         comparison; everything else must match exactly)
     tolerance : relative slack on the sensitivity (floating-point sums)

@@ -1,15 +1,15 @@
 """Support vector data description on random Fourier features (Park 2022, chapters 4-7).
 
-:class:`RandomFourierFeatures` is the feature map of eq. 4.5 for the RBF kernel;
-:func:`solve_svdd_dual` solves the SVDD dual (eq. 4.2) in that feature space over the
+``RandomFourierFeatures`` is the feature map of eq. 4.5 for the RBF kernel;
+``solve_svdd_dual`` solves the SVDD dual (eq. 4.2) in that feature space over the
 capped simplex ``{0 <= beta_i <= C/n, sum beta = 1}`` (exact projection:
-:func:`project_capped_simplex`) and returns the centre ``a = Phi^T beta`` whose
-sensitivity Corollary 4.2 bounds. :mod:`.equilibrium` runs Phase II: batched gradient
+``project_capped_simplex``) and returns the centre ``a = Phi^T beta`` whose
+sensitivity Corollary 4.2 bounds. ``.equilibrium`` runs Phase II: batched gradient
 descent on the support function, equilibrium points and their basins.
-:mod:`.private` holds the mechanisms (private centre, noisy cell votes, private
-quantile), :mod:`.grid` the public lattice of cubes with its exact sparse noisy
-histogram, and :mod:`.estimators` the scikit-learn style :class:`PrivateSVDD` (one class,
-outlier detection) and :class:`PrivateSVDDClassifier` (equilibrium-point classifier).
+``.private`` holds the mechanisms (private centre, noisy cell votes, private
+quantile), ``.grid`` the public lattice of cubes with its exact sparse noisy
+histogram, and ``.estimators`` the scikit-learn style ``PrivateSVDD`` (one class,
+outlier detection) and ``PrivateSVDDClassifier`` (equilibrium-point classifier).
 """
 
 from dp_proto.svdd.equilibrium import (

@@ -1,19 +1,19 @@
 """Private SVM baselines of Park (2022, Section 6.3): SVM WEIGHT and SVM OUTPUT.
 
 Both train a linear SVM *without bias* on random Fourier features (eq. 4.5,
-:class:`~dp_proto.svdd.RandomFourierFeatures`, ``kappa = sup ||phi(x)|| = 1``),
+``RandomFourierFeatures``, ``kappa = sup ||phi(x)|| = 1``),
 one-versus-all over the ``K`` classes (Section 7.3), with the weight ``C/n`` of Park (2022) on
 every hinge term (Table 7.1 lists ``C/n`` directly; here ``cap = c_over_n``):
 
     primal  min_w  J_D(w) = 0.5 ||w||^2 + cap * sum_{i in D} max(0, 1 - y_i w . phi_i)
     dual    max_alpha  sum_i alpha_i - 0.5 ||sum_i alpha_i y_i phi_i||^2,  0 <= alpha_i <= cap,
 
-with ``w = sum_i alpha_i y_i phi_i``. :func:`solve_svm_dual` solves the ``K`` duals at once
+with ``w = sum_i alpha_i y_i phi_i``. ``solve_svm_dual`` solves the ``K`` duals at once
 in the feature space (never an ``n x n`` kernel).
 
-* :class:`PrivateSVMWeight` (Rubinstein et al. 2012, "SVM WEIGHT" of Park 2022): releases the
+* ``PrivateSVMWeight`` (Rubinstein et al. 2012, "SVM WEIGHT" of Park 2022): releases the
   weight vectors plus Laplace noise; the released model is an ordinary (public) classifier.
-* :class:`PrivateSVMOutput` (output perturbation in the style of Jain & Thakurta 2013, "SVM
+* ``PrivateSVMOutput`` (output perturbation in the style of Jain & Thakurta 2013, "SVM
   OUTPUT" of Park 2022): keeps the exact weights and adds Laplace noise to every answered
   score; the budget grows with the number of queries, which is why Park (2022) only uses it as
   a reference ("a desired level of accuracy").
@@ -23,10 +23,10 @@ recomputed from the private ``n``) and the label set public.
 
 Randomness: ``random_state`` draws only the (public) random Fourier features; the noise
 comes from fresh operating-system entropy unless ``noise_seed`` opts in to reproducible
-noise (:class:`~dp_proto.exceptions.PrivacyLeakWarning`, ledger summary ``"noise":
+noise (``PrivacyLeakWarning``, ledger summary ``"noise":
 "reproducible"``). A private fit raises and warns only on public settings; diagnostics
 computed from the data (the solver's duality gap) go to the curator-only ``curator_``
-(:mod:`dp_proto.privacy.curator`).
+(``dp_proto.privacy.curator``).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ MIN_PRIVATE_SVM_TOL = 1e-8
 
 
 class SVMSolution(NamedTuple):
-    """Result of :func:`solve_svm_dual` for ``K`` binary problems.
+    """Result of ``solve_svm_dual`` for ``K`` binary problems.
 
     Attributes
     ----------
@@ -186,7 +186,7 @@ def solve_svm_dual(
     (2-d data, whose features have low numerical rank, with many points at margin ~1 but at
     a bound) are slow: five 2-d blobs, n = 800, C/n = 0.1, gamma = 1 needed 10468
     iterations (about 10 s). An active-set step on the free rows (as in
-    :func:`~dp_proto.svdd.solve_svdd_dual`) was tried and did not help here: the slow part
+    ``solve_svdd_dual``) was tried and did not help here: the slow part
     is identifying which near-degenerate rows sit at a bound, not the free face.
 
     Stopping: for every class ``gap_k <= tol * max(1, |P(w_k)|)`` (``relative=True``) or
@@ -497,12 +497,12 @@ class PrivateSVMWeight(_RFFSVMBase):
     classes : array-like or None, default None
         The public label set (one one-vs-all classifier per class, also for a class
         without records). ``None`` reads it from ``y``, with a
-        :class:`~dp_proto.exceptions.PrivacyLeakWarning` when the model is private.
+        ``PrivacyLeakWarning`` when the model is private.
     random_state : int, RandomState or None, default None
         Seeds the ``torch.Generator`` of the (public) feature map; it never reaches the noise.
     noise_seed : int or None, default None
         ``None``: the noise comes from fresh operating-system entropy. An int makes it
-        reproducible (tests, benchmarks): :class:`~dp_proto.exceptions.PrivacyLeakWarning`,
+        reproducible (tests, benchmarks): ``PrivacyLeakWarning``,
         and the ledger's summary says ``"noise": "reproducible"``.
     device : torch.device or str, optional
         Where to compute; CPU by default.
@@ -545,7 +545,7 @@ class PrivateSVMWeight(_RFFSVMBase):
     cap kappa ||w - w'||``, so ``||w_D - w_D'||_2 <= cap kappa``. The solver stops at an
     absolute duality gap ``g <= tol``, and 1-strong convexity puts its ``w`` within
     ``sqrt(2 g)`` of the optimum, so for the computed weights
-    ``||w_D - w_D'||_2 <= cap kappa + 2 sqrt(2 tol)`` (:func:`svm_sensitivity`); a private
+    ``||w_D - w_D'||_2 <= cap kappa + 2 sqrt(2 tol)`` (``svm_sensitivity``); a private
     fit runs the solver until it reaches ``tol``. Then
     ``||.||_1 <= sqrt(F) ||.||_2``. One record enters all ``K`` one-vs-all problems, so the
     ``K`` releases compose (strict one-vs-all split: each classifier gets ``epsilon / K``),
@@ -614,12 +614,12 @@ class PrivateSVMOutput(_RFFSVMBase):
     classes : array-like or None, default None
         The public label set (one one-vs-all classifier per class, also for a class
         without records). ``None`` reads it from ``y``, with a
-        :class:`~dp_proto.exceptions.PrivacyLeakWarning` when the model is private.
+        ``PrivacyLeakWarning`` when the model is private.
     random_state : int, RandomState or None, default None
         Seeds the ``torch.Generator`` of the (public) feature map; it never reaches the noise.
     noise_seed : int or None, default None
         ``None``: the noise comes from fresh operating-system entropy. An int makes it
-        reproducible (tests, benchmarks): :class:`~dp_proto.exceptions.PrivacyLeakWarning`,
+        reproducible (tests, benchmarks): ``PrivacyLeakWarning``,
         and the ledger's summary says ``"noise": "reproducible"``.
     device : torch.device or str, optional
         Where to compute; CPU by default.
@@ -653,7 +653,7 @@ class PrivateSVMOutput(_RFFSVMBase):
     Notes
     -----
     Sensitivity (add/remove one record; ``cap`` fixed, ``kappa = 1``): per classifier
-    ``||w_D - w_D'||_2 <= cap kappa + 2 sqrt(2 tol)`` (see :class:`PrivateSVMWeight`), so a
+    ``||w_D - w_D'||_2 <= cap kappa + 2 sqrt(2 tol)`` (see ``PrivateSVMWeight``), so a
     score moves by ``|(w_D - w_D') . phi(z)| <= (cap kappa + 2 sqrt(2 tol)) kappa`` and the
     ``K`` scores of one query point by
 

@@ -1,6 +1,6 @@
 """Cells of Phase III: nearest equilibrium points and the hypercube grouping (eq. 5.6).
 
-Pure tensor helpers used by :mod:`dp_proto.svdd.estimators`; memory is bounded by
+Pure tensor helpers used by ``dp_proto.svdd.estimators``; memory is bounded by
 chunking, so ``n`` query points against ``k`` equilibrium points never allocate more
 than about ``2^24`` distances at once.
 """

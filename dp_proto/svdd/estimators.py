@@ -1,7 +1,7 @@
 """scikit-learn style estimators: private SVDD and the equilibrium-point classifier.
 
-:class:`PrivateSVDD` releases a private support function (Phase I of Park 2022) and
-detects outliers with it; :class:`PrivateSVDDClassifier` adds Phases II and III: the
+``PrivateSVDD`` releases a private support function (Phase I of Park 2022) and
+detects outliers with it; ``PrivateSVDDClassifier`` adds Phases II and III: the
 equilibrium points of the private support function partition the space into basins,
 and each basin (or hypercube of basins) is labelled by a noisy vote.
 
@@ -11,17 +11,17 @@ or tensors. Every noisy release is recorded in ``ledger_``.
 Randomness. ``random_state`` seeds only the public randomness: the random Fourier
 features and the start points of the dynamics, which do not depend on the data. The
 noise of every private release comes from fresh operating-system entropy
-(:mod:`dp_proto.privacy.randomness`); ``noise_seed`` is the explicit opt-in to
-reproducible noise (it warns with :class:`~dp_proto.exceptions.PrivacyLeakWarning` and the
+(``dp_proto.privacy.randomness``); ``noise_seed`` is the explicit opt-in to
+reproducible noise (it warns with ``PrivacyLeakWarning`` and the
 ledger's summary says ``"noise": "reproducible"``).
 
 What a private fit shows. Whatever a private fit exposes -- fitted attributes and their
 shapes, ledger events, warnings, exceptions -- is a function of the noisy releases and of
 public settings only, so it is the same on neighbouring data sets
-(:func:`~dp_proto.privacy.testing.neighbour_check`). Diagnostics computed from the
+(``neighbour_check``). Diagnostics computed from the
 private data without noise (the record count, a class with a single record, the
 solver's duality gap) go to the curator-only dict ``curator_`` and the
-``dp_proto.curator`` logger (:mod:`dp_proto.privacy.curator`); delete ``curator_`` before
+``dp_proto.curator`` logger (``dp_proto.privacy.curator``); delete ``curator_`` before
 publishing a fitted estimator. Non-private fits (``epsilon=None``) still warn and raise.
 """
 
@@ -203,7 +203,7 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
         constant. The centre's sensitivity is ``2 sqrt(F) C/n`` (l1), so small values are
         cheaper. Non-private fits need ``C/n >= 1/n`` (else ``ValueError``); a private fit
         with fewer than ``n / C`` records puts every ``beta_i`` at the box instead
-        (centre ``C/n sum_i phi_i``, see :mod:`dp_proto.svdd.private`), because failing
+        (centre ``C/n sum_i phi_i``, see ``dp_proto.svdd.private``), because failing
         would depend on one record.
     gamma : float, default 1.0
         RBF kernel width of ``exp(-gamma ||x - y||^2)``.
@@ -222,11 +222,11 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
         ``tol >= 1e-10`` (``dp_proto.svdd.solver.MIN_PRIVATE_TOL``).
     random_state : int or None
         Seed of the public randomness: the random Fourier features (and, in
-        :class:`PrivateSVDDClassifier`, the start points). It never reaches the noise.
+        ``PrivateSVDDClassifier``, the start points). It never reaches the noise.
     noise_seed : int or None, default None
         ``None``: the noise of the private releases comes from fresh operating-system
         entropy. An int makes it reproducible (tests, benchmarks): a
-        :class:`~dp_proto.exceptions.PrivacyLeakWarning` is issued and the ledger's summary
+        ``PrivacyLeakWarning`` is issued and the ledger's summary
         says ``"noise": "reproducible"`` -- whoever knows the seed can remove the noise.
     device : str or None
         Where to compute (``"cpu"``, ``"cuda"``); default CPU.
@@ -339,7 +339,7 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
 class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     """Multi-class classifier from the equilibrium points of a private SVDD (Park 2022).
 
-    Phase I releases a private centre ``a^`` (see :class:`PrivateSVDD`). Phase II runs the
+    Phase I releases a private centre ``a^`` (see ``PrivateSVDD``). Phase II runs the
     gradient dynamics of ``f^(x) = ||phi(x) - a^||^2`` (``lr`` for the first 80 % of
     ``iters`` steps, ``lr / 5`` after, the schedule of Park 2022) from start points, merges end
     points closer than ``merge_tol`` into equilibrium points (EPs) and, with ``r_max``,
@@ -366,7 +366,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
       ``grid_step`` (default ``2 r_max``) anchored at 0 in the public box ``bounds``
       (default ``(-4, 4)``). Every training point runs the dynamics and votes in the cube
       of its end point (clamped into the box); the cubes whose largest noisy class count
-      reaches a threshold are released (:func:`~dp_proto.svdd.grid.sparse_noisy_histogram`,
+      reaches a threshold are released (``sparse_noisy_histogram``,
       which draws the noise of the empty cubes implicitly; at most ``false_cells`` empty
       cubes pass on average). Budget: ``centre_fraction * epsilon`` for the centre, the rest for the votes
       (less ``count_fraction * epsilon`` under ``"auto"``). A point is classified by the
@@ -381,7 +381,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
       records a ``non_private`` event (``"svdd/training_starts"``, so its epsilon is inf;
       a ledger with a budget refuses the fit before the data are touched) next to the two
       Laplace releases, ``is_private_`` is False and a
-      :class:`~dp_proto.exceptions.PrivacyLeakWarning` is issued.
+      ``PrivacyLeakWarning`` is issued.
 
     Release modes (``release``): ``"support_function"`` publishes ``a^``, the feature map
     and the labelled EPs; a point is classified by running the dynamics from it and taking
@@ -393,7 +393,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     ----------
     c_over_n : float, default 0.05
         Box of the dual, ``0 <= beta_i <= C/n``, a public constant (as in
-        :class:`PrivateSVDD`).
+        ``PrivateSVDD``).
     gamma : float, default 1.0
         RBF kernel width of ``exp(-gamma ||x - y||^2)``.
     num_features : int, default 400
@@ -409,7 +409,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     classes : array-like or None
         The public set of class labels; a class without records wins a cell's vote
         only by noise. ``None`` reads it from ``y``, with a
-        :class:`~dp_proto.exceptions.PrivacyLeakWarning` when the fit is private.
+        ``PrivacyLeakWarning`` when the fit is private.
     starts : {"auto", "normal", "grid", "uniform", "training"} or array (m, d), default "auto"
         Where the dynamics start (see above); ``"training"`` is not private.
     n_starts : int or "auto", default "auto"
@@ -440,7 +440,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         cell reaches it, the cell with the largest noisy total labels everything. With the
         grid: the largest noisy class count a cube needs to be released (the grid's noise is
         discrete Laplace, so the counts are integers and a real ``min_count`` acts as its
-        ceiling), default :func:`~dp_proto.svdd.grid.grid_threshold`: the smallest integer
+        ceiling), default ``grid_threshold``: the smallest integer
         ``t >= 1`` with at most ``false_cells`` expected empty cubes passing, at most
         ``ceil(ln(c M / ((1 + exp(-epsilon_votes)) false_cells)) / epsilon_votes)`` for ``M``
         cubes; if no cube reaches it, the cube with the largest noisy count labels everything.
@@ -457,7 +457,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         ``starts="auto"`` takes the grid when its threshold is at most ``n^ / grid_ratio``
         (chosen on development splits of the Table 7.1 sets).
     tol : float, default 1e-8
-        Duality-gap tolerance of the dual solver (as in :class:`PrivateSVDD`; private
+        Duality-gap tolerance of the dual solver (as in ``PrivateSVDD``; private
         fits need ``tol >= 1e-10``).
     random_state : int or None, default None
         Draws the feature map and the ``"normal"`` / ``"uniform"`` start points; never the
@@ -465,7 +465,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     noise_seed : int or None, default None
         ``None``: the noise (centre, record count, votes, the grid's empty cubes) comes
         from fresh operating-system entropy. An int makes it reproducible, with a
-        :class:`~dp_proto.exceptions.PrivacyLeakWarning`.
+        ``PrivacyLeakWarning``.
     device : str or None, default None
         Where to compute (``"cpu"``, ``"cuda"``); default CPU.
     dtype : {"float32", "float64"}, default "float32"
@@ -496,7 +496,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     starts_ : str
         The start mode used (``"auto"`` resolved).
     grid_ : PublicGrid or None
-        The public lattice (:class:`~dp_proto.svdd.grid.PublicGrid`) of ``starts="grid"``.
+        The public lattice (``PublicGrid``) of ``starts="grid"``.
     cubes_ : Tensor (cells, d)
         With the grid: the released cubes' integer coordinates.
     ledger_ : PrivacyLedger
@@ -505,7 +505,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         False for ``epsilon=None`` and for ``starts="training"``.
     curator_ : dict
         Private fits only -- **curator-only** diagnostics computed from the data without
-        noise (see :class:`PrivateSVDD`, plus ``single_record_classes``: the classes with
+        noise (see ``PrivateSVDD``, plus ``single_record_classes``: the classes with
         exactly one record, which a non-private fit warns about). Delete it before
         publishing.
 
@@ -642,7 +642,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     def _grid_release_threshold(self, grid: PublicGrid, c: int, eps_votes: float) -> float:
         """Largest noisy class count a cube needs to be released: ``min_count`` (the grid's
         noisy counts are integers, so it acts as ``ceil(min_count)``) or the integer
-        :func:`~dp_proto.svdd.grid.grid_threshold`."""
+        ``grid_threshold``."""
         if self.min_count is not None:
             return math.ceil(self.min_count)
         return grid_threshold(grid.num_cells, c, eps_votes, self.false_cells)

@@ -8,7 +8,7 @@ dynamics (clamped into the box), so the partition is a public function of the re
 and the private centre, and the class counts per cube are one histogram.
 
 The box has ``M = prod_j (hi_j - lo_j + 1)`` cubes, far too many to noise one by one in
-nine or more dimensions. :func:`sparse_noisy_histogram` releases exactly what this
+nine or more dimensions. ``sparse_noisy_histogram`` releases exactly what this
 would release -- every cube's class counts plus discrete Laplace noise of scale
 ``1/epsilon`` (``P(k)`` proportional to ``exp(-epsilon |k|)``, Canonne, Kamath and
 Steinke 2020), keeping the cubes whose largest noisy count reaches an integer
@@ -29,12 +29,12 @@ the tail is ``P(DL >= t) = p^t / (1 + p)`` for ``t >= 1``, and a passing coordin
 ``t`` plus a geometric variable (the tail is memoryless).
 
 Noise comes from fresh operating-system entropy unless the caller passes a generator
-(reproducible; it warns, see :mod:`dp_proto.privacy.randomness`). The whole release goes
-through the hook :func:`~dp_proto.privacy.testing.intercept` as one release. Its
+(reproducible; it warns, see ``dp_proto.privacy.randomness``). The whole release goes
+through the hook ``intercept`` as one release. Its
 pre-noise quantity, the dense ``(M, c)`` table, is never formed (the occupied cubes'
 counts have no fixed shape), so it declares no sensitivity to the neighbour check; the
 votes' sensitivity (one record changes one count of the dense table by one) is tested on
-:func:`cube_counts` directly (``tests/svdd/test_privacy_soundness.py``).
+``cube_counts`` directly (``tests/svdd/test_privacy_soundness.py``).
 """
 
 from __future__ import annotations
@@ -135,9 +135,9 @@ class PublicGrid:
 
 
 def cube_counts(cells: Tensor, labels: Tensor, grid: PublicGrid, num_classes: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Exact class counts of the occupied cubes (CPU): ``keys (m,)`` sorted (:meth:`PublicGrid.flat`),
+    """Exact class counts of the occupied cubes (CPU): ``keys (m,)`` sorted (``PublicGrid.flat``),
     their integer cubes ``(m, d)`` and counts ``(m, c)`` (float64), for ``cells (n, d)``
-    (:meth:`PublicGrid.index`) and ``labels (n,)``."""
+    (``PublicGrid.index``) and ``labels (n,)``."""
     cells = cells.long().cpu()
     labels = labels.long().cpu()
     keys, inverse = torch.unique(grid.flat(cells), return_inverse=True)
@@ -305,7 +305,7 @@ def _noisy_max_cube(
     ``(row, class, value)`` with the row into the occupied cubes. Ties between the integer
     counts are broken uniformly at random over all ``M c`` entries of the dense table: an
     independent uniform priority per entry, the largest wins. The largest of the ``N``
-    empty entries comes from :func:`_empty_max` (discrete Laplace conditioned below ``t``).
+    empty entries comes from ``_empty_max`` (discrete Laplace conditioned below ``t``).
     """
     num_classes = noisy.shape[1]
     n_empty = num_classes * (grid.num_cells - noisy.shape[0])
@@ -339,7 +339,7 @@ def sparse_noisy_histogram(
 ) -> tuple[Tensor, Tensor]:
     """Noisy class counts of the cubes whose largest noisy count reaches ``threshold``.
 
-    ``cells (n, d)``: the integer cube of every record (:meth:`PublicGrid.index`),
+    ``cells (n, d)``: the integer cube of every record (``PublicGrid.index``),
     ``labels (n,)`` in ``0..c-1``. Equivalent in distribution to adding discrete Laplace
     noise of scale ``1/epsilon`` (``P(k)`` proportional to ``exp(-epsilon |k|)``) to all
     ``M c`` counts of the box and keeping the cubes whose largest noisy count is
@@ -349,7 +349,7 @@ def sparse_noisy_histogram(
     doubles (Mironov, CCS 2012): the released counts are integers (float64).
 
     ``threshold`` must be a finite number ``> 0``; as the noisy counts are integers it acts
-    as the integer ``t = ceil(threshold) >= 1`` (:func:`grid_threshold` returns one).
+    as the integer ``t = ceil(threshold) >= 1`` (``grid_threshold`` returns one).
     If no cube passes, the single cube with the largest noisy count is kept (report noisy
     max over the dense table, ties broken uniformly at random among the tied entries)
     with only that largest count (the other classes' entries are ``-inf``: not

@@ -1,23 +1,23 @@
 """Private releases of an SVDD on random Fourier features (Park 2022, Sec. 4.2 and 5.3).
 
-Three mechanisms, each recorded in a :class:`~dp_proto.privacy.PrivacyLedger` and each
+Three mechanisms, each recorded in a ``PrivacyLedger`` and each
 passing its pre-noise quantity through the release hook
-:func:`~dp_proto.privacy.testing.intercept` (so :func:`~dp_proto.privacy.testing.neighbour_check`
+``intercept`` (so ``neighbour_check``
 can test it):
 
-* :func:`release_centre` -- the centre ``a* = Phi^T beta*`` plus Laplace noise
+* ``release_centre`` -- the centre ``a* = Phi^T beta*`` plus Laplace noise
   (Corollary 4.2 / Theorem 4.3), then projected onto the ball ``||a|| <= kappa``
   (post-processing).
-* :func:`noisy_cell_counts` -- class counts per cell of a data-independent partition
+* ``noisy_cell_counts`` -- class counts per cell of a data-independent partition
   plus integer discrete Laplace noise of scale ``1/epsilon`` (the votes of Phase III,
   eq. 5.5-5.6).
-* :func:`private_quantile` -- the exponential mechanism for a quantile of scores on a
-  public grid (the radius of the one-class :class:`~dp_proto.svdd.PrivateSVDD`).
+* ``private_quantile`` -- the exponential mechanism for a quantile of scores on a
+  public grid (the radius of the one-class ``PrivateSVDD``).
 
 Noise comes from fresh operating-system entropy when ``generator`` is None; a caller's
 ``generator`` makes it reproducible, which warns with
-:class:`~dp_proto.exceptions.PrivacyLeakWarning` and is noted in the ledger
-(:mod:`dp_proto.privacy.randomness`).
+``PrivacyLeakWarning`` and is noted in the ledger
+(``dp_proto.privacy.randomness``).
 
 Sensitivity of the centre (neighbouring relation: add or remove one record; the box
 ``cap = C/n`` is a fixed public number). Write ``c_i(a) = ||phi_i||^2 - 2 phi_i . a``;
@@ -31,8 +31,8 @@ below ``c_x``, which moves at most ``cap`` of weight in total variation, so
 convexity then gives ``||a*_D - a*_D'||_2 <= 4 kappa cap / 2 = 2 kappa cap``, and
 ``||.||_1 <= sqrt(F) ||.||_2`` gives Corollary 4.2's ``2 C kappa sqrt(F) / n``. The solver
 stops at a duality gap ``<= tol``, which keeps its centre within ``sqrt(tol)`` of ``a*``
-(:class:`~dp_proto.svdd.SVDDSolution`), so the released quantity moves by at most
-``2 kappa cap + 2 sqrt(tol)`` in l2 (:func:`centre_sensitivity`).
+(``SVDDSolution``), so the released quantity moves by at most
+``2 kappa cap + 2 sqrt(tol)`` in l2 (``centre_sensitivity``).
 
 Fewer than ``1 / cap`` records. The capped simplex ``{0 <= beta_i <= cap, sum beta = 1}``
 is empty when ``n cap < 1``, and whether it is depends on the private ``n``: a private fit
@@ -40,7 +40,7 @@ must not fail there (one record would decide whether it succeeds). The private e
 use the box's total weight ``min(1, n cap)`` instead of 1: ``h_D(a)`` is the
 ``cap``-weighted sum of the largest ``c_i(a)`` up to total weight ``min(1, n cap)``, which
 is the usual SVDD for ``n cap >= 1`` and puts weight ``cap`` on every record below, where
-``a* = cap sum_i phi_i`` (:func:`full_box_centre`; the mean of the records when
+``a* = cap sum_i phi_i`` (``full_box_centre``; the mean of the records when
 ``n cap = 1``). Inserting ``c_x`` into the sorted list still moves at most ``cap`` of weight
 onto ``x`` and at most ``cap`` off the other records (the pattern ``(cap, ..., cap, rest)``
 only grows by ``x``'s entry, and at most its last entry shrinks), so the bound
@@ -103,7 +103,7 @@ def release_centre(
     """Private centre ``a^ = a + Lap(centre_sensitivity / epsilon)^F``, projected onto
     ``||a^||_2 <= kappa`` (post-processing; every ``||phi(x)||`` is ``kappa``, so the
     exact centre lies in that ball). ``centre (F,)`` must come from
-    :func:`~dp_proto.svdd.solve_svdd_dual` run to gap ``tol`` with box ``c_over_n``.
+    ``solve_svdd_dual`` run to gap ``tol`` with box ``c_over_n``.
 
     Returns
     -------

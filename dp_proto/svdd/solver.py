@@ -9,7 +9,7 @@ is a convex quadratic over the *capped simplex* ``S = {0 <= beta_i <= C/n, sum b
 Park (2022) writes the box as ``C/n`` (eq. 4.1 weighs the slacks by ``C/n``; its Table 7.1
 lists the value of ``C/n`` directly, e.g. ``C/n = 0.01`` for shuttle means
 ``C = 0.01 n``), and the sensitivity of Corollary 4.2, ``||a_D - a_D'||_1 <= 2 C kappa
-sqrt(F) / n``, uses that same ``C``; :func:`solve_svdd_dual` takes this ``C``. Feasibility
+sqrt(F) / n``, uses that same ``C``; ``solve_svdd_dual`` takes this ``C``. Feasibility
 needs ``C/n >= 1/n``; ``C/n >= 1`` makes the box inactive, so ``C/n`` must lie in
 ``[1/n, 1]`` (``C`` in ``[1, n]``).
 
@@ -20,7 +20,7 @@ is exact for any feature map; it minimises ``f(beta) = ||Phi^T beta||^2 - q^T be
 It never forms the ``n x n`` kernel: the gradient ``2 Phi (Phi^T beta) - q`` costs two
 matrix-vector products, ``O(n F)``.
 
-Algorithm choice (details in :func:`solve_svdd_dual`): FISTA with restart identifies the
+Algorithm choice (details in ``solve_svdd_dual``): FISTA with restart identifies the
 optimal face quickly but converges slowly on ill-conditioned problems (few support vectors,
 flat objective); an exact active-set finish on the free rows removes that tail, and working
 sets of the smallest-gradient rows make each iteration cost ``O(|working set| F)`` instead
@@ -174,7 +174,7 @@ def frank_wolfe_gap(beta: torch.Tensor, grad: torch.Tensor, cap: float) -> torch
 
 
 class SVDDSolution(NamedTuple):
-    """Result of :func:`solve_svdd_dual`.
+    """Result of ``solve_svdd_dual``.
 
     Attributes
     ----------
@@ -278,7 +278,7 @@ def _active_set(
     """Primal active-set method on the capped simplex, started from a feasible ``x``.
 
     Keeps a free set (initially the rows strictly between the bounds); each step moves the
-    free rows towards the minimiser of ``f`` over their face (:func:`_face_solve`) up to the
+    free rows towards the minimiser of ``f`` over their face (``_face_solve``) up to the
     first bound met (ratio test; that row leaves the free set), so ``f`` never increases.
     At a face minimiser the Frank-Wolfe gap is checked; if it exceeds ``tol``, the rows at a
     bound whose gradient violates the KKT conditions most (a row at 0 with the smallest
@@ -347,7 +347,7 @@ def _fista(
     ``phi (m, F)``, ``q (m,)``, feasible start ``x (m,)``; stops when the Frank-Wolfe gap of
     an iterate is ``<= tol``. When the pattern of rows at 0 / free / at ``cap`` has not changed
     for ``_FACE_AFTER`` iterations and at most ``F`` rows are free, the active-set method
-    (:func:`_active_set`) takes over from that point; it usually finishes exactly, else FISTA
+    (``_active_set``) takes over from that point; it usually finishes exactly, else FISTA
     resumes from its (never worse) point and the next attempt waits twice as long.
     Returns ``(x, iterations + active-set steps, converged)``.
     """
@@ -438,7 +438,7 @@ def solve_svdd_dual(
     Algorithm (three layers, all plain tensor code on ``phi``'s device):
 
     1. *FISTA* -- accelerated projected gradient with the gradient-based adaptive restart of
-       O'Donoghue & Candes (2015), exact projections (:func:`project_capped_simplex`,
+       O'Donoghue & Candes (2015), exact projections (``project_capped_simplex``,
        threshold warm-started) and step ``1/L``. Feasible directions sum to zero, so ``f``
        only needs to be smooth along ``{d : sum d = 0}``, where its curvature is
        ``L = 2 ||Phi_c||_2^2`` for the row-centred ``Phi_c = Phi - 1 mean(Phi)^T`` (centring
@@ -467,7 +467,7 @@ def solve_svdd_dual(
        harder on a subset of rows than on all of them.
 
     Stopping: the Frank-Wolfe gap ``g(beta) = max_{s in S} <grad f(beta), beta - s>`` of the
-    full problem (:func:`frank_wolfe_gap`; the linear minimiser puts mass ``C/n`` on the
+    full problem (``frank_wolfe_gap``; the linear minimiser puts mass ``C/n`` on the
     smallest gradient entries, ``O(n log(n/C))``) is ``<= tol``. It bounds
     ``max_S W - W(beta)``. Inside FISTA the cheap bracket
     ``D(a_y) <= min_S f <= f(x_k)``, with the Lagrangian dual
@@ -478,7 +478,7 @@ def solve_svdd_dual(
     Parameters
     ----------
     phi : Tensor ``(n, F)``
-        Feature rows ``phi(x_i)`` (e.g. from :class:`~dp_proto.svdd.RandomFourierFeatures`).
+        Feature rows ``phi(x_i)`` (e.g. from ``RandomFourierFeatures``).
         Any floating dtype and device; cast to float64 and solved on ``phi``'s device.
     C : float
         ``C`` of Park 2022 (box ``C/n``, Section 4.1); requires ``1 <= C <= n``, i.e.

@@ -15,9 +15,9 @@ Image loaders, all ``-> TwoLabelImages``
 ``load_yale_faces(data_dir=None, size=YALE_DEFAULT_SIZE, crop=YALE_DEFAULT_CROP)``
     The Yale Face Database in ``<data_dir>/faces/yale/``: private = subject
     (15), regular = condition (11). ``crop=YALE_FACE_CROP, size=YALE_FACE_SIZE``
-    centres every face in its own box (:class:`FaceCrop`).
+    centres every face in its own box (``FaceCrop``).
 
-A synthetic task of the same kind: :func:`dp_proto.data.synthetic.make_entangled_task`.
+A synthetic task of the same kind: ``dp_proto.data.synthetic.make_entangled_task``.
 
 Images are read with Pillow (imported when first needed); nothing here touches
 the network.
@@ -82,16 +82,16 @@ YALE_CONDITIONS: tuple[str, ...] = (
 YALE_PATTERN: str = r"subject(?P<private>\d+)\.(?P<regular>" + "|".join(YALE_CONDITIONS) + r")(?:\.gif)?"
 
 
-#: Default crop box (left, top, right, bottom) of :func:`load_yale_faces`: 256 wide,
+#: Default crop box (left, top, right, bottom) of ``load_yale_faces``: 256 wide,
 #: 240 high, from the 320 x 243 originals.
 YALE_DEFAULT_CROP: Box = (32, 2, 288, 242)
 
 
-#: Default (height, width) of :func:`load_yale_faces`: the crop shrunk 8-fold.
+#: Default (height, width) of ``load_yale_faces``: the crop shrunk 8-fold.
 YALE_DEFAULT_SIZE: Size = (30, 32)
 
 
-#: (height, width) to use with :data:`YALE_FACE_CROP`: the box shrunk 4-fold.
+#: (height, width) to use with ``YALE_FACE_CROP``: the box shrunk 4-fold.
 YALE_FACE_SIZE: Size = (40, 36)
 
 
@@ -232,7 +232,7 @@ class FaceCrop:
         return left, top, left + self.width, top + self.height
 
 
-#: Per-image face box for :func:`load_yale_faces` (``crop=YALE_FACE_CROP``): 144 wide,
+#: Per-image face box for ``load_yale_faces`` (``crop=YALE_FACE_CROP``): 144 wide,
 #: 160 high, centred on the head (use with ``size=YALE_FACE_SIZE``).
 YALE_FACE_CROP: FaceCrop = FaceCrop()
 
@@ -354,7 +354,7 @@ def load_image_folder(
     crop : (left, top, right, bottom), callable or None, default None
         Box in pixels (right and bottom exclusive) cut out before resizing, or a
         function of each grey image ``(height, width)`` in [0, 1] (the channel
-        mean for RGB) returning that image's box, e.g. :class:`FaceCrop`.
+        mean for RGB) returning that image's box, e.g. ``FaceCrop``.
 
     Returns
     -------
@@ -429,7 +429,7 @@ def load_two_label_csv(
         Header names of the image path and of the two label columns (any
         other columns are ignored).
     size, grayscale, crop
-        As in :func:`load_image_folder`.
+        As in ``load_image_folder``.
 
     Returns
     -------
@@ -509,19 +509,19 @@ def load_yale_faces(
     Reads ``<data_dir>/faces/yale/subjectNN.<condition>`` (or ``<data_dir>/yale/``):
     grey GIFs of 320 x 243 pixels (width x height), without extension
     (``.gif`` is accepted too), of 15 subjects under the 11 conditions of
-    :data:`YALE_CONDITIONS`. The usual copy has 164 images
+    ``YALE_CONDITIONS``. The usual copy has 164 images
     (``subject01.centerlight`` is missing from it); other files are ignored.
 
     Defaults. The faces are roughly frontal but their horizontal position
     varies by subject: the head (hair included) spans columns 33-220 for
     subject 06 but 135-291 for subject 12, and the heads reach from about
-    row 10 to the shoulders at the bottom edge. :data:`YALE_DEFAULT_CROP`
+    row 10 to the shoulders at the bottom edge. ``YALE_DEFAULT_CROP``
     ``(32, 2, 288, 242)`` therefore only cuts the empty 32-column margins at
     either side (the strips beside a face that are wall or cast shadow) and
     the first two rows (a dark scan line in some files), leaving a box of
     256 x 240 (width x height) that keeps every face whole. A tighter,
     portrait box would cut the cheeks of subjects 06 or 12. The box shrinks
-    exactly 8-fold to :data:`YALE_DEFAULT_SIZE` ``(30, 32)`` (height, width):
+    exactly 8-fold to ``YALE_DEFAULT_SIZE`` ``(30, 32)`` (height, width):
     each pixel is the mean of an 8 x 8 block, the aspect ratio is kept, and
     the 960 pixels are close to the 29 x 37 = 1073 pixels of the
     anonymization experiments of Feutry et al. (2018).
@@ -529,7 +529,7 @@ def load_yale_faces(
     Centred faces. With the fixed box, where a head sits tells who it is, and
     an expression shows at a different place for every subject.
     ``crop=YALE_FACE_CROP, size=YALE_FACE_SIZE`` instead cuts a 144 x 160 box
-    around each head (found in that image alone, :class:`FaceCrop`) and shrinks
+    around each head (found in that image alone, ``FaceCrop``) and shrinks
     it 4-fold to 40 x 36: forehead to chin, the eyes at about the same place in
     every image. It makes the condition easier and the identity harder to
     learn from the pixels: a logistic regression trained on half of the faces
@@ -539,12 +539,12 @@ def load_yale_faces(
     Parameters
     ----------
     data_dir : str, os.PathLike or None
-        The data directory; ``None`` uses :func:`dp_proto.data.default_data_dir`.
+        The data directory; ``None`` uses ``dp_proto.data.default_data_dir``.
     size : (height, width) or None, default (30, 32)
         Output size (box resampling); ``None`` keeps the cropped size.
     crop : (left, top, right, bottom), callable or None, default (32, 2, 288, 242)
         Box cut out before resizing; ``None`` keeps the whole 320 x 243 image;
-        :data:`YALE_FACE_CROP` (a :class:`FaceCrop`) centres each face in its
+        ``YALE_FACE_CROP`` (a ``FaceCrop``) centres each face in its
         own 144 x 160 box (then use ``size=YALE_FACE_SIZE``, ``(40, 36)``).
 
     Returns

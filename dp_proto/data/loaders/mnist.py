@@ -113,7 +113,7 @@ def load_mnist(
     Parameters
     ----------
     data_dir : str, os.PathLike or None
-        The data directory; ``None`` uses :func:`default_data_dir`.
+        The data directory; ``None`` uses ``default_data_dir``.
     split : {"train", "test"}
         ``"train"`` (60000 images) or ``"test"`` (the 10000 ``t10k`` images).
     flatten : bool, default False
@@ -132,7 +132,7 @@ def load_mnist(
         If ``split`` is not ``"train"`` or ``"test"``.
     FileNotFoundError
         If a file is missing; the message lists the paths tried and points to
-        :func:`dp_proto.data.download_mnist`.
+        ``dp_proto.data.download_mnist``.
     DataValidationError
         If the files are corrupt or inconsistent.
     """

@@ -1,7 +1,7 @@
-"""VicRoads SCATS loop-detector counts (``scats_counts_oct2006.csv``) -> :class:`TrafficNetwork`:
+"""VicRoads SCATS loop-detector counts (``scats_counts_oct2006.csv``) -> ``TrafficNetwork``:
 one 15-minute series per detector on a global grid of slots, NaN where missing;
 detectors without coordinates or with too few days are dropped and listed. Only numpy
-and :mod:`csv` are used; nothing touches the network."""
+and ``csv`` are used; nothing touches the network."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ class TrafficNetwork:
         ``min_days`` days with a count); both keys are always present.
     outage_slots : ndarray of shape (k,), dtype int64
         Global slots where the network-wide outage rule of
-        :func:`load_scats_counts` turned zero counts into NaN.
+        ``load_scats_counts`` turned zero counts into NaN.
     n_outage_values : int
         Number of zero counts turned into NaN by that rule.
     source : str
@@ -283,13 +283,13 @@ def load_scats_counts(
     5. Detectors with fewer than ``min_days`` days holding a count are dropped
        (``dropped["too_few_days"]``).
 
-    A :class:`UserWarning` says how many detectors were dropped and why.
+    A ``UserWarning`` says how many detectors were dropped and why.
 
     Parameters
     ----------
     data_dir : str, os.PathLike or None
         The data directory (or the file); ``None`` uses
-        :func:`dp_proto.data.default_data_dir`.
+        ``dp_proto.data.default_data_dir``.
     min_days : int, default 14
         Fewest days with at least one count for a detector to be kept.
     outage_zero_fraction : float in (0, 1] or None, default 0.5

@@ -26,8 +26,8 @@ __all__ = [
 ]
 
 
-#: UCI data sets known to :func:`load_uci`: name -> (n_samples, n_features, n_classes)
-#: as returned by :func:`load_uci` (vowel: after dropping its 3 bookkeeping columns).
+#: UCI data sets known to ``load_uci``: name -> (n_samples, n_features, n_classes)
+#: as returned by ``load_uci`` (vowel: after dropping its 3 bookkeeping columns).
 UCI_DATASETS: dict[str, tuple[int, int, int]] = {
     "segmentation": (2310, 19, 7),
     "optdigits": (5620, 64, 10),
@@ -168,9 +168,9 @@ def load_uci(name: str, data_dir: PathLike | None = None) -> tuple[np.ndarray, n
 
     Reads ``data_dir/uci/<name>.tsv.gz``, else ``data_dir/<name>.tsv.gz``
     (uncompressed ``.tsv`` is accepted too). The known names are the keys of
-    :data:`UCI_DATASETS`: segmentation, optdigits, pendigits, letter,
+    ``UCI_DATASETS``: segmentation, optdigits, pendigits, letter,
     satimage, vowel, shuttle, iris, wine_recognition; any other name works if
-    its file exists (e.g. one fetched with :func:`dp_proto.data.download_uci`).
+    its file exists (e.g. one fetched with ``dp_proto.data.download_uci``).
 
     ``"vowel"``: the file's first three columns are bookkeeping (train/test
     flag, speaker number, sex) and are dropped, leaving the 10 acoustic
@@ -184,7 +184,7 @@ def load_uci(name: str, data_dir: PathLike | None = None) -> tuple[np.ndarray, n
     name : str
         Data set name (file stem without ``.tsv.gz``).
     data_dir : str, os.PathLike or None
-        The data directory; ``None`` uses :func:`default_data_dir`.
+        The data directory; ``None`` uses ``default_data_dir``.
 
     Returns
     -------
@@ -240,7 +240,7 @@ SHUTTLE_CLASS_NAMES: dict[int, str] = {
 }
 
 
-#: Shuttle label (1..7) -> merged label (0..2) of :func:`load_shuttle_3class`.
+#: Shuttle label (1..7) -> merged label (0..2) of ``load_shuttle_3class``.
 #: Park (2022, Section 7.2) "divided shuttle into three classes to alleviate the
 #: class imbalance" without giving the mapping. We keep the two large classes and
 #: pool the rest: 0 = Rad Flow (1; 45586 rows), 1 = High (4; 8903 rows),
@@ -292,9 +292,9 @@ def load_shuttle_3class(
 ) -> tuple[np.ndarray, np.ndarray]:
     """UCI Statlog shuttle with its 7 classes merged to 3 (Park 2022, Section 7.2).
 
-    Reads ``data_dir/uci/shuttle.tsv.gz`` through :func:`dp_proto.data.load_uci`
+    Reads ``data_dir/uci/shuttle.tsv.gz`` through ``dp_proto.data.load_uci``
     (58000 x 9; rows 0..43499 are the original ``shuttle.trn`` file, rows
-    43500.. ``shuttle.tst``) and relabels with :data:`SHUTTLE_3CLASS_MAPPING`:
+    43500.. ``shuttle.tst``) and relabels with ``SHUTTLE_3CLASS_MAPPING``:
     0 = Rad Flow (45586 rows), 1 = High (8903), 2 = Bypass and the four rare
     classes (3511). Park (2022) does not state its mapping; this one is ours
     (documented in ``benchmarks/svdd/protocol.py``).
@@ -304,7 +304,7 @@ def load_shuttle_3class(
     data_dir : str, os.PathLike or None
         The data directory; ``None`` uses ``$DP_PROTO_DATA_DIR``.
     mapping : mapping int -> int, optional
-        Another merge of the labels 1..7 (default :data:`SHUTTLE_3CLASS_MAPPING`).
+        Another merge of the labels 1..7 (default ``SHUTTLE_3CLASS_MAPPING``).
 
     Returns
     -------

@@ -1,5 +1,5 @@
-"""Synthetic data: the toy sets of the implemented papers (:mod:`.toy`) and the two-label
-task with a known label dependence (:mod:`.entangled`)."""
+"""Synthetic data: the toy sets of the implemented papers (``.toy``) and the two-label
+task with a known label dependence (``.entangled``)."""
 
 from dp_proto._deprecation import moved_names
 from dp_proto.data.synthetic.entangled import (

@@ -1,5 +1,5 @@
 """A synthetic two-label task with a known, tunable dependence between the regular and
-the private label (for the anonymizer of Feutry et al. 2018): :func:`make_entangled_task`."""
+the private label (for the anonymizer of Feutry et al. 2018): ``make_entangled_task``."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def _check_probability(name: str, value: float) -> float:
 
 
 def entangled_label_joint(num_regular: int, num_private: int, entanglement: float) -> np.ndarray:
-    """Exact joint distribution P(s, y) of the labels of :func:`make_entangled_task`.
+    """Exact joint distribution P(s, y) of the labels of ``make_entangled_task``.
 
     P(s) = 1 / num_private and P(y | s) = entanglement * [y == s mod num_regular]
     + (1 - entanglement) / num_regular.
@@ -138,7 +138,7 @@ def make_entangled_task(
     noise : float, default 1.0
         Standard deviation of the isotropic Gaussian noise (>= 0).
     seed : int, numpy.random.Generator or None, default 0
-        Seed of a :func:`numpy.random.default_rng` generator; the same seed
+        Seed of a ``numpy.random.default_rng`` generator; the same seed
         gives the same task (the bases depend only on the seed and ``dim``,
         ``num_regular``, ``num_private``).
 

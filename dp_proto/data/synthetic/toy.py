@@ -4,13 +4,13 @@ The sets come from Brinkrolf, Göpfert & Hammer (2019), Brinkrolf (2023) and Par
 (see ``REFERENCES.md``).
 
 Every generator takes ``random_state`` (an int seed, a
-:class:`numpy.random.Generator`, or ``None`` for fresh entropy) and returns
+``numpy.random.Generator``, or ``None`` for fresh entropy) and returns
 ``(X, y)`` with ``X`` float64 of shape (n_samples, n_features) and ``y`` int64
 of shape (n_samples,). Rows are ordered by component (not shuffled); the order
 is documented per generator.
 
-The shuttle helpers of Park (2022) are in :mod:`dp_proto.data.loaders.uci` and the
-stratified subsampler in :mod:`dp_proto.data.sampling`.
+The shuttle helpers of Park (2022) are in ``dp_proto.data.loaders.uci`` and the
+stratified subsampler in ``dp_proto.data.sampling``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 
-#: Mean of the single class-1 outlier of :func:`two_gaussians_with_outlier`.
+#: Mean of the single class-1 outlier of ``two_gaussians_with_outlier``.
 OUTLIER_MEANS: dict[str, tuple[float, float]] = {
     "extreme": (10.0, 10.0),
     "medium": (10.0, 5.0),
@@ -42,7 +42,7 @@ OUTLIER_MEANS: dict[str, tuple[float, float]] = {
 }
 
 
-#: Cluster centres of :func:`noisy_xor` -> class label (XOR of the signs).
+#: Cluster centres of ``noisy_xor`` -> class label (XOR of the signs).
 XOR_CENTERS: dict[tuple[float, float], int] = {
     (10.0, 10.0): 1,  # top right
     (-10.0, 10.0): 0,  # top left
@@ -51,7 +51,7 @@ XOR_CENTERS: dict[tuple[float, float], int] = {
 }
 
 
-#: Means of the five classes of :func:`five_gaussians`.
+#: Means of the five classes of ``five_gaussians``.
 FIVE_GAUSSIANS_MEANS: tuple[tuple[float, float], ...] = (
     (2.0, 3.0),
     (5.0, 1.0),
@@ -79,7 +79,7 @@ def two_gaussians_with_outlier(
     Class 0 ~ N((-10, 0), I), class 1 ~ N((10, 0), I). If ``setting`` is not
     ``None``, one extra class-1 point ~ N(mu_out, I) is appended, with
     mu_out = (10, 10) for ``"extreme"``, (10, 5) for ``"medium"`` and (10, 2)
-    for ``"weak"`` (see :data:`OUTLIER_MEANS`).
+    for ``"weak"`` (see ``OUTLIER_MEANS``).
 
     Parameters
     ----------
@@ -121,7 +121,7 @@ def noisy_xor(
     """Noisy XOR: four isotropic Gaussians at (+-10, +-10).
 
     Class 0: top-left (-10, 10) and bottom-right (10, -10); class 1:
-    bottom-left (-10, -10) and top-right (10, 10) (see :data:`XOR_CENTERS`).
+    bottom-left (-10, -10) and top-right (10, 10) (see ``XOR_CENTERS``).
 
     Parameters
     ----------
@@ -163,7 +163,7 @@ def noisy_xor_unbalanced(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The unbalanced noisy XOR of Brinkrolf, Göpfert & Hammer (2019).
 
-    :func:`noisy_xor` with ``extra_bottom_left=10``.
+    ``noisy_xor`` with ``extra_bottom_left=10``.
 
     Returns
     -------
@@ -174,7 +174,7 @@ def noisy_xor_unbalanced(
 
 
 def three_gaussians_means(n_features: int = 2, scale: float = 5.0) -> np.ndarray:
-    """Class means of :func:`three_gaussians`.
+    """Class means of ``three_gaussians``.
 
     Returns
     -------
@@ -199,7 +199,7 @@ def three_gaussians(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Three identity-covariance Gaussians.
 
-    Means (see :func:`three_gaussians_means`): in 2-D (5, 0), (-5, 0), (0, 5);
+    Means (see ``three_gaussians_means``): in 2-D (5, 0), (-5, 0), (0, 5);
     in ``n_features >= 3`` dimensions the first three unit vectors scaled by
     5 (``scale``), as in Brinkrolf, Göpfert & Hammer (2019).
 
@@ -288,7 +288,7 @@ def three_moons(
 
 
 def five_gaussians_covariances() -> np.ndarray:
-    """Covariance matrices of :func:`five_gaussians`.
+    """Covariance matrices of ``five_gaussians``.
 
     Class 2 has the identity. The others are R(a) diag(1.0, 0.25) R(a)^T with
     a = pi/4 for classes 0, 1 and 4 and a = pi/8 for class 3. The source gives
@@ -318,10 +318,10 @@ def five_gaussians(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Five 2-D Gaussians with rotated, elongated covariances.
 
-    Means (:data:`FIVE_GAUSSIANS_MEANS`): (2, 3), (5, 1), (1, 0), (-1, 3),
+    Means (``FIVE_GAUSSIANS_MEANS``): (2, 3), (5, 1), (1, 0), (-1, 3),
     (4.5, 3). Class 2 has identity covariance; classes 0, 1 and 4 have
     diag(1.0, 0.25) rotated by pi/4, class 3 the same rotated by pi/8 (see
-    :func:`five_gaussians_covariances`; the axis variances are our choice,
+    ``five_gaussians_covariances``; the axis variances are our choice,
     the source gives only the rotations).
 
     The construction is the artificial data set of Brinkrolf (2023, Sec. 4.6.1; 1500 points

@@ -1,15 +1,15 @@
 """Differentially private training of LVQ models (add/remove one record).
 
-* :mod:`.dp_init` -- DP class-mean initialisation (Laplace on the class sums and counts).
-* :mod:`.dpsgd` -- DP-SGD (Abadi et al. 2016) for any :class:`~dp_proto.lvq.PrototypeModel`,
-  by the fused engine of :mod:`.fused` (closed-form per-sample gradients,
-  :mod:`.grad_samplers`) or by Opacus; the noise multiplier is calibrated by the ledger.
-* :mod:`.saa` -- subsample-and-aggregate over disjoint bins; :mod:`.coa` -- the centre
+* ``.dp_init`` -- DP class-mean initialisation (Laplace on the class sums and counts).
+* ``.dpsgd`` -- DP-SGD (Abadi et al. 2016) for any ``PrototypeModel``,
+  by the fused engine of ``.fused`` (closed-form per-sample gradients,
+  ``.grad_samplers``) or by Opacus; the noise multiplier is calibrated by the ledger.
+* ``.saa`` -- subsample-and-aggregate over disjoint bins; ``.coa`` -- the centre
   of attention aggregation.
-* :mod:`.estimators` -- ``DPGLVQ``, ``DPGMLVQ``, ``DPLGMLVQ`` (scikit-learn API) and
-  :mod:`.saa_estimator` -- ``SubsampleAggregateGLVQ``.
+* ``.estimators`` -- ``DPGLVQ``, ``DPGMLVQ``, ``DPLGMLVQ`` (scikit-learn API) and
+  ``.saa_estimator`` -- ``SubsampleAggregateGLVQ``.
 
-Every release goes through the model-free core :mod:`dp_proto.privacy` (mechanisms,
+Every release goes through the model-free core ``dp_proto.privacy`` (mechanisms,
 ledger). Importing this package loads Opacus.
 """
 

@@ -1,4 +1,4 @@
-"""Audit setups of the private LVQ trainers (:func:`dp_proto.privacy.audit.audit_epsilon`):
+"""Audit setups of the private LVQ trainers (``dp_proto.privacy.audit.audit_epsilon``):
 the DP initialisation, subsample-and-aggregate end to end and DP-SGD, each with a canary
 record at the corner of the public domain."""
 
@@ -20,7 +20,7 @@ __all__ = ["dp_init_audit_setup", "saa_audit_setup", "dp_sgd_audit_setup"]
 
 
 def dp_init_audit_setup(epsilon: float, *, dim: int = 1, n_records: int = 50, coordinate: int = 0) -> AuditSetup:
-    """:func:`dp_class_mean_prototypes` (2 classes, ``dim`` features) with a canary.
+    """``dp_class_mean_prototypes`` (2 classes, ``dim`` features) with a canary.
 
     ``dataset_0`` holds ``n_records`` records of class 0 at the corner ``-1`` of the
     domain ``[-1, 1]^dim`` and ``n_records`` records of class 1 at the origin;
@@ -61,7 +61,7 @@ def saa_audit_setup(
     epochs: int = 1,
     fixed_noise_seed: int | None = None,
 ) -> AuditSetup:
-    """:class:`~dp_proto.lvq.private.SubsampleAggregateGLVQ` end to end (bins, training,
+    """``SubsampleAggregateGLVQ`` end to end (bins, training,
     projection, noise) with a class-0 canary at the domain's corner; statistic: the
     released class-0 prototype. Each trial draws its own noise seed from the audit's
     generator (independent trials, a reproducible audit).
@@ -99,7 +99,7 @@ def dp_sgd_audit_setup(
     sampling_rate: float = 1.0,
     noise_factor: float = 1.0,
 ) -> AuditSetup:
-    """A small DP-GLVQ training through :func:`~dp_proto.lvq.private.fit_dp_sgd` (fused
+    """A small DP-GLVQ training through ``fit_dp_sgd`` (fused
     engine, Poisson sampling, clipping to 1, the public normaliser 8) on 16 one-dimensional
     records with a class-0 canary at the far end; statistic: prototype 0. ``D0``'s records
     sit on their prototypes (zero gradient), so only the canary moves the model. The

@@ -89,7 +89,7 @@ def t_radii(points: Tensor) -> Tensor:
 
 def centre_of_attention(points: Tensor, t0: int, *, radii: Tensor | None = None) -> int:
     """Index of the point with the smallest ``t0``-radius (ties: the lowest index);
-    ``radii``: :func:`t_radii` of ``points`` if already computed."""
+    ``radii``: ``t_radii`` of ``points`` if already computed."""
     if not 1 <= t0 <= points.shape[0]:
         raise ValueError(f"t0 must lie in 1..{points.shape[0]}, got {t0}")
     radii = t_radii(points) if radii is None else radii
@@ -101,7 +101,7 @@ def smooth_sensitivity(
 ) -> float:
     """``S(Z) = 2 max_{k >= 0} rho(t0 + (k+1) s) e^{-beta k}``, ``rho(t) = min_i r_i(t)``
     for ``t <= m`` and the domain ``diameter`` beyond; ``radii`` as in
-    :func:`centre_of_attention`."""
+    ``centre_of_attention``."""
     m = points.shape[0]
     rho = (t_radii(points) if radii is None else radii).min(0).values  # rho[t - 1]
     best, k = 0.0, 0
@@ -148,7 +148,7 @@ def centre_of_attention_mechanism(
     The guarantee comes from smooth sensitivity, not from a Gaussian of fixed
     sensitivity, so the ledger records an ``approx`` event: an ``(epsilon, delta)``
     release composed by its worst-case privacy loss distribution. The release is rounded
-    to multiples of :func:`coa_grid` (public; see the module docstring).
+    to multiples of ``coa_grid`` (public; see the module docstring).
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta, allow_zero=False)
@@ -199,7 +199,7 @@ def coa_bin_models(
     """The private half of the scheme: project the bins' models ``(m, W, d)`` into the
     domain (the box ``[low, high]^d``, optionally intersected with the ball of
     ``radius``; diameter of the concatenated model
-    :func:`~dp_proto.lvq.private.saa.saa_sensitivity`) and release their centre of
+    ``saa_sensitivity``) and release their centre of
     attention. Returns the prototypes ``(W, d)`` (projected into the domain with
     ``project_release``, post-processing) and the raw result."""
     if bin_models.dim() != 3 or bin_models.shape[0] < 1:
@@ -247,7 +247,7 @@ def coa_glvq(
     name: str = "coa",
 ) -> tuple[Tensor, Tensor, COAResult]:
     """GLVQ prototypes ``(W, d)`` by the centre of attention of ``num_bins`` disjoint
-    bins' models (see the module docstring and :func:`coa_bin_models`), their labels
+    bins' models (see the module docstring and ``coa_bin_models``), their labels
     ``(W,)`` and the raw result (``result.value`` is the unprojected release)."""
     labels = bin_prototype_labels(x, y, num_classes, num_bins, prototypes_per_class, reference)
     models, _ = train_bin_models(

@@ -68,7 +68,7 @@ def dp_class_mean_prototypes(
     Parameters
     ----------
     x : Tensor, shape (n, d)
-        Records, expected in ``[-1, 1]^d`` (use :class:`PublicBoundsScaler`); records
+        Records, expected in ``[-1, 1]^d`` (use ``PublicBoundsScaler``); records
         outside are clipped, and their count goes to the curator-only log and
         ``num_clipped`` (no warning: its presence would depend on single records).
     y : Tensor, shape (n,)

@@ -3,12 +3,12 @@
 The "SGD" scheme of Brinkrolf, Göpfert & Hammer (2019) (Brinkrolf 2023, Sec. 3.4 A):
 
 1. DP class-mean initialisation with budget ``epsilon1 = init_fraction * epsilon``
-   (:func:`dp_proto.lvq.private.dp_class_mean_prototypes`);
+   (``dp_proto.lvq.private.dp_class_mean_prototypes``);
 2. DP-SGD (Abadi et al. 2016) for ``T = ceil(epochs * int(1 / q))`` steps (the
-   :class:`~dp_proto.privacy.dpsgd_plan.DPSGDPlan` of the run): Poisson sampling with
+   ``DPSGDPlan`` of the run): Poisson sampling with
    rate ``q``, per-sample gradients clipped jointly over prototypes and Omega to l2
    norm ``C``, Gaussian noise ``N(0, (sigma C)^2)``. Opacus samples, clips and noises,
-   using the closed-form per-sample gradients of :mod:`dp_proto.lvq.private.grad_samplers`.
+   using the closed-form per-sample gradients of ``dp_proto.lvq.private.grad_samplers``.
 
 Noise calibration:
 
@@ -67,7 +67,7 @@ __all__ = [
 
 @dataclass
 class DPSGDResult:
-    """What :func:`fit_dp_sgd` did: steps run and the noise multiplier.
+    """What ``fit_dp_sgd`` did: steps run and the noise multiplier.
 
     ``epoch_losses`` (mean GLVQ cost of the private batches per epoch) is for the data
     curator's diagnostics only: it is computed on the private data without noise, so it
@@ -132,7 +132,7 @@ def fit_dp_sgd(
         fresh operating-system entropy; a caller's generator makes the run reproducible
         (warns ``PrivacyLeakWarning``; the ledger records it).
     engine : {"auto", "fused", "opacus"}
-        ``fused`` (:mod:`dp_proto.lvq.private.fused`): the same DP-SGD step run
+        ``fused`` (``dp_proto.lvq.private.fused``): the same DP-SGD step run
         directly on tensors, for models whose trainable parameters all lie in the
         prototype layer; ``opacus``: Opacus' ``PrivacyEngine`` (needed for a trainable
         backbone); ``auto``: ``fused`` where possible, else ``opacus``.
@@ -269,7 +269,7 @@ def _check_settings(
     average_last: float,
     clipping: str,
 ) -> str:
-    """Check the public settings of :func:`fit_dp_sgd`; returns the engine (``"auto"``
+    """Check the public settings of ``fit_dp_sgd``; returns the engine (``"auto"``
     resolved: ``fused`` where the model allows it, else ``opacus``)."""
     if not max_grad_norm > 0:
         raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm!r}")
@@ -332,7 +332,7 @@ def _make_optimizer(
 
 class IterateAverage:
     """Running mean of a model's trainable parameters over the steps ``>= start``
-    (1-based); :meth:`release` writes it into the model (and renormalises the metric)."""
+    (1-based); ``release`` writes it into the model (and renormalises the metric)."""
 
     def __init__(self, model: PrototypeModel, start: int) -> None:
         self.model, self.start, self.count = model, max(int(start), 1), 0

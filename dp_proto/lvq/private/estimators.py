@@ -1,8 +1,8 @@
 """Differentially private scikit-learn estimators: ``DPGLVQ``, ``DPGMLVQ``, ``DPLGMLVQ``.
 
-They train with the DP-LVQ "SGD" scheme (:mod:`dp_proto.lvq.private.dpsgd`): DP class-mean
+They train with the DP-LVQ "SGD" scheme (``dp_proto.lvq.private.dpsgd``): DP class-mean
 initialisation with ``init_fraction * epsilon``, then DP-SGD (Opacus' algorithm, run by
-default by the fused engine of :mod:`dp_proto.lvq.private.fused`) with the noise
+default by the fused engine of ``dp_proto.lvq.private.fused``) with the noise
 calibrated so that the whole run is ``(epsilon, delta)``-DP under add/remove one record.
 The fitted model carries its guarantee: ``privacy_`` (the ledger's summary) and
 ``ledger_``.
@@ -247,7 +247,7 @@ class DPGLVQ(_DPMixin, GLVQ):
         Per-sample clipping norm ``C``.
     epochs : float, default 50
         ``T = ceil(epochs * int(1 / q))`` DP-SGD steps
-        (:class:`~dp_proto.privacy.dpsgd_plan.DPSGDPlan`).
+        (``DPSGDPlan``).
     init_fraction : float, default 0.2
         Share of epsilon spent on the DP class-mean initialisation.
     calibration : {"ledger", "paper"}, default "ledger"
@@ -263,7 +263,7 @@ class DPGLVQ(_DPMixin, GLVQ):
         The public set of class labels (one prototype group per class, in sorted
         order). A class without records still gets its prototypes from the noisy DP
         initialisation. None reads the set from ``y`` with a
-        :class:`~dp_proto.exceptions.PrivacyLeakWarning`: the released model then shows
+        ``PrivacyLeakWarning``: the released model then shows
         which labels the private data contain.
     clipping : {"joint", "per_parameter"}, default "joint"
         How the per-sample gradient is clipped to ``C``. The prototypes are the only
@@ -271,7 +271,7 @@ class DPGLVQ(_DPMixin, GLVQ):
     engine : {"fused", "opacus"}, default "fused"
         ``"fused"`` runs Opacus' DP-SGD step (Poisson sampling, per-sample clipping,
         Gaussian noise, division by the expected batch) directly on tensors with the
-        closed-form gradient norms (:mod:`dp_proto.lvq.private.fused`), 3-20x faster;
+        closed-form gradient norms (``dp_proto.lvq.private.fused``), 3-20x faster;
         ``"opacus"`` goes through Opacus' ``PrivacyEngine``. Same guarantee either way.
     grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
         How Opacus computes per-sample gradients (``engine="opacus"`` only).
@@ -449,7 +449,7 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         Per-sample clipping norm ``C``.
     epochs : float, default 50
         ``T = ceil(epochs * int(1 / q))`` DP-SGD steps
-        (:class:`~dp_proto.privacy.dpsgd_plan.DPSGDPlan`).
+        (``DPSGDPlan``).
     init_fraction : float, default 0.2
         Share of epsilon spent on the DP class-mean initialisation.
     calibration : {"ledger", "paper"}, default "ledger"
@@ -465,7 +465,7 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         The public set of class labels (one prototype group per class, in sorted
         order). A class without records still gets its prototypes from the noisy DP
         initialisation. None reads the set from ``y`` with a
-        :class:`~dp_proto.exceptions.PrivacyLeakWarning`: the released model then shows
+        ``PrivacyLeakWarning``: the released model then shows
         which labels the private data contain.
     clipping : {"joint", "per_parameter"}, default "joint"
         ``"joint"``: the per-sample gradient of prototypes and Omega together is clipped
@@ -479,7 +479,7 @@ class DPGMLVQ(_DPMixin, GMLVQ):
     engine : {"fused", "opacus"}, default "fused"
         ``"fused"`` runs Opacus' DP-SGD step (Poisson sampling, per-sample clipping,
         Gaussian noise, division by the expected batch) directly on tensors with the
-        closed-form gradient norms (:mod:`dp_proto.lvq.private.fused`), 3-20x faster;
+        closed-form gradient norms (``dp_proto.lvq.private.fused``), 3-20x faster;
         ``"opacus"`` goes through Opacus' ``PrivacyEngine``. Same guarantee either way.
     grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
         How Opacus computes per-sample gradients (``engine="opacus"`` only).
@@ -685,7 +685,7 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         Per-sample clipping norm ``C``.
     epochs : float, default 50
         ``T = ceil(epochs * int(1 / q))`` DP-SGD steps
-        (:class:`~dp_proto.privacy.dpsgd_plan.DPSGDPlan`).
+        (``DPSGDPlan``).
     init_fraction : float, default 0.2
         Share of epsilon spent on the DP class-mean initialisation.
     calibration : {"ledger", "paper"}, default "ledger"
@@ -701,7 +701,7 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         The public set of class labels (one prototype group per class, in sorted
         order). A class without records still gets its prototypes from the noisy DP
         initialisation. None reads the set from ``y`` with a
-        :class:`~dp_proto.exceptions.PrivacyLeakWarning`: the released model then shows
+        ``PrivacyLeakWarning``: the released model then shows
         which labels the private data contain.
     clipping : {"joint", "per_parameter"}, default "joint"
         ``"joint"``: the per-sample gradient of the prototypes and the local Omegas
@@ -710,7 +710,7 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
     engine : {"fused", "opacus"}, default "fused"
         ``"fused"`` runs Opacus' DP-SGD step (Poisson sampling, per-sample clipping,
         Gaussian noise, division by the expected batch) directly on tensors with the
-        closed-form gradient norms (:mod:`dp_proto.lvq.private.fused`), 3-20x faster;
+        closed-form gradient norms (``dp_proto.lvq.private.fused``), 3-20x faster;
         ``"opacus"`` goes through Opacus' ``PrivacyEngine``. Same guarantee either way.
     grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
         How Opacus computes per-sample gradients (``engine="opacus"`` only).

@@ -11,7 +11,7 @@ runs the *same* DP-SGD step (Abadi et al. 2016, as in Opacus with Poisson sampli
 2. the distances ``D (B, W)`` and, in closed form, each record's cost and its gradient
    ``G = dL_i/dD_i`` (non-zero at the two winners only);
 3. per-sample gradient norms in closed form (the norm samplers of
-   :mod:`dp_proto.lvq.private.grad_samplers`; no ``(B, r, d)`` tensor is built), clip
+   ``dp_proto.lvq.private.grad_samplers``; no ``(B, r, d)`` tensor is built), clip
    factors ``min(1, C / (norm + 1e-6))`` jointly over all parameters, or per parameter
    with ``C / sqrt(P)`` each (``clipping="per_parameter"``, same sensitivity ``C``);
 4. the *clipped sum* ``sum_i c_i grad L_i = sum_ij c_i G_ij grad D_ij`` in closed form
@@ -243,7 +243,7 @@ def fit_dp_sgd_fused(
     transfer_fn: str = "identity",
     beta: float = 1.0,
 ):
-    """The training loop of :func:`dp_proto.lvq.private.fit_dp_sgd` with ``engine="fused"``
+    """The training loop of ``dp_proto.lvq.private.fit_dp_sgd`` with ``engine="fused"``
     (call that function; this one expects its validated arguments)."""
     check_fusable(model)
     n = x.shape[0]

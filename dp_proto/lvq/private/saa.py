@@ -8,14 +8,14 @@ sensitivity that covers the box width and all prototypes of a bin (see below):
    a record therefore leaves every other record's bin unchanged: only its own bin's data
    change (a random *partition* by permutation would reshuffle the others);
 2. vanilla GLVQ is trained on every bin, all ``m`` bins as one batched computation
-   (a leading bin dimension; :func:`fit_glvq_bins`);
+   (a leading bin dimension; ``fit_glvq_bins``);
 3. each bin's prototypes are clipped into the public box ``[low, high]^d`` and, with
    several prototypes per class, put into a per-bin order by a minimum-cost assignment
-   to a *public* reference (:func:`match_to_reference`; a reference computed from the
+   to a *public* reference (``match_to_reference``; a reference computed from the
    bins would couple them and void the bound below);
 4. the per-prototype sum over bins gets Gaussian noise, then is divided by ``m``: by
    default on a public grid with discrete Gaussian noise (float-safe, see
-   :func:`~dp_proto.privacy.mechanisms.gaussian_mechanism`; about 8 % more noise than
+   ``gaussian_mechanism``; about 8 % more noise than
    the continuous analytic Gaussian mechanism at epsilon 1).
 
 Sensitivity (add/remove one record): one bin's ``W`` prototypes change, each
@@ -202,7 +202,7 @@ def fit_glvq_bins(
     exactly as if it were trained alone.
 
     Bin ``b`` with ``L_b`` records takes ``ceil(L_b / batch_size)`` Adam steps per epoch on
-    its own minibatches (order from :func:`bin_shuffle_keys`); a bin whose records are
+    its own minibatches (order from ``bin_shuffle_keys``); a bin whose records are
     used up in a slice takes no step, and its Adam moments and step count stay as they
     are (masked updates, per-bin bias correction). Nothing of bin ``b`` depends on
     another bin's records: removing a record changes its own bin only, bit for bit,
@@ -375,7 +375,7 @@ def train_bin_models(
 ) -> tuple[Tensor, Tensor]:
     """The non-private half of the bin-based schemes: i.i.d. bin labels ``(n,)``, GLVQ on
     every bin, matching to ``reference`` (several prototypes per class), projection into
-    the domain (:func:`project_to_domain`). Returns the bin models ``(m, W, d)`` (float64)
+    the domain (``project_to_domain``). Returns the bin models ``(m, W, d)`` (float64)
     and the bins."""
     bins = assign_bins(x.shape[0], num_bins, generator=generator, secure_mode=secure_mode, device=x.device)
     trained = fit_glvq_bins(
@@ -411,7 +411,7 @@ def aggregate_bin_models(
 ) -> tuple[Tensor, float]:
     """The private half of subsample-and-aggregate: project every bin's model into the
     domain, sum over bins, add Gaussian noise for the sensitivity of
-    :func:`saa_sensitivity` (:func:`~dp_proto.privacy.mechanisms.gaussian_mechanism`:
+    ``saa_sensitivity`` (``gaussian_mechanism``:
     discrete on a public grid by default), divide by ``m``; with ``project_release`` (free
     post-processing) project the noisy mean into the domain too, which only brings it
     closer to every point of the domain, the noise-free mean included.
@@ -420,7 +420,7 @@ def aggregate_bin_models(
     ----------
     bin_models : Tensor, shape (m, W, d)
         One model per disjoint bin, prototypes in a per-bin order that depends on that
-        bin's data only (see :func:`match_to_reference`).
+        bin's data only (see ``match_to_reference``).
 
     Returns
     -------
@@ -506,8 +506,8 @@ def subsample_and_aggregate(
     Notes
     -----
     The noise std on the released mean is ``sigma(epsilon, delta, Delta) / m`` with
-    ``Delta`` from :func:`saa_sensitivity` and ``sigma`` from
-    :func:`~dp_proto.privacy.mechanisms.plan_gaussian` (discrete Gaussian on a public
+    ``Delta`` from ``saa_sensitivity`` and ``sigma`` from
+    ``plan_gaussian`` (discrete Gaussian on a public
     grid). The ledger records one ``discrete_gaussian`` release.
     """
     epsilon = check_epsilon(epsilon)

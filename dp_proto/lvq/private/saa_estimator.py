@@ -1,5 +1,5 @@
 """Scikit-learn estimator for the bin-based DP-LVQ schemes: subsample-and-aggregate
-(:mod:`dp_proto.lvq.private.saa`) and the centre of attention (:mod:`dp_proto.lvq.private.coa`).
+(``dp_proto.lvq.private.saa``) and the centre of attention (``dp_proto.lvq.private.coa``).
 
 Both train vanilla GLVQ on ``num_bins`` disjoint random bins of the private data and
 release one private aggregate of the bins' models; the released model carries its
@@ -58,7 +58,7 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
         clipped and counted); ``None``: the data are in ``[-1, 1]^d`` already.
     classes : array-like or None
         The public set of class labels; ``None`` reads it from ``y`` with a
-        :class:`~dp_proto.exceptions.PrivacyLeakWarning` (see :class:`DPGLVQ`).
+        ``PrivacyLeakWarning`` (see ``DPGLVQ``).
     radius : float or None
         Also project every bin prototype onto the l2 ball of this radius (in the mapped
         ``[-1, 1]^d`` units) around the origin; a public choice that holds the class
