@@ -6,13 +6,14 @@
 #   make lint   ruff check and ruff format --check (CI runs it before the tests)
 #   make typecheck   mypy on dp_proto/privacy and dp_proto/lvq (CI runs it too)
 #   make docs   build the documentation site into site/ (mkdocs build --strict)
+#   make results   regenerate benchmarks/RESULTS.md from the stored JSON (runs no benchmark)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DATA_DIR ?= ../shared/data
 
-.PHONY: demo test test-fast lint typecheck docs bench-baseline clean
+.PHONY: demo test test-fast lint typecheck docs results bench-baseline clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +39,10 @@ typecheck: $(STAMP)
 
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict
+
+# regenerate benchmarks/RESULTS.md and benchmarks/*/RESULTS.md from the stored JSON (runs no benchmark)
+results: $(STAMP)
+	$(PY) -m benchmarks.report
 
 bench-baseline: $(STAMP)
 	$(PY) -m benchmarks.lvq.baseline_accuracy --data-dir $(DATA_DIR)

@@ -1,12 +1,16 @@
 """Small helpers shared by the benchmark scripts: machine description, data-dir
-resolution and the final one-line JSON summary."""
+resolution and the final one-line JSON summary, which carries the run's provenance
+(``meta``: date, machine, commit, command; see :func:`emit_json`)."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
+import shlex
+import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +18,12 @@ __all__ = [
     "cpu_model",
     "die",
     "emit_json",
+    "git_commit",
     "load_benchmark_sets",
     "machine_description",
     "resolve_data_dir",
+    "run_command",
+    "run_meta",
     "run_metadata",
 ]
 
@@ -117,9 +124,76 @@ def run_metadata(started: float) -> dict[str, Any]:
     }
 
 
+#: The repository whose commit a result records: the checkout that holds this package.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def git_commit(root: str | os.PathLike | None = None) -> str | None:
+    """The short hash of ``HEAD`` of the checkout at ``root`` (default: the one holding the
+    benchmarks), with ``"+dirty"`` appended when tracked files have uncommitted changes
+    (untracked files do not count, as in ``git describe --dirty``); ``None`` outside a git
+    checkout or without git."""
+    cwd = Path(root) if root is not None else REPO_ROOT
+
+    def git(*args: str) -> subprocess.CompletedProcess | None:
+        try:
+            return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    head = git("rev-parse", "--short", "HEAD")
+    if head is None or head.returncode != 0 or not head.stdout.strip():
+        return None
+    commit = head.stdout.strip()
+    status = git("status", "--porcelain", "--untracked-files=no")
+    if status is not None and status.returncode == 0 and status.stdout.strip():
+        commit += "+dirty"
+    return commit
+
+
+def run_command(argv: list[str] | None = None) -> str:
+    """The command line of this process as one shell-quoted string: ``python -m MODULE ARGS``
+    when it runs as a module (``python -m benchmarks.svdd.accuracy --quick``), else
+    ``python SCRIPT ARGS``; ``argv`` replaces ``sys.argv[1:]``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = getattr(spec, "name", None)
+    if name:
+        if name.endswith(".__main__"):
+            name = name[: -len(".__main__")]
+        head = ["python", "-m", name]
+    else:
+        script = sys.argv[0] if sys.argv and sys.argv[0] else "-"
+        try:
+            script = os.path.relpath(script)
+        except ValueError:  # another drive (Windows)
+            pass
+        head = ["python", script]
+    return shlex.join(head + args)
+
+
+def run_meta(payload: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The provenance of a result: ``date`` (ISO 8601, UTC, seconds), ``machine`` (the
+    payload's ``machine`` if it has one, else :func:`machine_description`), ``commit``
+    (:func:`git_commit`) and ``command`` (:func:`run_command`)."""
+    machine = (payload or {}).get("machine")
+    return {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine if isinstance(machine, str) else machine_description(),
+        "commit": git_commit(),
+        "command": run_command(),
+    }
+
+
 def emit_json(payload: dict[str, Any], out: str | os.PathLike | None = None) -> None:
     """Print ``payload`` as the single final JSON line on stdout (and write it to ``out``,
-    creating its directory)."""
+    creating its directory).
+
+    A ``meta`` key with the run's provenance (:func:`run_meta`: date, machine, commit,
+    command) is added at the end unless the payload has one; every other key is written
+    as given. ``payload`` itself is not modified."""
+    if "meta" not in payload:
+        payload = {**payload, "meta": run_meta(payload)}
     line = json.dumps(payload, sort_keys=False)
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)

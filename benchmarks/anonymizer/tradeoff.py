@@ -30,9 +30,14 @@ the first phase), per mode, on Yale.
 Usage::
 
     python -m benchmarks.anonymizer.tradeoff --data-dir ../shared/data
+    python -m benchmarks.anonymizer.tradeoff --data-dir ../shared/data --quick   # a few minutes
     python -m benchmarks.anonymizer.tradeoff --datasets synthetic --quick
 
-Ends with a trade-off figure (``--figure``) and one JSON line
+``--quick``: one seed, lambdas 0, 1, 10 and a third of the epochs, every headline key (on
+that reduced setting); its figure goes to ``anonymizer_tradeoff_quick.png`` unless told
+otherwise.
+
+Ends with a trade-off figure (``--figure``; ``""``: none) and one JSON line
 ``{"benchmark": "anonymizer_tradeoff", "results": {...}, "headline": {...}}``.
 """
 
@@ -312,13 +317,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads per fit (1)")
     p.add_argument("--jobs", type=int, default=1, help="fits run in parallel worker processes (1)")
-    p.add_argument("--figure", default="benchmarks/anonymizer/figures/anonymizer_tradeoff.png")
+    p.add_argument(
+        "--figure",
+        default=None,
+        help="figure file (default benchmarks/anonymizer/figures/anonymizer_tradeoff[_quick].png; '' for none)",
+    )
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     if args.jobs < 1 or args.threads < 1:
         p.error("--jobs and --threads must be >= 1")
     if 0.0 not in args.lambdas:
         p.error("--lambdas must include 0 (the reference of the trade-off)")
+    if args.figure is None:
+        args.figure = f"benchmarks/anonymizer/figures/anonymizer_tradeoff{'_quick' if args.quick else ''}.png"
     if args.quick:  # a smoke run: one seed, three lambdas, a third of the epochs
         args.seeds = 1
         args.lambdas = [0.0, 1.0, 10.0]

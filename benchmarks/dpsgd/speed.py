@@ -83,6 +83,7 @@ from opacus.grad_sample.grad_sample_module_fast_gradient_clipping import (
 from opacus.validators import ModuleValidator
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
+from tqdm import tqdm
 
 import dp_proto.lvq.private.grad_samplers  # noqa: F401  (registers our samplers)
 from benchmarks.common import emit_json, machine_description, resolve_data_dir
@@ -311,7 +312,13 @@ def _failure(out: dict[str, Any], exc: BaseException) -> None:
 
 
 def time_model(
-    model_name: str, modes: list[str], X: Tensor, y: Tensor, args: argparse.Namespace, log: Callable[[str], None]
+    model_name: str,
+    modes: list[str],
+    X: Tensor,
+    y: Tensor,
+    args: argparse.Namespace,
+    log: Callable[[str], None],
+    bar: tqdm | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Seconds per epoch of every mode of one model, median over up to ``args.repeats`` epochs.
 
@@ -320,9 +327,18 @@ def time_model(
     ``args.warmup_steps`` untimed steps, and one more untimed step before each later epoch
     (caches; another mode ran in between). A mode stops repeating when one more epoch would
     take its timed epochs past ``args.mode_budget_s``.
+
+    ``bar`` (a tqdm progress bar) advances by ``len(modes) * (1 + args.repeats)``: one per
+    warm-up and per epoch, skipped epochs included.
     """
     outs: dict[str, dict[str, Any]] = {}
     setups: dict[str, Setup] = {}
+
+    def advance(label: str) -> None:
+        if bar is not None:
+            bar.set_postfix_str(label)
+            bar.update(1)
+
     for mode in modes:
         out = outs[mode] = {"seconds": None, "cpu_seconds": None, "epochs_s": [], "epochs_cpu_s": [], "status": "ok"}
         try:
@@ -333,10 +349,12 @@ def time_model(
             _failure(out, exc)
             setups.pop(mode, None)
             log(f"  {model_name:11s} {mode:13s} FAILED: {out['status']}")
+        advance(f"{model_name} {mode} warm-up")
     for r in range(args.repeats):
         for mode in modes:
             out = outs[mode]
             if mode not in setups:
+                advance(f"{model_name} {mode} (stopped)")
                 continue
             try:
                 if r > 0:
@@ -346,7 +364,9 @@ def time_model(
                 _failure(out, exc)
                 del setups[mode]
                 log(f"  {model_name:11s} {mode:13s} FAILED: {out['status']}")
+                advance(f"{model_name} {mode} failed")
                 continue
+            advance(f"{model_name} {mode} epoch {r + 1}: {sec:.2f} s")
             out["epochs_s"].append(sec)
             out["epochs_cpu_s"].append(cpu)
             out["steps"], out["mean_batch"] = steps, samples / max(steps, 1)
@@ -529,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     # Our inputs never require grad, so torch notes that full backward hooks fire on outputs.
     warnings.filterwarnings("ignore", message="Full backward hook is firing")
     load_start = os.getloadavg()
-    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    log = lambda s: tqdm.write(s, file=sys.stderr)  # noqa: E731  (above the progress bar)
     t_start = time.perf_counter()
 
     if args.data_dir is not None:
@@ -558,9 +578,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.threads} thread(s), load average {load_start}"
     )
     raw: dict[str, dict[str, dict[str, Any]]] = {}
-    for model_name in args.models:
-        X, y = data[model_name]
-        raw[model_name] = time_model(model_name, list(args.modes), X, y, args, log)
+    total = len(args.models) * len(args.modes) * (1 + args.repeats)
+    with tqdm(total=total, desc=BENCHMARK, unit="epoch", file=sys.stderr, dynamic_ncols=True) as bar:
+        for model_name in args.models:
+            X, y = data[model_name]
+            raw[model_name] = time_model(model_name, list(args.modes), X, y, args, log, bar)
     load_end = os.getloadavg()
     wall = time.perf_counter() - t_start
 

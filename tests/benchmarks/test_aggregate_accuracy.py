@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.benchmarks.test_headlines import stored_headline
+
 ROOT = Path(__file__).resolve().parents[2]
+#: the headline keys of the stored full run
+HEADLINE_KEYS = set(stored_headline("aggregate/results/aggregate_accuracy.json"))
 
 
 def _run(*args: str) -> dict:
@@ -40,6 +44,7 @@ def test_artificial_target_cell_and_speed():
     )
     assert out["benchmark"] == "aggregate_accuracy"
     headline = out["headline"]
+    assert set(headline) == HEADLINE_KEYS
     assert headline["sa_error_d2_eps1.25_m50"] <= 0.05  # the target
     assert 0 < headline["bins_vs_single_fit_time_ratio"] <= 2.0
     assert set(out["results"]["artificial d=2"]) == {"saa", "coa"}
@@ -71,4 +76,5 @@ def test_real_data_rows(real_data_dir):
     assert set(rows) == {"saa", "coa", "dp_sgd"}
     assert set(rows["saa"]) == {"box", "ball r=0.5", "ball r=1"}
     assert rows["dp_sgd"]["box"]["-"]["5"][0] < 0.35
+    assert set(out["headline"]) == HEADLINE_KEYS
     assert out["headline"]["sa_error_d2_eps1.25_m50"] is None  # no artificial data in this run

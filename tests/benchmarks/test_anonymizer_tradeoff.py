@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.benchmarks.test_headlines import stored_headline
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -38,6 +40,9 @@ def test_tradeoff_benchmark_quick_synthetic(tmp_path):
     assert curve["0"]["regular_accuracy"][0] > 0.85
     assert curve["10"]["attacker_accuracy"][0] < curve["0"]["attacker_accuracy"][0]
     assert 0 < out["headline"]["epoch_time_ratio"] < 3
+    # the full run's headline keys but the Yale ones (this run has no Yale data)
+    full = stored_headline("anonymizer/results/anonymizer_tradeoff.json")
+    assert set(out["headline"]) == {k for k in full if not k.startswith("yale_")}
     assert figure.exists()
     # Two worker processes give the same fits: every fit seeds itself, and the workers
     # get the --quick settings of the parent.

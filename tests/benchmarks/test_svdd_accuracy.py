@@ -37,7 +37,9 @@ def _run(tmp_path, *args: str) -> dict:
 
 
 def test_quick_run_on_the_synthetic_sets(tmp_path):
-    out = _run(tmp_path, "--quick")
+    # no data directory needed for these two (the default --quick adds shuttle10 / shuttle30:
+    # test_headlines.py)
+    out = _run(tmp_path, "--quick", "--datasets", "three_moons", "five_gaussians")
     assert out["benchmark"] == "svdd_accuracy"
     assert set(out["results"]) == {"three_moons", "five_gaussians"}
     moons = out["results"]["three_moons"]
