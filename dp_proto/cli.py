@@ -1,7 +1,8 @@
 """The ``dp-proto`` command line.
 
 dp-proto demo [--quick] [--log-dir runs]        DP-GMLVQ vs GMLVQ on scikit-learn's digits
-dp-proto train --config FILE [key.sub=value ...]  any experiment in training/configs
+dp-proto train --config FILE [key.sub=value ...]  any experiment in training/configs (a private
+                                                  run writes its release to <run>/version_N/release/)
 dp-proto anonymize [--config FILE] [key.sub=value ...]  the adversarial anonymizer
 dp-proto llp --data-dir DIR [--distributed]     LLP over SCATS sensor nodes, 4-node setting
 dp-proto svdd [--config FILE] [key.sub=value ...]  the (private) SVDD classifier, one split
@@ -63,6 +64,7 @@ def _quiet_lightning() -> None:
 
 def _summary(result: dict) -> dict:
     summary = {k: result[k] for k in ("test_acc", "val_acc", "train_acc", "fit_seconds", "log_dir", "epsilon")}
+    summary["release_dir"] = result.get("release_dir")
     if result.get("privacy_scope"):
         summary["privacy_scope"] = result["privacy_scope"]
     return summary
@@ -84,6 +86,11 @@ def _report(result: dict, *, as_json: bool) -> None:
         print(f"privacy    ({summary['epsilon']:.4g}, {delta:g})-DP, certified by the ledger:")
         print("\n".join("  " + line for line in str(result["ledger"]).splitlines()[1:]))
         print(f"scope      {result['privacy_scope']}")
+        if summary["release_dir"]:
+            print(f"release    {summary['release_dir']}")
+            print(f"  load it with: dp_proto.load_release({summary['release_dir']!r})")
+        else:
+            print("release    not written: a model with a backbone has no release format yet")
     print(f"TensorBoard logs in {summary['log_dir']}")
     print(f"  view them with: tensorboard --logdir {cfg['logging']['log_dir']}")
 
@@ -305,7 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--quick", action="store_true", help="3 epochs each (smoke test)")
     demo.set_defaults(func=_cmd_demo)
 
-    train = sub.add_parser("train", help="run an experiment from a YAML config")
+    train = sub.add_parser(
+        "train", help="run an experiment from a YAML config (a private run also writes its release: <run>/release/)"
+    )
     train.add_argument("--config", required=True, help="YAML file, e.g. training/configs/digits_gmlvq.yaml")
     train.add_argument("overrides", nargs="*", help="key.subkey=value overrides, e.g. training.max_epochs=5")
     train.set_defaults(func=_cmd_train)

@@ -27,6 +27,7 @@ MODULES = [
     "dp_proto.privacy.mechanisms",
     "dp_proto.anonymizer.modules",
     "dp_proto.svdd.estimators",
+    "dp_proto.release",
 ]
 
 #: modules whose ``>>>`` lines are sketches with placeholders (``DPGLVQ(...)``), not run

@@ -56,6 +56,15 @@ Normaliser
     initialisation releases (post-processing, free of charge). A run without the DP
     initialisation (``model.backbone``) needs ``privacy.expected_batch_size``.
 
+Release
+    A private run without a backbone ends by writing its model in the release format
+    (``dp_proto.release``) to ``<log_dir>/<name>/version_N/release/``: the trained
+    prototypes and metric as the DP estimator of its ``model.type``
+    (``DPGLVQ``/``DPGMLVQ``/``DPLGMLVQ``, see ``release_estimator``), which predicts on raw
+    features inside ``privacy.bounds``, with the ledger, the scope above and the config
+    (less ``privacy.noise_seed`` and local paths). ``dp_proto.load_release(path)`` loads
+    it; ``result["release_dir"]`` is the path.
+
 ``data.source`` is ``bundled`` (scikit-learn sets), ``uci`` or ``mnist`` (files in
 ``data.data_dir`` or ``$DP_PROTO_DATA_DIR``) or ``synthetic`` (a generator of
 ``dp_proto.data.synthetic``).
@@ -63,6 +72,8 @@ Normaliser
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -84,6 +95,7 @@ from dp_proto.lvq.init import make_prototype_labels
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes
+from dp_proto.lvq.private.estimators import DPGLVQ, DPGMLVQ, DPLGMLVQ
 from dp_proto.privacy.clipping import clip_box
 from dp_proto.privacy.curator import curator_log
 from dp_proto.privacy.dpsgd_plan import DPSGDPlan
@@ -99,6 +111,8 @@ __all__ = [
     "merge_config",
     "build_data",
     "build_private_module",
+    "release_estimator",
+    "write_release",
     "run_experiment",
 ]
 
@@ -155,6 +169,9 @@ DEFAULT_CONFIG: dict[str, Any] = {
 }
 
 _LAYERS = {"glvq": GLVQLayer, "gmlvq": GMLVQLayer, "lgmlvq": LGMLVQLayer}
+_DP_ESTIMATORS = {"glvq": DPGLVQ, "gmlvq": DPGMLVQ, "lgmlvq": DPLGMLVQ}
+# Config keys a release does not publish: local paths, and the noise seed (it replays the noise).
+_NOT_PUBLISHED = (("data", "data_dir"), ("logging", "log_dir"), ("privacy", "noise_seed"))
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
@@ -320,6 +337,9 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
     fit_seconds = time.perf_counter() - start
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     test = trainer.test(module, datamodule=dm, verbose=False)[0]
+    release_dir = None
+    if private and config["model"]["backbone"] is None:
+        release_dir = str(write_release(config, module, dm, Path(logger.log_dir) / "release").resolve())
     return {
         "test_acc": float(test["test_acc"]),
         "val_acc": metrics.get("val_acc", float("nan")),
@@ -332,7 +352,83 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
         "epsilon": ledger.get_epsilon(config["privacy"]["delta"]) if ledger is not None else None,
         "ledger": ledger,
         "privacy_scope": PRIVACY_SCOPE if ledger is not None else None,
+        "release_dir": release_dir,
     }
+
+
+def release_estimator(config: Mapping[str, Any], module: DPLVQModule, dm: ArrayDataModule) -> Any:
+    """The trained private run as a fitted ``DPGLVQ`` / ``DPGMLVQ`` / ``DPLGMLVQ``
+    (``model.type``) that predicts on raw features, for ``write_release``.
+
+    Its hyperparameters are the config's where the estimator has them (``privacy.*``,
+    ``training.optimizer`` as ``solver``, ``lr``, ``metric_lr_scale``,
+    ``transfer_fn``, ``beta``, ``max_epochs`` as ``epochs``, ``model.*``, ``seed`` as
+    ``random_state``; ``classes`` is the run's public label set); its ``scaler_`` maps
+    ``privacy.bounds`` onto ``[-1, 1]`` like the run's data; its ``model_`` is a copy of
+    the module's; ``privacy_scope_`` is ``PRIVACY_SCOPE``.
+
+    Parameters
+    ----------
+    config : mapping
+        The run's full config (private, ``model.backbone`` null).
+    module : DPLVQModule
+        The trained module (its model, ledger and DP-SGD settings).
+    dm : ArrayDataModule
+        The run's data (its ``classes_``).
+    """
+    privacy, train, model_cfg = config["privacy"], config["training"], config["model"]
+    if model_cfg["backbone"] is not None:
+        raise ValueError("a model with a backbone has no release format yet")
+    cls = _DP_ESTIMATORS[str(model_cfg["type"]).lower()]
+    params = {
+        "prototypes_per_class": model_cfg["prototypes_per_class"],
+        "epsilon": float(privacy["epsilon"]),
+        "delta": float(privacy["delta"]),
+        "sampling_rate": float(privacy["sampling_rate"]),
+        "max_grad_norm": float(privacy["max_grad_norm"]),
+        "epochs": train["max_epochs"],
+        "init_fraction": float(privacy["init_fraction"]),
+        "calibration": privacy["calibration"],
+        "bounds": privacy["bounds"],
+        "classes": dm.classes_.tolist(),
+        "solver": train["optimizer"],
+        "lr": train["lr"],
+        "metric_lr_scale": train["metric_lr_scale"],
+        "transfer_fn": train["transfer_fn"],
+        "beta": train["beta"],
+        "rank": model_cfg["rank"],
+        "omega_init": model_cfg["omega_init"],
+        "normalize_omega": model_cfg["normalize"],
+        "random_state": int(config["seed"]),
+        "dtype": str(module.model.layer.prototypes.dtype).removeprefix("torch."),
+    }
+    fitted = {
+        "n_iter_": int(module.steps_recorded),
+        "noise_multiplier_": float(module.noise_multiplier),
+        "sampling_rate_": float(module.sampling_rate),
+        "expected_batch_size_": float(module.expected_batch_size),
+        "stopped_by_budget_": bool(module.stopped_by_budget),
+    }
+    names = set(cls._get_param_names())
+    return cls.from_trained(
+        module.model,
+        module.ledger,
+        fitted=fitted,
+        privacy_scope=PRIVACY_SCOPE,
+        **{k: v for k, v in params.items() if k in names},
+    )
+
+
+def write_release(config: Mapping[str, Any], module: DPLVQModule, dm: ArrayDataModule, path: str | Path) -> Path:
+    """Write the private run's model (``release_estimator``) in the release format to the
+    directory ``path``, with the config (less local paths and ``privacy.noise_seed``) as
+    the manifest's ``source``; returns the directory."""
+    published = copy.deepcopy(dict(config))
+    for section, key in _NOT_PUBLISHED:
+        published.get(section, {}).pop(key, None)
+    release = release_estimator(config, module, dm).to_release()
+    release = dataclasses.replace(release, source={"command": "dp-proto train", "config": published})
+    return release.save(path)
 
 
 def build_private_module(

@@ -5,13 +5,17 @@
 and the parameter names of sklvq where they overlap, so a pipeline that uses
 sklvq can switch by changing the import. They train the same
 ``PrototypeModel`` that the Lightning trainers use; the fitted
-torch model is ``model_``.
+torch model is ``model_``. ``save(path)`` writes a fitted estimator in the release
+format of ``dp_proto.release`` (``model.safetensors`` and ``manifest.json``, no pickle),
+``load(path)`` reads it back.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from typing import Any, cast
+from pathlib import Path
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -25,7 +29,18 @@ from dp_proto.exceptions import DataValidationError
 from dp_proto.lvq.init import class_mean_prototypes, make_prototype_labels
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
+from dp_proto.lvq.release import layer_description, model_from_release, model_tensors
 from dp_proto.lvq.training import fit_lbfgs, fit_minibatch
+from dp_proto.release import (
+    Release,
+    decode_hyperparameters,
+    decode_labels,
+    encode_hyperparameters,
+    encode_labels,
+    load_release,
+    register_model,
+    registered_name,
+)
 
 __all__ = ["GLVQ", "GMLVQ", "LGMLVQ"]
 
@@ -229,7 +244,144 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
         tags.input_tags.allow_nan = False
         return tags
 
+    # -- the release format (dp_proto.release) -----------------------------------------
+    #: Fitted attributes that a release leaves out, with the reason. Every other fitted
+    #: attribute is written and restored by ``load``; the tests check that the two sets
+    #: cover ``vars(est)``, so a new attribute needs a decision here.
+    RELEASE_DROPS: ClassVar[dict[str, str]] = {
+        "loss_curve_": "the cost of every iteration: a trace of the fit, not needed to predict "
+        "(n_iter_ and loss_ are kept)",
+    }
+    # public fitted scalars written to the manifest's "fitted" section
+    _RELEASE_FITTED: ClassVar[tuple[str, ...]] = ("n_iter_", "loss_")
+    # hyperparameters never written, with the reason
+    _RELEASE_WITHHELD: ClassVar[dict[str, str]] = {}
 
+    def to_release(self) -> Release:
+        """The fitted estimator in the release format (in memory; ``save`` writes it).
+
+        Tensors: ``prototypes (W, d)``, ``prototype_labels (W,)`` and ``omega (r, d)`` or
+        ``omegas (W, r, d)`` (``dp_proto.lvq.release``); manifest: the hyperparameters,
+        the label set, the feature count, ``n_iter_`` and ``loss_``. Raises
+        ``NotFittedError`` before ``fit``.
+        """
+        check_is_fitted(self)
+        hyperparameters, not_saved = encode_hyperparameters(
+            self.get_params(deep=False), withheld=self._RELEASE_WITHHELD
+        )
+        public: dict[str, Any] = {
+            "classes": encode_labels(self.classes_),
+            "n_features": int(self.n_features_in_),
+            "layer": layer_description(self.model_),
+        }
+        if hasattr(self, "feature_names_in_"):
+            public["feature_names"] = [str(name) for name in self.feature_names_in_]
+        domain = self._release_domain()
+        if domain is not None:
+            public["domain"] = domain
+        return Release(
+            model=registered_name(self),
+            tensors={**model_tensors(self.model_), **self._release_domain_tensors()},
+            hyperparameters=hyperparameters,
+            hyperparameters_not_saved=not_saved,
+            public=public,
+            privacy=self._release_privacy(),
+            fitted={k: getattr(self, k) for k in self._RELEASE_FITTED if k in vars(self)},
+            dropped=tuple(k for k in self.RELEASE_DROPS if k in vars(self)),
+        )
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the fitted estimator to the directory ``path`` in the release format
+        (``model.safetensors`` + ``manifest.json``; see ``dp_proto.release``).
+
+        Parameters
+        ----------
+        path : str or path
+            The directory (created if needed).
+
+        Returns
+        -------
+        Path
+            The directory.
+        """
+        return self.to_release().save(path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, device: str = "cpu") -> Any:
+        """Load an estimator that ``save`` wrote (``dp_proto.release.load_release``),
+        checking that it is a ``cls``.
+
+        Parameters
+        ----------
+        path : str or path
+            The release directory.
+        device : str, default "cpu"
+            Torch device of the loaded model (the saved ``device`` is replaced).
+        """
+        model = load_release(path, device=device)
+        if not isinstance(model, cls):
+            raise TypeError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
+        return model
+
+    @classmethod
+    def from_release(cls, release: Release, *, device: str = "cpu") -> Any:
+        """The fitted estimator of ``release`` (``read_release``), on ``device``.
+
+        Its ``predict`` and ``decision_function`` equal the saved estimator's exactly;
+        the attributes in ``RELEASE_DROPS`` are absent. ``ValueError`` for a release of
+        another model or one whose tensors do not fit its layer.
+        """
+        expected = cls.__dict__.get("_release_name")
+        if release.model != expected:
+            raise ValueError(f"the release is of the model {release.model!r}, not {expected!r}")
+        params = decode_hyperparameters(release.hyperparameters, release.hyperparameters_not_saved)
+        unknown = sorted(set(params) - set(cls._get_param_names()))
+        if unknown:
+            raise ValueError(f"the release sets hyperparameters {unknown} that {cls.__name__} does not take")
+        params["device"] = device
+        estimator = cls(**params)
+        estimator._restore_release(release)
+        return estimator
+
+    def _restore_release(self, release: Release) -> None:
+        public = release.public
+        self._restore_domain(release)
+        self.classes_ = decode_labels(public["classes"])
+        self.n_features_in_ = int(public["n_features"])
+        if "feature_names" in public:
+            self.feature_names_in_ = np.asarray(public["feature_names"], dtype=object)
+        self.model_ = model_from_release(release, num_classes=len(self.classes_), device=self.device)
+        for name in self._RELEASE_FITTED:
+            if name in release.fitted:
+                setattr(self, name, release.fitted[name])
+        self._restore_privacy(release)
+        self.prototypes_ = self._input_units(self.model_.layer.prototypes.detach().cpu().numpy().copy())
+        self.prototype_labels_ = self.classes_[self.model_.prototype_labels.cpu().numpy()]
+        self._store_metric()
+
+    # hooks of the private estimators
+    def _release_domain(self) -> dict[str, Any] | None:
+        return None
+
+    def _release_domain_tensors(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def _release_privacy(self) -> dict[str, Any]:
+        return {"private": False}
+
+    def _restore_domain(self, release: Release) -> None:
+        if release.private:
+            raise ValueError(f"the release of {release.model} is private, but {type(self).__name__} is not")
+
+    def _restore_privacy(self, release: Release) -> None:
+        pass
+
+    def _input_units(self, prototypes: np.ndarray) -> np.ndarray:
+        """Model-space prototypes ``(W, d)`` in the units of the input features."""
+        return prototypes
+
+
+@register_model("dp_proto.GLVQ")
 class GLVQ(_LVQBase):
     """Generalized LVQ (Sato & Yamada 1996) with the squared Euclidean distance.
 
@@ -324,6 +476,7 @@ class GLVQ(_LVQBase):
         )
 
 
+@register_model("dp_proto.GMLVQ")
 class GMLVQ(_LVQBase):
     """Generalized matrix LVQ (Schneider, Biehl & Hammer 2009): one global metric
     ``d(x, w) = (x - w)^T Omega^T Omega (x - w)``.
@@ -452,6 +605,7 @@ class GMLVQ(_LVQBase):
         self.lambda_ = self.omega_.T @ self.omega_
 
 
+@register_model("dp_proto.LGMLVQ")
 class LGMLVQ(GMLVQ):
     """Localized GMLVQ: one metric ``Lambda_j = Omega_j^T Omega_j`` per prototype.
 

@@ -5,7 +5,8 @@
 ``cli``; ``data`` and the helpers of ``base`` sit beside the core (only the experiments
 load data sets). Every ``import`` statement of the package, including those
 inside functions, is checked against :data:`ALLOWED`. Deprecated aliases import by name
-(:mod:`dp_proto._deprecation`), not by an import statement, and are not edges.
+(:mod:`dp_proto._deprecation`), not by an import statement, and are not edges; so does
+``dp_proto.release.load_release``, which imports the module of the model a release names.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "dp_proto"
 
-BASE = "base"  # dp_proto/__init__, exceptions, _validation, _neighbours, _deprecation
+BASE = "base"  # dp_proto/__init__, exceptions, _validation, _neighbours, _deprecation, release
 ALLOWED: dict[str, set[str]] = {
     BASE: set(),
     "privacy": {BASE},
@@ -42,7 +43,15 @@ ALLOWED["cli"] = set(ALLOWED) - {"cli"}
 def component(module: str) -> str:
     """``dp_proto.lvq.private.dpsgd`` -> ``lvq.private``; helpers -> ``base``."""
     parts = module.split(".")[1:]
-    if not parts or parts[0] in ("exceptions", "_validation", "_neighbours", "_deprecation", "__init__"):
+    if not parts or parts[0] in (
+        "exceptions",
+        "_validation",
+        "_neighbours",
+        "_deprecation",
+        "release",
+        "__init__",
+        "__version__",
+    ):
         return BASE
     if parts[0] == "lvq" and len(parts) > 1 and parts[1] == "private":
         return "lvq.private"

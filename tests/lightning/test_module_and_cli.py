@@ -183,6 +183,63 @@ def test_private_config_runs_and_reports_its_guarantee(tmp_path, capsys):
         run_experiment(bad)
 
 
+def test_private_train_writes_a_release_that_predicts_like_the_module(tmp_path, capsys, monkeypatch):
+    """`dp-proto train` on a private config ends by writing runs/<name>/version_N/release/
+    and printing where; the release loads into a DPGMLVQ that predicts on raw features
+    exactly like the trained module on the run's scaled features."""
+    import numpy as np
+    from sklearn.datasets import load_iris
+
+    import dp_proto
+    import dp_proto.experiments.lvq as lvq_experiment
+    from dp_proto.experiments.data import scale_to_public_bounds
+    from dp_proto.lightning.callbacks import PRIVACY_SCOPE
+
+    runs = []
+    real_run = lvq_experiment.run_experiment
+    monkeypatch.setattr(lvq_experiment, "run_experiment", lambda config: runs.append(real_run(config)) or runs[-1])
+    config = {
+        "data": {"source": "bundled", "name": "iris", "scaling": "none", "batch_size": 32},
+        "model": {"type": "gmlvq"},
+        "training": {"max_epochs": 2, "optimizer": "sgd", "lr": 0.5, "momentum": 0.0, "progress_bar": False},
+        "privacy": {
+            "epsilon": 5.0,
+            "sampling_rate": 0.1,
+            "bounds": [0.0, 8.0],
+            "classes": [0, 1, 2],
+            "noise_seed": 31337,
+        },
+        "logging": {"log_dir": str(tmp_path), "name": "iris_dp", "image_shape": None},
+    }
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)  # the noise seed (reproducible test)
+        assert main(["train", "--config", str(path), "training.accelerator=cpu", "--no-progress"]) == 0
+    (result,) = runs
+    release_dir = Path(result["release_dir"])
+    assert release_dir == (tmp_path / "iris_dp" / "version_0" / "release").resolve()
+    assert f"release    {release_dir}" in capsys.readouterr().out
+    assert {p.name for p in release_dir.iterdir()} == {"manifest.json", "model.safetensors"}
+    manifest_text = (release_dir / "manifest.json").read_text()
+    assert "31337" not in manifest_text and str(tmp_path) not in manifest_text  # no seed, no local path
+
+    est = dp_proto.load_release(release_dir)
+    assert type(est).__name__ == "DPGMLVQ"
+    X, y = load_iris(return_X_y=True)
+    x_model = torch.as_tensor(scale_to_public_bounds(X, [0.0, 8.0]), dtype=torch.float32)
+    module = result["module"]
+    with torch.no_grad():
+        distances = module.model(x_model)
+    assert torch.equal(est.model_(x_model), distances)
+    expected = result["datamodule"].classes_[module.model.predict(x_model).numpy()]
+    np.testing.assert_array_equal(est.predict(X), expected)
+    assert est.ledger_.get_epsilon() == result["epsilon"] == est.epsilon_
+    assert est.privacy_scope_ == PRIVACY_SCOPE and est.n_iter_ == 2 * 10
+    source = dp_proto.release.read_release(release_dir).source
+    assert source["command"] == "dp-proto train" and "noise_seed" not in source["config"]["privacy"]
+
+
 def test_private_config_takes_its_label_set_from_privacy_classes():
     path = ROOT / "training/configs/digits_dp_gmlvq.yaml"
     with pytest.warns(PrivacyLeakWarning, match="privacy.classes"):

@@ -11,12 +11,19 @@ Data must come with public bounds: ``bounds=(lower, upper)`` (scalars or per-fea
 arrays known without looking at the data, e.g. ``(0, 255)`` for pixels) map it onto
 ``[-1, 1]^d``; with ``bounds=None`` the data are taken to be in ``[-1, 1]^d`` already.
 Records outside are clipped; their count is curator-only (``curator_``, not a warning).
+
+``save_release(path)`` publishes a fitted estimator in the release format of
+``dp_proto.release`` (tensors in safetensors, a JSON manifest with the ledger's events,
+nothing curator-only, no noise seed); ``dp_proto.load_release(path)`` loads it back.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -29,12 +36,22 @@ from dp_proto.lvq.estimators import GLVQ, GMLVQ, LGMLVQ
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes
 from dp_proto.lvq.private.dpsgd import fit_dp_sgd
+from dp_proto.lvq.release import layer_description, model_from_release, model_tensors
 from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.domain import PublicBoundsScaler, public_classes
 from dp_proto.privacy.dpsgd_plan import DPSGDPlan
+from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.randomness import noise_generator
+from dp_proto.privacy.release import ledger_from_manifest, ledger_manifest, summary_from_manifest
+from dp_proto.release import Release, register_model
 
-__all__ = ["DPGLVQ", "DPGMLVQ", "DPLGMLVQ"]
+__all__ = ["DPGLVQ", "DPGMLVQ", "DPLGMLVQ", "FIT_SCOPE"]
+
+#: What the guarantee of a private estimator covers (``privacy_scope_``).
+FIT_SCOPE = (
+    "the (epsilon, delta) guarantee covers the records passed to fit (add/remove one record); the feature "
+    "bounds, the label set and the hyperparameters are public"
+)
 
 
 class _DPMixin:
@@ -61,8 +78,150 @@ class _DPMixin:
     classes: Any
 
     if TYPE_CHECKING:
+        classes_: np.ndarray
+        n_features_in_: int
+        model_: PrototypeModel
+        noise_seed: int | None
 
         def _check_X(self, X: Any, *, reset: bool, y: Any = None) -> Any: ...
+        def _store_metric(self) -> None: ...
+        def to_release(self) -> Release: ...
+
+    # -- the release format (dp_proto.release; the rest is in the non-private base) ------
+    #: Fitted attributes that a release leaves out, with the reason (see ``GLVQ``).
+    RELEASE_DROPS: ClassVar[dict[str, str]] = {
+        "curator_": "curator-only: computed from the private data without noise, outside the guarantee",
+    }
+    _RELEASE_FITTED: ClassVar[tuple[str, ...]] = (
+        "n_iter_",
+        "noise_multiplier_",
+        "sampling_rate_",
+        "expected_batch_size_",
+        "stopped_by_budget_",
+        "epsilon_",
+    )
+    _RELEASE_WITHHELD: ClassVar[dict[str, str]] = {
+        "noise_seed": "it would replay the noise and the sampling of the fit; never published "
+        "(the privacy section says whether the noise was reproducible)",
+    }
+
+    def save_release(self, path: str | os.PathLike[str]) -> Path:
+        """Publish the fitted estimator: write it to the directory ``path`` in the release
+        format (``dp_proto.release``) and return the path.
+
+        ``model.safetensors`` holds the prototypes, their labels, Omega and the public
+        bounds (``scaler.lower``, ``scaler.upper``); ``manifest.json`` the
+        hyperparameters (``noise_seed`` withheld), the label set, the feature count, the
+        ledger's epsilon, delta and events, ``privacy_scope_`` and the public fitted
+        scalars. ``curator_`` (``RELEASE_DROPS``), generators and pickles are never
+        written. ``dp_proto.load_release(path)`` gives back an estimator that predicts
+        identically. Raises ``NotFittedError`` before ``fit``.
+
+        Parameters
+        ----------
+        path : str or path
+            The directory (created if needed).
+
+        Returns
+        -------
+        Path
+            The directory.
+        """
+        return self.to_release().save(path)
+
+    def _release_domain(self) -> dict[str, Any]:
+        return {
+            "lower": self.scaler_.lower_.tolist(),
+            "upper": self.scaler_.upper_.tolist(),
+            "maps_to": [-1.0, 1.0],
+            "note": "features are mapped from the public [lower, upper] onto [-1, 1]; the model's tensors "
+            "are in the mapped units",
+        }
+
+    def _release_domain_tensors(self) -> dict[str, np.ndarray]:
+        return {"scaler.lower": np.asarray(self.scaler_.lower_), "scaler.upper": np.asarray(self.scaler_.upper_)}
+
+    def _release_privacy(self) -> dict[str, Any]:
+        return ledger_manifest(self.ledger_, self.delta, scope=getattr(self, "privacy_scope_", FIT_SCOPE))
+
+    def _restore_domain(self, release: Release) -> None:
+        if not release.private:
+            raise ValueError(f"the release of {release.model} is not private: it has no ledger")
+        lower, upper = release.tensor("scaler.lower"), release.tensor("scaler.upper")
+        self.scaler_ = PublicBoundsScaler(lower, upper, clip=True, warn=False).fit()
+
+    def _restore_privacy(self, release: Release) -> None:
+        self.ledger_: PrivacyLedger = ledger_from_manifest(release.privacy)
+        self.privacy_ = summary_from_manifest(release.privacy)
+        self.model_.privacy_ = self.privacy_
+        self.privacy_scope_ = release.privacy.get("scope")
+
+    def _input_units(self, prototypes: np.ndarray) -> np.ndarray:
+        return self.scaler_.inverse_transform(prototypes)
+
+    def _bounds_scaler(self) -> PublicBoundsScaler:
+        """The public map of ``bounds`` onto ``[-1, 1]^d`` (clipping, no warning)."""
+        lower, upper = (-1.0, 1.0) if self.bounds is None else self.bounds
+        return PublicBoundsScaler(lower, upper, clip=True, warn=False).fit()
+
+    @classmethod
+    def from_trained(
+        cls,
+        model: PrototypeModel,
+        ledger: PrivacyLedger,
+        *,
+        fitted: Mapping[str, Any],
+        privacy_scope: str,
+        **params: Any,
+    ) -> Any:
+        """A fitted estimator around a prototype model trained elsewhere with DP-SGD
+        (the private ``dp-proto train`` run), so that it predicts on raw features and can
+        be released like one that ``fit`` trained.
+
+        Parameters
+        ----------
+        model : PrototypeModel
+            Trained on features mapped from ``bounds`` onto ``[-1, 1]^d``, without a
+            backbone; its class indices count into the sorted ``classes``. The estimator
+            gets a copy of its layer and labels.
+        ledger : PrivacyLedger
+            Every release of the run.
+        fitted : mapping
+            The public fitted scalars of the run: ``n_iter_``, ``noise_multiplier_``,
+            ``sampling_rate_``, ``expected_batch_size_``, ``stopped_by_budget_``.
+        privacy_scope : str
+            What the guarantee covers (``privacy_scope_``).
+        **params
+            The estimator's hyperparameters; ``classes`` (the public label set) is
+            required.
+        """
+        estimator = cls(**params)
+        if estimator.classes is None:
+            raise ValueError(f"{cls.__name__}.from_trained needs the public label set, classes=[...]")
+        unknown = sorted(set(fitted) - set(cls._RELEASE_FITTED) - {"epsilon_"})
+        if unknown:
+            raise ValueError(f"from_trained: {unknown} are not fitted attributes of a release")
+        estimator._validate_params()
+        estimator.classes_ = np.unique(np.asarray(estimator.classes))
+        estimator.scaler_ = estimator._bounds_scaler()
+        shape = Release(
+            model="",
+            tensors=model_tensors(model),
+            public={"layer": layer_description(model), "n_features": model.layer.in_features},
+        )
+        estimator.model_ = model_from_release(shape, num_classes=len(estimator.classes_), device=estimator.device)
+        estimator.n_features_in_ = int(model.layer.in_features)
+        for name, value in fitted.items():
+            setattr(estimator, name, value)
+        estimator.ledger_ = ledger
+        estimator.epsilon_ = ledger.get_epsilon(estimator.delta)
+        ledger.attach(estimator.model_)
+        estimator.privacy_ = estimator.model_.privacy_
+        estimator.privacy_scope_ = privacy_scope
+        estimator.prototypes_ = estimator._input_units(estimator.model_.layer.prototypes.detach().cpu().numpy())
+        estimator.prototype_labels_ = estimator.classes_[estimator.model_.prototype_labels.cpu().numpy()]
+        estimator._store_metric()
+        return estimator
 
     def _validate_params(self) -> None:
         if self.solver not in ("sgd", "adam"):
@@ -88,9 +247,8 @@ class _DPMixin:
 
     def _domain(self, X: np.ndarray, *, fitting: bool) -> np.ndarray:
         if fitting:
-            lower, upper = (-1.0, 1.0) if self.bounds is None else self.bounds
-            self.scaler_ = PublicBoundsScaler(lower, upper, clip=True, warn=False).fit()
-            clipper = PublicBoundsScaler(lower, upper, clip=True, warn=False).fit()
+            self.scaler_ = self._bounds_scaler()
+            clipper = self._bounds_scaler()
             Z = clipper.transform(X)  # the stored scaler_ never sees the data (no count on it)
             curator_attach(self, num_clipped=int(clipper.num_clipped_))
             return Z
@@ -203,6 +361,7 @@ class _DPMixin:
         self.epsilon_ = ledger.get_epsilon(self.delta)
         ledger.attach(self.model_)
         self.privacy_ = self.model_.privacy_
+        self.privacy_scope_ = FIT_SCOPE
         self.prototypes_ = self.scaler_.inverse_transform(layer.prototypes.detach().cpu().numpy())
         self.prototype_labels_ = self.classes_[init.prototype_labels.cpu().numpy()]
         self._store_metric()
@@ -223,6 +382,7 @@ def _set(obj, **params) -> None:
         setattr(obj, key, value)
 
 
+@register_model("dp_proto.DPGLVQ")
 class DPGLVQ(_DPMixin, GLVQ):
     """Differentially private GLVQ (DP class-mean initialisation + DP-SGD).
 
@@ -335,13 +495,16 @@ class DPGLVQ(_DPMixin, GLVQ):
         DP-SGD steps taken.
     stopped_by_budget_ : bool
         Whether the ledger's budget stopped training between epochs.
+    privacy_scope_ : str
+        What the guarantee covers (``FIT_SCOPE``: the records passed to ``fit``).
     scaler_ : PublicBoundsScaler
         The public map of ``bounds`` onto ``[-1, 1]^d``.
     model_ : PrototypeModel
         The trained torch model (in the mapped units).
     curator_ : dict
         Curator-only, outside the guarantee (``num_clipped``: records that lay outside
-        ``bounds``): ``del est.curator_`` before publishing a fitted estimator.
+        ``bounds``): ``del est.curator_`` before pickling a fitted estimator;
+        ``save_release`` leaves it out.
 
     Notes
     -----
@@ -424,6 +587,7 @@ class DPGLVQ(_DPMixin, GLVQ):
         )
 
 
+@register_model("dp_proto.DPGMLVQ")
 class DPGMLVQ(_DPMixin, GMLVQ):
     """Differentially private GMLVQ (DP class-mean initialisation, identity Omega,
     DP-SGD on prototypes and Omega with joint clipping, Omega kept at the identity's scale).
@@ -563,13 +727,16 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         DP-SGD steps taken.
     stopped_by_budget_ : bool
         Whether the ledger's budget stopped training between epochs.
+    privacy_scope_ : str
+        What the guarantee covers (``FIT_SCOPE``: the records passed to ``fit``).
     scaler_ : PublicBoundsScaler
         The public map of ``bounds`` onto ``[-1, 1]^d``.
     model_ : PrototypeModel
         The trained torch model (in the mapped units).
     curator_ : dict
         Curator-only, outside the guarantee (``num_clipped``: records that lay outside
-        ``bounds``): ``del est.curator_`` before publishing a fitted estimator.
+        ``bounds``): ``del est.curator_`` before pickling a fitted estimator;
+        ``save_release`` leaves it out.
 
     Notes
     -----
@@ -660,6 +827,7 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         )
 
 
+@register_model("dp_proto.DPLGMLVQ")
 class DPLGMLVQ(_DPMixin, LGMLVQ):
     """Differentially private localized GMLVQ (DP class-mean initialisation + DP-SGD on
     the prototypes and one Omega per prototype).
@@ -786,13 +954,16 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         DP-SGD steps taken.
     stopped_by_budget_ : bool
         Whether the ledger's budget stopped training between epochs.
+    privacy_scope_ : str
+        What the guarantee covers (``FIT_SCOPE``: the records passed to ``fit``).
     scaler_ : PublicBoundsScaler
         The public map of ``bounds`` onto ``[-1, 1]^d``.
     model_ : PrototypeModel
         The trained torch model (in the mapped units).
     curator_ : dict
         Curator-only, outside the guarantee (``num_clipped``: records that lay outside
-        ``bounds``): ``del est.curator_`` before publishing a fitted estimator.
+        ``bounds``): ``del est.curator_`` before pickling a fitted estimator;
+        ``save_release`` leaves it out.
 
     Notes
     -----

@@ -8,6 +8,8 @@ ledger like the DP-SGD estimators (``privacy_``, ``ledger_``, ``epsilon_``).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import torch
 
@@ -15,18 +17,20 @@ from dp_proto._validation import torch_dtype
 from dp_proto.lvq.estimators import GLVQ
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.coa import coa_glvq
-from dp_proto.lvq.private.estimators import _DPMixin
+from dp_proto.lvq.private.estimators import FIT_SCOPE, _DPMixin
 from dp_proto.lvq.private.saa import subsample_and_aggregate
 from dp_proto.privacy.calibration import check_delta, check_epsilon
 from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.randomness import noise_generator
+from dp_proto.release import register_model
 
 __all__ = ["SubsampleAggregateGLVQ"]
 
 AGGREGATIONS = ("mean", "centre_of_attention")
 
 
+@register_model("dp_proto.SubsampleAggregateGLVQ")
 class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
     """Differentially private GLVQ from ``num_bins`` disjoint bins of the data.
 
@@ -106,10 +110,12 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
         mapped units (public).
     model_ : PrototypeModel
         The released model (in the mapped units).
+    privacy_scope_ : str
+        What the guarantee covers (the records passed to ``fit``).
     curator_ : dict
         Curator-only, outside the guarantee (how many records were clipped into the
-        domain, how many bins stayed empty): ``del est.curator_`` before publishing a
-        fitted estimator.
+        domain, how many bins stayed empty): ``del est.curator_`` before pickling a
+        fitted estimator; ``save_release`` leaves it out.
 
     References
     ----------
@@ -128,6 +134,8 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
     >>> est.fit(X, y).prototypes_.shape, est.epsilon_ <= 1.0
     ((3, 2), True)
     """
+
+    _RELEASE_FITTED: ClassVar[tuple[str, ...]] = ("n_iter_", "noise_std_", "epsilon_")
 
     def __init__(
         self,
@@ -240,6 +248,7 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
         self.epsilon_ = ledger.get_epsilon(self.delta)
         ledger.attach(self.model_)
         self.privacy_ = self.model_.privacy_
+        self.privacy_scope_ = FIT_SCOPE
         self.prototypes_ = self.scaler_.inverse_transform(prototypes.detach().cpu().numpy())
         self.prototype_labels_ = self.classes_[labels.cpu().numpy()]
         return self

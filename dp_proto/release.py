@@ -1,0 +1,508 @@
+"""The release format: a fitted model as a folder that can be published and loaded back.
+
+A release is a directory with two files:
+
+``model.safetensors``
+    The model's tensors (prototypes, prototype labels, Omega, the public scaling), in
+    the `safetensors <https://huggingface.co/docs/safetensors>`_ format: a JSON header
+    and raw little-endian numbers, nothing that runs code when it is read.
+``manifest.json``
+    Everything else, human-readable (sorted keys): the format name and version, the
+    dp-proto version, the registered model name, the hyperparameters, the public
+    domain (label set, feature count, bounds), the privacy section (for a private
+    model the ledger's epsilon, delta and events, and what the guarantee covers;
+    ``{"private": false}`` otherwise), the public fitted scalars, the names of the
+    fitted attributes left out, and the list of tensors with their dtype and shape and
+    the SHA-256 of ``model.safetensors``.
+
+No pickle anywhere, no random generator or noise seed, nothing curator-only: a model
+writes an explicit list of what it publishes (``to_release``), never its ``__dict__``.
+
+Models register themselves under a name (``register_model``); ``load_release`` reads
+the name from the manifest and imports the module of a built-in model by name
+(``importlib``, so this module imports nothing of the models and the package layers
+stay one-way). A model of another package registers when its module is imported,
+before ``load_release`` is called. The manifest never chooses a module to import:
+only the names in ``BUILTIN_MODELS`` and the registered ones are loaded.
+
+A model class plugs in with two methods::
+
+    @register_model("dp_proto.MyModel")
+    class MyModel:
+        def to_release(self) -> Release: ...
+        @classmethod
+        def from_release(cls, release: Release, **options) -> MyModel: ...
+
+This module belongs to the base of the package: it imports nothing of ``dp_proto``
+but its version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "MANIFEST_FILE",
+    "TENSORS_FILE",
+    "BUILTIN_MODELS",
+    "Release",
+    "register_model",
+    "registered_name",
+    "model_class",
+    "read_release",
+    "load_release",
+    "encode_hyperparameters",
+    "decode_hyperparameters",
+    "encode_labels",
+    "decode_labels",
+]
+
+FORMAT_NAME = "dp-proto-release"
+#: The version this dp-proto writes; it reads every version up to it.
+FORMAT_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+TENSORS_FILE = "model.safetensors"
+
+#: Built-in models: registered name -> the module whose import registers it.
+BUILTIN_MODELS: dict[str, str] = {
+    "dp_proto.GLVQ": "dp_proto.lvq.estimators",
+    "dp_proto.GMLVQ": "dp_proto.lvq.estimators",
+    "dp_proto.LGMLVQ": "dp_proto.lvq.estimators",
+    "dp_proto.DPGLVQ": "dp_proto.lvq.private.estimators",
+    "dp_proto.DPGMLVQ": "dp_proto.lvq.private.estimators",
+    "dp_proto.DPLGMLVQ": "dp_proto.lvq.private.estimators",
+    "dp_proto.SubsampleAggregateGLVQ": "dp_proto.lvq.private.saa_estimator",
+}
+
+_REGISTRY: dict[str, type] = {}
+_MAPPING_TAG = "__mapping__"  # a mapping whose keys are not all strings: [[key, value], ...]
+_T = TypeVar("_T", bound=type)
+
+
+# -- the registry -------------------------------------------------------------------------
+def register_model(name: str) -> Callable[[_T], _T]:
+    """Class decorator: register a model class under ``name`` for ``load_release``.
+
+    The class needs ``to_release()`` (returning a ``Release`` whose ``model`` is
+    ``name``) and a classmethod ``from_release(release, **options)``. A subclass is
+    not registered by its parent's decorator: saving it raises ``TypeError`` until it
+    is registered under a name of its own.
+
+    Parameters
+    ----------
+    name : str
+        The name written to the manifest, e.g. ``"dp_proto.DPGMLVQ"``.
+    """
+
+    def decorate(cls: _T) -> _T:
+        for method in ("to_release", "from_release"):
+            if not callable(getattr(cls, method, None)):
+                raise TypeError(f"{cls.__name__} cannot be registered as {name!r}: it has no {method}()")
+        known = _REGISTRY.get(name)
+        if known is not None and known.__qualname__ != cls.__qualname__:
+            raise ValueError(f"the release name {name!r} is taken by {known.__module__}.{known.__qualname__}")
+        _REGISTRY[name] = cls
+        cls._release_name = name  # type: ignore[attr-defined]
+        return cls
+
+    return decorate
+
+
+def registered_name(obj: Any) -> str:
+    """The release name of ``obj``'s class; ``TypeError`` for a class that did not
+    register itself (a subclass of a registered model included)."""
+    cls = type(obj)
+    name = cls.__dict__.get("_release_name")
+    if name is None or _REGISTRY.get(name) is not cls:
+        raise TypeError(
+            f"{cls.__module__}.{cls.__qualname__} has no release format of its own: register it with "
+            "@dp_proto.release.register_model(name) and give it to_release() / from_release()"
+        )
+    return name
+
+
+def model_class(name: str) -> type:
+    """The class registered as ``name``, importing a built-in model's module if needed.
+
+    Raises ``ValueError`` for a name that is neither built in nor registered."""
+    if name not in _REGISTRY and name in BUILTIN_MODELS:
+        importlib.import_module(BUILTIN_MODELS[name])  # by name: the registering module
+    cls = _REGISTRY.get(name)
+    if cls is None:
+        known = sorted(set(BUILTIN_MODELS) | set(_REGISTRY))
+        raise ValueError(
+            f"the release is of the model {name!r}, which this dp-proto does not know; known models: {known}. "
+            "A model of another package must be imported (it registers itself) before load_release"
+        )
+    return cls
+
+
+# -- JSON values --------------------------------------------------------------------------
+class _NotJSON(TypeError):
+    pass
+
+
+def _to_json(value: Any) -> Any:
+    """``value`` as plain JSON data: tuples, ranges and arrays become lists, numpy
+    scalars Python numbers; anything else raises ``_NotJSON``."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    if isinstance(value, np.ndarray):
+        return _to_json(value.tolist())
+    if isinstance(value, (list, tuple, range)):
+        return [_to_json(v) for v in value]
+    if isinstance(value, Mapping):
+        if all(isinstance(k, str) for k in value):
+            return {k: _to_json(v) for k, v in value.items()}
+        return {_MAPPING_TAG: [[_to_json(k), _to_json(v)] for k, v in value.items()]}
+    raise _NotJSON(f"{type(value).__module__}.{type(value).__qualname__}")
+
+
+def _from_json(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    if isinstance(value, dict):
+        if set(value) == {_MAPPING_TAG}:
+            return {_hashable(_from_json(k)): _from_json(v) for k, v in value[_MAPPING_TAG]}
+        return {k: _from_json(v) for k, v in value.items()}
+    return value
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
+
+
+def encode_hyperparameters(
+    params: Mapping[str, Any], *, withheld: Mapping[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The JSON form of an estimator's ``get_params()``, and why some are left out.
+
+    Tuples, ranges and arrays become lists; a mapping with non-string keys becomes
+    ``{"__mapping__": [[key, value], ...]}``. A value that is none of JSON's types (a
+    ``RandomState``, a callable) is not written: it is ``None`` in the first dict and
+    named with its type in the second, so a loaded model gets the class default.
+    Nothing is pickled.
+
+    Parameters
+    ----------
+    params : mapping str -> any
+        The hyperparameters (``est.get_params(deep=False)``).
+    withheld : mapping str -> str, optional
+        Parameters never to publish, with the reason (e.g. ``noise_seed``, which would
+        replay the noise).
+
+    Returns
+    -------
+    (dict, dict)
+        The JSON-ready hyperparameters and ``{name: reason}`` for the ones not saved.
+    """
+    withheld = dict(withheld or {})
+    out: dict[str, Any] = {}
+    not_saved: dict[str, str] = {}
+    for name, value in params.items():
+        if name in withheld:
+            out[name] = None
+            not_saved[name] = withheld[name]
+            continue
+        try:
+            out[name] = _to_json(value)
+        except _NotJSON as err:
+            out[name] = None
+            not_saved[name] = f"not JSON-serialisable ({err}); loaded with the class default"
+    return out, not_saved
+
+
+def decode_hyperparameters(
+    hyperparameters: Mapping[str, Any], not_saved: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The keyword arguments ``encode_hyperparameters`` wrote, less those not saved
+    (the class default applies to them)."""
+    skip = not_saved or {}
+    return {k: _from_json(v) for k, v in hyperparameters.items() if k not in skip}
+
+
+def encode_labels(classes: np.ndarray) -> dict[str, Any]:
+    """The public label set ``classes_ (c,)`` as ``{"values": [...], "dtype": ...}``."""
+    classes = np.asarray(classes)
+    if classes.ndim != 1:
+        raise ValueError(f"classes_ must be 1-D, got shape {classes.shape}")
+    try:
+        values = _to_json(classes.tolist())
+    except _NotJSON as err:
+        raise ValueError(f"the class labels must be numbers or strings to be released, got {err}") from None
+    return {"values": values, "dtype": "object" if classes.dtype.kind == "O" else classes.dtype.str}
+
+
+def decode_labels(encoded: Mapping[str, Any]) -> np.ndarray:
+    """The ``classes_`` array ``encode_labels`` wrote, with its dtype."""
+    return np.asarray(encoded["values"], dtype=object if encoded["dtype"] == "object" else np.dtype(encoded["dtype"]))
+
+
+# -- the release --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Release:
+    """A model in the release format, in memory: ``to_release()`` builds it,
+    ``save`` writes it, ``read_release`` reads it back.
+
+    Parameters
+    ----------
+    model : str
+        The registered model name (``register_model``), e.g. ``"dp_proto.DPGMLVQ"``.
+    tensors : mapping str -> ndarray
+        The arrays written to ``model.safetensors`` (numeric dtypes only).
+    hyperparameters : mapping str -> any
+        JSON-ready hyperparameters (``encode_hyperparameters``).
+    hyperparameters_not_saved : mapping str -> str
+        Hyperparameters left out, with the reason.
+    public : mapping str -> any
+        The public domain: label set, feature count, bounds, the layer's shape.
+    privacy : mapping str -> any
+        ``{"private": False}``, or the ledger's section (``dp_proto.privacy.ledger_manifest``).
+    fitted : mapping str -> any
+        Public fitted scalars (``n_iter_``, ``noise_multiplier_``, ...).
+    dropped : tuple of str
+        Fitted attributes of the model that the release leaves out (names only).
+    source : mapping str -> any, optional
+        How the model was made, for a model trained outside its estimator (the
+        ``dp-proto train`` config, less local paths and the noise seed).
+    format_version : int
+        Format version of a release read from disk (``FORMAT_VERSION`` for a new one).
+    dp_proto_version : str or None
+        The dp-proto version that wrote a release read from disk (None for a new one:
+        ``manifest()`` fills in the running version).
+    """
+
+    model: str
+    tensors: Mapping[str, np.ndarray]
+    hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+    hyperparameters_not_saved: Mapping[str, str] = field(default_factory=dict)
+    public: Mapping[str, Any] = field(default_factory=dict)
+    privacy: Mapping[str, Any] = field(default_factory=lambda: {"private": False})
+    fitted: Mapping[str, Any] = field(default_factory=dict)
+    dropped: tuple[str, ...] = ()
+    source: Mapping[str, Any] | None = None
+    format_version: int = FORMAT_VERSION
+    dp_proto_version: str | None = None
+
+    @property
+    def private(self) -> bool:
+        """Whether the model carries a privacy guarantee."""
+        return bool(self.privacy.get("private", False))
+
+    def tensor(self, name: str, ndim: int | None = None) -> np.ndarray:
+        """The tensor ``name``; ``ValueError`` if it is missing or not ``ndim``-D."""
+        if name not in self.tensors:
+            raise ValueError(f"the release of {self.model} has no tensor {name!r}; it has {sorted(self.tensors)}")
+        array = self.tensors[name]
+        if ndim is not None and array.ndim != ndim:
+            raise ValueError(f"tensor {name!r} of the release must be {ndim}-D, got shape {tuple(array.shape)}")
+        return array
+
+    def manifest(self, sha256: str | None = None) -> dict[str, Any]:
+        """The JSON manifest (``sha256``: the digest of ``model.safetensors``)."""
+        from dp_proto import __version__
+
+        tensors = {}
+        for name, array in self.tensors.items():
+            array = np.asarray(array)
+            if array.dtype.kind not in "biuf":
+                raise TypeError(f"tensor {name!r} has dtype {array.dtype}: a release holds numeric tensors only")
+            tensors[name] = {"dtype": array.dtype.name, "shape": list(array.shape)}
+        manifest = {
+            "format": {"name": FORMAT_NAME, "version": FORMAT_VERSION},
+            "dp_proto_version": __version__,
+            "model": self.model,
+            "hyperparameters": dict(self.hyperparameters),
+            "hyperparameters_not_saved": dict(self.hyperparameters_not_saved),
+            "public": dict(self.public),
+            "privacy": dict(self.privacy),
+            "fitted": dict(self.fitted),
+            "dropped": sorted(self.dropped),
+            "tensors": {"file": TENSORS_FILE, "sha256": sha256, "entries": tensors},
+        }
+        if self.source is not None:
+            manifest["source"] = dict(self.source)
+        try:
+            return _to_json(manifest)
+        except _NotJSON as err:
+            raise TypeError(f"the manifest of {self.model} holds a value that is not JSON data: {err}") from None
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write ``model.safetensors`` and ``manifest.json`` into the directory ``path``
+        (created if needed; the two files are replaced if present). Returns the path."""
+        from safetensors.numpy import save_file
+
+        directory = Path(path)
+        if directory.exists() and not directory.is_dir():
+            raise ValueError(f"a release is a directory; {directory} is a file")
+        directory.mkdir(parents=True, exist_ok=True)
+        arrays = {k: np.asarray(v, order="C") for k, v in self.tensors.items()}  # keeps 0-d arrays 0-d
+        self.manifest()  # check every value before anything is written
+        tensors_path = directory / TENSORS_FILE
+        _atomic_write(tensors_path, lambda tmp: save_file(arrays, tmp, metadata={"format": FORMAT_NAME}))
+        manifest = self.manifest(sha256=_sha256(tensors_path))
+        text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+        _atomic_write(directory / MANIFEST_FILE, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        return directory
+
+
+def _atomic_write(path: Path, write: Callable[[str], Any]) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_format(manifest: Any, where: Path) -> int:
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("format"), dict):
+        raise ValueError(f"{where} is not a dp-proto release manifest (no 'format' section)")
+    fmt = manifest["format"]
+    if fmt.get("name") != FORMAT_NAME:
+        raise ValueError(f"{where} is not a dp-proto release: format {fmt.get('name')!r}, expected {FORMAT_NAME!r}")
+    version = fmt.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"{where}: the release format version must be a positive integer, got {version!r}")
+    if version > FORMAT_VERSION:
+        raise ValueError(
+            f"{where} was written in release format version {version} by dp-proto "
+            f"{manifest.get('dp_proto_version')}; this dp-proto reads versions up to {FORMAT_VERSION}: upgrade dp-proto"
+        )
+    missing = [k for k in ("model", "tensors", "hyperparameters", "public", "privacy") if k not in manifest]
+    if missing:
+        raise ValueError(f"{where}: the manifest lacks {missing}")
+    return version
+
+
+def _read_tensors(directory: Path, listing: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    path = directory / str(listing.get("file", TENSORS_FILE))
+    if path.parent != directory:
+        raise ValueError(f"the tensor file must lie in the release directory, got {listing.get('file')!r}")
+    if not path.is_file():
+        raise ValueError(f"the release {directory} has no tensor file {path.name}")
+    expected = listing.get("sha256")
+    if expected is not None and _sha256(path) != expected:
+        raise ValueError(f"{path} does not match the SHA-256 its manifest records: the file changed or is damaged")
+    try:
+        arrays = load_file(str(path))
+    except Exception as err:  # safetensors raises its own error types
+        raise ValueError(f"{path} is not a readable safetensors file: {err}") from err
+    entries = listing.get("entries", {})
+    if set(arrays) != set(entries):
+        raise ValueError(f"{path.name} holds the tensors {sorted(arrays)} but the manifest lists {sorted(entries)}")
+    for name, entry in entries.items():
+        array = arrays[name]
+        if list(array.shape) != list(entry.get("shape", [])) or array.dtype.name != entry.get("dtype"):
+            raise ValueError(
+                f"tensor {name!r} is {array.dtype.name} of shape {tuple(array.shape)} in {path.name}, but the "
+                f"manifest says {entry.get('dtype')} of shape {tuple(entry.get('shape', []))}"
+            )
+    return arrays
+
+
+def read_release(path: str | os.PathLike[str]) -> Release:
+    """Read and check a release directory (or its ``manifest.json``).
+
+    Raises ``ValueError`` for a folder that is not a release, a format version newer
+    than this dp-proto reads, a tensor file that does not match the manifest's digest,
+    or a tensor whose dtype or shape disagrees with the manifest.
+
+    Returns
+    -------
+    Release
+        The manifest's sections and the tensors (numpy arrays).
+    """
+    path = Path(path)
+    directory = path.parent if path.is_file() else path
+    manifest_path = directory / MANIFEST_FILE
+    if not manifest_path.is_file():
+        raise ValueError(f"{directory} is not a dp-proto release: it has no {MANIFEST_FILE}")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{manifest_path} is not valid JSON: {err}") from err
+    version = _check_format(manifest, manifest_path)
+    tensors = _read_tensors(directory, manifest["tensors"])
+    return Release(
+        model=str(manifest["model"]),
+        tensors=tensors,
+        hyperparameters=manifest["hyperparameters"],
+        hyperparameters_not_saved=manifest.get("hyperparameters_not_saved", {}),
+        public=manifest["public"],
+        privacy=manifest["privacy"],
+        fitted=manifest.get("fitted", {}),
+        dropped=tuple(manifest.get("dropped", ())),
+        source=manifest.get("source"),
+        format_version=version,
+        dp_proto_version=manifest.get("dp_proto_version"),
+    )
+
+
+def load_release(path: str | os.PathLike[str], **options: Any) -> Any:
+    """Load a release directory into a fitted model of the class it names.
+
+    Parameters
+    ----------
+    path : str or path
+        The release directory (or its ``manifest.json``).
+    **options
+        Passed to the class's ``from_release`` (the LVQ estimators take ``device``,
+        default ``"cpu"``).
+
+    Returns
+    -------
+    model
+        A fitted model whose predictions equal the saved one's; a private model's
+        ``ledger_`` is a read-only record of its releases.
+
+    Raises
+    ------
+    ValueError
+        Not a release, a newer format version, an unknown model name, or tensors that
+        disagree with the manifest.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from dp_proto.lvq import GLVQ
+    >>> X, y = load_iris(return_X_y=True)
+    >>> model = GLVQ(random_state=0).fit(X, y)
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     loaded = load_release(model.save(tmp))
+    >>> bool((loaded.predict(X) == model.predict(X)).all())
+    True
+    """
+    release = read_release(path)
+    return model_class(release.model).from_release(release, **options)

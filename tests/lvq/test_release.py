@@ -1,0 +1,294 @@
+"""The LVQ estimators in the release format: saved, loaded, predicting exactly as before.
+
+Every estimator class is fitted once on iris (a module-scoped fixture), written with
+``save`` / ``save_release`` and loaded with ``dp_proto.load_release``. The release must
+restore every fitted attribute except a documented set (``RELEASE_DROPS``, asserted
+literally below, so a new fitted attribute needs a decision), drop everything
+curator-only, and hold no pickle, generator state or noise seed.
+"""
+
+import json
+import re
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_digits, load_iris
+from sklearn.exceptions import NotFittedError
+
+import dp_proto
+from dp_proto.lvq import GLVQ, GMLVQ, LGMLVQ
+from dp_proto.lvq.private import DPGLVQ, DPGMLVQ, DPLGMLVQ, SubsampleAggregateGLVQ
+from dp_proto.privacy.ledger import PrivacyLedger
+from dp_proto.privacy.release import ReleasedLedger
+from dp_proto.release import MANIFEST_FILE, TENSORS_FILE, read_release
+
+X, Y = load_iris(return_X_y=True)
+PRIVATE = {"bounds": (0, 8), "classes": [0, 1, 2], "sampling_rate": 0.1, "epochs": 2}
+SETTINGS = {
+    GLVQ: {"random_state": 0},
+    GMLVQ: {"rank": 2, "random_state": 0},
+    LGMLVQ: {"max_iter": 30, "random_state": 0},
+    DPGLVQ: PRIVATE,
+    DPGMLVQ: {**PRIVATE, "rank": 2, "omega_init": "random", "random_state": 0},
+    DPLGMLVQ: {**PRIVATE, "dtype": "float64"},
+    SubsampleAggregateGLVQ: {"bounds": (0, 8), "classes": range(3), "num_bins": 5, "epochs": 3},
+}
+# What each release leaves out: the documented decision (RELEASE_DROPS), written out here
+# so that a new fitted attribute, or a change of the decision, fails this file.
+EXPECTED_DROPS = {
+    GLVQ: {"loss_curve_"},
+    GMLVQ: {"loss_curve_"},
+    LGMLVQ: {"loss_curve_"},
+    DPGLVQ: {"curator_"},
+    DPGMLVQ: {"curator_"},
+    DPLGMLVQ: {"curator_"},
+    SubsampleAggregateGLVQ: {"curator_"},
+}
+PRIVATE_CLASSES = (DPGLVQ, DPGMLVQ, DPLGMLVQ, SubsampleAggregateGLVQ)
+
+
+@pytest.fixture(scope="module", params=list(SETTINGS), ids=lambda cls: cls.__name__)
+def fitted(request):
+    cls = request.param
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return cls(**SETTINGS[cls]).fit(X, Y)
+
+
+def _probe():
+    """Iris, and points around and beyond the bounds (predictions do not clip)."""
+    rng = np.random.default_rng(0)
+    return np.vstack([X, rng.uniform(-2, 10, size=(50, 4))])
+
+
+def _save(est, path):
+    return est.save_release(path) if hasattr(est, "save_release") else est.save(path)
+
+
+def test_loaded_model_predicts_identically(fitted, tmp_path):
+    path = _save(fitted, tmp_path / "release")
+    loaded = dp_proto.load_release(path)
+    assert type(loaded) is type(fitted)
+    Xp = _probe()
+    np.testing.assert_array_equal(loaded.predict(Xp), fitted.predict(Xp))
+    np.testing.assert_array_equal(loaded.decision_function(Xp), fitted.decision_function(Xp))
+    assert loaded.score(X, Y) == fitted.score(X, Y)
+    np.testing.assert_array_equal(type(fitted).load(path).predict(Xp), fitted.predict(Xp))
+    manifest = json.loads((path / MANIFEST_FILE).read_text())
+    assert manifest["model"] == f"dp_proto.{type(fitted).__name__}"
+    if isinstance(fitted, PRIVATE_CLASSES):
+        assert manifest["privacy"]["epsilon"] == fitted.ledger_.get_epsilon() == fitted.epsilon_
+        assert isinstance(loaded.ledger_, ReleasedLedger)
+        assert loaded.ledger_.get_epsilon() == fitted.ledger_.get_epsilon()  # composed afresh
+        assert loaded.privacy_ == fitted.privacy_ == loaded.model_.privacy_
+        assert manifest["privacy"]["scope"] == fitted.privacy_scope_
+    else:
+        assert manifest["privacy"] == {"private": False}
+
+
+def _same(a, b):
+    if isinstance(a, torch.nn.Module):
+        sa, sb = a.state_dict(), b.state_dict()
+        return sa.keys() == sb.keys() and all(
+            torch.equal(sa[k], sb[k]) if isinstance(sa[k], torch.Tensor) else sa[k] == sb[k] for k in sa
+        )
+    if isinstance(a, PrivacyLedger):
+        return a.state_dict() == b.state_dict()
+    if hasattr(a, "lower_"):  # the public scaler
+        return np.array_equal(a.lower_, b.lower_) and np.array_equal(a.upper_, b.upper_)
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and np.array_equal(a, b)
+    return a == b
+
+
+def _curator_only_attributes(cls):
+    """Fitted attributes the class docstring documents as curator-only."""
+    found, current = set(), None
+    for line in (cls.__doc__ or "").splitlines():
+        header = re.match(r"^    (\w+_) : ", line)
+        if header:
+            current = header.group(1)
+        elif current and "curator-only" in line.lower():
+            found.add(current)
+    return found
+
+
+def test_every_fitted_attribute_is_restored_or_a_documented_drop(fitted, tmp_path):
+    cls = type(fitted)
+    loaded = dp_proto.load_release(_save(fitted, tmp_path / "release"))
+    params = set(fitted.get_params())
+    attributes = set(vars(fitted)) - params
+    restored = set(vars(loaded)) - params
+    assert set(cls.RELEASE_DROPS) == EXPECTED_DROPS[cls]
+    assert attributes - restored == EXPECTED_DROPS[cls]
+    assert restored == attributes - EXPECTED_DROPS[cls]  # nothing new appears either
+    for name in sorted(restored):
+        assert _same(getattr(fitted, name), getattr(loaded, name)), name
+    curator = {a for a in attributes if "curator" in a} | _curator_only_attributes(cls)
+    assert curator <= set(cls.RELEASE_DROPS)
+    if cls in PRIVATE_CLASSES:
+        assert curator == {"curator_"}
+    manifest = json.loads((tmp_path / "release" / MANIFEST_FILE).read_text())
+    assert manifest["dropped"] == sorted(EXPECTED_DROPS[cls])
+
+
+def test_hyperparameters_round_trip(fitted, tmp_path):
+    loaded = dp_proto.load_release(_save(fitted, tmp_path / "release"))
+    ours, theirs = fitted.get_params(), loaded.get_params()
+    if isinstance(fitted, PRIVATE_CLASSES):
+        assert theirs["noise_seed"] is None  # never published
+    for key, value in ours.items():
+        if key == "noise_seed":
+            continue
+        if isinstance(value, (tuple, range)):  # JSON has lists only
+            value = list(value)
+        assert theirs[key] == value, key
+
+
+def _files(path):
+    return {p.name: p.read_bytes() for p in path.iterdir()}
+
+
+# names a pickle of torch or numpy objects would hold (long enough not to occur by chance)
+PICKLE_MARKERS = (b"torch._utils", b"_rebuild_tensor", b"numpy.core.multiarray", b"numpy._core", b"_reconstruct")
+
+
+def _check_safetensors_layout(data):
+    """The file is an 8-byte header length, a JSON header and the raw tensor bytes it
+    declares, back to back up to the end: no room for anything else."""
+    length = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + length])
+    spans = sorted(tuple(v["data_offsets"]) for k, v in header.items() if k != "__metadata__")
+    end = 0
+    for start, stop in spans:
+        assert start == end
+        end = stop
+    assert 8 + length + end == len(data)
+    return header
+
+
+def test_a_release_holds_no_pickle_no_generator_and_nothing_curator_only(tmp_path):
+    seed = 918273645
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # 3 X: most records lie outside the bounds, so the curator-only count is large
+        est = DPGMLVQ(noise_seed=seed, **SETTINGS[DPGMLVQ]).fit(3 * X, Y)
+    assert est.curator_["num_clipped"] > 0
+    path = est.save_release(tmp_path / "release")
+    files = _files(path)
+    assert set(files) == {MANIFEST_FILE, TENSORS_FILE}
+    for name, data in files.items():
+        assert not data.startswith(b"\x80"), name  # the opcode every pickle protocol >= 2 starts with
+        assert not any(marker in data for marker in PICKLE_MARKERS), name
+    header = _check_safetensors_layout(files[TENSORS_FILE])
+    assert header["__metadata__"] == {"format": "dp-proto-release"}
+    text = files[MANIFEST_FILE].decode()
+    assert str(seed) not in text and "num_clipped" not in text
+    assert text.count("curator_") == 1  # the name in "dropped", no value
+
+    def walk(node, key=""):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield from walk(v, k)
+        elif isinstance(node, list):
+            for v in node:
+                yield from walk(v, key)
+        else:
+            yield key, node
+
+    manifest = json.loads(text)
+    published = {k: v for k, v in manifest.items() if k != "hyperparameters_not_saved"}  # reasons, no values
+    for key, value in walk(published):
+        if "seed" in key or "generator" in key or "rng" in key:
+            assert value is None, key
+    assert manifest["hyperparameters_not_saved"].keys() == {"noise_seed"}
+    assert manifest["privacy"]["noise"] == "reproducible"  # said, not the seed
+    release = read_release(path)
+    assert set(release.tensors) == {"prototypes", "prototype_labels", "omega", "scaler.lower", "scaler.upper"}
+
+
+@pytest.mark.parametrize("cls", list(SETTINGS), ids=lambda cls: cls.__name__)
+def test_an_unfitted_estimator_is_refused(cls, tmp_path):
+    est = cls(**SETTINGS[cls])
+    with pytest.raises(NotFittedError):
+        _save(est, tmp_path / "release")
+    assert not (tmp_path / "release").exists()
+
+
+def test_load_checks_the_class(tmp_path):
+    path = GLVQ(random_state=0).fit(X, Y).save(tmp_path / "glvq")
+    with pytest.raises(TypeError, match="holds a GLVQ, not a GMLVQ"):
+        GMLVQ.load(path)
+
+
+def test_string_labels_mappings_and_unserialisable_parameters(tmp_path):
+    names = np.array(["setosa", "versicolor", "virginica"])[Y]
+    est = GLVQ(prototypes_per_class={"setosa": 1, "virginica": 2}, random_state=np.random.RandomState(0))
+    est.fit(X, names)
+    path = est.save(tmp_path / "release")
+    manifest = json.loads((path / MANIFEST_FILE).read_text())
+    assert "RandomState" in manifest["hyperparameters_not_saved"]["random_state"]
+    loaded = GLVQ.load(path)
+    assert loaded.random_state is None  # the class default
+    assert loaded.prototypes_per_class == {"setosa": 1, "virginica": 2}
+    assert loaded.classes_.dtype == est.classes_.dtype
+    np.testing.assert_array_equal(loaded.predict(X), est.predict(X))
+    np.testing.assert_array_equal(loaded.prototype_labels_, est.prototype_labels_)
+
+    est = GMLVQ(prototypes_per_class={0: 2, 2: 1}, random_state=0).fit(X, Y)
+    loaded = GMLVQ.load(est.save(tmp_path / "int_keys"))
+    assert loaded.prototypes_per_class == {0: 2, 2: 1}
+    np.testing.assert_array_equal(loaded.decision_function(X), est.decision_function(X))
+
+
+def test_the_layer_must_fit_the_manifest(tmp_path):
+    path = GMLVQ(random_state=0).fit(X, Y).save(tmp_path / "release")
+    manifest = json.loads((path / MANIFEST_FILE).read_text())
+    manifest["public"]["n_features"] = 5
+    (path / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="tensor 'prototypes' of the release has shape"):
+        dp_proto.load_release(path)
+
+
+def test_a_private_release_is_not_loaded_as_a_public_model(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path = DPGLVQ(**PRIVATE).fit(X, Y).save_release(tmp_path / "release")
+    with pytest.raises(ValueError, match="not 'dp_proto.GLVQ'"):
+        GLVQ.from_release(read_release(path))
+
+
+@pytest.mark.slow
+def test_a_fresh_process_loads_a_private_model_and_predicts_identically(tmp_path):
+    """DP-GMLVQ on digits, saved here, loaded by another Python: the same labels and
+    decision values bit for bit (at the same torch thread count: matmul blocking moves
+    float32 results by an ulp across thread counts), and the same epsilon composed afresh
+    from the events."""
+    Xd, yd = load_digits(return_X_y=True)
+    est = DPGMLVQ(epsilon=1.0, bounds=(0, 16), classes=range(10), sampling_rate=0.1, epochs=2).fit(Xd, yd)
+    path = est.save_release(tmp_path / "release")
+    probe = tmp_path / "probe.npy"
+    np.save(probe, Xd[:300])
+    code = (
+        "import json, sys, numpy as np, torch, dp_proto; torch.set_num_threads(int(sys.argv[3])); "
+        "m = dp_proto.load_release(sys.argv[1]); X = np.load(sys.argv[2]); "
+        "print(json.dumps({'pred': m.predict(X).tolist(), 'scores': m.decision_function(X).tolist(), "
+        "'epsilon': m.ledger_.get_epsilon(), 'type': type(m).__name__}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path), str(probe), str(torch.get_num_threads())],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["type"] == "DPGMLVQ"
+    np.testing.assert_array_equal(np.array(got["pred"]), est.predict(Xd[:300]))
+    scores = est.decision_function(Xd[:300])
+    np.testing.assert_array_equal(np.array(got["scores"], dtype=scores.dtype), scores)
+    assert got["epsilon"] == est.ledger_.get_epsilon() == est.epsilon_
