@@ -128,9 +128,9 @@ def release_cells(
                     # the benchmark opts in to reproducible noise (a seeded generator)
                     warnings.simplefilter("ignore", PrivacyLeakWarning)
                     if scheme == "saa":
-                        protos, _ = aggregate_bin_models(models, eps, DELTA, radius=radius, generator=gen)
+                        protos, _ = aggregate_bin_models(models, eps, DELTA, radius=radius, generator=gen, ledger=None)
                     else:
-                        protos, _ = coa_bin_models(models, eps, DELTA, radius=radius, generator=gen)
+                        protos, _ = coa_bin_models(models, eps, DELTA, radius=radius, generator=gen, ledger=None)
                 out[(scheme, domain, eps)] = _error(protos, x_test, y_test)
     return out
 

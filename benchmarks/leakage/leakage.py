@@ -330,6 +330,7 @@ def train_coa(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
             reference=_reference(setup, scaler),
             epochs=setup.saa_epochs,
             generator=torch.Generator().manual_seed(seed),
+            ledger=None,
         )
     out = scaler.inverse_transform(prototypes.numpy())
     # no noise std: COA's S(Z)/alpha depends on the bins' models without noise and is not released
@@ -355,6 +356,7 @@ def train_saa(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
             reference=_reference(setup, scaler),
             epochs=setup.saa_epochs,
             generator=torch.Generator().manual_seed(seed),
+            ledger=None,
         )
     out = scaler.inverse_transform(res.prototypes.numpy())
     half_width = (setup.bounds[1] - setup.bounds[0]) / 2

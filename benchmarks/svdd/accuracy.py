@@ -141,9 +141,9 @@ def svm_accuracies(method: str, exact: PrivateSVMWeight, X_test, y_test, epsilon
             if math.isinf(eps):
                 scores = phi @ weights.T
             elif method == "svm_weight":
-                scores = phi @ laplace_mechanism(weights, K * math.sqrt(F) * l2, eps, generator=gen).T
+                scores = phi @ laplace_mechanism(weights, K * math.sqrt(F) * l2, eps, generator=gen, ledger=None).T
             else:
-                scores = laplace_mechanism(phi @ weights.T, K * l2, eps, generator=gen)
+                scores = laplace_mechanism(phi @ weights.T, K * l2, eps, generator=gen, ledger=None)
             out[eps_key(eps)] = float((scores.argmax(1).numpy() == y_index).mean())
     return out
 

@@ -344,7 +344,9 @@ def laplace_audit_setup(
 
     def mechanism(dataset: Tensor, generator: torch.Generator, size: int) -> Tensor:
         counts = torch.full((size,), float(len(dataset)), dtype=torch.float64)
-        return laplace_mechanism(counts, 1.0, epsilon / noise_factor, generator=generator, single_coordinate=True)
+        return laplace_mechanism(
+            counts, 1.0, epsilon / noise_factor, generator=generator, single_coordinate=True, ledger=None
+        )
 
     d0, d1 = _count_pair(n_records)
     name = f"laplace_eps{epsilon:g}" if noise_factor == 1.0 else f"broken_laplace_claims{epsilon:g}"
@@ -359,7 +361,7 @@ def gaussian_audit_setup(
 
     def mechanism(dataset: Tensor, generator: torch.Generator, size: int) -> Tensor:
         counts = torch.full((size,), float(len(dataset)), dtype=torch.float64)
-        return gaussian_mechanism(counts, 1.0, epsilon, delta, generator=generator)
+        return gaussian_mechanism(counts, 1.0, epsilon, delta, generator=generator, ledger=None)
 
     d0, d1 = _count_pair(n_records)
     return AuditSetup(f"gaussian_eps{epsilon:g}", epsilon, delta, mechanism, d0, d1, batch=batch)

@@ -6,7 +6,10 @@ Every mechanism here
    assumes; the caller is responsible for the sensitivity holding, which the
    clipping helpers of ``dp_proto.privacy.clipping`` enforce;
 2. records a ``PrivacyEvent`` in ``ledger`` *before*
-   drawing noise, so a release over budget is refused without touching the data;
+   drawing noise, so a release over budget is refused without touching the data.
+   ``ledger`` is a required keyword: a ``PrivacyLedger``, or an explicit ``ledger=None``
+   for a release that is recorded elsewhere or not at all; omitting it raises
+   ``TypeError``, so no release goes unrecorded by accident;
 3. draws noise from fresh operating-system entropy: a generator seeded from
    ``os.urandom`` when ``generator=None`` (the default), or ``os.urandom`` directly with
    ``secure_mode=True``. A caller's ``generator`` makes the noise reproducible: that warns
@@ -21,6 +24,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -54,6 +58,8 @@ from dp_proto.privacy.randomness import noise_source, resolve_generator
 from dp_proto.privacy.testing import intercept
 
 __all__ = [
+    "LEDGER_REQUIRED",
+    "require_ledger",
     "noise_rng",
     "laplace_mechanism",
     "gaussian_mechanism",
@@ -66,6 +72,34 @@ __all__ = [
     "report_noisy_max",
     "noisy_majority_vote",
 ]
+
+
+class _LedgerRequired:
+    """Default of a mechanism's ``ledger``: there is none; the caller must choose."""
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+#: The default of every mechanism's ``ledger`` keyword: omitting it raises ``TypeError``.
+LEDGER_REQUIRED: Any = _LedgerRequired()
+
+
+def require_ledger(ledger: Any, mechanism: str) -> PrivacyLedger | None:
+    """``ledger`` if the caller chose one (a ``PrivacyLedger`` or an explicit ``None``).
+
+    Raises ``TypeError`` for ``LEDGER_REQUIRED`` (the caller passed nothing) and for an
+    object that is not a ledger. Every function that releases something with noise takes
+    ``ledger=LEDGER_REQUIRED`` and calls this first, before it reads the data.
+    """
+    if isinstance(ledger, _LedgerRequired):
+        raise TypeError(
+            f"{mechanism}() needs ledger=: pass a PrivacyLedger to record the release (and refuse it over "
+            "budget), or ledger=None to release without a record; a release is never unrecorded by default"
+        )
+    if ledger is not None and not isinstance(ledger, PrivacyLedger):
+        raise TypeError(f"{mechanism}(): ledger must be a PrivacyLedger or None, got {type(ledger).__name__}")
+    return ledger
 
 
 #: Grid steps a value is clamped to before discrete noise (float64 integers stay exact).
@@ -125,7 +159,7 @@ def laplace_mechanism(
     l1_sensitivity: float,
     epsilon: float,
     *,
-    ledger: PrivacyLedger | None = None,
+    ledger: PrivacyLedger | None = LEDGER_REQUIRED,
     name: str = "laplace",
     generator: torch.Generator | None = None,
     secure_mode: bool = False,
@@ -142,8 +176,9 @@ def laplace_mechanism(
     ----------
     value : Tensor, any shape
     l1_sensitivity, epsilon : float
-    ledger : PrivacyLedger, optional
-        Records the release (refuses it over budget before noise is drawn).
+    ledger : PrivacyLedger or None (required keyword)
+        Records the release (refuses it over budget before noise is drawn); ``None``
+        releases without a record (an explicit choice).
     single_coordinate : bool
         True if one record changes at most one coordinate (a count, a histogram);
         the ledger then uses the exact Laplace privacy-loss distribution, otherwise
@@ -167,6 +202,7 @@ def laplace_mechanism(
     -------
     Tensor, same shape as ``value`` (float64 unless ``value`` is another float type).
     """
+    ledger = require_ledger(ledger, "laplace_mechanism")
     value = _check_value(value)
     epsilon = check_epsilon(epsilon)
     sens = check_sensitivity(l1_sensitivity, "l1_sensitivity")
@@ -362,7 +398,7 @@ def gaussian_mechanism(
     delta: float,
     *,
     calibration: str | None = None,
-    ledger: PrivacyLedger | None = None,
+    ledger: PrivacyLedger | None = LEDGER_REQUIRED,
     name: str = "gaussian",
     generator: torch.Generator | None = None,
     secure_mode: bool = False,
@@ -392,6 +428,8 @@ def gaussian_mechanism(
         Continuous noise only: the analytic Gaussian mechanism (Balle & Wang 2018, the
         default; epsilon 1, delta 1e-5, sensitivity 1 gives sigma 3.731) or the classic
         bound (4.845).
+    ledger : PrivacyLedger or None (required keyword)
+        Records the release before noise is drawn; ``None`` releases without a record.
     value_on_grid : bool
         The value's entries always lie on the grid (e.g. counts with ``grid=1``): no
         rounding slack. Checked on ``value``.
@@ -400,6 +438,7 @@ def gaussian_mechanism(
     -------
     Tensor, same shape as ``value`` (float64 unless ``value`` is another float type).
     """
+    ledger = require_ledger(ledger, "gaussian_mechanism")
     value = _check_value(value)
     plan = plan_gaussian(
         epsilon,
@@ -446,7 +485,7 @@ def noisy_histogram(
     num_bins: int,
     epsilon: float,
     *,
-    ledger: PrivacyLedger | None = None,
+    ledger: PrivacyLedger | None = LEDGER_REQUIRED,
     name: str = "histogram",
     generator: torch.Generator | None = None,
     secure_mode: bool = False,
@@ -460,12 +499,14 @@ def noisy_histogram(
     distribution.
     ``discrete=True`` (the default) adds discrete Laplace noise: integer outputs, no
     floating-point leakage (Mironov 2012); ``discrete=False``: continuous Laplace.
-    Labels outside ``0..num_bins-1`` raise ``ValueError``.
+    Labels outside ``0..num_bins-1`` raise ``ValueError``. ``ledger`` is required, as for
+    every mechanism here (a ``PrivacyLedger`` or an explicit ``None``).
 
     Returns
     -------
     Tensor, shape (num_bins,), float64
     """
+    ledger = require_ledger(ledger, "noisy_histogram")
     labels = torch.as_tensor(labels)
     if labels.dim() != 1:
         raise ValueError(f"expected labels of shape (n,), got {tuple(labels.shape)}")
@@ -493,7 +534,7 @@ def noisy_count(
     n: int | Tensor,
     epsilon: float,
     *,
-    ledger: PrivacyLedger | None = None,
+    ledger: PrivacyLedger | None = LEDGER_REQUIRED,
     name: str = "count",
     generator: torch.Generator | None = None,
     secure_mode: bool = False,
@@ -501,6 +542,7 @@ def noisy_count(
 ) -> float:
     """``n + Lap(1/epsilon)``: epsilon-DP for a counting query (sensitivity 1 under
     add/remove); discrete (integer) noise by default, see ``noisy_histogram``."""
+    ledger = require_ledger(ledger, "noisy_count")
     value = torch.as_tensor(float(n), dtype=torch.float64).reshape(1)
     out = laplace_mechanism(
         value,
@@ -522,7 +564,7 @@ def report_noisy_max(
     counts: Tensor,
     epsilon: float,
     *,
-    ledger: PrivacyLedger | None = None,
+    ledger: PrivacyLedger | None = LEDGER_REQUIRED,
     name: str = "report_noisy_max",
     generator: torch.Generator | None = None,
     secure_mode: bool = False,
@@ -541,6 +583,7 @@ def report_noisy_max(
     -------
     Tensor, shape ``counts.shape[:-1]``, int64
     """
+    ledger = require_ledger(ledger, "report_noisy_max")
     counts = _check_value(torch.as_tensor(counts))
     epsilon = check_epsilon(epsilon)
     if counts.dim() == 0 or counts.shape[-1] < 1:
@@ -568,7 +611,7 @@ def noisy_majority_vote(
     num_classes: int,
     epsilon: float,
     *,
-    ledger: PrivacyLedger | None = None,
+    ledger: PrivacyLedger | None = LEDGER_REQUIRED,
     name: str = "majority_vote",
     generator: torch.Generator | None = None,
     secure_mode: bool = False,
@@ -578,6 +621,7 @@ def noisy_majority_vote(
     ``votes (n,)`` holds one class index per record; epsilon-DP under add/remove one
     record (report-noisy-max on the vote histogram).
     """
+    ledger = require_ledger(ledger, "noisy_majority_vote")
     votes = torch.as_tensor(votes)
     if votes.dim() != 1:
         raise ValueError(f"expected votes of shape (n,), got {tuple(votes.shape)}")

@@ -160,4 +160,4 @@ def test_the_old_secure_keyword_still_works_with_a_warning():
         noise = gaussian_noise((3,), 1.0, secure=True)
     assert noise.shape == (3,)
     with pytest.raises(TypeError, match="pass secure_mode= only"):
-        noisy_count(5, 1.0, secure=True, secure_mode=True)
+        noisy_count(5, 1.0, secure=True, secure_mode=True, ledger=None)

@@ -45,7 +45,7 @@ def test_dp_init_canary_at_corner_bound_is_below_claim():
 
 def test_unbatched_path_with_the_scalar_noisy_count():
     def mechanism(dataset, generator):
-        return noisy_count(len(dataset), 1.0, generator=generator)
+        return noisy_count(len(dataset), 1.0, generator=generator, ledger=None)
 
     result = audit_epsilon(mechanism, list(range(10)), list(range(11)), statistic=float, n_trials=2_000)
     assert 0.5 < result.epsilon_lower_bound < 1.0

@@ -11,11 +11,11 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 def test_mechanisms_keep_the_device_and_match_cpu_noise():
     value = torch.zeros(1000, device="cuda")
-    out = laplace_mechanism(value, 1.0, 1.0, generator=torch.Generator().manual_seed(0))
-    ref = laplace_mechanism(value.cpu(), 1.0, 1.0, generator=torch.Generator().manual_seed(0))
+    out = laplace_mechanism(value, 1.0, 1.0, generator=torch.Generator().manual_seed(0), ledger=None)
+    ref = laplace_mechanism(value.cpu(), 1.0, 1.0, generator=torch.Generator().manual_seed(0), ledger=None)
     assert out.device.type == "cuda"
     torch.testing.assert_close(out.cpu(), ref)
-    assert gaussian_mechanism(value, 1.0, 1.0, 1e-5, secure_mode=True).device.type == "cuda"
+    assert gaussian_mechanism(value, 1.0, 1.0, 1e-5, secure_mode=True, ledger=None).device.type == "cuda"
 
 
 def test_dp_init_on_cuda():

@@ -110,14 +110,14 @@ def test_rounding_slack_is_needed_and_covered():
 def test_counts_on_an_integer_grid_need_no_slack():
     plan = plan_gaussian(1.0, 1e-5, 1.0, 10, grid=1.0, value_on_grid=True)
     assert plan.steps_sensitivity == 1.0
-    out = gaussian_mechanism(torch.arange(10.0), 1.0, 1.0, 1e-5, grid=1.0, value_on_grid=True)
+    out = gaussian_mechanism(torch.arange(10.0), 1.0, 1.0, 1e-5, grid=1.0, value_on_grid=True, ledger=None)
     assert torch.equal(out, torch.round(out))
     refused = PrivacyLedger()
     with pytest.raises(ValueError, match="off the grid"):
         gaussian_mechanism(torch.tensor([0.5]), 1.0, 1.0, 1e-5, grid=1.0, value_on_grid=True, ledger=refused)
     assert refused.events == ()  # refused before anything is spent
     with pytest.raises(ValueError, match="explicit grid"):
-        gaussian_mechanism(torch.tensor([1.0]), 1.0, 1.0, 1e-5, value_on_grid=True)
+        gaussian_mechanism(torch.tensor([1.0]), 1.0, 1.0, 1e-5, value_on_grid=True, ledger=None)
 
 
 def test_ledger_composes_discrete_gaussians_with_the_rest():

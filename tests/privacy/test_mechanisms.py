@@ -47,7 +47,7 @@ def test_histogram_is_single_coordinate_laplace():
     assert ledger.get_epsilon(0.0) == pytest.approx(2.0)
     # many repetitions: mean of the noisy histogram is the true histogram
     reps = torch.stack(
-        [noisy_histogram(labels, 4, 2.0, generator=torch.Generator().manual_seed(s)) for s in range(2000)]
+        [noisy_histogram(labels, 4, 2.0, generator=torch.Generator().manual_seed(s), ledger=None) for s in range(2000)]
     )
     np.testing.assert_allclose(reps.mean(0).numpy(), [1, 2, 3, 0], atol=0.06)
     # and the 8000 noise values follow P(k) ~ exp(-2 |k|): chi-square, false failure probability
@@ -56,7 +56,7 @@ def test_histogram_is_single_coordinate_laplace():
     assert discrete_laplace_pvalue(noise, 2.0, kmax=2) > ALPHA
     assert discrete_laplace_pvalue(noise, 2.0 / 1.5, kmax=2) < 1e-6
     with pytest.raises(ValueError, match=r"labels must lie in 0..3"):
-        noisy_histogram(torch.tensor([0, 4]), 4, 1.0)
+        noisy_histogram(torch.tensor([0, 4]), 4, 1.0, ledger=None)
 
 
 @pytest.mark.parametrize("single_coordinate", [True, False])
@@ -96,7 +96,7 @@ def test_laplace_mechanism_default_grid_is_float_safe(single_coordinate):
     # rounding to the nearest grid point: with epsilon = 1e4 k the noise is 0 with probability
     # 1 - 2 e^-9.76 / (1 + e^-9.76) > 0.9998 (about 8 of 2^16 nonzero; floor or ceil would
     # miss half of the points; more than 80 nonzero has probability < 1e-40, Poisson)
-    sharp = laplace_mechanism(value, delta, 1e4 * k, generator=gen, single_coordinate=single_coordinate)
+    sharp = laplace_mechanism(value, delta, 1e4 * k, generator=gen, single_coordinate=single_coordinate, ledger=None)
     assert int((sharp / grid != m).sum()) <= 80
     # grid=None: the textbook continuous Laplace, off any grid, value not rounded
     ledger = PrivacyLedger()
@@ -122,7 +122,12 @@ def test_discrete_counts_are_not_over_noised():
     out = torch.stack(
         [
             noisy_histogram(
-                torch.zeros(0, dtype=torch.long), 1, eps, discrete=True, generator=torch.Generator().manual_seed(s)
+                torch.zeros(0, dtype=torch.long),
+                1,
+                eps,
+                discrete=True,
+                generator=torch.Generator().manual_seed(s),
+                ledger=None,
             )
             for s in range(4000)
         ]
@@ -130,21 +135,23 @@ def test_discrete_counts_are_not_over_noised():
     q = math.exp(-eps)
     assert out.var().item() == pytest.approx(2 * q / (1 - q) ** 2, rel=0.1)
     with pytest.raises(ValueError, match="off the grid"):
-        laplace_mechanism(torch.tensor([0.5]), 1.0, 1.0, grid=1.0, value_on_grid=True)
+        laplace_mechanism(torch.tensor([0.5]), 1.0, 1.0, grid=1.0, value_on_grid=True, ledger=None)
 
 
 def test_numpy_and_tensor_scalars_are_accepted():
-    out = laplace_mechanism(torch.zeros(2), np.float32(1.0), torch.tensor(0.5))
+    out = laplace_mechanism(torch.zeros(2), np.float32(1.0), torch.tensor(0.5), ledger=None)
     assert out.shape == (2,)
     with pytest.raises(ValueError, match="real number"):
-        laplace_mechanism(torch.zeros(2), 1.0, "1.0")
+        laplace_mechanism(torch.zeros(2), 1.0, "1.0", ledger=None)
 
 
 def test_discrete_histogram_outputs_integers():
-    out = noisy_histogram(torch.tensor([0, 1, 1]), 3, 1.0, discrete=True, generator=torch.Generator().manual_seed(0))
+    out = noisy_histogram(
+        torch.tensor([0, 1, 1]), 3, 1.0, discrete=True, generator=torch.Generator().manual_seed(0), ledger=None
+    )
     assert torch.equal(out, out.round())
     snapped = laplace_mechanism(
-        torch.tensor([0.26, 1.0]), 1.0, 1.0, grid=0.5, generator=torch.Generator().manual_seed(0)
+        torch.tensor([0.26, 1.0]), 1.0, 1.0, grid=0.5, generator=torch.Generator().manual_seed(0), ledger=None
     )
     assert torch.equal(snapped * 2, (snapped * 2).round())
 
@@ -153,13 +160,18 @@ def test_noisy_count():
     """Default: integer count + discrete Laplace, Var = 2 q / (1 - q)^2 with q = e^-epsilon
     (1.841 for epsilon 1); discrete=False: continuous Lap(1/epsilon), Var 2. 3000 draws: the
     sample variance has a relative sd of about 4 %, the 10 % tolerance is about 2.4 sd."""
-    values = np.array([noisy_count(100, 1.0, generator=torch.Generator().manual_seed(s)) for s in range(3000)])
+    values = np.array(
+        [noisy_count(100, 1.0, generator=torch.Generator().manual_seed(s), ledger=None) for s in range(3000)]
+    )
     assert np.array_equal(values, np.round(values))
     assert abs(np.mean(values) - 100) < 0.1
     q = math.exp(-1.0)
     assert np.var(values) == pytest.approx(2 * q / (1 - q) ** 2, rel=0.1)
     cont = np.array(
-        [noisy_count(100, 1.0, discrete=False, generator=torch.Generator().manual_seed(s)) for s in range(3000)]
+        [
+            noisy_count(100, 1.0, discrete=False, generator=torch.Generator().manual_seed(s), ledger=None)
+            for s in range(3000)
+        ]
     )
     assert not np.any(cont == np.round(cont))  # continuous: never an integer
     assert abs(np.mean(cont) - 100) < 0.1
@@ -189,30 +201,31 @@ def test_continuous_gaussian_mechanism_sigma_and_event():
     )
     assert classic.shape == (3,)
     with pytest.raises(ValueError, match="epsilon < 1"):
-        gaussian_mechanism(torch.zeros(3), 1.0, 2.0, 1e-5, calibration="classic", grid=None)
+        gaussian_mechanism(torch.zeros(3), 1.0, 2.0, 1e-5, calibration="classic", grid=None, ledger=None)
     with pytest.raises(ValueError, match="continuous noise"):  # the default grid has its own calibration
-        gaussian_mechanism(torch.zeros(3), 1.0, 0.5, 1e-5, calibration="classic")
+        gaussian_mechanism(torch.zeros(3), 1.0, 0.5, 1e-5, calibration="classic", ledger=None)
 
 
 def test_report_noisy_max_and_majority_vote():
     counts = torch.tensor([[10.0, 50.0, 5.0], [30.0, 0.0, 1.0]])
-    picks = report_noisy_max(counts, 2.0, generator=torch.Generator().manual_seed(0))
+    picks = report_noisy_max(counts, 2.0, generator=torch.Generator().manual_seed(0), ledger=None)
     assert picks.tolist() == [1, 0]
     with pytest.raises(ValueError, match="integer counts"):
-        report_noisy_max(torch.tensor([1.5, 2.0]), 1.0)
+        report_noisy_max(torch.tensor([1.5, 2.0]), 1.0, ledger=None)
     votes = torch.tensor([2] * 40 + [0] * 5)
     ledger = PrivacyLedger()
     assert noisy_majority_vote(votes, 3, 1.0, ledger=ledger, generator=torch.Generator().manual_seed(0)) == 2
     assert ledger.events[0].kind == "pure" and ledger.get_epsilon(0.0) == 1.0
     # with tiny epsilon the winner is close to uniform among tied counts
     wins = [
-        report_noisy_max(torch.tensor([3.0, 3.0]), 1.0, generator=torch.Generator().manual_seed(s)).item()
+        report_noisy_max(torch.tensor([3.0, 3.0]), 1.0, generator=torch.Generator().manual_seed(s), ledger=None).item()
         for s in range(2000)
     ]
     assert 0.45 < np.mean(wins) < 0.55
     # integer noise ties often; ties go to a uniformly random index, not the first one
     tied = [
-        report_noisy_max(torch.zeros(3), 50.0, generator=torch.Generator().manual_seed(s)).item() for s in range(1500)
+        report_noisy_max(torch.zeros(3), 50.0, generator=torch.Generator().manual_seed(s), ledger=None).item()
+        for s in range(1500)
     ]
     assert np.allclose(np.bincount(tied, minlength=3) / 1500, 1 / 3, atol=0.05)
 
@@ -220,14 +233,14 @@ def test_report_noisy_max_and_majority_vote():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: laplace_mechanism(torch.tensor([1.0, float("nan")]), 1.0, 1.0), "NaN or inf"),
-        (lambda: laplace_mechanism(torch.zeros(2), 1.0, 0.0), "epsilon"),
-        (lambda: laplace_mechanism(torch.zeros(2), -1.0, 1.0), "sensitivity"),
-        (lambda: gaussian_mechanism(torch.zeros(2), 1.0, 1.0, 1.0), "delta"),
-        (lambda: gaussian_mechanism(torch.zeros(2), 1.0, 1.0, -1e-5), "delta"),
-        (lambda: gaussian_mechanism(torch.tensor([float("inf")]), 1.0, 1.0, 1e-5), "NaN or inf"),
-        (lambda: gaussian_mechanism(torch.zeros(2), 1.0, 1.0, 1e-5, calibration="magic"), "calibration"),
-        (lambda: laplace_mechanism(torch.zeros(2), 1.0, 1.0, grid=0.0), "grid"),
+        (lambda: laplace_mechanism(torch.tensor([1.0, float("nan")]), 1.0, 1.0, ledger=None), "NaN or inf"),
+        (lambda: laplace_mechanism(torch.zeros(2), 1.0, 0.0, ledger=None), "epsilon"),
+        (lambda: laplace_mechanism(torch.zeros(2), -1.0, 1.0, ledger=None), "sensitivity"),
+        (lambda: gaussian_mechanism(torch.zeros(2), 1.0, 1.0, 1.0, ledger=None), "delta"),
+        (lambda: gaussian_mechanism(torch.zeros(2), 1.0, 1.0, -1e-5, ledger=None), "delta"),
+        (lambda: gaussian_mechanism(torch.tensor([float("inf")]), 1.0, 1.0, 1e-5, ledger=None), "NaN or inf"),
+        (lambda: gaussian_mechanism(torch.zeros(2), 1.0, 1.0, 1e-5, calibration="magic", ledger=None), "calibration"),
+        (lambda: laplace_mechanism(torch.zeros(2), 1.0, 1.0, grid=0.0, ledger=None), "grid"),
     ],
 )
 def test_bad_parameters(call, message):
@@ -256,3 +269,28 @@ def test_clipping_counts():
         clip_box(torch.tensor([[math.nan]]))
     with pytest.raises(ValueError, match="max_norm"):
         clip_l2(x, 0.0)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda **kw: laplace_mechanism(torch.zeros(3), 1.0, 1.0, **kw),
+        lambda **kw: gaussian_mechanism(torch.zeros(3), 1.0, 1.0, 1e-5, **kw),
+        lambda **kw: noisy_histogram(torch.tensor([0, 1]), 2, 1.0, **kw),
+        lambda **kw: noisy_count(5, 1.0, **kw),
+        lambda **kw: report_noisy_max(torch.tensor([[1.0, 2.0]]), 1.0, **kw),
+        lambda **kw: noisy_majority_vote(torch.tensor([0, 1, 1]), 2, 1.0, **kw),
+    ],
+    ids=["laplace", "gaussian", "histogram", "count", "noisy_max", "majority_vote"],
+)
+def test_a_mechanism_needs_an_explicit_ledger_choice(call):
+    """No release goes unrecorded by accident: omitting ledger= raises before anything is
+    drawn; ledger=None is the explicit opt-out; a ledger records the release."""
+    with pytest.raises(TypeError, match=r"needs ledger=: pass a PrivacyLedger .* or ledger=None"):
+        call()
+    with pytest.raises(TypeError, match="ledger must be a PrivacyLedger or None"):
+        call(ledger="my ledger")
+    call(ledger=None)
+    ledger = PrivacyLedger()
+    call(ledger=ledger)
+    assert len(ledger.events) == 1

@@ -105,7 +105,7 @@ def test_finding2_coa_result_holds_no_noise_std():
     near = torch.zeros(10, 1, dtype=torch.float64)
     far = near.clone()
     far[9] = 2.0  # the review's pair: released noise_std 93.36 against 95.15
-    outs = [centre_of_attention_mechanism(p, 1.0, 1e-5, diameter=2.0) for p in (near, far)]
+    outs = [centre_of_attention_mechanism(p, 1.0, 1e-5, diameter=2.0, ledger=None) for p in (near, far)]
     assert all(set(o._asdict()) == {"value", "t0"} for o in outs)
     assert outs[0].t0 == outs[1].t0
 
@@ -137,7 +137,7 @@ def test_finding3_default_noise_is_fresh_even_after_seeding_torch():
     values = []
     for _ in range(2):
         torch.manual_seed(0)  # what seed_everything does; the old default drew from this stream
-        values.append(laplace_mechanism(torch.zeros(4), 1.0, 1.0))
+        values.append(laplace_mechanism(torch.zeros(4), 1.0, 1.0, ledger=None))
     assert not torch.equal(values[0], values[1])
 
 
@@ -353,23 +353,23 @@ def test_harness_catches_understated_sensitivity_attributes_warnings_and_shapes(
     x = torch.tensor([[0.0], [1.0], [5.0]], dtype=torch.float64)
 
     def understated(x):
-        return laplace_mechanism(x.sum(0), 1.0, 1.0)  # a record moves the sum by up to 5
+        return laplace_mechanism(x.sum(0), 1.0, 1.0, ledger=None)  # a record moves the sum by up to 5
 
     def leaky_attribute(x):
-        return laplace_mechanism(x.clamp(0, 1).sum(0), 1.0, 1.0), int(x.shape[0])
+        return laplace_mechanism(x.clamp(0, 1).sum(0), 1.0, 1.0, ledger=None), int(x.shape[0])
 
     def leaky_warning(x):
         if bool((x > 4).any()):
             warnings.warn("a record lies above 4", stacklevel=2)
-        return laplace_mechanism(x.clamp(0, 1).sum(0), 1.0, 1.0)
+        return laplace_mechanism(x.clamp(0, 1).sum(0), 1.0, 1.0, ledger=None)
 
     def shape_change(x):
         return laplace_mechanism(
-            x.clamp(0, 1)[: int(x.max()) + 1].sum(0, keepdim=True).expand(int(x.max()) + 1, 1), 1.0, 1.0
+            x.clamp(0, 1)[: int(x.max()) + 1].sum(0, keepdim=True).expand(int(x.max()) + 1, 1), 1.0, 1.0, ledger=None
         )
 
     for release in (understated, leaky_attribute, leaky_warning):
         assert not neighbour_check(release, (x,), [2]).ok
     assert not neighbour_check(shape_change, (x,), [2]).ok
-    sound = neighbour_check(lambda x: laplace_mechanism(x.clamp(0, 1).sum(0), 1.0, 1.0), (x,), [0, 1, 2])
+    sound = neighbour_check(lambda x: laplace_mechanism(x.clamp(0, 1).sum(0), 1.0, 1.0, ledger=None), (x,), [0, 1, 2])
     sound.assert_ok()

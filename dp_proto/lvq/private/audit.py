@@ -36,7 +36,7 @@ def dp_init_audit_setup(epsilon: float, *, dim: int = 1, n_records: int = 50, co
 
     def mechanism(dataset: tuple[Tensor, Tensor], generator: torch.Generator) -> Tensor:
         x, y = dataset
-        return dp_class_mean_prototypes(x, y, 2, epsilon, generator=generator).prototypes
+        return dp_class_mean_prototypes(x, y, 2, epsilon, generator=generator, ledger=None).prototypes
 
     def statistic(prototypes: Tensor) -> float:
         return float(prototypes[0, coordinate])

@@ -55,7 +55,7 @@ from dp_proto.lvq.private.saa import (
 from dp_proto.privacy.calibration import check_delta, check_epsilon
 from dp_proto.privacy.events import ApproxEvent
 from dp_proto.privacy.ledger import PrivacyLedger
-from dp_proto.privacy.mechanisms import noise_rng
+from dp_proto.privacy.mechanisms import LEDGER_REQUIRED, noise_rng, require_ledger
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.testing import intercept
 
@@ -137,7 +137,7 @@ def centre_of_attention_mechanism(
     *,
     diameter: float,
     multiplicity: int = 1,
-    ledger: PrivacyLedger | None = None,
+    ledger: PrivacyLedger | None = LEDGER_REQUIRED,
     name: str = "coa",
     generator: torch.Generator | None = None,
     secure_mode: bool = False,
@@ -150,6 +150,7 @@ def centre_of_attention_mechanism(
     release composed by its worst-case privacy loss distribution. The release is rounded
     to multiples of ``coa_grid`` (public; see the module docstring).
     """
+    ledger = require_ledger(ledger, "centre_of_attention_mechanism")
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta, allow_zero=False)
     if points.dim() != 2 or points.shape[0] < 1:
@@ -191,7 +192,7 @@ def coa_bin_models(
     high: float = 1.0,
     radius: float | None = None,
     project_release: bool = True,
-    ledger: PrivacyLedger | None = None,
+    ledger: PrivacyLedger | None = LEDGER_REQUIRED,
     name: str = "coa",
     generator: torch.Generator | None = None,
     secure_mode: bool = False,
@@ -202,6 +203,7 @@ def coa_bin_models(
     ``saa_sensitivity``) and release their centre of
     attention. Returns the prototypes ``(W, d)`` (projected into the domain with
     ``project_release``, post-processing) and the raw result."""
+    ledger = require_ledger(ledger, "coa_bin_models")
     if bin_models.dim() != 3 or bin_models.shape[0] < 1:
         raise ValueError(f"expected bin models of shape (m, W, d) with m >= 1, got {tuple(bin_models.shape)}")
     m, num_prototypes, d = bin_models.shape
@@ -234,7 +236,7 @@ def coa_glvq(
     *,
     prototypes_per_class: int | Sequence[int] = 1,
     reference: Tensor | None = None,
-    ledger: PrivacyLedger | None = None,
+    ledger: PrivacyLedger | None = LEDGER_REQUIRED,
     epochs: int = 30,
     batch_size: int = 64,
     lr: float = 0.01,
@@ -249,6 +251,7 @@ def coa_glvq(
     """GLVQ prototypes ``(W, d)`` by the centre of attention of ``num_bins`` disjoint
     bins' models (see the module docstring and ``coa_bin_models``), their labels
     ``(W,)`` and the raw result (``result.value`` is the unprojected release)."""
+    ledger = require_ledger(ledger, "coa_glvq")
     labels = bin_prototype_labels(x, y, num_classes, num_bins, prototypes_per_class, reference)
     models, _ = train_bin_models(
         x,

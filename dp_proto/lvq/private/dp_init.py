@@ -31,7 +31,7 @@ from dp_proto.privacy.clipping import clip_box
 from dp_proto.privacy.domain import warn_clipped
 from dp_proto.privacy.events import DiscreteLaplaceEvent, PureEvent
 from dp_proto.privacy.ledger import PrivacyLedger
-from dp_proto.privacy.mechanisms import laplace_mechanism, noisy_histogram
+from dp_proto.privacy.mechanisms import LEDGER_REQUIRED, laplace_mechanism, noisy_histogram, require_ledger
 from dp_proto.privacy.noise import gaussian_noise
 
 __all__ = ["DPInitResult", "dp_class_mean_prototypes"]
@@ -55,7 +55,7 @@ def dp_class_mean_prototypes(
     num_classes: int,
     epsilon: float,
     *,
-    ledger: PrivacyLedger | None = None,
+    ledger: PrivacyLedger | None = LEDGER_REQUIRED,
     count_fraction: float = 0.5,
     prototypes_per_class: int = 1,
     jitter: float = 0.05,
@@ -86,6 +86,7 @@ def dp_class_mean_prototypes(
     -------
     DPInitResult
     """
+    ledger = require_ledger(ledger, "dp_class_mean_prototypes")
     epsilon = check_epsilon(epsilon)
     if not 0 < count_fraction < 1:
         raise ValueError(f"count_fraction must lie in (0, 1), got {count_fraction!r}")

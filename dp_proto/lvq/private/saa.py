@@ -46,7 +46,7 @@ from dp_proto.lvq.losses import glvq_loss
 from dp_proto.privacy.calibration import check_delta, check_epsilon
 from dp_proto.privacy.clipping import clip_box
 from dp_proto.privacy.ledger import PrivacyLedger
-from dp_proto.privacy.mechanisms import gaussian_mechanism, plan_gaussian
+from dp_proto.privacy.mechanisms import LEDGER_REQUIRED, gaussian_mechanism, plan_gaussian, require_ledger
 from dp_proto.privacy.noise import gaussian_noise, uniform_open
 from dp_proto.privacy.testing import per_record_coins
 
@@ -404,7 +404,7 @@ def aggregate_bin_models(
     high: float = 1.0,
     radius: float | None = None,
     project_release: bool = True,
-    ledger: PrivacyLedger | None = None,
+    ledger: PrivacyLedger | None = LEDGER_REQUIRED,
     name: str = "saa",
     generator: torch.Generator | None = None,
     secure_mode: bool = False,
@@ -426,6 +426,7 @@ def aggregate_bin_models(
     -------
     (Tensor (W, d) float64, float): the released mean and its noise std per coordinate.
     """
+    ledger = require_ledger(ledger, "aggregate_bin_models")
     if bin_models.dim() != 3 or bin_models.shape[0] < 1:
         raise ValueError(f"expected bin models of shape (m, W, d) with m >= 1, got {tuple(bin_models.shape)}")
     m, num_prototypes, d = bin_models.shape
@@ -468,7 +469,7 @@ def subsample_and_aggregate(
     *,
     prototypes_per_class: int | Sequence[int] = 1,
     reference: Tensor | None = None,
-    ledger: PrivacyLedger | None = None,
+    ledger: PrivacyLedger | None = LEDGER_REQUIRED,
     epochs: int = 30,
     batch_size: int = 64,
     lr: float = 0.01,
@@ -510,6 +511,7 @@ def subsample_and_aggregate(
     ``plan_gaussian`` (discrete Gaussian on a public
     grid). The ledger records one ``discrete_gaussian`` release.
     """
+    ledger = require_ledger(ledger, "subsample_and_aggregate")
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta, allow_zero=False)
     labels = bin_prototype_labels(x, y, num_classes, num_bins, prototypes_per_class, reference)

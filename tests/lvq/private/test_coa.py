@@ -57,7 +57,7 @@ def test_release_noise_scale_and_ledger_event():
             for i in range(200)
         ]
     )
-    result = centre_of_attention_mechanism(z, 1.0, 1e-5, diameter=4.0)
+    result = centre_of_attention_mechanism(z, 1.0, 1e-5, diameter=4.0, ledger=None)
     alpha, beta = gaussian_admissibility(1.0, 1e-5, 2)
     assert result.t0 == (11 + 1) // 2 + 1  # floor((m + s) / 2) + 1 with s = 1
     expected = smooth_sensitivity(z, result.t0, beta, 4.0) / alpha
@@ -108,7 +108,16 @@ def test_coa_release_is_projected_into_the_domain_unless_asked_not_to():
     y = torch.arange(2).repeat(100)
     x = torch.randn(200, 3, generator=g, dtype=torch.float64) * 0.1 + torch.where(y[:, None] == 0, -0.5, 0.5)
     protos, _, result = coa_glvq(
-        x.clamp(-1, 1), y, 2, 10, 0.5, 1e-5, radius=0.9, epochs=1, generator=torch.Generator().manual_seed(2)
+        x.clamp(-1, 1),
+        y,
+        2,
+        10,
+        0.5,
+        1e-5,
+        radius=0.9,
+        epochs=1,
+        generator=torch.Generator().manual_seed(2),
+        ledger=None,
     )
     assert result.value.abs().max() > 1  # the raw release is far outside the domain ...
     assert protos.abs().max() <= 1 and protos.norm(dim=-1).max() <= 0.9 + 1e-12  # ... the model is not
@@ -123,5 +132,6 @@ def test_coa_release_is_projected_into_the_domain_unless_asked_not_to():
         epochs=1,
         project_release=False,
         generator=torch.Generator().manual_seed(2),
+        ledger=None,
     )
     torch.testing.assert_close(raw, raw_result.value.reshape(2, 3))

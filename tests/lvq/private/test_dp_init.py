@@ -10,6 +10,8 @@ import torch
 
 from dp_proto.exceptions import DomainWarning, PrivacyBudgetExceededError, PrivacyLeakWarning
 from dp_proto.lvq.private import dp_class_mean_prototypes
+from dp_proto.lvq.private.coa import centre_of_attention_mechanism, coa_bin_models, coa_glvq
+from dp_proto.lvq.private.saa import aggregate_bin_models, subsample_and_aggregate
 from dp_proto.privacy import PrivacyLedger, PublicBoundsScaler
 
 
@@ -44,7 +46,9 @@ def test_noise_scales_match_the_sensitivities():
     eps = 2.0
     counts = np.stack(
         [
-            dp_class_mean_prototypes(x, y, 3, eps, generator=torch.Generator().manual_seed(s)).noisy_counts.numpy()
+            dp_class_mean_prototypes(
+                x, y, 3, eps, generator=torch.Generator().manual_seed(s), ledger=None
+            ).noisy_counts.numpy()
             for s in range(1500)
         ]
     )
@@ -57,7 +61,9 @@ def test_noise_scales_match_the_sensitivities():
 
 def test_prototypes_converge_to_class_means_and_stay_in_domain():
     x, y, centres = _data(n=20000)
-    result = dp_class_mean_prototypes(x, y, 3, 1.0, prototypes_per_class=2, generator=torch.Generator().manual_seed(1))
+    result = dp_class_mean_prototypes(
+        x, y, 3, 1.0, prototypes_per_class=2, generator=torch.Generator().manual_seed(1), ledger=None
+    )
     assert result.prototypes.shape == (6, 4) and result.prototype_labels.tolist() == [0, 0, 1, 1, 2, 2]
     assert result.prototypes.abs().max() <= 1
     err = (result.prototypes - centres[result.prototype_labels]).abs().max()
@@ -70,7 +76,7 @@ def test_out_of_domain_records_are_clipped_and_counted_on_the_curator_channel(ca
     x[:7] *= 5
     with warnings.catch_warnings(), caplog.at_level(logging.DEBUG, logger="dp_proto.curator"):
         warnings.simplefilter("error", DomainWarning)  # no warning whose presence depends on a record
-        result = dp_class_mean_prototypes(x, y, 3, 1.0)
+        result = dp_class_mean_prototypes(x, y, 3, 1.0, ledger=None)
     assert result.num_clipped == 7
     assert "7 of 100 records" in caplog.text
 
@@ -78,7 +84,7 @@ def test_out_of_domain_records_are_clipped_and_counted_on_the_curator_channel(ca
 def test_empty_class_and_refusal():
     x, y, _ = _data(n=200)
     y[y == 2] = 0
-    result = dp_class_mean_prototypes(x, y, 3, 1.0, generator=torch.Generator().manual_seed(0))
+    result = dp_class_mean_prototypes(x, y, 3, 1.0, generator=torch.Generator().manual_seed(0), ledger=None)
     assert torch.isfinite(result.prototypes).all()  # noisy count clamped to >= 1
     ledger = PrivacyLedger(budget=(0.5, 1e-5))
     with pytest.raises(PrivacyBudgetExceededError):
@@ -94,7 +100,7 @@ def test_bad_arguments(kwargs, message):
     x, y, _ = _data(n=50)
     args = {"num_classes": 3, "epsilon": 1.0, **kwargs}
     with pytest.raises(ValueError, match=message):
-        dp_class_mean_prototypes(x, y, args.pop("num_classes"), args.pop("epsilon"), **args)
+        dp_class_mean_prototypes(x, y, args.pop("num_classes"), args.pop("epsilon"), ledger=None, **args)
 
 
 def test_public_bounds_scaler():
@@ -113,3 +119,23 @@ def test_public_bounds_scaler():
         PublicBoundsScaler.from_data(X)
     with pytest.raises(ValueError, match="upper bound"):
         PublicBoundsScaler(1.0, 1.0).fit()
+
+
+@pytest.mark.parametrize(
+    "release",
+    [
+        lambda x, y, **kw: dp_class_mean_prototypes(x, y, 3, 1.0, **kw),
+        lambda x, y, **kw: subsample_and_aggregate(x, y, 3, 5, 1.0, 1e-5, **kw),
+        lambda x, y, **kw: coa_glvq(x, y, 3, 5, 1.0, 1e-5, **kw),
+        lambda x, y, **kw: aggregate_bin_models(torch.zeros(5, 3, x.shape[1]), 1.0, 1e-5, **kw),
+        lambda x, y, **kw: coa_bin_models(torch.zeros(5, 3, x.shape[1]), 1.0, 1e-5, **kw),
+        lambda x, y, **kw: centre_of_attention_mechanism(torch.zeros(5, 2), 1.0, 1e-5, diameter=1.0, **kw),
+    ],
+    ids=["dp_init", "saa", "coa_glvq", "aggregate_bin_models", "coa_bin_models", "coa_mechanism"],
+)
+def test_the_private_lvq_releases_need_an_explicit_ledger_choice(release):
+    """Like every mechanism, a functional release without ledger= raises before it reads
+    the data (ledger=None is the explicit opt-out)."""
+    x, y, _ = _data(n=50)
+    with pytest.raises(TypeError, match=r"needs ledger=: pass a PrivacyLedger .* or ledger=None"):
+        release(x, y)

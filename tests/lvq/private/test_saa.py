@@ -182,19 +182,21 @@ def test_unequal_prototype_counts_per_class():
     assert result.noise_std == pytest.approx(expected)
     assert ledger.get_epsilon(1e-5) == pytest.approx(2.0, rel=1e-6)
     with pytest.raises(ValueError, match="reference"):
-        subsample_and_aggregate(x, y, 2, 5, 1.0, 1e-5, prototypes_per_class=[2, 1])
+        subsample_and_aggregate(x, y, 2, 5, 1.0, 1e-5, prototypes_per_class=[2, 1], ledger=None)
     with pytest.raises(ValueError, match="entries"):
-        subsample_and_aggregate(x, y, 2, 5, 1.0, 1e-5, prototypes_per_class=[1, 1, 1])
+        subsample_and_aggregate(x, y, 2, 5, 1.0, 1e-5, prototypes_per_class=[1, 1, 1], ledger=None)
 
 
 def test_bad_input():
     x, y = _two_class_data(n=20)
     with pytest.raises(ValueError, match="reference"):
-        subsample_and_aggregate(x, y, 2, 4, 1.0, 1e-5, prototypes_per_class=2)
+        subsample_and_aggregate(x, y, 2, 4, 1.0, 1e-5, prototypes_per_class=2, ledger=None)
     with pytest.raises(ValueError, match="num_bins"):
-        subsample_and_aggregate(x, y, 2, 0, 1.0, 1e-5)
+        subsample_and_aggregate(x, y, 2, 0, 1.0, 1e-5, ledger=None)
     with pytest.raises(ValueError, match="epsilon"):
-        subsample_and_aggregate(x, y, 2, 4, 0.0, 1e-5)
+        subsample_and_aggregate(x, y, 2, 4, 0.0, 1e-5, ledger=None)
     # more bins than records: most bins are empty; the release is still defined
-    result = subsample_and_aggregate(x, y, 2, 50, 1.0, 1e-5, epochs=1, generator=torch.Generator().manual_seed(0))
+    result = subsample_and_aggregate(
+        x, y, 2, 50, 1.0, 1e-5, epochs=1, generator=torch.Generator().manual_seed(0), ledger=None
+    )
     assert result.empty_bins >= 30 and torch.isfinite(result.prototypes).all()
