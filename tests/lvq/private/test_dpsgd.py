@@ -1,12 +1,13 @@
 """DP-SGD through Opacus: calibration, the ledger, anti-silent failure, estimators, bad input."""
 
 import math
+import re
 import warnings
 
 import numpy as np
 import pytest
 import torch
-from sklearn.datasets import load_iris, load_wine
+from sklearn.datasets import load_digits, load_iris, load_wine
 from sklearn.model_selection import train_test_split
 
 from dp_proto.exceptions import DataValidationError, DomainWarning, PrivacyLeakWarning
@@ -253,9 +254,25 @@ def test_fit_dp_sgd_stops_cleanly_at_the_budget():
     assert sum(e.count for e in ledger.events) == result.steps  # every step run was reserved, no more
 
 
-def test_a_budget_too_small_for_any_run_names_the_smallest_feasible_epsilon():
-    with pytest.raises(ValueError, match=r"too small.*smallest feasible epsilon is about [0-9.]+"):
+def test_a_budget_too_small_for_any_run_names_what_the_noisiest_run_spends():
+    """The message names an epsilon above the target (it used to name one below it)."""
+    with pytest.raises(ValueError, match=r"too small.*noise multiplier 1e\+06 already spend ([0-9.e-]+)") as err:
         calibrate_noise_multiplier(1e-4, 1e-5, 1.0, 10_000)
+    spent = float(re.search(r"already spend ([0-9.e-]+) at", str(err.value)).group(1))
+    assert spent > 1e-4
+    with pytest.raises(ValueError, match=r"the initialisation alone spends 0\.0[0-9]+ at delta = 1e-05"):
+        calibrate_noise_multiplier(0.01, 1e-5, 0.01, 100, prior_events=(PureEvent(0.02),))
+
+
+def test_small_feasible_budgets_calibrate():
+    """epsilon 0.002 on digits (about 1800 training records) used to be refused: the RDP
+    bracket cannot certify it, the ledger's PLD accountant can."""
+    X, y = load_digits(return_X_y=True)
+    est = DPGMLVQ(epsilon=0.002, bounds=(0, 16), classes=range(10), epochs=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # a noisy count of a few records: tiny batches
+        est.fit(X, y)
+    assert 0.0019 < est.epsilon_ <= 0.002 and est.noise_multiplier_ > 100
 
 
 def test_a_class_absent_from_the_private_data_still_trains():
