@@ -20,7 +20,7 @@ from dp_proto.lvq.private.coa import coa_glvq
 from dp_proto.lvq.private.estimators import FIT_SCOPE, _DPMixin
 from dp_proto.lvq.private.saa import subsample_and_aggregate
 from dp_proto.privacy.calibration import check_delta, check_epsilon
-from dp_proto.privacy.curator import curator_attach
+from dp_proto.privacy.curator import curator_attach, curator_log
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.randomness import noise_generator
 from dp_proto.release import register_model
@@ -51,6 +51,12 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
         With several prototypes for a class, ``reference`` is required.
     num_bins : int, default 50
         ``m`` (public). More bins: less noise on the mean (``1/m``), fewer records per bin.
+        Choose it from a public estimate of the data size: with ``m`` above the number of
+        records some bins are empty and contribute their data-free start (the box centre)
+        to the mean. The estimator cannot warn about that: whether ``m`` exceeds the
+        record count depends on one record, so a warning would be a release of its own.
+        The number of empty bins is curator-only (``curator_["empty_bins"]``, and a
+        message on the ``dp_proto.curator`` logger).
     aggregation : {"mean", "centre_of_attention"}, default "mean"
         Subsample-and-aggregate, or the centre of attention.
     epsilon : float, default 1.0
@@ -230,6 +236,13 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
             prototypes, labels = result.prototypes, result.prototype_labels
             self.noise_std_ = result.noise_std  # public: epsilon, delta, W, d, domain and m only
             curator_attach(self, empty_bins=result.empty_bins)
+            if result.empty_bins:  # curator-only: a warning would depend on the record count
+                curator_log(
+                    "SubsampleAggregateGLVQ: %d of num_bins=%d bins got no record and contribute their "
+                    "data-free start to the mean; choose num_bins from a public estimate of the data size",
+                    result.empty_bins,
+                    self.num_bins,
+                )
         else:
             prototypes, labels, _ = coa_glvq(
                 x_t, y_t, len(self.classes_), self.num_bins, self.epsilon, self.delta, **common

@@ -87,3 +87,26 @@ def test_more_bins_than_records_still_releases_a_finite_model():
     X, y = _three_gaussians(5, 6)
     est = SubsampleAggregateGLVQ(num_bins=40, bounds=(-10, 10), epochs=1, random_state=0).fit(X, y)
     assert est.curator_["empty_bins"] >= 25 and np.isfinite(est.prototypes_).all()
+
+
+def test_num_bins_above_the_record_count_is_told_to_the_curator_only(caplog):
+    """num_bins > n: the curator hears of the empty bins (curator_ and the dp_proto.curator
+    logger); the user-visible warnings are those of a fit with num_bins <= n, since a
+    warning that appears when one record is removed would tell the neighbours apart."""
+    import logging
+    import warnings
+
+    X, y = _three_gaussians(4, 7)  # 12 records
+    params = dict(bounds=(-10, 10), classes=["a", "b", "c"], epochs=1, random_state=0)
+    seen = {}
+    for bins in (12, 13):  # n = 12 and the 12 records with a 13th bin
+        with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.DEBUG, "dp_proto.curator"):
+            warnings.simplefilter("always")
+            caplog.clear()
+            est = SubsampleAggregateGLVQ(num_bins=bins, **params).fit(X, y)
+        seen[bins] = sorted(str(w.message) for w in caught)
+        curator_messages = [r.getMessage() for r in caplog.records if "bins got no record" in r.getMessage()]
+        if bins == 13:
+            assert est.curator_["empty_bins"] >= 1 and len(curator_messages) == 1
+            assert "of num_bins=13 bins got no record" in curator_messages[0]
+    assert seen[12] == seen[13]
