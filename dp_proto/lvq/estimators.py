@@ -79,7 +79,7 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
     def _make_layer(
         self, n_features: int, n_prototypes: int, generator: torch.Generator, tdtype: torch.dtype
     ) -> GLVQLayer:
-        return GLVQLayer(n_features, n_prototypes, dtype=tdtype, device=self.device)
+        return GLVQLayer(n_features, n_prototypes, prototypes="zeros", dtype=tdtype, device=self.device)
 
     def _store_metric(self) -> None:
         """Copy the learned metric into fitted attributes (GMLVQ, LGMLVQ)."""
@@ -591,6 +591,7 @@ class GMLVQ(_LVQBase):
         return GMLVQLayer(
             n_features,
             n_prototypes,
+            prototypes="zeros",  # fit places them (class means, DP initialisation)
             rank=self.rank,
             omega_init=self.omega_init,
             normalize=self.normalize_omega,
@@ -710,6 +711,7 @@ class LGMLVQ(GMLVQ):
         return LGMLVQLayer(
             n_features,
             n_prototypes,
+            prototypes="zeros",  # fit places them (class means, DP initialisation)
             rank=self.rank,
             omega_init=self.omega_init,
             normalize=self.normalize_omega,

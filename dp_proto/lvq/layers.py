@@ -30,6 +30,31 @@ def _check_positive(name: str, value: int) -> int:
     return value
 
 
+def _initial_prototypes(
+    prototypes: Tensor | str,
+    num_prototypes: int,
+    in_features: int,
+    generator: torch.Generator | None,
+    dtype: torch.dtype | None,
+    device: torch.device | str | None,
+) -> Tensor:
+    """The ``(W, d)`` start of a layer's prototypes (see ``GLVQLayer``)."""
+    shape = (num_prototypes, in_features)
+    if isinstance(prototypes, Tensor):
+        if tuple(prototypes.shape) != shape:
+            raise ValueError(f"expected prototypes of shape {shape}, got {tuple(prototypes.shape)}")
+        like = torch.empty(0, dtype=dtype, device=device)  # torch's defaults where None
+        return prototypes.detach().to(dtype=like.dtype, device=like.device).clone()
+    if prototypes == "zeros":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    if prototypes == "random":
+        if generator is not None and device is not None and torch.device(device).type != generator.device.type:
+            # draw on the generator's device, then move
+            return torch.randn(shape, generator=generator, dtype=dtype, device=generator.device).to(device)
+        return torch.randn(shape, generator=generator, dtype=dtype, device=device)
+    raise ValueError(f"prototypes must be a (W, d) tensor, 'random' or 'zeros', got {prototypes!r}")
+
+
 class GLVQLayer(nn.Module):
     """Prototypes with the squared Euclidean distance.
 
@@ -39,9 +64,16 @@ class GLVQLayer(nn.Module):
         Input dimension ``d``.
     num_prototypes : int
         Number of prototypes ``W`` (over all classes).
-    prototypes : Tensor, shape (W, d), optional
-        Initial prototypes; defaults to zeros (initialise with
-        ``dp_proto.lvq.class_mean_prototypes`` or a DP initialiser).
+    prototypes : Tensor of shape (W, d), "random" or "zeros", default "random"
+        Initial prototypes. ``"random"``: i.i.d. standard normal entries (from
+        ``generator``, else torch's global generator, like ``nn.Linear``'s weights), so
+        the prototypes differ and the GLVQ cost has a gradient from the first step;
+        ``"zeros"``: all at the origin, for a caller that overwrites them (all
+        prototypes equal give every input the cost 0 and no gradient). Better still,
+        start at the class means (``dp_proto.lvq.class_mean_prototypes``) or a DP
+        initialiser.
+    generator : torch.Generator, optional
+        Source of the random prototypes (and of a random Omega).
     dtype : torch.dtype, optional
         Dtype of the parameters (torch's default if None).
     device : torch.device or str, optional
@@ -75,21 +107,17 @@ class GLVQLayer(nn.Module):
         in_features: int,
         num_prototypes: int,
         *,
-        prototypes: Tensor | None = None,
+        prototypes: Tensor | str = "random",
+        generator: torch.Generator | None = None,
         dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
         self.in_features = _check_positive("in_features", in_features)
         self.num_prototypes = _check_positive("num_prototypes", num_prototypes)
-        init = torch.zeros(num_prototypes, in_features, dtype=dtype, device=device)
-        if prototypes is not None:
-            if tuple(prototypes.shape) != (num_prototypes, in_features):
-                raise ValueError(
-                    f"expected prototypes of shape ({num_prototypes}, {in_features}), got {tuple(prototypes.shape)}"
-                )
-            init = prototypes.detach().to(dtype=init.dtype, device=init.device).clone()
-        self.prototypes = nn.Parameter(init)
+        self.prototypes = nn.Parameter(
+            _initial_prototypes(prototypes, num_prototypes, in_features, generator, dtype, device)
+        )
 
     def _flatten(self, x: Tensor) -> Tensor:
         if x.dim() != 2:  # (B, ...) -> (B, d); an empty batch has no size to infer
@@ -120,8 +148,8 @@ class GMLVQLayer(GLVQLayer):
         Number of prototypes ``W`` (over all classes).
     rank : int, optional
         Number of rows ``r`` of ``Omega (r, d)``; ``None`` means ``r = d``.
-    prototypes : Tensor, shape (W, d), optional
-        Initial prototypes; defaults to zeros.
+    prototypes : Tensor of shape (W, d), "random" or "zeros", default "random"
+        Initial prototypes, as for ``GLVQLayer``.
     omega_init : {"identity", "scaled_identity", "random"} or Tensor, default "identity"
         ``identity``: ``Omega = I`` (its first ``r`` rows if ``r < d``);
         ``scaled_identity``: ``I / sqrt(d)``, which has ``trace(Lambda) = 1`` for ``r = d``;
@@ -172,14 +200,16 @@ class GMLVQLayer(GLVQLayer):
         num_prototypes: int,
         *,
         rank: int | None = None,
-        prototypes: Tensor | None = None,
+        prototypes: Tensor | str = "random",
         omega_init: OmegaInit | Tensor = "identity",
         normalize: bool = True,
         generator: torch.Generator | None = None,
         dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
     ) -> None:
-        super().__init__(in_features, num_prototypes, prototypes=prototypes, dtype=dtype, device=device)
+        super().__init__(
+            in_features, num_prototypes, prototypes=prototypes, generator=generator, dtype=dtype, device=device
+        )
         self.rank = in_features if rank is None else _check_positive("rank", rank)
         self.normalize = bool(normalize)
         omega = init_omega(
@@ -226,8 +256,8 @@ class LGMLVQLayer(GLVQLayer):
         Number of prototypes ``W`` (over all classes).
     rank : int, optional
         Number of rows ``r`` of every ``Omega_j (r, d)``; ``None`` means ``r = d``.
-    prototypes : Tensor, shape (W, d), optional
-        Initial prototypes; defaults to zeros.
+    prototypes : Tensor of shape (W, d), "random" or "zeros", default "random"
+        Initial prototypes, as for ``GLVQLayer``.
     omega_init : {"identity", "scaled_identity", "random"} or Tensor, default "identity"
         Applied to every prototype as in ``GMLVQLayer``; an ``(r, d)`` tensor is
         copied to every prototype, a ``(W, r, d)`` tensor gives each its own.
@@ -275,14 +305,16 @@ class LGMLVQLayer(GLVQLayer):
         num_prototypes: int,
         *,
         rank: int | None = None,
-        prototypes: Tensor | None = None,
+        prototypes: Tensor | str = "random",
         omega_init: OmegaInit | Tensor = "identity",
         normalize: bool = False,
         generator: torch.Generator | None = None,
         dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
     ) -> None:
-        super().__init__(in_features, num_prototypes, prototypes=prototypes, dtype=dtype, device=device)
+        super().__init__(
+            in_features, num_prototypes, prototypes=prototypes, generator=generator, dtype=dtype, device=device
+        )
         self.rank = in_features if rank is None else _check_positive("rank", rank)
         self.normalize = bool(normalize)
         dtype_, device_ = self.prototypes.dtype, self.prototypes.device

@@ -98,7 +98,7 @@ def model_from_release(release: Release, *, num_classes: int, device: torch.devi
     if labels.dtype.kind not in "iu" or (w and (labels.min() < 0 or labels.max() >= num_classes)):
         raise ValueError(f"prototype_labels must be class indices in [0, {num_classes}), got {labels.tolist()}")
     dtype = torch.from_numpy(prototypes[:0]).dtype
-    kwargs: dict[str, Any] = {"dtype": dtype, "device": device}
+    kwargs: dict[str, Any] = {"prototypes": "zeros", "dtype": dtype, "device": device}
     if kind != "GLVQLayer":  # omega_init "identity": no randomness drawn, overwritten below
         kwargs.update(rank=int(info["rank"]), normalize=bool(info["normalize"]), omega_init="identity")
     layer = _LAYERS[kind](d, w, **kwargs)

@@ -117,3 +117,39 @@ def test_gmlvq_head_on_a_cnn_trains_on_mnist_shaped_input():
         model.layer.normalize_()
     assert model(x).shape == (64, 4)
     assert (model.predict(x) == y).float().mean() > 0.9
+
+
+@pytest.mark.parametrize("cls", [GLVQLayer, GMLVQLayer, LGMLVQLayer])
+def test_a_layer_on_a_backbone_trains_from_its_default_start(cls):
+    """The docs' example, a prototype head on a CNN without an explicit initialisation:
+    the default prototypes differ, so the cost depends on the input and the backbone gets
+    a gradient from the first step. All-zero prototypes (the old default) give every
+    input the cost 0 and the backbone no gradient."""
+    from dp_proto.backbones import small_cnn
+
+    def backbone_gradient(prototypes):
+        torch.manual_seed(0)
+        model = PrototypeModel(cls(32, 10, prototypes=prototypes), range(10), backbone=small_cnn(1, 32))
+        images, targets = torch.randn(16, 1, 28, 28), torch.arange(16) % 10
+        loss = model.loss(model(images), targets)
+        loss.backward()
+        grad = sum(float(p.grad.abs().sum()) for p in model.backbone.parameters() if p.grad is not None)
+        return loss.item(), grad
+
+    loss, grad = backbone_gradient("random")
+    assert loss != 0.0 and grad > 0
+    assert backbone_gradient("zeros") == (0.0, 0.0)
+
+
+def test_prototype_start_options():
+    gen = torch.Generator().manual_seed(3)
+    a = GLVQLayer(4, 3, generator=gen).prototypes
+    b = GLVQLayer(4, 3, generator=torch.Generator().manual_seed(3)).prototypes
+    assert torch.equal(a, b) and a.std() > 0.3  # standard normal entries
+    assert torch.equal(GMLVQLayer(4, 3, prototypes="zeros").prototypes, torch.zeros(3, 4))
+    given = torch.arange(12.0, dtype=torch.float64).reshape(3, 4)
+    assert torch.equal(GLVQLayer(4, 3, prototypes=given, dtype=torch.float64).prototypes, given)
+    with pytest.raises(ValueError, match="'random' or 'zeros'"):
+        GLVQLayer(4, 3, prototypes="ones")
+    with pytest.raises(ValueError, match=r"expected prototypes of shape \(3, 4\)"):
+        GLVQLayer(4, 3, prototypes=torch.zeros(2, 4))
