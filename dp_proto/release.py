@@ -84,6 +84,10 @@ BUILTIN_MODELS: dict[str, str] = {
     "dp_proto.DPGMLVQ": "dp_proto.lvq.private.estimators",
     "dp_proto.DPLGMLVQ": "dp_proto.lvq.private.estimators",
     "dp_proto.SubsampleAggregateGLVQ": "dp_proto.lvq.private.saa_estimator",
+    "dp_proto.PrivateSVDD": "dp_proto.svdd.estimators",
+    "dp_proto.PrivateSVDDClassifier": "dp_proto.svdd.estimators",
+    "dp_proto.LLPNodeModel": "dp_proto.llp.model",
+    "dp_proto.LLPNodeRelease": "dp_proto.llp.release",
 }
 
 _REGISTRY: dict[str, type] = {}

@@ -23,6 +23,9 @@ models.
   Laplace noise from fresh operating-system entropy, or from
   ``node_noise_generator`` with the explicit opt-in ``noise_seed``; its
   non-private randomness from ``node_generator`` ``(seed, i)``), ``evaluate``.
+* ``.release`` -- ``LLPNodeRelease``: what a node publishes (its label proportions with
+  its ledger, ``NetworkResult.node_release(i)``) in the release format of
+  ``dp_proto.release``; ``LLPNodeModel.save`` writes a (node-local, non-private) model.
 
 A private run takes the batch grid from the public ``time_range`` (required): the
 shape of a release never depends on the data.
@@ -63,6 +66,7 @@ from dp_proto.llp.proportions import (
     private_label_proportions,
     proportion_bounds,
 )
+from dp_proto.llp.release import LLPNodeRelease
 
 __all__ = [
     "DEFAULT_FLOOR",
@@ -73,6 +77,7 @@ __all__ = [
     "LLPConfig",
     "LLPNode",
     "LLPNodeModel",
+    "LLPNodeRelease",
     "LabelProportions",
     "NetworkEvaluation",
     "NetworkResult",

@@ -113,6 +113,7 @@ from dp_proto.llp.model import LLPNodeModel, NodeFit
 from dp_proto.llp.network import NetworkResult, check_neighbour_row, check_neighbours
 from dp_proto.llp.node import LLPConfig, LLPNode, warn_noise_seed
 from dp_proto.llp.proportions import LabelProportions
+from dp_proto.llp.release import LLPNodeRelease
 from dp_proto.privacy.ledger import PrivacyLedger
 
 __all__ = [
@@ -180,6 +181,9 @@ class NodeResult:
         ``8 * (6 + world_size)`` bytes per node is not counted).
     seconds : dict of str to float
         Wall time of the release, exchange and training phases.
+    config : LLPConfig or None
+        The node's settings (resolved); not published (it holds the ``noise_seed``).
+        ``node_release()`` takes the public settings from it.
     """
 
     rank: int
@@ -198,6 +202,25 @@ class NodeResult:
     bytes_sent: int = 0
     bytes_received: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
+    config: LLPConfig | None = None
+
+    def node_release(self) -> LLPNodeRelease:
+        """What this node published: its proportions with its ledger on the public grid
+        (``LLPNodeRelease``; ``save_release(path)`` writes it).
+
+        Returns
+        -------
+        LLPNodeRelease
+            Without ``noisy_counts`` in the written release; the models are not part of it.
+
+        Raises
+        ------
+        ValueError
+            A result without its ``config``.
+        """
+        if self.config is None:
+            raise ValueError("this NodeResult has no config; build the release with LLPNodeRelease.from_config")
+        return LLPNodeRelease.from_config(self.rank, self.proportions, self.ledger, self.config)
 
 
 # --------------------------------------------------------------------------- wire format
@@ -396,6 +419,7 @@ def run_node(
         bytes_sent=nbytes * len(subscribers),
         bytes_received=nbytes * len(nbrs),
         seconds={"release": t1 - t0, "exchange": t2 - t1, "train": t3 - t2, "total": t3 - t0},
+        config=config,
     )
 
 
@@ -724,6 +748,7 @@ def as_network_result(results: Sequence[NodeResult]) -> NetworkResult:
         num_classes=first.num_classes,
         epsilon=first.epsilon,
         seconds=seconds,
+        config=first.config,
     )
 
 

@@ -14,21 +14,37 @@ and ``c + 1`` times cheaper).
 
 from __future__ import annotations
 
+import math
+import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from dp_proto._neighbours import check_points
-from dp_proto.exceptions import DataValidationError
+from dp_proto.exceptions import DataValidationError, PrivacyLeakWarning
 from dp_proto.llp.assignment import AssignmentResult, local_search
 from dp_proto.llp.kmeans import KMeansResult, kmeans, predict
 from dp_proto.llp.proportions import LabelProportions, batch_label_counts
+from dp_proto.release import Release, load_release, register_model, registered_name
 
 __all__ = ["LLPNodeModel", "NodeFit", "fit_node_models", "majority_vote", "train_node_models"]
 
 
+#: What the privacy section of an ``LLPNodeModel`` release says besides ``"private": false``.
+NODE_LOCAL_NOTE = (
+    "node-local: the centres are the k-means centres of the node's own training windows and the labels "
+    "were fitted to label proportions, both without noise; no guarantee of the LLP run covers this model "
+    "(what a node publishes is its label-proportion table, LLPNodeRelease)"
+)
+
+
+@register_model("dp_proto.LLPNodeModel")
 @dataclass(frozen=True)
 class LLPNodeModel:
     """A labelled clustering: ``x -> cluster_labels[nearest centre of x]``.
@@ -41,6 +57,17 @@ class LLPNodeModel:
     num_classes : int
     loss : float
         Proportion loss of the assignment on the training batches (``nan`` if unknown).
+
+    Notes
+    -----
+    Publishing: a node's models are node-local (Sachweh, Boiar & Liebig 2021 privatise the
+    exchanged label proportions only): the centres are the k-means centres of the node's own
+    windows, computed without noise, so no guarantee covers them, in a private run too.
+    ``save(path)`` writes the model in the release format of ``dp_proto.release``
+    (``centres (k, d)`` and ``cluster_labels (k,)``, the label count) with the privacy
+    section ``{"private": false, "note": ...}`` and a ``PrivacyLeakWarning``; ``loss``
+    is left out (``RELEASE_DROPS``). What a node publishes under its guarantee is its
+    label-proportion table: ``dp_proto.llp.release.LLPNodeRelease``.
     """
 
     centres: Tensor
@@ -65,6 +92,119 @@ class LLPNodeModel:
 
     def to(self, device: torch.device | str) -> LLPNodeModel:
         return LLPNodeModel(self.centres.to(device), self.cluster_labels.to(device), self.num_classes, self.loss)
+
+    # -- the release format (dp_proto.release) -----------------------------------------
+    #: Fields a release leaves out, with the reason; the others are published.
+    RELEASE_DROPS: ClassVar[dict[str, str]] = {
+        "loss": "a training diagnostic (the proportion loss of the labelling on the node's batches), not "
+        "needed to predict; a loaded model has loss nan",
+    }
+
+    def to_release(self) -> Release:
+        """The model in the release format (in memory; ``save`` writes it).
+
+        Warns with ``PrivacyLeakWarning``: the model is node-local and not private.
+
+        Returns
+        -------
+        Release
+            Tensors ``centres (k, d)`` and ``cluster_labels (k,)``; the manifest's public
+            section holds ``k``, the feature count and ``num_classes``, its privacy
+            section ``{"private": false, "note": NODE_LOCAL_NOTE}``.
+        """
+        warnings.warn(
+            "LLPNodeModel: a node's model is node-local (k-means centres of its own windows, fitted without "
+            'noise) and not covered by the guarantee of the LLP run; its release says "private": false. '
+            "What a node publishes privately is its label-proportion table (LLPNodeRelease)",
+            PrivacyLeakWarning,
+            stacklevel=2,
+        )
+        return Release(
+            model=registered_name(self),
+            tensors={
+                "centres": self.centres.detach().cpu().numpy(),
+                "cluster_labels": self.cluster_labels.detach().cpu().numpy(),
+            },
+            public={"k": self.k, "n_features": int(self.centres.shape[1]), "num_classes": int(self.num_classes)},
+            privacy={"private": False, "note": NODE_LOCAL_NOTE},
+            dropped=tuple(self.RELEASE_DROPS),
+        )
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the model to the directory ``path`` in the release format (``to_release``;
+        warns with ``PrivacyLeakWarning``: the model is not private).
+
+        Parameters
+        ----------
+        path : str or path
+            The directory (created if needed).
+
+        Returns
+        -------
+        Path
+            The directory.
+        """
+        return self.to_release().save(path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, device: torch.device | str = "cpu") -> LLPNodeModel:
+        """Load a model that ``save`` wrote (``dp_proto.load_release``), checking its class.
+
+        Parameters
+        ----------
+        path : str or path
+            The release directory.
+        device : torch.device or str, default "cpu"
+            Device of the loaded tensors.
+
+        Returns
+        -------
+        LLPNodeModel
+        """
+        model = load_release(path, device=device)
+        if not isinstance(model, cls):
+            raise TypeError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
+        return model
+
+    @classmethod
+    def from_release(cls, release: Release, *, device: torch.device | str = "cpu") -> LLPNodeModel:
+        """The model of ``release`` on ``device``; it predicts as the saved one, ``loss`` is nan.
+
+        Parameters
+        ----------
+        release : Release
+            A release of an ``LLPNodeModel`` (``dp_proto.release.read_release``).
+        device : torch.device or str, default "cpu"
+            Device of the tensors.
+
+        Returns
+        -------
+        LLPNodeModel
+
+        Raises
+        ------
+        ValueError
+            A release of another model, or tensors that do not fit its manifest.
+        """
+        if release.model != cls.__dict__.get("_release_name"):
+            raise ValueError(f"the release is of the model {release.model!r}, not 'dp_proto.LLPNodeModel'")
+        public = release.public
+        k, d, num_classes = int(public["k"]), int(public["n_features"]), int(public["num_classes"])
+        centres = release.tensor("centres", 2)
+        labels = release.tensor("cluster_labels", 1)
+        if centres.shape != (k, d) or labels.shape != (k,) or labels.dtype != np.int64:
+            raise ValueError(
+                f"the release's centres {centres.shape} and cluster_labels {labels.shape} ({labels.dtype}) do not "
+                f"fit k={k}, n_features={d} (int64 labels expected)"
+            )
+        if k and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
+            raise ValueError(f"the release's cluster_labels must lie in 0..{num_classes - 1}")
+        return cls(
+            torch.from_numpy(np.array(centres)).to(device),
+            torch.from_numpy(np.array(labels)).to(device),
+            num_classes,
+            math.nan,
+        )
 
 
 def majority_vote(predictions: Tensor, num_classes: int, *, tie_break: str = "first") -> Tensor:

@@ -87,6 +87,7 @@ from dp_proto.llp.node import (
     warn_noise_seed,
 )
 from dp_proto.llp.proportions import LabelProportions
+from dp_proto.llp.release import LLPNodeRelease
 from dp_proto.privacy.ledger import PrivacyLedger
 
 __all__ = [
@@ -110,6 +111,7 @@ class NetworkResult:
     ``batch_size``, ``num_batches``, ``origin``, ``num_classes``, ``epsilon``.
     Node-local (each node's own computation on its own data, not covered, never
     sent): ``models``, ``fits``; ``seconds`` is a timing diagnostic.
+    ``node_release(i)`` is what node ``i`` publishes, ready for ``save_release``.
 
     Attributes
     ----------
@@ -133,6 +135,10 @@ class NetworkResult:
     epsilon : float or None
     seconds : dict of str to float
         Wall time of the release and training phases.
+    config : LLPConfig or None
+        The run's settings (``time_range`` and ``num_classes`` resolved); it holds the
+        ``noise_seed``, so it is not published (``node_release`` takes the public
+        settings from it).
     """
 
     models: list[list[LLPNodeModel]]
@@ -146,6 +152,36 @@ class NetworkResult:
     num_classes: int
     epsilon: float | None
     seconds: dict[str, float] = field(default_factory=dict)
+    config: LLPConfig | None = None
+
+    def node_release(self, index: int) -> LLPNodeRelease:
+        """What node ``index`` published: its label proportions with its ledger on the public
+        grid (``LLPNodeRelease``; ``save_release(path)`` writes it). Its models are node-local
+        and not part of it.
+
+        Parameters
+        ----------
+        index : int
+            The node, ``0 .. N - 1``.
+
+        Returns
+        -------
+        LLPNodeRelease
+
+        Raises
+        ------
+        ValueError
+            An index out of range, or a result without its ``config`` (built by hand).
+        """
+        if not 0 <= int(index) < len(self.proportions):
+            raise ValueError(f"node index {index} out of range 0..{len(self.proportions) - 1}")
+        if self.config is None:
+            raise ValueError(
+                "this NetworkResult has no config (simulate_network and as_network_result set it); build "
+                "the release with LLPNodeRelease.from_config"
+            )
+        i = int(index)
+        return LLPNodeRelease.from_config(i, self.proportions[i], self.ledgers[i], self.config)
 
 
 @dataclass(frozen=True)
@@ -164,6 +200,12 @@ class NetworkEvaluation:
         ``model_accuracy[i][j]``: accuracy of model ``j`` of node ``i``.
     n_test : ndarray of shape (N,), int64
     correct : ndarray of shape (N,), int64
+
+    Notes
+    -----
+    ``repr`` and ``str`` show the headline numbers and counts, no arrays: the pooled
+    accuracies, the number of nodes and test windows, and the spread of the per-node
+    accuracies (``str``: one line each).
     """
 
     accuracy: float
@@ -172,6 +214,41 @@ class NetworkEvaluation:
     model_accuracy: list[np.ndarray]
     n_test: np.ndarray
     correct: np.ndarray
+
+    def _node_spread(self) -> str:
+        """``min / median / max`` of the per-node accuracies (nodes with test windows)."""
+        scored = np.asarray(self.node_accuracy, dtype=np.float64)
+        scored = scored[np.isfinite(scored)]
+        if scored.size == 0:
+            return "none"
+        return f"min {scored.min():.4f}, median {np.median(scored):.4f}, max {scored.max():.4f}"
+
+    def _models_per_node(self) -> str:
+        """The number of models per node, or its range ``"a-b"``."""
+        counts = sorted({len(a) for a in self.model_accuracy})
+        if not counts:
+            return "0"
+        return str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+
+    def __repr__(self) -> str:
+        return (
+            f"NetworkEvaluation(accuracy={self.accuracy:.4f}, own_accuracy={self.own_accuracy:.4f}, "
+            f"nodes={len(self.n_test)}, n_test={int(np.sum(self.n_test))}, correct={int(np.sum(self.correct))}, "
+            f"node_accuracy=[{self._node_spread()}], models_per_node={self._models_per_node()})"
+        )
+
+    def __str__(self) -> str:
+        nodes, total = len(self.n_test), int(np.sum(self.n_test))
+        empty = int(np.sum(np.asarray(self.n_test) == 0))
+        lines = [
+            f"LLP network evaluation: {nodes} node(s), {total} test window(s)"
+            + (f" ({empty} node(s) without test windows)" if empty else ""),
+            f"  accuracy (majority vote)  {self.accuracy:.4f}  ({int(np.sum(self.correct))} / {total})",
+            f"  own model alone           {self.own_accuracy:.4f}",
+            f"  per node                  {self._node_spread()}",
+            f"  models per node           {self._models_per_node()}",
+        ]
+        return "\n".join(lines)
 
 
 def check_neighbours(neighbours: np.ndarray | Sequence[Sequence[int]], n_nodes: int) -> list[list[int]]:
@@ -312,6 +389,7 @@ def simulate_network(
         num_classes=config.num_classes,
         epsilon=config.epsilon,
         seconds={"release": t1 - t0, "train": t2 - t1, "total": t2 - t0},
+        config=config,
     )
 
 

@@ -22,14 +22,21 @@ public settings only, so it is the same on neighbouring data sets
 private data without noise (the record count, a class with a single record, the
 solver's duality gap) go to the curator-only dict ``curator_`` and the
 ``dp_proto.curator`` logger (``dp_proto.privacy.curator``); delete ``curator_`` before
-publishing a fitted estimator. Non-private fits (``epsilon=None``) still warn and raise.
+pickling a fitted estimator. Non-private fits (``epsilon=None``) still warn and raise.
+
+Publishing. ``save_release(path)`` writes a fitted estimator in the release format of
+``dp_proto.release`` (``model.safetensors`` + ``manifest.json``: the published tensors,
+the hyperparameters, the ledger's events; no ``curator_``, no noise seed, no pickle);
+``dp_proto.load_release(path)`` loads it back, predicting identically.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import warnings
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -47,6 +54,17 @@ from dp_proto.privacy.events import NonPrivateEvent
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import noisy_count
 from dp_proto.privacy.randomness import check_noise_seed, noise_generator
+from dp_proto.privacy.release import ledger_from_manifest, ledger_manifest
+from dp_proto.release import (
+    Release,
+    decode_hyperparameters,
+    decode_labels,
+    encode_hyperparameters,
+    encode_labels,
+    load_release,
+    register_model,
+    registered_name,
+)
 from dp_proto.svdd.cells import group_hypercubes, nearest_index
 from dp_proto.svdd.equilibrium import descend, merge_points, support_function
 from dp_proto.svdd.features import RandomFourierFeatures
@@ -81,6 +99,26 @@ def _empty_cell_threshold(num_classes: int, eps_votes: float) -> float:
     record) removes the empty cells once the noise is small.
     """
     return max(0.5, math.sqrt(2.0 * num_classes) / eps_votes)
+
+
+# -- what a release leaves out (RELEASE_DROPS), and what its guarantee covers --------------
+_CURATOR_ONLY = (
+    "curator-only: diagnostics computed from the private data without noise (record count, solver gap "
+    "and iterations, single-record classes), outside the guarantee"
+)
+_NON_PRIVATE_LEDGER = (
+    "non-private fits only (epsilon=None, or the classifier's starts='training'): the ledger records a "
+    'non_private release (epsilon = inf); the manifest says "private": false instead'
+)
+_SVDD_SCOPE = (
+    "pure epsilon-DP (add/remove one record) for the records passed to fit; the hyperparameters and the "
+    "random feature map (drawn from random_state without the data) are public"
+)
+_CLASSIFIER_SCOPE = (
+    "pure epsilon-DP (add/remove one record) for the records passed to fit (the centre, the record count "
+    "and the votes); the hyperparameters, the random feature map and the start points (drawn from "
+    "random_state without the data), the grid's box and the label set are public"
+)
 
 
 class _SVDDBase(BaseEstimator):
@@ -186,7 +224,239 @@ class _SVDDBase(BaseEstimator):
         X = self._as_tensor(X, fitting=False)
         return (-support_function(self.features_, self.centre_, X)).cpu().numpy()
 
+    # -- the release format (dp_proto.release) -----------------------------------------
+    #: Fitted attributes a release may leave out, with the reason; ``_release_drops`` picks
+    #: those that apply to the fit at hand. Every other fitted attribute is published and
+    #: restored by ``from_release``; the tests check that the two cover ``vars(est)``, so a
+    #: new fitted attribute needs a decision here.
+    RELEASE_DROPS: ClassVar[dict[str, str]] = {}
+    # hyperparameters never written, with the reason
+    _RELEASE_WITHHELD: ClassVar[dict[str, str]] = {
+        "noise_seed": "it would replay the noise of the fit; never published (the privacy section says "
+        "whether the noise was reproducible)",
+        "ledger": "the curator's ledger object; its events are the privacy section, and a loaded model has "
+        "a read-only ledger_",
+    }
+    # the fitted attribute whose presence means "fitted"
+    _FITTED_MARK: ClassVar[str] = "centre_"
 
+    def _fit_was_private(self) -> bool:
+        """Whether every release of the fit was private (a ``non_private`` event: no)."""
+        ledger = getattr(self, "ledger_", None)  # a loaded non-private release has none
+        events = () if ledger is None else ledger.events
+        return bool(events) and all(event.is_private for event in events)
+
+    def to_release(self) -> Release:
+        """The fitted estimator in the release format (in memory; ``save_release`` writes it).
+
+        Returns
+        -------
+        Release
+            The tensors and manifest sections that the class's ``_release_*`` hooks list
+            (never ``__dict__``): a private fit's privacy section is its ledger
+            (``dp_proto.privacy.ledger_manifest``); a non-private fit (``epsilon=None``,
+            or the classifier's ``starts="training"``) writes ``{"private": False}``.
+
+        Raises
+        ------
+        NotFittedError
+            Before ``fit``.
+        """
+        check_is_fitted(self, self._FITTED_MARK)
+        private = self._fit_was_private()
+        hyperparameters, not_saved = encode_hyperparameters(
+            self.get_params(deep=False), withheld=self._RELEASE_WITHHELD
+        )
+        privacy: dict[str, Any] = (
+            ledger_manifest(self.ledger_, scope=self._privacy_scope()) if private else {"private": False}
+        )
+        note = None if private else self._non_private_note()
+        if note is not None:
+            privacy["note"] = note
+        return Release(
+            model=registered_name(self),
+            tensors=self._release_tensors(),
+            hyperparameters=hyperparameters,
+            hyperparameters_not_saved=not_saved,
+            public={"n_features": int(self.n_features_in_), **self._release_public()},
+            privacy=privacy,
+            fitted=self._release_fitted(),
+            dropped=tuple(self._release_drops(private)),
+        )
+
+    def save_release(self, path: str | os.PathLike[str]) -> Path:
+        """Publish the fitted estimator: write it to the directory ``path`` in the release
+        format (``model.safetensors`` + ``manifest.json``, see ``dp_proto.release``).
+
+        What is written and what is left out is listed in the class docstring (Notes) and
+        in ``RELEASE_DROPS``; ``curator_``, the noise seed, generators
+        and pickles are never written. ``dp_proto.load_release(path)`` gives back an
+        estimator that predicts identically.
+
+        Parameters
+        ----------
+        path : str or path
+            The directory (created if needed).
+
+        Returns
+        -------
+        Path
+            The directory.
+
+        Raises
+        ------
+        NotFittedError
+            Before ``fit`` (nothing is written).
+        """
+        return self.to_release().save(path)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """``save_release``: the same release, under the name the non-private estimators use.
+
+        Parameters
+        ----------
+        path : str or path
+            The directory (created if needed).
+
+        Returns
+        -------
+        Path
+            The directory.
+        """
+        return self.save_release(path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, device: str | None = None) -> Any:
+        """Load a release that ``save_release`` wrote, checking that it holds a ``cls``.
+
+        Parameters
+        ----------
+        path : str or path
+            The release directory.
+        device : str or None, default None
+            Where the loaded model computes (the saved ``device`` is replaced; None: CPU).
+
+        Returns
+        -------
+        estimator
+            A fitted ``cls``.
+        """
+        model = load_release(path, device=device)
+        if not isinstance(model, cls):
+            raise TypeError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
+        return model
+
+    @classmethod
+    def from_release(cls, release: Release, *, device: str | None = None) -> Any:
+        """The fitted estimator of ``release`` (``dp_proto.release.read_release``).
+
+        Its ``predict`` (and ``decision_function`` where the class has one) equals the
+        saved estimator's exactly on the same device; the attributes the release left
+        out are absent. A private release gets a read-only ``ledger_``
+        (``dp_proto.privacy.ledger_from_manifest``).
+
+        Parameters
+        ----------
+        release : Release
+            A release of this class.
+        device : str or None, default None
+            Where the loaded model computes (the saved ``device`` is replaced; None: CPU).
+
+        Returns
+        -------
+        estimator
+            A fitted ``cls``.
+
+        Raises
+        ------
+        ValueError
+            A release of another model, unknown hyperparameters, or tensors whose shapes
+            do not fit the manifest.
+        """
+        expected = cls.__dict__.get("_release_name")
+        if release.model != expected:
+            raise ValueError(f"the release is of the model {release.model!r}, not {expected!r}")
+        params = decode_hyperparameters(release.hyperparameters, release.hyperparameters_not_saved)
+        unknown = sorted(set(params) - set(cls._get_param_names()))
+        if unknown:
+            raise ValueError(f"the release sets hyperparameters {unknown} that {cls.__name__} does not take")
+        params["device"] = device
+        estimator = cls(**params)
+        estimator.n_features_in_ = int(release.public["n_features"])
+        estimator._restore_release(release)
+        if release.private:
+            estimator.ledger_ = ledger_from_manifest(release.privacy)
+        return estimator
+
+    def _release_tensor(self, release: Release, name: str, shape: tuple[int | None, ...]) -> torch.Tensor:
+        """Tensor ``name`` of ``release`` on the estimator's device, checked against ``shape``
+        (``None``: any length)."""
+        array = release.tensor(name, len(shape))
+        if any(want is not None and got != want for got, want in zip(array.shape, shape, strict=True)):
+            raise ValueError(
+                f"tensor {name!r} of the release has shape {tuple(array.shape)}, expected "
+                f"{tuple('*' if n is None else n for n in shape)}"
+            )
+        return torch.from_numpy(np.array(array)).to(self._device())
+
+    def _feature_map_release(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The public feature map: its frequencies ``(d, F/2)`` and its description."""
+        features = self.features_
+        tensors = {
+            "features.frequencies": features.frequencies.detach().cpu().numpy(),
+            "centre": self.centre_.detach().cpu().numpy(),
+        }
+        public = {
+            "in_features": int(features.in_features),
+            "num_features": int(features.num_features),
+            "gamma": float(features.gamma),
+            "note": "random Fourier features of exp(-gamma ||x - y||^2) (Rahimi & Recht 2007), drawn from "
+            "random_state without the data; centre is the released centre a^ in that feature space",
+        }
+        return tensors, public
+
+    def _restore_feature_map(self, release: Release) -> None:
+        description = release.public["feature_map"]
+        d, num_features = int(self.n_features_in_), int(description["num_features"])
+        frequencies = self._release_tensor(release, "features.frequencies", (d, num_features // 2))
+        # a placeholder draw from a generator of its own (the global one is left alone),
+        # replaced by the published frequencies
+        features = RandomFourierFeatures(
+            d,
+            num_features,
+            float(description["gamma"]),
+            generator=torch.Generator().manual_seed(0),
+            dtype=frequencies.dtype,
+            device=frequencies.device,
+        )
+        features.frequencies = frequencies
+        self.features_ = features
+        self.centre_ = self._release_tensor(release, "centre", (num_features,))
+
+    # hooks of the two estimators
+    def _release_tensors(self) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def _release_public(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _release_fitted(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _release_drops(self, private: bool) -> list[str]:
+        raise NotImplementedError
+
+    def _privacy_scope(self) -> str:
+        raise NotImplementedError
+
+    def _non_private_note(self) -> str | None:
+        return None
+
+    def _restore_release(self, release: Release) -> None:
+        raise NotImplementedError
+
+
+@register_model("dp_proto.PrivateSVDD")
 class PrivateSVDD(OutlierMixin, _SVDDBase):
     """One-class SVDD on random Fourier features with a private centre and radius.
 
@@ -251,7 +521,20 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
     curator_ : dict
         Private fits only -- **curator-only** diagnostics computed from the data without
         noise: ``n_records``, ``box_full`` (fewer than ``n / C`` records), ``solver_gap``
-        (at most ``tol``) and ``solver_iterations``. Delete it before publishing.
+        (at most ``tol``) and ``solver_iterations``. ``save_release`` leaves it out;
+        delete it before pickling the estimator.
+
+    Notes
+    -----
+    Publishing: ``save_release(path)`` (or ``save``) writes the fitted estimator in the
+    release format of ``dp_proto.release``: the tensors ``features.frequencies (d, F/2)``
+    (the public feature map) and ``centre (F,)``; in ``manifest.json`` the
+    hyperparameters (``noise_seed`` and ``ledger`` withheld), the feature count, the
+    feature map's ``num_features`` and ``gamma``, ``radius2_`` and ``offset_``, and the
+    ledger's epsilon and events. Left out (``RELEASE_DROPS``): ``curator_``, and the
+    ``ledger_`` of a non-private fit, whose manifest says ``"private": false``.
+    ``dp_proto.load_release(path)`` gives back an estimator whose ``decision_function``
+    and ``predict`` equal the saved one's, with a read-only ``ledger_``.
 
     References
     ----------
@@ -335,7 +618,34 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
         """``+1`` for inliers, ``-1`` for outliers."""
         return np.where(self.decision_function(X) >= 0, 1, -1)
 
+    # -- the release format -------------------------------------------------------------
+    RELEASE_DROPS: ClassVar[dict[str, str]] = {
+        "curator_": _CURATOR_ONLY,
+        "ledger_": _NON_PRIVATE_LEDGER,
+    }
 
+    def _release_tensors(self) -> dict[str, np.ndarray]:
+        return self._feature_map_release()[0]
+
+    def _release_public(self) -> dict[str, Any]:
+        return {"feature_map": self._feature_map_release()[1]}
+
+    def _release_fitted(self) -> dict[str, Any]:
+        return {"radius2_": float(self.radius2_), "offset_": float(self.offset_)}
+
+    def _release_drops(self, private: bool) -> list[str]:
+        return [name for name in ("curator_",) if name in vars(self)] + ([] if private else ["ledger_"])
+
+    def _privacy_scope(self) -> str:
+        return _SVDD_SCOPE
+
+    def _restore_release(self, release: Release) -> None:
+        self._restore_feature_map(release)
+        self.radius2_ = float(release.fitted["radius2_"])
+        self.offset_ = float(release.fitted["offset_"])
+
+
+@register_model("dp_proto.PrivateSVDDClassifier")
 class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     """Multi-class classifier from the equilibrium points of a private SVDD (Park 2022).
 
@@ -506,8 +816,26 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     curator_ : dict
         Private fits only -- **curator-only** diagnostics computed from the data without
         noise (see ``PrivateSVDD``, plus ``single_record_classes``: the classes with
-        exactly one record, which a non-private fit warns about). Delete it before
-        publishing.
+        exactly one record, which a non-private fit warns about). ``save_release``
+        leaves it out; delete it before pickling the estimator.
+    n_starts_ : int
+        Random starts only: the number of start points used (``n_starts`` resolved).
+
+    Notes
+    -----
+    Publishing: ``save_release(path)`` (or ``save``) writes what ``release`` publishes,
+    in the release format of ``dp_proto.release``: the tensors ``labelled_points (m, d)``
+    and ``labelled_classes (m,)`` (int64 indices into ``classes_``), and for
+    ``"support_function"`` also ``features.frequencies (d, F/2)`` and ``centre (F,)``;
+    in ``manifest.json`` the hyperparameters (``noise_seed`` and ``ledger`` withheld), the
+    label set, the feature count, the grid (or None), ``starts_``, ``n_starts_``,
+    ``is_private_`` and the ledger's epsilon and events (``"private": false`` for
+    ``epsilon=None`` and for ``starts="training"``). Left out (``RELEASE_DROPS``):
+    ``curator_``; the cell structure behind the votes (``equilibria_``, ``ep_cell_``,
+    ``cell_counts_``, ``cell_labels_``, ``cubes_``), not needed to predict; the feature
+    map and the centre under ``"equilibrium_points"``; a non-private fit's ``ledger_``.
+    ``dp_proto.load_release(path)`` gives back an estimator that predicts identically
+    (in the saved ``release`` mode).
 
     References
     ----------
@@ -736,6 +1064,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         gen = self._generator()
         self.ledger_ = self._new_ledger()
         self.__dict__.pop("curator_", None)
+        self.__dict__.pop("n_starts_", None)  # set below by random starts only: none left from a refit
         self.is_private_ = private and mode != "training"
         single = self.classes_[np.bincount(y_index, minlength=c) == 1]
         if self.is_private_:
@@ -830,10 +1159,119 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         self.labelled_classes_ = self.cell_labels_[self.ep_cell_[labelled]]
         return self
 
+    # -- the release format -------------------------------------------------------------
+    _FITTED_MARK: ClassVar[str] = "labelled_points_"
+    RELEASE_DROPS: ClassVar[dict[str, str]] = {
+        "curator_": _CURATOR_ONLY,
+        "ledger_": _NON_PRIVATE_LEDGER,
+        "equilibria_": "every equilibrium point, the unlabelled ones included (with the grid: the released "
+        "cubes' centres, the same points as labelled_points_): post-processing of the released centre, not "
+        "needed to predict; the model is published as its labelled points (Park 2022)",
+        "ep_cell_": "the cell of every equilibrium point: the partition behind the votes, not needed to predict",
+        "cell_counts_": "the noisy class counts per cell: epsilon-DP and in the ledger, but not needed to "
+        "predict (labelled_classes_ holds their arg-max for every published point)",
+        "cell_labels_": "the label of every cell (-1: unlabelled): labelled_classes_ holds it for every "
+        "published point",
+        "cubes_": "with the grid, the integer coordinates of the released cubes, whose centres are "
+        "labelled_points_; None otherwise",
+        "features_": "release='equilibrium_points' publishes the labelled equilibrium points only (Park 2022): "
+        "the feature map is not needed to predict",
+        "centre_": "release='equilibrium_points' publishes the labelled equilibrium points only (Park 2022): "
+        "the centre is not needed to predict",
+    }
+    _CELL_STRUCTURE: ClassVar[tuple[str, ...]] = ("equilibria_", "ep_cell_", "cell_counts_", "cell_labels_", "cubes_")
+    _PUBLIC_FITTED: ClassVar[tuple[str, ...]] = ("starts_", "n_starts_", "is_private_")
+
+    def _publishes_support_function(self) -> bool:
+        if self.release not in ("support_function", "equilibrium_points"):
+            raise ValueError(f"release must be 'support_function' or 'equilibrium_points', got {self.release!r}")
+        return self.release == "support_function"
+
+    def _release_tensors(self) -> dict[str, np.ndarray]:
+        tensors = {
+            "labelled_points": self.labelled_points_.detach().cpu().numpy(),
+            "labelled_classes": self.labelled_classes_.detach().cpu().numpy(),
+        }
+        if self._publishes_support_function():
+            tensors.update(self._feature_map_release()[0])
+        return tensors
+
+    def _release_public(self) -> dict[str, Any]:
+        grid = self.grid_
+        public: dict[str, Any] = {
+            "classes": encode_labels(self.classes_),
+            "grid": None
+            if grid is None
+            else {"step": grid.step, "lo": grid.lo, "hi": grid.hi, "lower": grid.lower, "upper": grid.upper},
+        }
+        if self._publishes_support_function():
+            public["feature_map"] = self._feature_map_release()[1]
+        return public
+
+    def _release_fitted(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._PUBLIC_FITTED if name in vars(self)}
+
+    def _release_drops(self, private: bool) -> list[str]:
+        drops = [name for name in ("curator_", *self._CELL_STRUCTURE) if name in vars(self)]
+        if not self._publishes_support_function():
+            drops += ["features_", "centre_"]
+        return drops if private else [*drops, "ledger_"]
+
+    def _privacy_scope(self) -> str:
+        if self.classes is None:
+            return (
+                f"{_CLASSIFIER_SCOPE}; except the label set: classes=None read it from the private y, and the "
+                "guarantee does not cover which labels occur"
+            )
+        return _CLASSIFIER_SCOPE
+
+    def _non_private_note(self) -> str | None:
+        if getattr(self, "starts_", None) == "training":
+            return (
+                "starts='training' (the variant of Park 2022) is not differentially private: the published "
+                "equilibrium points are reached from training records"
+            )
+        return None
+
+    def _restore_release(self, release: Release) -> None:
+        public = release.public
+        self.classes_ = decode_labels(public["classes"])
+        grid = public.get("grid")
+        self.grid_ = (
+            None
+            if grid is None
+            else PublicGrid(
+                float(grid["step"]),
+                tuple(int(v) for v in grid["lo"]),
+                tuple(int(v) for v in grid["hi"]),
+                tuple(float(v) for v in grid["lower"]),
+                tuple(float(v) for v in grid["upper"]),
+            )
+        )
+        points = self._release_tensor(release, "labelled_points", (None, int(self.n_features_in_)))
+        labels = self._release_tensor(release, "labelled_classes", (points.shape[0],))
+        if points.shape[0] < 1 or labels.dtype != torch.int64:
+            raise ValueError("the release needs at least one labelled point and int64 labelled_classes")
+        if int(labels.min()) < 0 or int(labels.max()) >= len(self.classes_):
+            raise ValueError(f"labelled_classes of the release must lie in 0..{len(self.classes_) - 1}")
+        self.labelled_points_, self.labelled_classes_ = points, labels
+        if self._publishes_support_function():
+            if "feature_map" not in public:
+                raise ValueError("a release='support_function' model needs its feature map and centre")
+            self._restore_feature_map(release)
+        for name in self._PUBLIC_FITTED:
+            if name in release.fitted:
+                setattr(self, name, release.fitted[name])
+
     # -- prediction ---------------------------------------------------------------------
     def _predict_index(self, X) -> torch.Tensor:
         check_is_fitted(self, "labelled_points_")
         X = self._as_tensor(X, fitting=False)
+        if self.release == "support_function" and "centre_" not in vars(self):
+            raise ValueError(
+                "this model was published with release='equilibrium_points' (its labelled equilibrium points "
+                "only): it has no centre to run the dynamics of release='support_function'"
+            )
         clamp = self.grid_.clamp if self.grid_ is not None else (lambda z: z)
         if self.release == "equilibrium_points":
             k = min(int(self.n_neighbors), self.labelled_points_.shape[0])  # k > m: all labelled EPs

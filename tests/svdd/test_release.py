@@ -1,0 +1,322 @@
+"""PrivateSVDD and PrivateSVDDClassifier in the release format: saved, loaded, predicting as before.
+
+Every setting is fitted once on standardised iris (a module-scoped fixture), written with
+``save_release`` and loaded with ``dp_proto.load_release``. The release must restore every
+fitted attribute except a documented set (``RELEASE_DROPS``; the drops of each setting
+are written out literally below, so a new fitted attribute needs a decision), and hold
+nothing curator-only, no pickle, no generator state and no noise seed.
+"""
+
+import json
+import re
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_iris
+from sklearn.exceptions import NotFittedError
+from sklearn.preprocessing import StandardScaler
+
+import dp_proto
+from dp_proto.privacy.ledger import PrivacyLedger
+from dp_proto.privacy.release import ReleasedLedger
+from dp_proto.release import MANIFEST_FILE, TENSORS_FILE, read_release
+from dp_proto.svdd import PrivateSVDD, PrivateSVDDClassifier
+
+X, Y = load_iris(return_X_y=True)
+X = StandardScaler().fit_transform(X)
+CLASSES = [0, 1, 2]
+STARTS = np.random.default_rng(5).uniform(-2, 2, size=(30, 4))  # public start points
+SETTINGS = {
+    "svdd": (PrivateSVDD, {"epsilon": 1.0, "random_state": 0}),
+    "svdd_exact": (PrivateSVDD, {"epsilon": None, "random_state": 0}),
+    "normal": (PrivateSVDDClassifier, {"epsilon": 2.0, "r_max": 0.5, "classes": CLASSES, "random_state": 0}),
+    "grid": (
+        PrivateSVDDClassifier,
+        {"epsilon": 50.0, "starts": "grid", "r_max": 0.5, "classes": CLASSES, "random_state": 0},
+    ),
+    "given_starts": (
+        PrivateSVDDClassifier,
+        {"epsilon": 3.0, "starts": STARTS, "classes": CLASSES, "dtype": "float64", "random_state": 0},
+    ),
+    "equilibrium_points": (
+        PrivateSVDDClassifier,
+        {
+            "epsilon": 5.0,
+            "release": "equilibrium_points",
+            "n_neighbors": 3,
+            "starts": "normal",
+            "n_starts": 100,
+            "classes": CLASSES,
+            "random_state": 0,
+        },
+    ),
+    "exact_grid": (PrivateSVDDClassifier, {"epsilon": None, "starts": "grid", "r_max": 0.5, "random_state": 0}),
+    "training": (
+        PrivateSVDDClassifier,
+        {"epsilon": 1.0, "starts": "training", "r_max": 0.5, "classes": CLASSES, "random_state": 0},
+    ),
+}
+# What each release leaves out: the documented decision (RELEASE_DROPS), written out here
+# so that a new fitted attribute, or a change of the decision, fails this file.
+CELLS = {"equilibria_", "ep_cell_", "cell_counts_", "cell_labels_", "cubes_"}
+EXPECTED_DROPS = {
+    "svdd": {"curator_"},
+    "svdd_exact": {"ledger_"},
+    "normal": CELLS | {"curator_"},
+    "grid": CELLS | {"curator_"},
+    "given_starts": CELLS | {"curator_"},
+    "equilibrium_points": CELLS | {"curator_", "features_", "centre_"},
+    "exact_grid": CELLS | {"ledger_"},
+    "training": CELLS | {"curator_", "ledger_"},
+}
+RELEASE_DROPS = {
+    PrivateSVDD: {"curator_", "ledger_"},
+    PrivateSVDDClassifier: CELLS | {"curator_", "ledger_", "features_", "centre_"},
+}
+PRIVATE = {"svdd", "normal", "grid", "given_starts", "equilibrium_points"}
+
+
+def _fit(name, **extra):
+    cls, params = SETTINGS[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return cls(**{**params, **extra}).fit(X, Y)
+
+
+@pytest.fixture(scope="module", params=list(SETTINGS))
+def fitted(request):
+    return request.param, _fit(request.param)
+
+
+def _probe():
+    """Iris, and points well beyond it (outside the grid's box too)."""
+    return np.vstack([X, np.random.default_rng(0).normal(scale=3.0, size=(50, 4)), np.full((1, 4), 50.0)])
+
+
+def test_loaded_model_predicts_identically(fitted, tmp_path):
+    name, est = fitted
+    path = est.save_release(tmp_path / "release")
+    loaded = dp_proto.load_release(path)
+    assert type(loaded) is type(est)
+    Xp = _probe()
+    np.testing.assert_array_equal(loaded.predict(Xp), est.predict(Xp))
+    if isinstance(est, PrivateSVDD) or est.release == "support_function":
+        np.testing.assert_array_equal(loaded.score_samples(Xp), est.score_samples(Xp))
+    if isinstance(est, PrivateSVDD):
+        np.testing.assert_array_equal(loaded.decision_function(Xp), est.decision_function(Xp))
+    else:
+        assert loaded.score(X, Y) == est.score(X, Y)
+    np.testing.assert_array_equal(type(est).load(path).predict(Xp), est.predict(Xp))
+    manifest = json.loads((path / MANIFEST_FILE).read_text())
+    assert manifest["model"] == f"dp_proto.{type(est).__name__}"
+    if name in PRIVATE:
+        assert manifest["privacy"]["private"] is True
+        assert manifest["privacy"]["epsilon"] == est.ledger_.get_epsilon()
+        assert manifest["privacy"]["epsilon"] == pytest.approx(est.epsilon, rel=1e-3)
+        assert isinstance(loaded.ledger_, ReleasedLedger)
+        assert loaded.ledger_.get_epsilon() == est.ledger_.get_epsilon()  # composed afresh, checked
+        assert "add/remove one record" in manifest["privacy"]["scope"]
+    elif name == "training":
+        assert manifest["privacy"]["private"] is False
+        assert "not differentially private" in manifest["privacy"]["note"]
+    else:
+        assert manifest["privacy"] == {"private": False}
+
+
+def _same(a, b):
+    if isinstance(a, torch.nn.Module):
+        sa, sb = a.state_dict(), b.state_dict()
+        return (
+            type(a) is type(b)
+            and sa.keys() == sb.keys()
+            and all(torch.equal(sa[k], sb[k]) for k in sa)
+            and repr(a) == repr(b)
+        )
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)
+    if isinstance(a, PrivacyLedger):
+        return a.state_dict() == b.state_dict()
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and np.array_equal(a, b)
+    return type(a) is type(b) and a == b
+
+
+def _curator_only_attributes(cls):
+    """Fitted attributes the class docstring documents as curator-only."""
+    found, current = set(), None
+    for line in (cls.__doc__ or "").splitlines():
+        header = re.match(r"^    (\w+_) : ", line)
+        if header:
+            current = header.group(1)
+        elif current and "curator-only" in line.lower():
+            found.add(current)
+    return found
+
+
+def test_every_fitted_attribute_is_restored_or_a_documented_drop(fitted, tmp_path):
+    name, est = fitted
+    cls = type(est)
+    loaded = dp_proto.load_release(est.save_release(tmp_path / "release"))
+    params = set(est.get_params())
+    attributes = set(vars(est)) - params
+    restored = set(vars(loaded)) - params
+    assert set(cls.RELEASE_DROPS) == RELEASE_DROPS[cls]
+    assert EXPECTED_DROPS[name] <= set(cls.RELEASE_DROPS)
+    assert attributes - restored == EXPECTED_DROPS[name]
+    assert restored == attributes - EXPECTED_DROPS[name]  # nothing new appears either
+    for attribute in sorted(restored):
+        assert _same(getattr(est, attribute), getattr(loaded, attribute)), attribute
+    curator = {a for a in attributes if "curator" in a} | _curator_only_attributes(cls)
+    assert curator == {"curator_"} and curator <= set(cls.RELEASE_DROPS)
+    assert ("curator_" in attributes) == (name != "svdd_exact" and name != "exact_grid")
+    manifest = json.loads((tmp_path / "release" / MANIFEST_FILE).read_text())
+    assert manifest["dropped"] == sorted(EXPECTED_DROPS[name])
+
+
+def test_hyperparameters_round_trip(fitted, tmp_path):
+    _, est = fitted
+    loaded = dp_proto.load_release(est.save_release(tmp_path / "release"))
+    ours, theirs = est.get_params(), loaded.get_params()
+    assert theirs["noise_seed"] is None and theirs["ledger"] is None  # never published
+    for key, value in ours.items():
+        if key in ("noise_seed", "ledger"):
+            continue
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(np.asarray(theirs[key]), value)
+        else:
+            assert theirs[key] == value, key
+    # a loaded model saves the same release again (a private one with its read-only ledger)
+    again = read_release(loaded.save_release(tmp_path / "again"))
+    first = read_release(tmp_path / "release")
+    assert again.privacy == first.privacy and again.public == first.public and again.fitted == first.fitted
+    assert again.tensors.keys() == first.tensors.keys()
+    for key in first.tensors:
+        np.testing.assert_array_equal(again.tensors[key], first.tensors[key])
+
+
+def _files(path):
+    return {p.name: p.read_bytes() for p in path.iterdir()}
+
+
+# names a pickle of torch or numpy objects would hold (long enough not to occur by chance)
+PICKLE_MARKERS = (b"torch._utils", b"_rebuild_tensor", b"numpy.core.multiarray", b"numpy._core", b"_reconstruct")
+
+
+def _walk(node, key=""):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _walk(v, k)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _walk(v, key)
+    else:
+        yield key, node
+
+
+@pytest.mark.parametrize("name", ["svdd", "normal", "grid"])
+def test_a_release_holds_no_pickle_no_generator_and_nothing_curator_only(name, tmp_path):
+    seed = 918273645
+    est = _fit(name, noise_seed=seed)
+    assert est.curator_["n_records"] == len(X)
+    path = est.save_release(tmp_path / "release")
+    files = _files(path)
+    assert set(files) == {MANIFEST_FILE, TENSORS_FILE}
+    for data in files.values():
+        assert not data.startswith(b"\x80")  # the opcode every pickle protocol >= 2 starts with
+        assert not any(marker in data for marker in PICKLE_MARKERS)
+    text = files[MANIFEST_FILE].decode()
+    assert str(seed) not in text
+    for curator_key in est.curator_:
+        assert curator_key not in text, curator_key
+    assert text.count("curator_") == 1  # the name in "dropped", no value
+    manifest = json.loads(text)
+    published = {k: v for k, v in manifest.items() if k != "hyperparameters_not_saved"}  # reasons, no values
+    for key, value in _walk(published):
+        if "seed" in key or "generator" in key or "rng" in key:
+            assert value is None, key
+    assert manifest["hyperparameters_not_saved"].keys() == {"noise_seed", "ledger"}
+    assert manifest["privacy"]["noise"] == "reproducible"  # said, not the seed
+    release = read_release(path)
+    if name == "svdd":
+        assert set(release.tensors) == {"features.frequencies", "centre"}
+        assert set(release.fitted) == {"radius2_", "offset_"}
+        return
+    assert set(release.tensors) == {"features.frequencies", "centre", "labelled_points", "labelled_classes"}
+    # no training record among the published points: they come from public starts or cubes
+    points = release.tensors["labelled_points"].astype(np.float64)
+    assert not (np.abs(points[:, None, :] - X[None, :, :]).max(-1) < 1e-6).any()
+
+
+def test_the_label_set_read_from_private_data_is_named_in_the_scope(tmp_path):
+    est = _fit("normal", classes=None)
+    manifest = json.loads((est.save_release(tmp_path / "release") / MANIFEST_FILE).read_text())
+    assert "classes=None" in manifest["privacy"]["scope"]
+
+
+@pytest.mark.parametrize("name", ["svdd", "normal"])
+def test_an_unfitted_estimator_is_refused(name, tmp_path):
+    cls, params = SETTINGS[name]
+    with pytest.raises(NotFittedError):
+        cls(**params).save_release(tmp_path / "release")
+    assert not (tmp_path / "release").exists()
+
+
+def test_load_checks_the_class(tmp_path):
+    path = _fit("svdd").save(tmp_path / "svdd")
+    with pytest.raises(TypeError, match="holds a PrivateSVDD, not a PrivateSVDDClassifier"):
+        PrivateSVDDClassifier.load(path)
+    with pytest.raises(ValueError, match="not 'dp_proto.PrivateSVDDClassifier'"):
+        PrivateSVDDClassifier.from_release(read_release(path))
+
+
+def test_an_equilibrium_point_release_has_no_support_function(tmp_path):
+    loaded = dp_proto.load_release(_fit("equilibrium_points").save_release(tmp_path / "release"))
+    assert set(read_release(tmp_path / "release").tensors) == {"labelled_points", "labelled_classes"}
+    loaded.set_params(release="support_function")
+    with pytest.raises(ValueError, match="published with release='equilibrium_points'"):
+        loaded.predict(X)
+    with pytest.raises(NotFittedError):
+        loaded.score_samples(X)
+
+
+def test_the_tensors_must_fit_the_manifest(tmp_path):
+    path = _fit("normal").save_release(tmp_path / "release")
+    manifest = json.loads((path / MANIFEST_FILE).read_text())
+    manifest["public"]["n_features"] = 5
+    (path / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="tensor 'labelled_points' of the release has shape"):
+        dp_proto.load_release(path)
+
+
+@pytest.mark.slow
+def test_a_fresh_process_loads_a_private_classifier_and_predicts_identically(tmp_path):
+    """A private classifier (support function), saved here, loaded by another Python: the
+    same labels and support-function values bit for bit (at the same torch thread count),
+    and the same epsilon composed afresh from the events."""
+    est = _fit("normal")
+    path = est.save_release(tmp_path / "release")
+    probe = tmp_path / "probe.npy"
+    np.save(probe, _probe())
+    code = (
+        "import json, sys, numpy as np, torch, dp_proto; torch.set_num_threads(int(sys.argv[3])); "
+        "m = dp_proto.load_release(sys.argv[1]); X = np.load(sys.argv[2]); "
+        "print(json.dumps({'pred': m.predict(X).tolist(), 'scores': m.score_samples(X).tolist(), "
+        "'epsilon': m.ledger_.get_epsilon(), 'type': type(m).__name__}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path), str(probe), str(torch.get_num_threads())],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["type"] == "PrivateSVDDClassifier"
+    np.testing.assert_array_equal(np.array(got["pred"]), est.predict(_probe()))
+    scores = est.score_samples(_probe())
+    np.testing.assert_array_equal(np.array(got["scores"], dtype=scores.dtype), scores)
+    assert got["epsilon"] == est.ledger_.get_epsilon()
