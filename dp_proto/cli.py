@@ -1,12 +1,23 @@
 """The ``dp-proto`` command line.
 
-dp-proto demo [--quick] [--log-dir runs]        DP-GMLVQ vs GMLVQ on scikit-learn's digits
-dp-proto train --config FILE [key.sub=value ...]  any experiment in training/configs (a private
-                                                  run writes its release to <run>/version_N/release/)
-dp-proto anonymize [--config FILE] [key.sub=value ...]  the adversarial anonymizer
-dp-proto llp --data-dir DIR [--distributed]     LLP over SCATS sensor nodes, 4-node setting
-dp-proto svdd [--config FILE] [key.sub=value ...]  the (private) SVDD classifier, one split
+dp-proto demo [--quick] [--log-dir runs]
+    DP-GMLVQ vs GMLVQ on scikit-learn's digits
+dp-proto train --config FILE [--data-dir DIR] [key.sub=value ...]
+    any experiment in training/configs (a private run writes its release to
+    <run>/version_N/release/)
+dp-proto anonymize [--config FILE] [--data-dir DIR] [key.sub=value ...]
+    the adversarial anonymizer
+dp-proto llp [--config FILE] [--data-dir DIR] [--distributed] [key.sub=value ...]
+    LLP over SCATS sensor nodes, 4-node setting
+dp-proto svdd [--config FILE] [--data-dir DIR] [key.sub=value ...]
+    the (private) SVDD classifier, one split
 dp-proto version
+
+A config is checked against its experiment's typed schema before anything runs
+(``dp_proto.experiments.schema``); a bad config, a malformed YAML file or an unknown key
+ends the command with status 2 and one line on stderr. ``--data-dir DIR`` sets the
+config's ``data.data_dir`` (over the file and the overrides); without it, and with
+``data.data_dir`` null, the data directory is ``$DP_PROTO_DATA_DIR``.
 """
 
 from __future__ import annotations
@@ -95,7 +106,15 @@ def _report(result: dict, *, as_json: bool) -> None:
     print(f"  view them with: tensorboard --logdir {cfg['logging']['log_dir']}")
 
 
+def _with_data_dir(config: dict, args: argparse.Namespace) -> dict:
+    """``config`` with ``data.data_dir`` set from ``--data-dir`` (when given)."""
+    if getattr(args, "data_dir", None) is not None:
+        config["data"]["data_dir"] = args.data_dir
+    return config
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from dp_proto.experiments.config import validate_config
     from dp_proto.experiments.lvq import DEFAULT_CONFIG, merge_config, run_experiment
 
     results = []
@@ -105,6 +124,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         config["training"]["progress_bar"] = not args.no_progress
         if args.quick:
             config["training"]["max_epochs"] = 3
+        validate_config(config, "lvq")
         results.append(run_experiment(config))
     private, public = results
     if args.json:
@@ -124,7 +144,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_train(args: argparse.Namespace) -> int:
     from dp_proto.experiments.lvq import load_config, run_experiment
 
-    config = load_config(args.config, args.overrides)
+    config = _with_data_dir(load_config(args.config, args.overrides), args)
     if args.log_dir is not None:
         config["logging"]["log_dir"] = args.log_dir
     if args.no_progress:
@@ -139,7 +159,7 @@ def _cmd_anonymize(args: argparse.Namespace) -> int:
         run_anonymizer_experiment,
     )
 
-    config = load_anonymizer_config(args.config, args.overrides)
+    config = _with_data_dir(load_anonymizer_config(args.config, args.overrides), args)
     if args.log_dir is not None:
         config["logging"]["log_dir"] = args.log_dir
     if args.no_progress:
@@ -188,7 +208,7 @@ _LLP_FLAGS = {
 
 def _cmd_llp(args: argparse.Namespace) -> int:
     """LLP on SCATS counts: an anchor detector and its nearest detectors, one cross-validation fold."""
-    from dp_proto.experiments.config import merge_config, nested
+    from dp_proto.experiments.config import merge_config, nested, validate_config
     from dp_proto.experiments.llp import load_llp_config, run_llp_experiment
 
     config = load_llp_config(args.config, args.overrides)
@@ -196,6 +216,7 @@ def _cmd_llp(args: argparse.Namespace) -> int:
         value = getattr(args, flag)
         if value is not None:
             config = merge_config(config, nested(key, value))
+    validate_config(config, "llp")
     result = run_llp_experiment(config)
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "config"}))
@@ -229,7 +250,7 @@ def _cmd_svdd(args: argparse.Namespace) -> int:
     """The (private) SVDD equilibrium-point classifier on one stratified split."""
     from dp_proto.experiments.svdd import load_svdd_config, run_svdd_experiment
 
-    result = run_svdd_experiment(load_svdd_config(args.config, args.overrides))
+    result = run_svdd_experiment(_with_data_dir(load_svdd_config(args.config, args.overrides), args))
     shown = {k: v for k, v in result.items() if k not in ("config", "estimator", "ledger")}
     if args.json:
         print(json.dumps(shown))
@@ -251,6 +272,9 @@ def _cmd_svdd(args: argparse.Namespace) -> int:
     return 0
 
 
+_DATA_DIR_HELP = "the data directory: sets data.data_dir (default: the config's, else $DP_PROTO_DATA_DIR)"
+
+
 def _add_llp_parser(sub) -> None:
     llp = sub.add_parser(
         "llp",
@@ -260,7 +284,7 @@ def _add_llp_parser(sub) -> None:
     )
     llp.add_argument("--config", default=None, help="YAML file, e.g. training/configs/scats_llp.yaml")
     llp.add_argument("overrides", nargs="*", help="key.subkey=value, e.g. llp.k=8")
-    llp.add_argument("--data-dir", default=None, help="data directory (default: $DP_PROTO_DATA_DIR)")
+    llp.add_argument("--data-dir", default=None, help=_DATA_DIR_HELP)
     llp.add_argument(
         "--distributed",
         action="store_true",
@@ -338,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     svdd.add_argument("overrides", nargs="*", help="key.subkey=value overrides, e.g. svdd.gamma=50")
     svdd.add_argument("--json", action="store_true", help="print one JSON line instead of text")
     svdd.set_defaults(func=_cmd_svdd)
+
+    for p in (train, anonymize, svdd):
+        p.add_argument("--data-dir", default=None, help=_DATA_DIR_HELP)
 
     for p, default in ((demo, "runs"), (train, None), (anonymize, None)):
         p.add_argument("--log-dir", default=default, help="TensorBoard log folder (default: runs)")

@@ -18,10 +18,11 @@ def test_file_then_overrides_overlay_the_defaults_in_order(tmp_path):
     assert read_config(DEFAULTS) == DEFAULTS and read_config(DEFAULTS) is not DEFAULTS
 
 
-def test_an_empty_file_is_the_defaults(tmp_path):
+def test_an_empty_file_is_refused(tmp_path):
     path = tmp_path / "empty.yaml"
     path.write_text("")
-    assert read_config(DEFAULTS, path) == DEFAULTS
+    with pytest.raises(ValueError, match="holds no settings"):
+        read_config(DEFAULTS, path)
 
 
 @pytest.mark.parametrize(

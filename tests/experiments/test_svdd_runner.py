@@ -69,9 +69,9 @@ def test_private_run_maps_the_public_bounds_onto_the_unit_box():
     [
         (None, ["privacy.epsilon=1"], ValueError, "data.scaling: none"),
         (CONFIG, ["privacy.bounds=null"], ValueError, r"privacy.bounds: \[lower, upper\]"),
-        (None, ["data.scaling=minmax"], ValueError, "unknown data.scaling"),
+        (None, ["data.scaling=minmax"], ValueError, "data.scaling: expected one of 'standard', 'none', got 'minmax'"),
         (CONFIG, ["svdd.epsilon=1"], KeyError, "unknown config key 'svdd.epsilon'"),
-        (None, ["data.source=web"], ValueError, "unknown data.source 'web'"),
+        (None, ["data.source=web"], ValueError, "data.source: expected one of 'bundled', .*, got 'web'"),
     ],
 )
 def test_bad_configs_are_refused(path, overrides, error, match):

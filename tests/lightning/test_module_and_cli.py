@@ -119,7 +119,7 @@ def test_cli_reports_bad_config_cleanly(tmp_path, capsys):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"model": {"type": "svm"}}))
     assert main(["train", "--config", str(path), "--no-progress"]) == 2
-    assert "unknown model.type 'svm'" in capsys.readouterr().err
+    assert "model.type: expected one of 'glvq', 'gmlvq', 'lgmlvq', got 'svm'" in capsys.readouterr().err
 
 
 @pytest.mark.slow
