@@ -44,7 +44,7 @@ from dp_proto.privacy.events import (
     SubsampledGaussianEvent,
     dp_sgd_event,
 )
-from dp_proto.privacy.ledger import PrivacyLedger
+from dp_proto.privacy.ledger import PrivacyLedger, SharedLedger
 from dp_proto.privacy.mechanisms import (
     GaussianPlan,
     gaussian_mechanism,
@@ -66,6 +66,7 @@ from dp_proto.privacy.noise import (
 
 __all__ = [
     "PrivacyLedger",
+    "SharedLedger",
     "PrivacyEvent",
     "dp_sgd_event",
     "LaplaceEvent",

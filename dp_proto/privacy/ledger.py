@@ -40,7 +40,15 @@ from dp_proto.privacy.events import (
     dp_sgd_event,
 )
 
-__all__ = ["PrivacyEvent", "PrivacyLedger", "EventKind", "dp_sgd_event", "renyi_epsilon", "MAX_EVENT_EPSILON"]
+__all__ = [
+    "PrivacyEvent",
+    "PrivacyLedger",
+    "SharedLedger",
+    "EventKind",
+    "dp_sgd_event",
+    "renyi_epsilon",
+    "MAX_EVENT_EPSILON",
+]
 
 # Fractions of delta given to the discrete Gaussian releases when the PLD accountant
 # composes them with the rest by basic composition (any split is valid; the best is kept).
@@ -498,3 +506,68 @@ def _epsilon_of(events: tuple[PrivacyEvent, ...], delta: float, accountant: str,
     ledger = PrivacyLedger(accountant=accountant)  # type: ignore[arg-type]
     ledger._events = list(events)
     return ledger._epsilon((), delta)
+
+
+class SharedLedger(PrivacyLedger):
+    """A ledger that several fits share: model selection under one budget.
+
+    Every fit of a private estimator spends epsilon on the same data; a grid search or a
+    cross-validation spends it once per fit. Pass one ``SharedLedger`` to the estimators
+    (``DPGMLVQ(..., ledger=shared)``): each fit checks its whole planned spend against
+    the shared budget *before* it reads the data (``PrivacyBudgetExceededError`` if the
+    fits so far plus this one would pass it) and records its events afterwards, so
+    ``shared.get_epsilon()`` is the guarantee of everything the selection released,
+    composed with the ledger's tight accountant rather than by adding epsilons.
+
+    scikit-learn's ``clone`` (used by ``cross_val_score``, ``GridSearchCV``) deep-copies
+    hyperparameters; a ``SharedLedger`` is kept by reference there (``copy`` and
+    ``deepcopy`` return the ledger itself), which is what makes it shared. It records
+    only in the process that created it: fits in worker processes (``n_jobs > 1``) would
+    spend on a copy, so they raise ``RuntimeError`` instead.
+
+    Parameters
+    ----------
+    budget : (epsilon, delta)
+        The budget of all the fits together.
+    accountant : {"pld", "rdp"}, default "pld"
+        As for ``PrivacyLedger``.
+
+    Examples
+    --------
+    >>> from dp_proto.privacy import SharedLedger
+    >>> shared = SharedLedger(budget=(3.0, 1e-5))
+    >>> import copy
+    >>> copy.deepcopy(shared) is shared
+    True
+    """
+
+    def __init__(self, budget: tuple[float, float], *, accountant: Literal["pld", "rdp"] = "pld") -> None:
+        if budget is None:
+            raise ValueError("a SharedLedger needs a budget=(epsilon, delta): it exists to refuse fits past it")
+        super().__init__(budget, accountant=accountant)
+        import os
+
+        self._pid = os.getpid()
+
+    def __copy__(self) -> SharedLedger:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> SharedLedger:
+        return self
+
+    def _check_process(self) -> None:
+        import os
+
+        if os.getpid() != self._pid:
+            raise RuntimeError(
+                "this SharedLedger was created in another process: a fit in a worker (n_jobs > 1) would record "
+                "its spend on a copy the selection never sees; run the fits in one process (n_jobs=1)"
+            )
+
+    def check(self, *events: PrivacyEvent) -> float:
+        self._check_process()
+        return super().check(*events)
+
+    def spend(self, *events: PrivacyEvent) -> None:
+        self._check_process()
+        super().spend(*events)

@@ -205,7 +205,7 @@ def test_a_release_holds_no_pickle_no_generator_and_nothing_curator_only(tmp_pat
     for key, value in walk(published):
         if "seed" in key or "generator" in key or "rng" in key:
             assert value is None, key
-    assert manifest["hyperparameters_not_saved"].keys() == {"noise_seed"}
+    assert manifest["hyperparameters_not_saved"].keys() == {"noise_seed", "ledger"}
     assert manifest["privacy"]["noise"] == "reproducible"  # said, not the seed
     release = read_release(path)
     assert set(release.tensors) == {"prototypes", "prototype_labels", "omega", "scaler.lower", "scaler.upper"}

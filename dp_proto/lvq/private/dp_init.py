@@ -34,7 +34,7 @@ from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import LEDGER_REQUIRED, laplace_mechanism, noisy_histogram, require_ledger
 from dp_proto.privacy.noise import gaussian_noise
 
-__all__ = ["DPInitResult", "dp_class_mean_prototypes"]
+__all__ = ["DPInitResult", "dp_class_mean_prototypes", "dp_init_events"]
 
 
 class DPInitResult(NamedTuple):
@@ -49,6 +49,20 @@ class DPInitResult(NamedTuple):
 
 
 @renamed_keyword("secure", "secure_mode")
+def dp_init_events(
+    n_features: int, epsilon: float, *, count_fraction: float = 0.5, name: str = "dp_init"
+) -> tuple[DiscreteLaplaceEvent, PureEvent]:
+    """The two events ``dp_class_mean_prototypes`` records, from public settings alone:
+    the noisy class counts (discrete Laplace, sensitivity 1, ``epsilon * count_fraction``)
+    and the noisy class sums (pure, l1 sensitivity ``n_features``, the rest), so a
+    caller can check a whole run against a budget before the data are read."""
+    counts_event = DiscreteLaplaceEvent(
+        epsilon * count_fraction, grid_steps=1, name=f"{name}/class_counts", sensitivity=1.0
+    )  # what noisy_histogram records (integer noise)
+    sums_event = PureEvent(epsilon * (1 - count_fraction), name=f"{name}/class_sums", sensitivity=float(n_features))
+    return counts_event, sums_event
+
+
 def dp_class_mean_prototypes(
     x: Tensor,
     y: Tensor,
@@ -97,11 +111,8 @@ def dp_class_mean_prototypes(
     if y.numel() and (int(y.min()) < 0 or int(y.max()) >= num_classes):
         raise ValueError(f"y must hold class indices in 0..{num_classes - 1}")
     d = x.shape[1]
-    eps_counts, eps_sums = epsilon * count_fraction, epsilon * (1 - count_fraction)
-    counts_event = DiscreteLaplaceEvent(
-        eps_counts, grid_steps=1, name=f"{name}/class_counts", sensitivity=1.0
-    )  # what noisy_histogram records (integer noise)
-    sums_event = PureEvent(eps_sums, name=f"{name}/class_sums", sensitivity=float(d))
+    counts_event, sums_event = dp_init_events(d, epsilon, count_fraction=count_fraction, name=name)
+    eps_counts, eps_sums = counts_event.epsilon, sums_event.epsilon
     if ledger is not None:
         ledger.check(counts_event, sums_event)  # refuse both parts before releasing either
 

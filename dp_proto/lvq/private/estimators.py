@@ -34,13 +34,14 @@ from dp_proto._deprecation import REMOVAL
 from dp_proto._validation import torch_dtype
 from dp_proto.lvq.estimators import GLVQ, GMLVQ, LGMLVQ
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes
+from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes, dp_init_events
 from dp_proto.lvq.private.dpsgd import fit_dp_sgd
 from dp_proto.lvq.release import layer_description, model_from_release, model_tensors
 from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.domain import PublicBoundsScaler, public_classes
 from dp_proto.privacy.dpsgd_plan import DPSGDPlan
-from dp_proto.privacy.ledger import PrivacyLedger
+from dp_proto.privacy.events import dp_sgd_event
+from dp_proto.privacy.ledger import PrivacyLedger, SharedLedger
 from dp_proto.privacy.randomness import noise_generator
 from dp_proto.privacy.release import ledger_from_manifest, ledger_manifest, summary_from_manifest
 from dp_proto.release import Release, register_model
@@ -103,6 +104,8 @@ class _DPMixin:
     _RELEASE_WITHHELD: ClassVar[dict[str, str]] = {
         "noise_seed": "it would replay the noise and the sampling of the fit; never published "
         "(the privacy section says whether the noise was reproducible)",
+        "ledger": "the curator's shared ledger (SharedLedger) of a model selection; this fit's own events are "
+        "the privacy section",
     }
 
     def save_release(self, path: str | os.PathLike[str]) -> Path:
@@ -232,6 +235,12 @@ class _DPMixin:
         if not 0 < self.init_fraction < 1:
             raise ValueError(f"init_fraction must lie in (0, 1), got {self.init_fraction!r}")
         self.dp_sgd_plan()  # epsilon, delta, sampling_rate, epochs, calibration
+        shared = getattr(self, "ledger", None)
+        if shared is not None and not isinstance(shared, SharedLedger):
+            raise TypeError(
+                f"ledger must be a SharedLedger or None, got {type(shared).__name__}: scikit-learn's clone copies "
+                "any other object, so the fits of a selection would each spend on their own copy"
+            )
         if self.engine not in ("fused", "opacus"):
             raise ValueError(f"engine must be 'fused' or 'opacus', got {self.engine!r}")
         if self.grad_sample_mode not in ("hooks", "ghost", "functorch"):
@@ -305,6 +314,10 @@ class _DPMixin:
         x_t = torch.as_tensor(Z, dtype=tdtype, device=self.device)
         y_t = torch.as_tensor(y_index, dtype=torch.long, device=self.device)
 
+        shared = getattr(self, "ledger", None)
+        if shared is not None:  # refuse the fit before the data are read (public events only)
+            init_events = dp_init_events(d, plan.init_epsilon)
+            shared.check(*init_events, dp_sgd_event(plan.noise_multiplier(init_events), plan.sampling_rate, plan.steps))
         ledger = plan.new_ledger()
         init = dp_class_mean_prototypes(
             x_t,
@@ -357,6 +370,8 @@ class _DPMixin:
         self.stopped_by_budget_ = result.stopped_by_budget
         # No training loss is stored: the estimator is the released object, and a loss
         # computed on the private batches would be a release outside the ledger.
+        if shared is not None:
+            shared.spend(*ledger.events)  # a prefix of the checked plan (a budget stop spends less)
         self.ledger_ = ledger
         self.epsilon_ = ledger.get_epsilon(self.delta)
         ledger.attach(self.model_)
@@ -444,6 +459,11 @@ class DPGLVQ(_DPMixin, GLVQ):
         operating-system entropy. An int reproduces the private fit exactly, for tests
         and benchmarks: it warns ``PrivacyLeakWarning`` and the ledger's summary says
         ``"noise": "reproducible"`` (whoever knows the seed can remove the noise).
+    ledger : SharedLedger, optional
+        A budget shared by several fits (model selection: ``cross_val_score``,
+        ``GridSearchCV``): the fit checks its whole planned spend against it before it
+        reads the data (``PrivacyBudgetExceededError`` past the shared budget) and records
+        its events there afterwards. ``ledger_`` stays this fit's own ledger.
     solver : {"sgd", "adam"}, default "sgd"
         The optimizer applied to the noisy clipped gradient (post-processing). Adam
         (lr 0.01) was measured as DP-GLVQ's default and not adopted
@@ -550,6 +570,7 @@ class DPGLVQ(_DPMixin, GLVQ):
         grad_sample_mode="hooks",
         secure_mode=False,
         noise_seed=None,
+        ledger=None,
         solver="sgd",
         lr=0.05,
         average_last=0.0,
@@ -576,6 +597,7 @@ class DPGLVQ(_DPMixin, GLVQ):
             grad_sample_mode=grad_sample_mode,
             secure_mode=secure_mode,
             noise_seed=noise_seed,
+            ledger=ledger,
             solver=solver,
             lr=lr,
             average_last=average_last,
@@ -656,6 +678,11 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         operating-system entropy. An int reproduces the private fit exactly, for tests
         and benchmarks: it warns ``PrivacyLeakWarning`` and the ledger's summary says
         ``"noise": "reproducible"`` (whoever knows the seed can remove the noise).
+    ledger : SharedLedger, optional
+        A budget shared by several fits (model selection: ``cross_val_score``,
+        ``GridSearchCV``): the fit checks its whole planned spend against it before it
+        reads the data (``PrivacyBudgetExceededError`` past the shared budget) and records
+        its events there afterwards. ``ledger_`` stays this fit's own ledger.
     rank : int or None, default None
         Rows of ``Omega (r, d)``; None means ``r = d``.
     omega_init : {"identity", "scaled_identity", "random"}, default "identity"
@@ -782,6 +809,7 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         grad_sample_mode="hooks",
         secure_mode=False,
         noise_seed=None,
+        ledger=None,
         rank=None,
         omega_init="identity",
         normalize_omega=False,
@@ -812,6 +840,7 @@ class DPGMLVQ(_DPMixin, GMLVQ):
             grad_sample_mode=grad_sample_mode,
             secure_mode=secure_mode,
             noise_seed=noise_seed,
+            ledger=ledger,
             rank=rank,
             omega_init=omega_init,
             normalize_omega=normalize_omega,
@@ -891,6 +920,11 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         operating-system entropy. An int reproduces the private fit exactly, for tests
         and benchmarks: it warns ``PrivacyLeakWarning`` and the ledger's summary says
         ``"noise": "reproducible"`` (whoever knows the seed can remove the noise).
+    ledger : SharedLedger, optional
+        A budget shared by several fits (model selection: ``cross_val_score``,
+        ``GridSearchCV``): the fit checks its whole planned spend against it before it
+        reads the data (``PrivacyBudgetExceededError`` past the shared budget) and records
+        its events there afterwards. ``ledger_`` stays this fit's own ledger.
     rank : int or None, default None
         Rows of ``Omega (r, d)``; None means ``r = d``.
     omega_init : {"identity", "scaled_identity", "random"}, default "identity"
@@ -1009,6 +1043,7 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         grad_sample_mode="hooks",
         secure_mode=False,
         noise_seed=None,
+        ledger=None,
         rank=None,
         omega_init="identity",
         normalize_omega=False,
@@ -1039,6 +1074,7 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
             grad_sample_mode=grad_sample_mode,
             secure_mode=secure_mode,
             noise_seed=noise_seed,
+            ledger=ledger,
             rank=rank,
             omega_init=omega_init,
             normalize_omega=normalize_omega,
