@@ -13,6 +13,7 @@ occur, and one record holding a label of its own changes it with certainty.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,7 +23,7 @@ from dp_proto.exceptions import DataValidationError, DomainWarning, PrivacyLeakW
 from dp_proto.privacy.clipping import clip_box
 from dp_proto.privacy.curator import curator_log
 
-__all__ = ["PublicBoundsScaler", "public_classes", "warn_clipped"]
+__all__ = ["PublicBoundsScaler", "public_classes", "warn_clipped", "describe_bounds"]
 
 
 def public_classes(y: np.ndarray, classes, owner: str, *, warn: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -71,8 +72,22 @@ def public_classes(y: np.ndarray, classes, owner: str, *, warn: bool = True) -> 
     return out, np.searchsorted(out, y)
 
 
-def warn_clipped(num_clipped: int, total: int, what: str = "records", *, private: bool = False) -> None:
-    """Emit a ``DomainWarning`` saying how many of ``total`` records were clipped.
+def describe_bounds(lower: Any, upper: Any) -> str:
+    """``"[0, 16]^d"`` for scalar (or equal per-feature) bounds, else the per-feature
+    bounds with the first three features shown."""
+    lo, hi = np.atleast_1d(np.asarray(lower, dtype=np.float64)), np.atleast_1d(np.asarray(upper, dtype=np.float64))
+    if np.all(lo == lo.flat[0]) and np.all(hi == hi.flat[0]):
+        return f"[{lo.flat[0]:g}, {hi.flat[0]:g}]^d"
+    shown = ", ".join(f"[{a:g}, {b:g}]" for a, b in zip(lo.flat[:3], hi.flat[:3], strict=False))
+    more = ", ..." if max(lo.size, hi.size) > 3 else ""
+    return f"the per-feature bounds {shown}{more}"
+
+
+def warn_clipped(
+    num_clipped: int, total: int, what: str = "records", *, private: bool = False, bounds: str = "[-1, 1]^d"
+) -> None:
+    """Emit a ``DomainWarning`` saying how many of ``total`` records were clipped into
+    ``bounds`` (the public domain in use, as ``describe_bounds`` writes it).
 
     ``private=True`` (inside a private release): the count goes to the curator-only log
     instead (``dp_proto.privacy.curator``); a warning whose presence depends on one
@@ -83,7 +98,7 @@ def warn_clipped(num_clipped: int, total: int, what: str = "records", *, private
         return
     if num_clipped:
         warnings.warn(
-            f"{num_clipped} of {total} {what} lay outside the public domain [-1, 1]^d and were "
+            f"{num_clipped} of {total} {what} lay outside the public domain {bounds} and were "
             f"clipped into it (the privacy guarantee holds; their values changed)",
             DomainWarning,
             stacklevel=3,
@@ -153,7 +168,8 @@ class PublicBoundsScaler(TransformerMixin, BaseEstimator):
         if self.clip:
             clipped = clip_box(torch.from_numpy(np.ascontiguousarray(out)))
             out, self.num_clipped_ = clipped.values.numpy(), clipped.num_clipped
-            warn_clipped(self.num_clipped_, len(out), private=not self.warn)
+            bounds = describe_bounds(self.lower_, self.upper_)
+            warn_clipped(self.num_clipped_, len(out), private=not self.warn, bounds=bounds)
         return torch.as_tensor(out, dtype=X.dtype, device=X.device) if is_tensor else out
 
     def inverse_transform(self, Z):

@@ -32,6 +32,7 @@ from sklearn.utils.multiclass import check_classification_targets
 
 from dp_proto._deprecation import REMOVAL
 from dp_proto._validation import torch_dtype
+from dp_proto.exceptions import DomainWarning
 from dp_proto.lvq.estimators import GLVQ, GMLVQ, LGMLVQ
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes, dp_init_events
@@ -255,6 +256,15 @@ class _DPMixin:
             raise ValueError(f"max_grad_norm must be > 0, got {self.max_grad_norm!r}")
 
     def _domain(self, X: np.ndarray, *, fitting: bool) -> np.ndarray:
+        if fitting and self.bounds is None:  # a public setting: the warning says nothing about X
+            warnings.warn(
+                f"{type(self).__name__}: bounds=None takes the data to lie in [-1, 1]^d already; every record "
+                "outside is clipped into it, and how many were is curator-only (curator_), never a warning. Pass "
+                "the public bounds, bounds=(lower, upper) (numbers or per-feature arrays fixed without looking at "
+                "the data), or bounds=(-1, 1) to say that this is the domain",
+                DomainWarning,
+                stacklevel=3,
+            )
         if fitting:
             self.scaler_ = self._bounds_scaler()
             clipper = self._bounds_scaler()

@@ -73,3 +73,31 @@ def test_a_shared_ledger_refuses_to_record_in_another_process():
     copied._pid = -1  # as if unpickled in a worker
     with pytest.raises(RuntimeError, match="another process"):
         _fit(DPGLVQ(ledger=copied, **SETTINGS))
+
+
+def test_missing_bounds_warn_the_same_whatever_the_data():
+    """bounds=None is a public setting: the warning names bounds= and does not depend on
+    whether any record lies outside [-1, 1] (that count stays curator-only)."""
+    from dp_proto.exceptions import DomainWarning
+
+    inside = X / 8.0  # iris in [0, 1)
+    seen = []
+    for data in (inside, X):  # X reaches 7.9: clipped
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            DPGLVQ(classes=[0, 1, 2], sampling_rate=0.1, epochs=1).fit(data, Y)
+        seen.append(sorted(str(w.message) for w in caught if issubclass(w.category, DomainWarning)))
+    assert seen[0] == seen[1] and len(seen[0]) == 1
+    assert "bounds=None takes the data to lie in [-1, 1]^d" in seen[0][0] and "bounds=(lower, upper)" in seen[0][0]
+
+
+def test_the_domain_warning_names_the_bounds_in_use():
+    import numpy as np
+
+    from dp_proto.exceptions import DomainWarning
+    from dp_proto.privacy import PublicBoundsScaler
+
+    with pytest.warns(DomainWarning, match=r"1 of 2 records lay outside the public domain \[0, 16\]\^d"):
+        PublicBoundsScaler(0, 16).fit_transform(np.array([[1.0, 2.0], [17.0, 3.0]]))
+    with pytest.warns(DomainWarning, match=r"per-feature bounds \[0, 1\], \[0, 2\]"):
+        PublicBoundsScaler([0, 0], [1, 2]).fit_transform(np.array([[5.0, 1.0]]))
