@@ -22,6 +22,8 @@ must be ``none`` and ``data.pca`` null: both would be fitted on private data), t
 prototypes get the DP class-mean initialisation (``init_fraction * epsilon``) and
 training is DP-SGD with Poisson sampling at ``sampling_rate``, the noise calibrated so
 that the whole run is ``(epsilon, delta)``-DP. ``privacy/epsilon`` is logged every epoch.
+``training.progress_bar`` shows the progress on stderr (``StderrProgressBar``: bars on a
+terminal, else one line per epoch), never on stdout.
 ``privacy.classes`` is the public label set (one prototype group per class, even for a
 class without records); left null, a private run reads it from the data and warns
 (``PrivacyLeakWarning``).
@@ -87,7 +89,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from dp_proto.backbones import small_cnn
 from dp_proto.experiments.config import merge_config, read_config
 from dp_proto.experiments.data import load_arrays, scale_to_public_bounds, warn_classes_from_data
-from dp_proto.lightning.callbacks import PRIVACY_SCOPE, PrivacySpendCallback
+from dp_proto.lightning.callbacks import PRIVACY_SCOPE, PrivacySpendCallback, StderrProgressBar
 from dp_proto.lightning.datamodule import ArrayDataModule, poisson_seed
 from dp_proto.lightning.dp_module import DPLVQModule
 from dp_proto.lightning.module import LVQModule
@@ -262,8 +264,20 @@ def build_model(config: Mapping[str, Any], dm: ArrayDataModule) -> PrototypeMode
             "normalize": cfg["normalize"],
             "generator": torch.Generator().manual_seed(seed),
         }
-    layer = _LAYERS[kind](n_features, len(labels), **kwargs)
+    layer = _LAYERS[kind](n_features, len(labels), prototypes="zeros", **kwargs)  # the module places them
     return PrototypeModel(layer, labels, backbone=backbone)
+
+
+def backbone_spec(config: Mapping[str, Any], dm: ArrayDataModule) -> dict[str, Any] | None:
+    """The backbone ``build_model`` makes, as a plain spec (``dp_proto.lightning.module.describe_model``)
+    that lets ``load_from_checkpoint`` rebuild it; None without a backbone."""
+    if config["model"]["backbone"] != "cnn":
+        return None
+    return {
+        "name": "small_cnn",
+        "in_channels": int(dm.input_shape[0]),
+        "out_features": int(config["model"]["backbone_features"]),
+    }
 
 
 def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -296,6 +310,7 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
         image_shape=image_shape,
         image_every_n_epochs=log["image_every_n_epochs"],
         display_transform=dm.inverse_transform if image_shape and dm.pca is None else None,
+        model_spec={"backbone": backbone_spec(config, dm)},  # the layer is read from the model
     )
     generator = torch.Generator().manual_seed(seed)  # non-private randomness only
     private = config["privacy"]["epsilon"] is not None
@@ -317,6 +332,8 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
         with torch.no_grad():
             protos = model.layer.prototypes
             protos.copy_(torch.randn(protos.shape, generator=generator, dtype=protos.dtype))
+    if train["progress_bar"]:
+        callbacks.append(StderrProgressBar())  # stdout stays free for results (the CLI's --json)
     name = log["name"] or f"{config['data']['name']}_{config['model']['type']}"
     logger = TensorBoardLogger(log["log_dir"], name=name, default_hp_metric=False)
     trainer = L.Trainer(

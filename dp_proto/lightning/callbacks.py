@@ -1,4 +1,5 @@
-"""Lightning callbacks: the privacy spend in TensorBoard, and the ledger in checkpoints.
+"""Lightning callbacks: the privacy spend in TensorBoard, the ledger in checkpoints, and
+progress bars on stderr (``StderrProgressBar``).
 
 Resuming and the ledger
 -----------------------
@@ -25,15 +26,19 @@ learnt from them.
 from __future__ import annotations
 
 import hashlib
+import math
+import sys
 import uuid
 import weakref
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 
-__all__ = ["PrivacySpendCallback", "save_ledger", "restore_ledger", "PRIVACY_SCOPE"]
+__all__ = ["PrivacySpendCallback", "StderrProgressBar", "save_ledger", "restore_ledger", "PRIVACY_SCOPE"]
 
 #: What the guarantee of a private Lightning run covers (printed and logged with it).
 PRIVACY_SCOPE = (
@@ -195,3 +200,129 @@ class PrivacySpendCallback(L.Callback):
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._check_module(pl_module)
         restore_ledger(checkpoint, self.ledger)
+
+
+class StderrProgressBar(TQDMProgressBar):
+    """Lightning's progress bars on stderr, so that stdout stays free for results (the
+    CLI's ``--json``); ``TQDMProgressBar`` writes to stdout.
+
+    * On a terminal (stderr is a TTY): Lightning's tqdm bars (training with the
+      progress-bar metrics, validation, test), drawn on stderr.
+    * Elsewhere (a log file, a pipe, CI, a captured stream): no per-step output. One
+      line per epoch, at most about ``max_lines`` per fit (every k-th epoch, and the
+      last), with the epoch's progress-bar metrics, e.g.
+      ``epoch 3/20  val_loss=0.41  val_acc=0.91  privacy/epsilon=0.52``.
+
+    ``LightningModule.print`` writes to stderr as well. The trainers of
+    ``dp_proto.experiments.lvq.run_experiment`` use this bar
+    (``training.progress_bar``); pass it to your own as
+    ``L.Trainer(callbacks=[StderrProgressBar()])``.
+
+    Parameters
+    ----------
+    refresh_rate : int
+        Update the terminal bars every this many batches (default 1).
+    process_position : int
+        Offset of the terminal bars in lines (several trainers at once).
+    leave : bool
+        Leave each epoch's terminal bar on the screen.
+    max_lines : int
+        Off a terminal: about the most epoch lines per fit (default 10).
+    """
+
+    def __init__(
+        self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False, *, max_lines: int = 10
+    ) -> None:
+        super().__init__(refresh_rate=refresh_rate, process_position=process_position, leave=leave)
+        if max_lines < 1:
+            raise ValueError(f"max_lines must be at least 1, got {max_lines}")
+        self.max_lines = int(max_lines)
+        self._every = 1
+        self._pending: tuple[int, bool] | None = None  # (epoch, due) of the last finished epoch
+
+    @staticmethod
+    def on_terminal() -> bool:
+        """Whether ``sys.stderr`` (looked up now: pytest and the CLI may swap it) is a TTY."""
+        isatty = getattr(sys.stderr, "isatty", None)
+        try:
+            return bool(isatty is not None and isatty())
+        except ValueError:  # a closed stream
+            return False
+
+    def _tqdm(self, desc: str, *, offset: int = 0, **kwargs: Any) -> Tqdm:
+        return Tqdm(
+            desc=desc,
+            position=2 * self.process_position + offset,
+            disable=self.is_disabled or not self.on_terminal(),
+            dynamic_ncols=True,
+            file=sys.stderr,
+            bar_format=self.BAR_FORMAT,
+            **kwargs,
+        )
+
+    def init_sanity_tqdm(self) -> Tqdm:
+        return self._tqdm(self.sanity_check_description, leave=False)
+
+    def init_train_tqdm(self) -> Tqdm:
+        return self._tqdm(self.train_description, leave=True, smoothing=0)
+
+    def init_predict_tqdm(self) -> Tqdm:
+        return self._tqdm(self.predict_description, leave=True, smoothing=0)
+
+    def init_validation_tqdm(self) -> Tqdm:
+        has_main_bar = self.trainer.state.fn != "validate"  # as Lightning's
+        return self._tqdm(self.validation_description, offset=int(has_main_bar), leave=not has_main_bar)
+
+    def init_test_tqdm(self) -> Tqdm:
+        return self._tqdm(self.test_description, leave=True)
+
+    def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
+        kwargs["file"] = sys.stderr
+        if self.on_terminal():
+            super().print(*args, sep=sep, **kwargs)  # above the bars (tqdm.write)
+        else:
+            sys.stderr.write(sep.join(map(str, args)) + kwargs.get("end", "\n"))
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        """Close the open bars of a fit that raised (Lightning leaves them open)."""
+        for name in ("_train_progress_bar", "_val_progress_bar", "_test_progress_bar", "_predict_progress_bar"):
+            bar = getattr(self, name, None)
+            if bar is not None:
+                bar.close()
+        self._pending = None
+
+    # -- one line per epoch off a terminal ---------------------------------------------
+    # The epoch's metrics are final only after every on_train_epoch_end hook ran (the
+    # privacy callback logs epsilon there): the line is written at the next epoch's start.
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        epochs = trainer.max_epochs
+        self._every = max(1, math.ceil(epochs / self.max_lines)) if epochs is not None and epochs > 0 else 1
+        self._pending = None
+
+    def on_train_epoch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        super().on_train_epoch_start(trainer, *args)
+        if self._pending is not None and self._pending[1]:
+            self._write_epoch(trainer, trainer.lightning_module, self._pending[0])
+        self._pending = None
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        epoch = trainer.current_epoch
+        self._pending = (epoch, (epoch + 1) % self._every == 0)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_end(trainer, pl_module)
+        if self._pending is not None:  # the last epoch: always
+            self._write_epoch(trainer, pl_module, self._pending[0])
+        self._pending = None
+
+    def _write_epoch(self, trainer: L.Trainer, pl_module: L.LightningModule, epoch: int) -> None:
+        if self.is_disabled or self.on_terminal():
+            return
+        line = f"epoch {epoch + 1}" + (f"/{trainer.max_epochs}" if trainer.max_epochs not in (None, -1) else "")
+        for name, value in self.get_metrics(trainer, pl_module).items():
+            if name != "v_num":
+                line += f"  {name}={value:.4g}" if isinstance(value, float) else f"  {name}={value}"
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()

@@ -29,7 +29,7 @@ from dp_proto.privacy.curator import curator_log
 from dp_proto.privacy.domain import public_classes
 from dp_proto.privacy.randomness import check_noise_seed, fresh_generator, seeded_generator
 
-__all__ = ["ArrayDataModule", "Scaling", "poisson_seed", "route_opacus_notices"]
+__all__ = ["ArrayDataModule", "Scaling", "poisson_seed", "resumed_seed", "route_opacus_notices"]
 
 Scaling = Literal["standard", "minmax", "none"]
 
@@ -61,6 +61,14 @@ def poisson_seed(noise_seed: int) -> int:
         raise ValueError("poisson_seed needs a noise_seed")
     noise_seed = check_noise_seed(noise_seed)
     return int(np.random.SeedSequence([noise_seed, 0x706F6973736F6E]).generate_state(1, np.uint64)[0])
+
+
+def resumed_seed(seed: int, step: int) -> int:
+    """The seed of a reproducible stream (noise or Poisson coins) resumed at ``step``:
+    a stream of its own, derived from ``seed`` and ``step`` by ``SeedSequence``, so that a
+    resumed run never replays the draws of the steps before ``step``."""
+    state = np.random.SeedSequence([int(seed) % 2**64, int(step), 0x726573756D65]).generate_state(1, np.uint64)
+    return int(state[0])
 
 
 class ArrayDataModule(L.LightningDataModule):
@@ -98,7 +106,9 @@ class ArrayDataModule(L.LightningDataModule):
         Makes the Poisson batches of ``sampling_rate`` reproducible (tests and
         benchmarks only): warns ``PrivacyLeakWarning``, since
         whoever knows it knows which records entered each step, which removes the
-        amplification by subsampling the guarantee relies on.
+        amplification by subsampling the guarantee relies on. A training loader made when
+        a fit resumes at a global step ``s > 0`` draws from ``resumed_seed(sampling_seed, s)``
+        instead, so that a resumed run does not replay the first steps' batches.
     classes : array-like, optional
         The public label set (sorted into ``classes_``; a label of ``y`` outside it is
         an error, a class without records is kept). Default: the labels of ``y``.
@@ -236,11 +246,16 @@ class ArrayDataModule(L.LightningDataModule):
 
             self.setup()
             route_opacus_notices()
-            coins = (
-                fresh_generator() if self._sampling_seed is None else seeded_generator(self._sampling_seed, warn=False)
-            )  # warned at construction
+            coins = fresh_generator() if self._sampling_seed is None else self._seeded_coins()
             return DPDataLoader(self.splits["train"], sample_rate=self.sampling_rate, generator=coins)
         return self._loader("train", shuffle=self.batch_size is not None)
+
+    def _seeded_coins(self) -> torch.Generator:
+        """The reproducible coins of ``sampling_seed`` (warned at construction); a resumed
+        fit (global step > 0 when the loader is made) gets a stream of its own."""
+        base = int(self._sampling_seed or 0)  # called only with a sampling_seed
+        step = int(self.trainer.global_step) if self.trainer is not None else 0
+        return seeded_generator(base if step == 0 else resumed_seed(base, step), warn=False)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val", shuffle=False)

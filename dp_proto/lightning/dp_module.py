@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from opacus import GradSampleModule
@@ -10,6 +11,7 @@ from opacus.optimizers import DPOptimizer
 
 from dp_proto._deprecation import renamed_argument
 from dp_proto.lightning.callbacks import restore_ledger, save_ledger
+from dp_proto.lightning.datamodule import resumed_seed
 from dp_proto.lightning.module import LVQModule
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the closed-form samplers)
@@ -17,6 +19,7 @@ from dp_proto.privacy.dpsgd_plan import BudgetedEpochs
 from dp_proto.privacy.ledger import PrivacyLedger, dp_sgd_event
 from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.opacus_noise import check_expected_batch_size, make_noise_sound
+from dp_proto.privacy.randomness import noise_source
 
 __all__ = [
     "DPLVQModule",
@@ -66,9 +69,26 @@ class EpochBudgetMixin:
       ledger (in the same process) adds nothing, resuming with a new ledger takes over
       the checkpoint's history, so each step counts once; a resumed epoch that would
       pass the budget is refused before any of its noise is drawn.
+
+    Checkpoint keys (plain data): ``"privacy_ledger"`` and ``"privacy_ledger_origins"``
+    (``save_ledger``) and ``"dp_sgd"``: ``{"steps_recorded": int, "noise": source}``
+    (the steps of the model's lineage and the noise's source, ``"fresh"``,
+    ``"secure"`` or ``"reproducible"``). No generator and no generator state is saved.
+    On loading a checkpoint the noise comes from:
+
+    * fresh entropy (the default): a new fresh generator, as for every fit;
+    * ``secure_mode``: ``os.urandom``;
+    * a reproducible generator (``noise_seed``, or a caller's own): the generator is
+      re-seeded in place with ``resumed_seed(its seed, the checkpoint's global_step)``
+      (``dp_proto.lightning.datamodule``): the resumed noise is reproducible from the
+      seed and the checkpoint, and never a replay of the stream the first steps drew
+      (identical noise in two steps would cancel in their difference). A resumed run
+      therefore differs from an uninterrupted one.
     """
 
-    steps_recorded = 0  # steps this module recorded in the ledger (in this process)
+    # DP-SGD steps of this model's lineage: the steps this module recorded in the ledger,
+    # plus those of the checkpoint it was loaded from (the ledger counts every step that ran)
+    steps_recorded = 0
 
     @staticmethod
     def check_dp_settings(
@@ -105,6 +125,8 @@ class EpochBudgetMixin:
         self.sampling_rate = float(sampling_rate)
         self.expected_batch_size = check_expected_batch_size(expected_batch_size)
         self._noise_generator = generator
+        # the seed a reproducible generator started from (in memory only), for resuming
+        self._noise_seed_base = generator.initial_seed() if generator is not None else None
         self.secure_mode = bool(secure_mode)
 
     _budgeted: BudgetedEpochs | None = None
@@ -150,13 +172,24 @@ class EpochBudgetMixin:
         self.steps_recorded += 1
         return None
 
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
+    def _noise_source(self) -> str:
+        return "secure" if self.secure_mode else noise_source(self._noise_generator)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_save_checkpoint(checkpoint)
         save_ledger(checkpoint, self.ledger)
+        checkpoint["dp_sgd"] = {"steps_recorded": int(self.steps_recorded), "noise": self._noise_source()}
 
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_load_checkpoint(checkpoint)
-        restore_ledger(checkpoint, self.ledger)  # idempotent: PrivacySpendCallback may restore as well
+        # Raises for a checkpoint without a ledger; idempotent (PrivacySpendCallback
+        # may restore as well), so the spend continues from the checkpoint's.
+        restore_ledger(checkpoint, self.ledger)
+        if "dp_sgd" in checkpoint:  # (absent from checkpoints of older versions)
+            self.steps_recorded = int(checkpoint["dp_sgd"]["steps_recorded"])
+        if self._noise_generator is not None and self._noise_source() == "reproducible":
+            seed = self._noise_seed_base if self._noise_seed_base is not None else self._noise_generator.initial_seed()
+            self._noise_generator.manual_seed(resumed_seed(seed, int(checkpoint.get("global_step", 0))))
 
     def _sound_optimizer(self, optimizer: DPOptimizer, generator: torch.Generator | None, name: str) -> DPOptimizer:
         """Float64 noise from fresh entropy (or the caller's generator, or ``os.urandom``
@@ -189,13 +222,20 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
     generator (which ``seed_everything`` makes predictable).
 
     Neither the generator nor the ledger is a hyperparameter: nothing that could replay
-    the noise lands in ``hparams.yaml`` or in a checkpoint. To load a checkpoint, pass
-    the model (and the ledger to restore into):
-    ``DPLVQModule.load_from_checkpoint(path, model=model, ledger=ledger)``.
+    the noise lands in ``hparams.yaml`` or in a checkpoint. Checkpoints hold plain data
+    only and load with ``torch.load``'s default ``weights_only=True``: the weights, the
+    optimizer state, the hyperparameters (with ``model_spec``, see ``LVQModule``), the
+    ledger's state and ``"dp_sgd"`` (see ``EpochBudgetMixin``).
+    ``DPLVQModule.load_from_checkpoint(path)`` rebuilds the module with a new ledger
+    holding the checkpoint's history and budget (pass ``ledger=`` to restore into your
+    own, ``model=`` for a model that ``model_spec`` cannot describe);
+    ``trainer.fit(module, datamodule=dm, ckpt_path=path)`` resumes, the privacy spend
+    continuing from the checkpoint's.
 
     Parameters
     ----------
-    model : PrototypeModel
+    model : PrototypeModel, optional
+        Required unless ``model_spec`` is given (see ``LVQModule``).
     ledger : PrivacyLedger, optional
         The run's ledger (default: a new one without budget).
     noise_multiplier : float
@@ -215,14 +255,15 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         (Old name: ``noise_generator``.) None (the default): fresh operating-system entropy. A generator of
         ``noise_generator`` with a ``noise_seed`` (or
         a caller's own, which warns ``PrivacyLeakWarning``) makes the noise
-        reproducible; the ledger then records ``"noise": "reproducible"``.
+        reproducible; the ledger then records ``"noise": "reproducible"``. Resuming
+        from a checkpoint re-seeds such a generator (see ``EpochBudgetMixin``).
     secure_mode : bool
         Noise read from ``os.urandom`` directly.
     """
 
     def __init__(
         self,
-        model: PrototypeModel,
+        model: PrototypeModel | None = None,
         *,
         ledger: PrivacyLedger | None = None,
         noise_multiplier: float,
@@ -248,7 +289,7 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         self.set_dp_settings(
             ledger, noise_multiplier, max_grad_norm, sampling_rate, expected_batch_size, generator, secure_mode
         )
-        self.private_model = GradSampleModule(model)
+        self.private_model = GradSampleModule(self.model)
 
     def forward(self, x):
         return self.private_model(x)

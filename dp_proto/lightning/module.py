@@ -2,23 +2,145 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import numbers
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from dp_proto import backbones
 from dp_proto.lvq.init import class_mean_prototypes
-from dp_proto.lvq.layers import GMLVQLayer, LGMLVQLayer
+from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.losses import wtac
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.training import make_optimizer, parameter_groups
 from dp_proto.plotting import prototype_grid, relevance_image
 
-__all__ = ["LVQModule"]
+__all__ = ["LVQModule", "describe_model", "model_from_spec", "plain_hparams", "plain_value"]
 
 # Arguments of LVQModule and its DP subclasses that are never saved as hyperparameters.
-_NOT_HPARAMS = ("model", "display_transform", "ledger", "generator", "noise_generator")
+# (``sample_rate``: the deprecated name of ``sampling_rate``, which holds its value.)
+_NOT_HPARAMS = ("model", "display_transform", "ledger", "generator", "noise_generator", "sample_rate")
+
+_LAYER_KINDS: dict[type, str] = {GLVQLayer: "glvq", GMLVQLayer: "gmlvq", LGMLVQLayer: "lgmlvq"}
+_LAYER_CLASSES = {kind: cls for cls, kind in _LAYER_KINDS.items()}
+# Backbones a model spec may name: an allowlist, so a checkpoint cannot name arbitrary code.
+_BACKBONES: dict[str, Callable[..., nn.Module]] = {"small_cnn": backbones.small_cnn, "mlp": backbones.mlp}
+
+
+def _same_shapes(a: nn.Module, b: nn.Module) -> bool:
+    shapes_a = {k: tuple(v.shape) for k, v in a.state_dict().items()}
+    return shapes_a == {k: tuple(v.shape) for k, v in b.state_dict().items()}
+
+
+def _backbone_from_spec(spec: Mapping[str, Any]) -> nn.Module:
+    options = dict(spec)
+    name = options.pop("name", None)
+    if name not in _BACKBONES:
+        raise ValueError(f"unknown backbone {name!r} in the model spec; expected one of {sorted(_BACKBONES)}")
+    return _BACKBONES[name](**options)
+
+
+def describe_model(model: PrototypeModel, backbone: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """A plain-data description of ``model``'s architecture (no weights), from which
+    ``model_from_spec`` builds an equal model to load a ``state_dict`` into.
+
+    Parameters
+    ----------
+    model : PrototypeModel
+        With a ``GLVQLayer``, ``GMLVQLayer`` or ``LGMLVQLayer`` (exactly these classes).
+    backbone : mapping, optional
+        For a model with a backbone: ``{"name": ..., **kwargs}`` naming the builder in
+        ``dp_proto.backbones`` (``"small_cnn"`` or ``"mlp"``) and its arguments, e.g.
+        ``{"name": "small_cnn", "in_channels": 1, "out_features": 32}``; checked against
+        the model's backbone (same parameter names and shapes).
+
+    Returns
+    -------
+    dict or None
+        Keys ``layer`` (``"glvq"``, ``"gmlvq"`` or ``"lgmlvq"``), ``in_features``,
+        ``num_prototypes``, ``rank``, ``normalize``, ``dtype``, ``prototype_labels`` and
+        ``backbone``; None for a layer of another class, or a backbone without ``backbone``.
+    """
+    layer = model.layer
+    kind = _LAYER_KINDS.get(type(layer))
+    if kind is None:
+        return None
+    if backbone is not None:
+        backbone = {str(k): plain_value(v, "backbone") for k, v in backbone.items()}
+        if not _same_shapes(_backbone_from_spec(backbone), model.backbone):
+            raise ValueError(f"the backbone {backbone} does not match the model's backbone")
+    elif not isinstance(model.backbone, nn.Identity):
+        return None
+    return {
+        "layer": kind,
+        "in_features": int(layer.in_features),
+        "num_prototypes": int(layer.num_prototypes),
+        "rank": int(getattr(layer, "rank", layer.in_features)),
+        "normalize": bool(getattr(layer, "normalize", False)),
+        "dtype": str(layer.prototypes.dtype).removeprefix("torch."),
+        "prototype_labels": [int(v) for v in model.prototype_labels.tolist()],
+        "backbone": backbone,
+    }
+
+
+def model_from_spec(spec: Mapping[str, Any]) -> PrototypeModel:
+    """A new ``PrototypeModel`` of the architecture ``spec`` describes (``describe_model``);
+    its weights are placeholders, to be replaced by a ``state_dict``."""
+    kind = spec.get("layer")
+    if kind not in _LAYER_CLASSES:
+        raise ValueError(f"unknown layer {kind!r} in the model spec; expected one of {sorted(_LAYER_CLASSES)}")
+    dtype = getattr(torch, str(spec.get("dtype", "float32")), None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"unknown dtype {spec.get('dtype')!r} in the model spec")
+    kwargs: dict[str, Any] = {"dtype": dtype}
+    if kind != "glvq":
+        kwargs.update(rank=spec.get("rank"), normalize=bool(spec.get("normalize", False)))
+    layer = _LAYER_CLASSES[kind](int(spec["in_features"]), int(spec["num_prototypes"]), **kwargs)
+    backbone = _backbone_from_spec(spec["backbone"]) if spec.get("backbone") is not None else None
+    labels = spec.get("prototype_labels")
+    return PrototypeModel(layer, labels if labels is not None else [0] * layer.num_prototypes, backbone=backbone)
+
+
+def plain_value(value: Any, name: str) -> Any:
+    """``value`` as plain data that ``torch.load(weights_only=True)`` and ``yaml.safe_load``
+    accept: None, bool, int, float, str, and lists and str-keyed dicts of them (NumPy
+    scalars and arrays, tensors and tuples are converted); raises ``TypeError`` otherwise."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (np.generic, np.ndarray, Tensor)):
+        value = value.tolist()
+        return plain_value(value, name) if isinstance(value, list) else value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [plain_value(v, name) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): plain_value(v, name) for k, v in value.items()}
+    raise TypeError(f"hyperparameter {name!r} is a {type(value).__name__}, not plain data")
+
+
+def plain_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """The hyperparameters as plain data (``plain_value``); one that is not plain data is
+    left out with a ``UserWarning`` (pass it to ``load_from_checkpoint`` yourself)."""
+    out = {}
+    for name, value in hparams.items():
+        try:
+            out[name] = plain_value(value, name)
+        except TypeError as err:
+            warnings.warn(
+                f"{err}: not saved in checkpoints (torch.load(weights_only=True) would refuse it); "
+                f"pass {name}= to load_from_checkpoint",
+                UserWarning,
+                stacklevel=3,
+            )
+    return out
 
 
 class LVQModule(L.LightningModule):
@@ -29,9 +151,17 @@ class LVQModule(L.LightningModule):
     prototypes as images (when ``image_shape`` is given, e.g. ``(28, 28)``) and
     the relevance matrix of a GMLVQ layer (the first few local ones for LGMLVQ).
 
+    Checkpoints hold plain data only (they load with ``torch.load``'s default
+    ``weights_only=True``): the weights, the optimizer state and the hyperparameters,
+    among them ``model_spec``, the model's architecture (``describe_model``), so that
+    ``LVQModule.load_from_checkpoint(path)`` rebuilds the model by itself. The model, the
+    ``display_transform`` (and a DP subclass's ledger and generator) are never
+    hyperparameters.
+
     Parameters
     ----------
-    model : PrototypeModel
+    model : PrototypeModel, optional
+        Required unless ``model_spec`` is given (``load_from_checkpoint`` passes that).
     optimizer : {"adam", "sgd", "lbfgs"}
         ``lbfgs`` is meant for full-batch loaders (``batch_size=None``).
     lr : float
@@ -48,11 +178,18 @@ class LVQModule(L.LightningModule):
     display_transform : callable, optional
         Maps prototypes ``(W, d)`` back to raw input units before drawing
         (e.g. ``ArrayDataModule.inverse_transform``).
+    image_every_n_epochs : int
+        How often to draw the pictures.
+    model_spec : dict, optional
+        The architecture (``describe_model``). With ``model``: only its ``"backbone"``
+        entry is read, naming the builder of the model's backbone (needed to rebuild a
+        model with a backbone; without it such a checkpoint needs ``model=`` to load).
+        Without ``model``: the model is built from it (``model_from_spec``).
     """
 
     def __init__(
         self,
-        model: PrototypeModel,
+        model: PrototypeModel | None = None,
         *,
         optimizer: str = "adam",
         lr: float = 0.01,
@@ -64,10 +201,16 @@ class LVQModule(L.LightningModule):
         image_shape: Sequence[int] | None = None,
         display_transform: Callable[[Tensor], Tensor] | None = None,
         image_every_n_epochs: int = 5,
+        model_spec: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if optimizer not in ("adam", "sgd", "lbfgs"):
             raise ValueError(f"optimizer must be 'adam', 'sgd' or 'lbfgs', got {optimizer!r}")
+        if model is None:
+            if model_spec is None:
+                raise TypeError(f"{type(self).__name__} needs a model (or the model_spec of a checkpoint)")
+            model = model_from_spec(model_spec)
+        spec = describe_model(model, backbone=(model_spec or {}).get("backbone"))
         self.model = model
         self.optimizer_name = optimizer
         self.lr = lr
@@ -82,6 +225,9 @@ class LVQModule(L.LightningModule):
         # Never hyperparameters (they land in hparams.yaml and in checkpoints): the model,
         # the ledger, and the noise generator of a DP subclass (its state replays the noise).
         self.save_hyperparameters(ignore=list(_NOT_HPARAMS))
+        # Saved again as plain data (a NumPy float would make torch.load(weights_only=True)
+        # refuse the checkpoint), with the architecture in place of the model.
+        self.save_hyperparameters({**plain_hparams(self.hparams), "model_spec": spec})
 
     # -- initialisation ------------------------------------------------------------------
     @torch.no_grad()
