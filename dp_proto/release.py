@@ -88,6 +88,8 @@ BUILTIN_MODELS: dict[str, str] = {
     "dp_proto.PrivateSVDDClassifier": "dp_proto.svdd.estimators",
     "dp_proto.LLPNodeModel": "dp_proto.llp.model",
     "dp_proto.LLPNodeRelease": "dp_proto.llp.release",
+    "dp_proto.AnonymizerEncoder": "dp_proto.anonymizer.release",
+    "dp_proto.DPAnonymizerEncoder": "dp_proto.anonymizer.release",
 }
 
 _REGISTRY: dict[str, type] = {}

@@ -147,6 +147,7 @@ def run_one(data: dict, name: str, lam: float, mode: str, seed: int, settings: d
         mode=mode,
         seed=seed,
         restarts=settings.get("restarts", 1),
+        enable_progress_bar=False,  # the runner's own tqdm bar covers the sweep
         **settings["fit"],
     )
     result = evaluate_held_out(fit.module, x[held], y[held], s[held], folds=2, seed=seed)

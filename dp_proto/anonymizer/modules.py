@@ -9,6 +9,7 @@ of random guessing (``dp_proto.anonymizer.losses``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -54,6 +55,12 @@ class MLPEncoder(nn.Module):
 
     Attributes
     ----------
+    in_features, representation_dim : int
+        As given.
+    hidden : tuple of int
+        Widths of the hidden layers.
+    dropout : float
+        As given.
     net : nn.Sequential
         The MLP.
 
@@ -74,9 +81,26 @@ class MLPEncoder(nn.Module):
         self, in_features: int, representation_dim: int = 64, hidden: Sequence[int] = (256,), dropout: float = 0.0
     ) -> None:
         super().__init__()
-        self.in_features = in_features
-        self.representation_dim = representation_dim
+        self.in_features = int(in_features)
+        self.representation_dim = int(representation_dim)
+        self.hidden = tuple(int(h) for h in hidden)
+        self.dropout = float(dropout)
         self.net = mlp(in_features, hidden, representation_dim, dropout=dropout, final_activation=True)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """The shape of one record after flattening: ``(in_features,)``."""
+        return (self.in_features,)
+
+    def architecture(self) -> dict[str, Any]:
+        """The constructor's arguments as JSON data: ``MLPEncoder(**encoder.architecture())``
+        builds the same network (untrained); the release format stores it in the manifest."""
+        return {
+            "in_features": self.in_features,
+            "representation_dim": self.representation_dim,
+            "hidden": list(self.hidden),
+            "dropout": self.dropout,
+        }
 
     def forward(self, x: Tensor) -> Tensor:
         x = x.flatten(1)
@@ -102,6 +126,14 @@ class ConvEncoder(nn.Module):
 
     Attributes
     ----------
+    image_shape : tuple of int
+        ``(C, H, W)``.
+    representation_dim : int
+        As given.
+    channels : tuple of int
+        Output channels of the conv blocks.
+    dropout : float
+        As given.
     features : nn.Sequential
         The conv blocks.
     project : nn.Sequential
@@ -134,12 +166,29 @@ class ConvEncoder(nn.Module):
         if h < 1 or w < 1:
             raise ValueError(f"image {tuple(image_shape)} is too small for {len(channels)} pooling steps")
         self.image_shape = tuple(int(v) for v in image_shape)
-        self.representation_dim = representation_dim
+        self.representation_dim = int(representation_dim)
+        self.channels = tuple(int(ch) for ch in channels)
+        self.dropout = float(dropout)
         self.features = nn.Sequential(*blocks)
         head: list[nn.Module] = [nn.Flatten(), nn.Linear(c * h * w, representation_dim), nn.ReLU()]
         if dropout > 0:
             head.insert(1, nn.Dropout(dropout))
         self.project = nn.Sequential(*head)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """The shape of one record: ``image_shape`` ``(C, H, W)``."""
+        return self.image_shape
+
+    def architecture(self) -> dict[str, Any]:
+        """The constructor's arguments as JSON data: ``ConvEncoder(**encoder.architecture())``
+        builds the same network (untrained); the release format stores it in the manifest."""
+        return {
+            "image_shape": list(self.image_shape),
+            "representation_dim": self.representation_dim,
+            "channels": list(self.channels),
+            "dropout": self.dropout,
+        }
 
     def forward(self, x: Tensor) -> Tensor:
         if tuple(x.shape[1:]) != self.image_shape:

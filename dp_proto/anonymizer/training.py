@@ -36,6 +36,7 @@ from dp_proto.anonymizer.losses import (
     regular_cross_entropy,
 )
 from dp_proto.anonymizer.modules import Anonymizer
+from dp_proto.anonymizer.validation import check_count
 
 __all__ = [
     "PHASES",
@@ -92,8 +93,8 @@ class AnonymizerSchedule:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if min(self.pretrain_regular_epochs, self.pretrain_private_epochs) < 0:
-            raise ValueError("pre-training epochs must be >= 0")
+        check_count("pretrain_regular_epochs", self.pretrain_regular_epochs, 0)
+        check_count("pretrain_private_epochs", self.pretrain_private_epochs, 0)
         _check_steps("toggle_steps", self.toggle_steps)
         _check_steps("encoder_steps", self.encoder_steps)
 

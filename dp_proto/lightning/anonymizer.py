@@ -11,13 +11,21 @@ or Adam. Logged every step (``train/...``) and every validation epoch (``val/...
 ``ce_regular``, ``ce_private``, ``ce_random``, ``acc_regular``, ``acc_private``,
 ``lambda``, ``phase`` (0, 1, 2), and on validation the Fano bound estimate
 ``private_error_bound``.
+
+``fit_anonymizer`` checks its inputs as the estimators do (records as tensors or numpy
+arrays, NaN and inf refused; rates, learning rates and epoch counts range-checked by
+name), shows Lightning's progress bar on stderr unless ``enable_progress_bar=False``,
+and returns an ``AnonymizerFit``, whose ``save_release(path)`` publishes the trained
+encoder (``dp_proto.anonymizer.release``).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import lightning as L
 import torch
@@ -37,18 +45,33 @@ from dp_proto.anonymizer.training import (
     check_optimizer,
     check_prior,
     default_anonymizer,
-    label_tensor,
     make_optimizer,
     task_logits,
     task_loss,
     training_labels,
 )
+from dp_proto.anonymizer.validation import (
+    as_records,
+    check_anonymizer,
+    check_count,
+    check_nonnegative,
+    check_positive,
+    check_seed,
+    check_unit_interval,
+)
+from dp_proto.lightning.callbacks import StderrProgressBar
+
+if TYPE_CHECKING:
+    from dp_proto.anonymizer.release import AnonymizerEncoder
+    from dp_proto.privacy.ledger import PrivacyLedger
+    from dp_proto.release import Release
 
 __all__ = [
     "AnonymizerModule",
     "PHASES",
     "EpochTimer",
     "AnonymizerFit",
+    "StderrProgressBar",
     "fit_anonymizer",
     "evaluate_held_out",
     "fresh_probes",
@@ -122,11 +145,12 @@ class AnonymizerModule(L.LightningModule):
         final_branch_block: bool = True,
     ) -> None:
         super().__init__()
-        if not lam >= 0:  # also rejects NaN
-            raise ValueError(f"lam must be >= 0, got {lam}")
+        lam = check_nonnegative("lam", lam)
         check_optimizer(optimizer, momentum)
-        if not (lr > 0 and encoder_lr > 0):
-            raise ValueError(f"learning rates must be > 0, got lr={lr}, encoder_lr={encoder_lr}")
+        lr, encoder_lr = check_positive("lr", lr), check_positive("encoder_lr", encoder_lr)
+        momentum = check_unit_interval("momentum", momentum, low="[", high=")")
+        weight_decay = check_nonnegative("weight_decay", weight_decay)
+        check_count("num_regular", num_regular, 2)
         self.schedule = AnonymizerSchedule(
             pretrain_regular_epochs, pretrain_private_epochs, mode, toggle_steps, encoder_steps, final_branch_block
         )
@@ -320,25 +344,162 @@ def quiet_lightning() -> None:
 
 
 class AnonymizerFit(NamedTuple):
-    """What ``fit_anonymizer`` returns: the trained module, its trainer and the
-    training epochs' wall times by phase; with ``restarts > 1`` also every restart's
-    ``restart_score`` (``restarts``, in order) and the index of the kept one."""
+    """What ``fit_anonymizer`` and ``fit_dp_anonymizer`` return.
+
+    Publish the trained encoder with ``save_release(path)`` (``to_encoder`` for the
+    encoder itself, ``to_release`` for the release in memory); see
+    ``dp_proto.anonymizer.release`` for what is released and what is left out.
+
+    Attributes
+    ----------
+    module : AnonymizerModule
+        The trained module (``DPAnonymizerModule`` for a DP run), in eval mode.
+    trainer : L.Trainer
+        Its trainer.
+    epoch_times : dict str -> list of float
+        Wall time in seconds of every training epoch, by phase.
+    restarts : list of dict or None
+        With ``restarts > 1``: every restart's ``restart_score``, in order.
+    chosen : int
+        The index of the kept restart (0 without restarts).
+    ledger : PrivacyLedger or None
+        The ledger of a DP run (``fit_dp_anonymizer``); None otherwise.
+    """
 
     module: AnonymizerModule
     trainer: L.Trainer
     epoch_times: dict[str, list[float]]
     restarts: list[dict] | None = None
     chosen: int = 0
+    ledger: PrivacyLedger | None = None
+
+    def _ledger(self) -> PrivacyLedger | None:
+        return self.ledger if self.ledger is not None else getattr(self.module, "ledger", None)
+
+    def to_encoder(self) -> AnonymizerEncoder:
+        """The trained encoder as a releasable ``AnonymizerEncoder`` (a
+        ``DPAnonymizerEncoder`` with the ledger for a DP run): a CPU copy in eval mode,
+        with the public training settings. Only ``MLPEncoder`` and ``ConvEncoder`` are
+        released (``TypeError`` for another encoder)."""
+        from dp_proto.anonymizer.release import AnonymizerEncoder, DPAnonymizerEncoder
+
+        module: Any = self.module  # AnonymizerModule, or DPAnonymizerModule for a DP run
+        ledger = self._ledger()
+        settings: dict[str, Any] = {
+            "trainer": "fit_anonymizer" if ledger is None else "fit_dp_anonymizer",
+            "lam": float(module.lam),
+            "mode": module.mode,
+            "max_epochs": int(self.trainer.max_epochs or 0),
+            "pretrain_regular_epochs": int(module.pretrain_regular_epochs),
+            "pretrain_private_epochs": int(module.pretrain_private_epochs),
+            "toggle_steps": module.toggle_steps,
+            "encoder_steps": module.encoder_steps,
+            "final_branch_block": bool(module.final_branch_block),
+            "optimizer": module.optimizer_name,
+            "lr": float(module.lr),
+            "encoder_lr": float(module.encoder_lr),
+            "momentum": float(module.momentum),
+            "weight_decay": float(module.weight_decay),
+            "restarts": len(self.restarts) if self.restarts else 1,
+        }
+        fitted: dict[str, Any] = {"epochs_": int(self.trainer.current_epoch)}
+        encoder = module.anonymizer.encoder
+        if ledger is None:
+            return AnonymizerEncoder(encoder, settings=settings, fitted=fitted)
+        settings.update(
+            max_grad_norm=float(module.max_grad_norm),
+            sampling_rate=float(module.sampling_rate),
+            secure_mode=bool(module.secure_mode),
+        )
+        fitted.update(
+            noise_multiplier_=float(module.noise_multiplier),
+            expected_batch_size_=float(module.expected_batch_size),
+            stopped_by_budget_=bool(module.stopped_by_budget),
+        )
+        return DPAnonymizerEncoder(encoder, ledger=ledger, settings=settings, fitted=fitted)
+
+    def to_release(self) -> Release:
+        """The trained encoder in the release format, in memory (``to_encoder().to_release()``)."""
+        return self.to_encoder().to_release()
+
+    def save_release(self, path: str | os.PathLike[str]) -> Path:
+        """Publish the trained encoder: ``model.safetensors`` (its weights) and
+        ``manifest.json`` (architecture, input shape, training settings, and for a DP run
+        the ledger) in the directory ``path``. ``dp_proto.load_release(path)`` gives back
+        an encoder whose output on the same input is identical. The branches, the prior,
+        the trainer, timings and seeds are left out (``dp_proto.anonymizer.release``).
+
+        Parameters
+        ----------
+        path : str or path
+            The directory (created if needed).
+
+        Returns
+        -------
+        Path
+            The directory.
+        """
+        return self.to_encoder().save_release(path)
 
 
 def _val_loader(val_data):
-    """A loader over held-out ``(x, regular, private)`` or None."""
+    """A loader over held-out ``(x, regular, private)`` or None (checked like the training data)."""
     if val_data is None:
         return None
     from torch.utils.data import DataLoader, TensorDataset
 
-    vx, vy, vs = val_data
-    return DataLoader(TensorDataset(vx, label_tensor(vy, "regular"), label_tensor(vs, "private")), batch_size=1024)
+    if not isinstance(val_data, (tuple, list)) or len(val_data) != 3:
+        raise ValueError("val_data must be a tuple (x, regular, private) of held-out records and their labels")
+    vx = as_records(val_data[0], "val_data x")
+    vy, vs = training_labels(vx, val_data[1], val_data[2])
+    return DataLoader(TensorDataset(vx, vy, vs), batch_size=1024)
+
+
+def check_fit_settings(
+    *,
+    lam: float,
+    adversarial_epochs: int,
+    pretrain_regular_epochs: int,
+    pretrain_private_epochs: int,
+    seed: int,
+    batch_size: int | None = None,
+) -> None:
+    """The settings ``fit_anonymizer`` and ``fit_dp_anonymizer`` share, checked by name
+    before anything is built (``ValueError``)."""
+    check_nonnegative("lam", lam)
+    epochs = [
+        check_count(name, value, 0)
+        for name, value in (
+            ("pretrain_regular_epochs", pretrain_regular_epochs),
+            ("pretrain_private_epochs", pretrain_private_epochs),
+            ("adversarial_epochs", adversarial_epochs),
+        )
+    ]
+    if sum(epochs) < 1:
+        raise ValueError(
+            "the run has no epoch: pretrain_regular_epochs + pretrain_private_epochs + adversarial_epochs must be >= 1"
+        )
+    check_seed(seed)
+    if batch_size is not None:
+        check_count("batch_size", batch_size, 1)
+
+
+def check_module_settings(module_kwargs: dict[str, Any]) -> None:
+    """The ``AnonymizerModule`` settings among ``module_kwargs``, checked by name before
+    any data is read (the module checks them again when it is built)."""
+    for name in ("lr", "encoder_lr"):
+        if name in module_kwargs:
+            check_positive(name, module_kwargs[name])
+    momentum = module_kwargs.get("momentum", 0.9)
+    check_optimizer(module_kwargs.get("optimizer", "nesterov"), momentum)
+    check_unit_interval("momentum", momentum, low="[", high=")")
+    if "weight_decay" in module_kwargs:
+        check_nonnegative("weight_decay", module_kwargs["weight_decay"])
+    AnonymizerSchedule(
+        mode=module_kwargs.get("mode", "toggle"),
+        toggle_steps=module_kwargs.get("toggle_steps"),
+        encoder_steps=module_kwargs.get("encoder_steps"),
+    )
 
 
 def train_module(
@@ -356,15 +517,18 @@ def train_module(
     module is returned in eval mode."""
     timer = EpochTimer()
     quiet_lightning()
+    callbacks: list[L.Callback] = [timer]
+    if enable_progress_bar:
+        callbacks.append(StderrProgressBar())
     trainer = L.Trainer(
         max_epochs=max_epochs,
         accelerator=accelerator,
         devices=1,
         logger=logger,
         enable_checkpointing=False,
-        enable_progress_bar=enable_progress_bar,
+        enable_progress_bar=bool(enable_progress_bar),
         enable_model_summary=False,
-        callbacks=[timer],
+        callbacks=callbacks,
         num_sanity_val_steps=0,
         **trainer_kwargs,
     )
@@ -398,9 +562,9 @@ def restart_score(
 
 
 def fit_anonymizer(
-    x: Tensor,
-    regular: Tensor,
-    private: Tensor,
+    x: Any,
+    regular: Any,
+    private: Any,
     *,
     anonymizer: Anonymizer | Callable[[], Anonymizer] | None = None,
     lam: float = 1.0,
@@ -409,22 +573,15 @@ def fit_anonymizer(
     pretrain_regular_epochs: int = 10,
     pretrain_private_epochs: int = 10,
     batch_size: int = 32,
-    val_data: tuple[Tensor, Tensor, Tensor] | None = None,
+    val_data: tuple[Any, Any, Any] | None = None,
     seed: int = 0,
     restarts: int = 1,
     logger=False,
-    enable_progress_bar: bool = False,
+    enable_progress_bar: bool = True,
     accelerator: str = "cpu",
     **module_kwargs,
 ) -> AnonymizerFit:
-    """Train an anonymizer on ``x (n, ...)`` with regular labels ``(n,)`` and private
-    labels ``(n,)`` (integer class indices; every private class must occur).
-
-    ``anonymizer=None`` builds ``Anonymizer.mlp`` (flattened inputs) or, for images
-    ``(n, C, H, W)``, ``Anonymizer.cnn``; a callable is a factory of new, untrained
-    anonymizers. ``module_kwargs`` go to ``AnonymizerModule`` (``lr``,
-    ``encoder_lr``, ``optimizer``, ``toggle_steps``...). Returns the module in eval mode
-    on the CPU/GPU it trained on.
+    """Train an anonymizer (Feutry, Piantanida, Bengio & Duhamel 2018).
 
     ``restarts = k > 1`` trains ``k`` anonymizers from the seeds ``seed, seed + 1, ...``
     (so ``anonymizer`` must be ``None`` or a factory) and keeps the one with the best
@@ -434,6 +591,57 @@ def fit_anonymizer(
     training records tell them apart about as well as on held-out records. Only the
     training records are used, so held-out evaluations stay honest. A TensorBoard
     ``logger`` gets a sub-folder ``restart_<k>`` per restart.
+
+    Parameters
+    ----------
+    x : Tensor or array-like of shape (n, ...)
+        The training records: features ``(n, d)`` or images ``(n, C, H, W)``; a numpy
+        array or a tensor, used as float32. NaN and inf are refused.
+    regular, private : Tensor or array-like of shape (n,)
+        Integer class indices ``0..K-1`` of the regular and the private label (every
+        private class must occur).
+    anonymizer : Anonymizer, callable or None, default None
+        The networks: ``None`` builds ``Anonymizer.mlp`` (flattened inputs) or, for
+        images ``(n, C, H, W)``, ``Anonymizer.cnn``; a callable is a factory of new,
+        untrained anonymizers (called after seeding).
+    lam : float, default 1.0
+        Weight ``>= 0`` of ``|CE_private - CE_random|`` in the encoder objective.
+    mode : {"toggle", "simultaneous"}, default "toggle"
+        The adversarial phase's updates (``AnonymizerSchedule``).
+    adversarial_epochs, pretrain_regular_epochs, pretrain_private_epochs : int
+        Epochs ``>= 0`` of each phase (default 20, 10, 10; at least one in all).
+    batch_size : int, default 32
+        Records per step.
+    val_data : tuple (x, regular, private), optional
+        Held-out records and labels, checked like the training data; their metrics are
+        logged every epoch.
+    seed : int, default 0
+        Seeds the initialisation and the shuffling (an int in ``[0, 2**32)``).
+    restarts : int, default 1
+        See above.
+    logger : Lightning logger or False, default False
+        Where the metrics go.
+    enable_progress_bar : bool, default True
+        Lightning's progress bar, on stderr; ``False`` for none.
+    accelerator : str, default "cpu"
+        Lightning's accelerator.
+    **module_kwargs
+        Passed to ``AnonymizerModule`` (``lr``, ``encoder_lr``, ``optimizer``,
+        ``momentum``, ``weight_decay``, ``toggle_steps``, ``encoder_steps``...).
+
+    Returns
+    -------
+    AnonymizerFit
+        The module in eval mode on the CPU/GPU it trained on, its trainer, the epoch
+        times; ``save_release(path)`` publishes the encoder.
+
+    Raises
+    ------
+    DataValidationError
+        ``x`` is not numeric, has no record or holds NaN/inf.
+    ValueError
+        A setting out of range (the message names it), labels that are not integer
+        class indices or differ in length, a label with fewer than 2 classes.
     """
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -441,6 +649,17 @@ def fit_anonymizer(
 
     if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 1:
         raise ValueError(f"restarts must be an int >= 1, got {restarts!r}")
+    check_fit_settings(
+        lam=lam,
+        adversarial_epochs=adversarial_epochs,
+        pretrain_regular_epochs=pretrain_regular_epochs,
+        pretrain_private_epochs=pretrain_private_epochs,
+        seed=seed,
+        batch_size=batch_size,
+    )
+    check_module_settings({"mode": mode, **module_kwargs})
+    x = as_records(x)
+    regular, private = training_labels(x, regular, private)
     if restarts > 1:
         if isinstance(anonymizer, torch.nn.Module):
             raise ValueError(
@@ -469,8 +688,8 @@ def fit_anonymizer(
                 restart_score(
                     fit.module,
                     x.to(fit.module.device),
-                    torch.as_tensor(regular),
-                    torch.as_tensor(private),
+                    regular,
+                    private,
                     lam=lam,
                     seed=seed,
                 )
@@ -478,7 +697,6 @@ def fit_anonymizer(
         best = max(range(restarts), key=lambda k: scores[k]["score"])
         return fits[best]._replace(restarts=scores, chosen=best)
 
-    regular, private = training_labels(x, regular, private)
     num_regular = int(regular.max()) + 1 if len(regular) else 0
     num_private = int(private.max()) + 1 if len(private) else 0
     if num_private < 2 or len(torch.unique(private)) < 2:
@@ -487,10 +705,7 @@ def fit_anonymizer(
         raise ValueError("the regular label needs at least 2 classes in the training data")
     prior = empirical_prior(private, num_private)
     L.seed_everything(seed, workers=True, verbose=False)
-    if anonymizer is None:
-        anonymizer = default_anonymizer(x, num_regular, num_private)
-    elif not isinstance(anonymizer, torch.nn.Module):
-        anonymizer = anonymizer()
+    anonymizer = build_anonymizer(anonymizer, x, num_regular, num_private)
     module = AnonymizerModule(
         anonymizer,
         prior,
@@ -517,6 +732,18 @@ def fit_anonymizer(
         enable_progress_bar=enable_progress_bar,
         deterministic=True,
     )
+
+
+def build_anonymizer(anonymizer, x: Tensor, num_regular: int, num_private: int) -> Anonymizer:
+    """The networks of a fit: ``default_anonymizer`` for ``None``, the module as given,
+    or a factory's new one (checked to be an ``Anonymizer``)."""
+    if anonymizer is None:
+        return default_anonymizer(x, num_regular, num_private)
+    if isinstance(anonymizer, torch.nn.Module):
+        return check_anonymizer(anonymizer, "anonymizer")
+    if not callable(anonymizer):
+        raise TypeError(f"anonymizer must be an Anonymizer, a factory of one or None, got {type(anonymizer).__name__}")
+    return check_anonymizer(anonymizer(), "the anonymizer factory's result")
 
 
 def evaluate_held_out(

@@ -32,27 +32,45 @@ records ``"noise": "reproducible"``). The Gaussian noise is float64 Box-Muller n
 Normaliser: the noisy gradient sum is divided by a public expected batch size, never
 by ``q * n`` (``n`` is private under add/remove): see ``expected_batch_size`` of
 ``fit_dp_anonymizer``.
+
+Result: ``fit_dp_anonymizer`` returns an ``AnonymizerFit`` like ``fit_anonymizer``,
+with the run's ledger as ``fit.ledger``; ``fit.save_release(path)`` publishes the
+encoder with the ledger (``dp_proto.anonymizer.release.DPAnonymizerEncoder``). The old
+``fit, ledger = fit_dp_anonymizer(...)`` still works for one release, with a
+``DeprecationWarning``.
 """
 
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
-from torch import Tensor
 
-from dp_proto._deprecation import renamed_argument
+from dp_proto._deprecation import REMOVAL, renamed_argument
 from dp_proto.anonymizer.losses import check_labels, per_record_objective
-from dp_proto.anonymizer.training import TASK_PARTS, dp_task_loss
+from dp_proto.anonymizer.training import TASK_PARTS, check_prior, dp_task_loss
+from dp_proto.anonymizer.validation import (
+    as_records,
+    check_count,
+    check_nonnegative,
+    check_positive,
+    check_unit_interval,
+)
 from dp_proto.exceptions import PrivacyLeakWarning
-from dp_proto.lightning.anonymizer import AnonymizerModule
+from dp_proto.lightning.anonymizer import AnonymizerFit, AnonymizerModule
 from dp_proto.lightning.dp_module import EpochBudgetMixin
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.opacus_noise import check_expected_batch_size
 
-__all__ = ["DPAnonymizerModule", "fit_dp_anonymizer", "per_record_objective"]  # per_record_objective: moved to
+__all__ = [
+    "DPAnonymizerModule",
+    "AnonymizerFit",
+    "fit_dp_anonymizer",
+    "per_record_objective",
+]  # per_record_objective: moved to
 # dp_proto.anonymizer.losses, re-exported
 
 
@@ -174,10 +192,84 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
         self.anonymizer.requires_grad_(True)
 
 
+class _PairUnpackingFit(AnonymizerFit):
+    """The ``AnonymizerFit`` of ``fit_dp_anonymizer`` that, for one release, also unpacks
+    and indexes as the old pair ``(fit, ledger)`` (with a ``DeprecationWarning``).
+    Everything else is ``AnonymizerFit``'s: fields, methods, ``isinstance``, ``repr``."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def _warn() -> None:
+        warnings.warn(
+            "fit_dp_anonymizer now returns an AnonymizerFit, as fit_anonymizer does, with the ledger as "
+            f"fit.ledger; using it as the pair `fit, ledger = ...` will be removed in {REMOVAL}",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+
+    def __iter__(self):
+        self._warn()
+        return iter((self._plain(), self.ledger))
+
+    def __getitem__(self, index):
+        if isinstance(index, int):  # the old pair: [0] the fit, [1] the ledger
+            self._warn()
+            return (self._plain(), self.ledger)[index]
+        return tuple.__getitem__(self, index)
+
+    def _plain(self) -> AnonymizerFit:
+        return AnonymizerFit._make(tuple.__iter__(self))
+
+    def _replace(self, **changes: Any) -> AnonymizerFit:  # type: ignore[override]
+        return self._plain()._replace(**changes)
+
+    def _asdict(self) -> dict[str, Any]:
+        return self._plain()._asdict()
+
+    def __getnewargs__(self) -> tuple:
+        return tuple(tuple.__iter__(self))
+
+    def __reduce__(self):
+        return (AnonymizerFit._make, (tuple(tuple.__iter__(self)),))
+
+    def __repr__(self) -> str:
+        return repr(self._plain())
+
+
+def check_dp_fit_settings(
+    *,
+    epsilon: float,
+    delta: float,
+    sampling_rate: float | None,
+    max_grad_norm: float,
+    noise_multiplier: float | None,
+    prior_fraction: float | None,
+    num_regular: int | None,
+    num_private: int | None,
+) -> None:
+    """The DP settings of ``fit_dp_anonymizer``, checked by name before anything runs
+    (``prior_fraction=None``: a public prior, no fraction spent)."""
+    from dp_proto.privacy.calibration import check_delta, check_epsilon, check_sampling_rate
+
+    check_epsilon(epsilon)
+    check_delta(delta, allow_zero=False)
+    if sampling_rate is not None:
+        check_sampling_rate(sampling_rate)
+    check_positive("max_grad_norm", max_grad_norm)
+    if noise_multiplier is not None:
+        check_nonnegative("noise_multiplier", noise_multiplier)
+    if prior_fraction is not None:
+        check_unit_interval("prior_fraction", prior_fraction)
+    for name, value in (("num_regular", num_regular), ("num_private", num_private)):
+        if value is not None:
+            check_count(name, value, 2)
+
+
 def fit_dp_anonymizer(
-    x: Tensor,
-    regular: Tensor,
-    private: Tensor,
+    x: Any,
+    regular: Any,
+    private: Any,
     *,
     epsilon: float,
     delta: float,
@@ -185,7 +277,7 @@ def fit_dp_anonymizer(
     max_grad_norm: float = 1.0,
     num_regular: int | None = None,
     num_private: int | None = None,
-    prior: Tensor | None = None,
+    prior: Any = None,
     prior_fraction: float = 0.05,
     anonymizer=None,
     lam: float = 1.0,
@@ -196,49 +288,141 @@ def fit_dp_anonymizer(
     val_data=None,
     seed: int = 0,
     logger=False,
-    enable_progress_bar: bool = False,
+    enable_progress_bar: bool = True,
     accelerator: str = "cpu",
     secure_mode: bool = False,
     expected_batch_size: float | None = None,
     noise_seed: int | None = None,
     **module_kwargs,
-):
-    """Train an anonymizer whose whole transcript is ``(epsilon, delta)``-DP.
+) -> AnonymizerFit:
+    """Train an anonymizer whose whole transcript is ``(epsilon, delta)``-DP (DP-SGD,
+    Abadi et al. 2016, on the procedure of Feutry, Piantanida, Bengio & Duhamel 2018).
 
-    ``num_regular`` / ``num_private`` are public (default: from the labels' maxima, with a
-    ``PrivacyLeakWarning``). The private prior is ``prior`` (public) or a Laplace
-    histogram with ``prior_fraction * epsilon`` (counts clamped at 1, normalised). The
-    noise multiplier is calibrated by the ledger's accountant so that the prior and all
-    ``T = epochs * int(1 / sampling_rate)`` steps (a ``DPSGDPlan``) compose to
-    ``(epsilon, delta)``; pass
-    ``noise_multiplier`` to fix it instead (0: a noise-free check run, epsilon infinite).
-    Returns ``(AnonymizerFit, ledger)``.
-
-    ``expected_batch_size`` is the public normaliser of the noisy gradient sums. Left
-    None, it is ``sampling_rate * max(n~, 1)`` with ``n~`` the total of the released
-    Laplace histogram of the private labels (post-processing of a release already
-    charged for the prior: free); with a public ``prior`` there is no such release, so
-    ``expected_batch_size`` must then be given (``ValueError`` otherwise). It is never
-    ``sampling_rate * len(x)``: ``len(x)`` is private under add/remove. ``sampling_rate``
-    defaults to 0.05; ``sample_rate`` is its deprecated old name.
+    The private prior is ``prior`` (public) or a Laplace histogram with
+    ``prior_fraction * epsilon`` (counts clamped at 1, normalised). The noise multiplier
+    is calibrated by the ledger's accountant so that the prior and all ``T = epochs *
+    int(1 / sampling_rate)`` steps (a ``DPSGDPlan``) compose to ``(epsilon, delta)``.
 
     ``seed`` governs the non-private randomness (the network's initialisation). The
     noise and the Poisson sampling coins come from fresh operating-system entropy;
     ``noise_seed`` (an int) makes them reproducible, for tests and benchmarks only: it
-    warns ``PrivacyLeakWarning`` and the ledger's summary
-    records ``"noise": "reproducible"``.
+    warns ``PrivacyLeakWarning`` and the ledger's summary records ``"noise":
+    "reproducible"``.
+
+    Parameters
+    ----------
+    x : Tensor or array-like of shape (n, ...)
+        The private training records (features ``(n, d)`` or images ``(n, C, H, W)``),
+        used as float32; NaN and inf are refused.
+    regular, private : Tensor or array-like of shape (n,)
+        Integer class indices of the two labels.
+    epsilon : float
+        Target epsilon ``> 0`` of the whole run.
+    delta : float
+        Target delta in ``(0, 1)``.
+    sampling_rate : float, optional
+        Poisson rate ``q`` in ``(0, 1]`` of every step (default 0.05); ``sample_rate``
+        is its deprecated old name.
+    max_grad_norm : float, default 1.0
+        Per-record clipping norm ``C > 0``.
+    num_regular, num_private : int, optional
+        The public class counts (``>= 2``); left out, they are read from the labels'
+        maxima with a ``PrivacyLeakWarning``.
+    prior : array-like of shape (num_private,), optional
+        A public prior of the private labels (then ``expected_batch_size`` is needed).
+    prior_fraction : float, default 0.05
+        Share of epsilon in ``(0, 1)`` spent on the noisy prior.
+    anonymizer : Anonymizer, callable or None, default None
+        As in ``fit_anonymizer``: the networks, a factory of new ones (called after
+        seeding), or ``None`` for the default MLP / CNN.
+    lam : float, default 1.0
+        Weight ``>= 0`` of the per-record ``|CE_private_i - CE_random_i|``.
+    adversarial_epochs, pretrain_regular_epochs, pretrain_private_epochs : int
+        Epochs ``>= 0`` of each phase (default 20, 10, 10; at least one in all).
+    noise_multiplier : float, optional
+        Fix ``sigma / C`` (``>= 0``) instead of calibrating it (0: a noise-free check
+        run, epsilon infinite).
+    val_data : tuple (x, regular, private), optional
+        Held-out records (not private) whose metrics are logged.
+    seed : int, default 0
+        Seeds the initialisation (an int in ``[0, 2**32)``).
+    logger : Lightning logger or False, default False
+        Where the validation metrics go (nothing computed from a training batch is logged).
+    enable_progress_bar : bool, default True
+        Lightning's progress bar, on stderr; ``False`` for none.
+    accelerator : str, default "cpu"
+        Lightning's accelerator.
+    secure_mode : bool, default False
+        Noise read from ``os.urandom``.
+    expected_batch_size : float, optional
+        The public normaliser of the noisy gradient sums. Left None, it is
+        ``sampling_rate * max(n~, 1)`` with ``n~`` the total of the released Laplace
+        histogram of the private labels (post-processing of a release already charged
+        for the prior: free); with a public ``prior`` there is no such release, so it
+        must then be given (``ValueError`` otherwise). It is never ``sampling_rate *
+        len(x)``: ``len(x)`` is private under add/remove.
+    noise_seed : int, optional
+        Reproducible noise and coins (tests and benchmarks only; see above).
+    **module_kwargs
+        Passed to ``DPAnonymizerModule`` (``lr``, ``encoder_lr``, ``optimizer``,
+        ``toggle_steps``...).
+
+    Returns
+    -------
+    AnonymizerFit
+        As ``fit_anonymizer``'s, with ``ledger`` set to the run's ``PrivacyLedger``;
+        ``save_release(path)`` publishes the encoder with the ledger. Unpacking it as the
+        old pair ``fit, ledger = fit_dp_anonymizer(...)`` works for one release, with a
+        ``DeprecationWarning``.
+
+    Raises
+    ------
+    DataValidationError
+        ``x`` is not numeric, has no record or holds NaN/inf.
+    ValueError
+        A setting out of range (the message names it), labels outside the public class
+        counts, a public prior without ``expected_batch_size``.
     """
     import lightning as L
     from opacus.data_loader import DPDataLoader
     from torch.utils.data import TensorDataset
 
-    from dp_proto.anonymizer.training import default_anonymizer, training_labels
-    from dp_proto.lightning.anonymizer import train_module
+    from dp_proto.anonymizer.training import training_labels
+    from dp_proto.lightning.anonymizer import (
+        build_anonymizer,
+        check_fit_settings,
+        check_module_settings,
+        train_module,
+    )
     from dp_proto.lightning.datamodule import poisson_seed, route_opacus_notices
     from dp_proto.privacy.dpsgd_plan import DPSGDPlan
     from dp_proto.privacy.mechanisms import noisy_histogram
     from dp_proto.privacy.randomness import fresh_generator, noise_generator, seeded_generator
 
+    sampling_rate = renamed_argument(
+        "fit_dp_anonymizer", "sampling_rate", sampling_rate, "sample_rate", module_kwargs.pop("sample_rate", None)
+    )
+    check_fit_settings(
+        lam=lam,
+        adversarial_epochs=adversarial_epochs,
+        pretrain_regular_epochs=pretrain_regular_epochs,
+        pretrain_private_epochs=pretrain_private_epochs,
+        seed=seed,
+    )
+    if module_kwargs.pop("mode", "toggle") != "toggle":
+        raise ValueError("DP training supports mode='toggle' only (one parameter set and one loss per step)")
+    check_module_settings(module_kwargs)
+    check_dp_fit_settings(
+        epsilon=epsilon,
+        delta=delta,
+        sampling_rate=sampling_rate,
+        max_grad_norm=max_grad_norm,
+        noise_multiplier=noise_multiplier,
+        prior_fraction=prior_fraction if prior is None else None,
+        num_regular=num_regular,
+        num_private=num_private,
+    )
+    x = as_records(x)
     regular, private = training_labels(x, regular, private)
     if num_regular is None or num_private is None:
         warnings.warn(
@@ -247,18 +431,17 @@ def fit_dp_anonymizer(
             PrivacyLeakWarning,
             stacklevel=2,
         )
-    num_regular = int(regular.max()) + 1 if num_regular is None else num_regular
-    num_private = int(private.max()) + 1 if num_private is None else num_private
+    num_regular = int(regular.max()) + 1 if num_regular is None else int(num_regular)
+    num_private = int(private.max()) + 1 if num_private is None else int(num_private)
     check_labels(regular, num_regular, "regular")
     check_labels(private, num_private, "private")
     if num_private < 2 or num_regular < 2:
         raise ValueError("both labels need at least 2 classes")
-    if prior is None and not 0 < prior_fraction < 1:
-        raise ValueError(f"prior_fraction must lie in (0, 1), got {prior_fraction}")
+    if prior is not None:
+        prior = check_prior(prior)
+        if prior.numel() != num_private:
+            raise ValueError(f"prior must have num_private = {num_private} entries, got {prior.numel()}")
     epochs = pretrain_regular_epochs + pretrain_private_epochs + adversarial_epochs
-    sampling_rate = renamed_argument(
-        "fit_dp_anonymizer", "sampling_rate", sampling_rate, "sample_rate", module_kwargs.pop("sample_rate", None)
-    )
     plan = DPSGDPlan(
         epsilon,
         delta,
@@ -275,6 +458,10 @@ def fit_dp_anonymizer(
         )
     if secure_mode and noise_seed is not None:
         raise ValueError("secure_mode draws the noise from os.urandom; noise_seed cannot reproduce it")
+    # The networks first (seeded; a bad factory fails before any release): the noise and
+    # the coins below never use torch's global generator, so the order changes nothing else.
+    L.seed_everything(seed, workers=True, verbose=False)
+    anonymizer = build_anonymizer(anonymizer, x, num_regular, num_private)
     # A noise-free check run (noise_multiplier=0) is recorded but has no budget to stop it.
     ledger = PrivacyLedger(default_delta=delta) if noise_multiplier == 0 else plan.new_ledger()
     generator = None if secure_mode else noise_generator(noise_seed, owner="fit_dp_anonymizer (noise_seed)")
@@ -295,8 +482,6 @@ def fit_dp_anonymizer(
     prior = torch.as_tensor(prior, dtype=torch.float32)
     if noise_multiplier is None:
         noise_multiplier = plan.noise_multiplier(ledger.events)
-    L.seed_everything(seed, workers=True, verbose=False)
-    anonymizer = anonymizer if anonymizer is not None else default_anonymizer(x, num_regular, num_private)
     module = DPAnonymizerModule(
         anonymizer,
         prior,
@@ -329,4 +514,4 @@ def fit_dp_anonymizer(
         enable_progress_bar=enable_progress_bar,
         use_distributed_sampler=False,
     )
-    return fit, ledger
+    return _PairUnpackingFit._make(fit._replace(ledger=ledger))

@@ -16,9 +16,15 @@ Opacus' variants, per-layer and ghost clipping included):
   ``dp_proto.privacy.randomness``), or ``os.urandom`` with ``secure_mode=True``;
 * ``expected_batch_size`` set to the caller's public value;
 * every step's noisy sum passes through ``dp_proto.privacy.testing.intercept``.
+
+It also silences, once, torch's notice that a full backward hook fires on a module
+whose inputs need no gradient (``quiet_opacus_hook_notice``): Opacus' per-sample hooks
+on a network's first layer raise it at every DP-SGD step, and it is expected there.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 from opacus.optimizers.optimizer import DPOptimizer, _check_processed_flag, _mark_as_processed
@@ -28,7 +34,37 @@ from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.randomness import fresh_generator
 from dp_proto.privacy.testing import intercept
 
-__all__ = ["make_noise_sound", "check_expected_batch_size"]
+__all__ = ["make_noise_sound", "check_expected_batch_size", "quiet_opacus_hook_notice"]
+
+#: torch's notice (``torch.utils.hooks``) that Opacus' per-sample hooks raise at every step.
+HOOK_NOTICE = (
+    r"Full backward hook is firing when gradients are computed with respect to module outputs since no "
+    r"inputs require gradients"
+)
+#: The modules the notice is attributed to in DP-SGD: it names the caller of ``backward``,
+#: Lightning's ``LightningModule.backward`` or dp-proto's own training loop.
+HOOK_NOTICE_CALLERS = r"(lightning\.pytorch\.core\.module|dp_proto\.)"
+
+
+def quiet_opacus_hook_notice() -> None:
+    """Ignore torch's backward-hook notice about Opacus' per-sample hooks (``HOOK_NOTICE``).
+
+    Opacus' hooks read the gradient of a layer's output only, so the notice for a layer
+    whose input needs no gradient (the first layer, or one after a frozen part) is
+    expected; it fired at every step. The filter matches that message only, as a
+    ``UserWarning`` attributed to ``HOOK_NOTICE_CALLERS``; privacy warnings
+    (``PrivacyLeakWarning``, ``DomainWarning``) are never filtered. Added once: a call
+    finding the filter in place changes nothing.
+    """
+    for action, message, category, module, _ in warnings.filters:
+        if (
+            action == "ignore"
+            and category is UserWarning
+            and getattr(message, "pattern", None) == HOOK_NOTICE
+            and getattr(module, "pattern", None) == HOOK_NOTICE_CALLERS
+        ):
+            return
+    warnings.filterwarnings("ignore", message=HOOK_NOTICE, category=UserWarning, module=HOOK_NOTICE_CALLERS)
 
 
 def check_expected_batch_size(expected_batch_size: float) -> float:
@@ -100,4 +136,5 @@ def make_noise_sound(
     optimizer._sound_generator = None if secure_mode else (generator if generator is not None else fresh_generator())
     optimizer._sound_name = name
     optimizer.generator = None  # Opacus' own sampler is never used
+    quiet_opacus_hook_notice()  # every DP-SGD trainer sets Opacus up through here
     return optimizer

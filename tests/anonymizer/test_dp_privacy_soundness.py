@@ -48,16 +48,16 @@ def test_same_seed_fresh_noise_and_noise_seed_reproduces_with_a_warning():
     x, y, s = _task(60)
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyLeakWarning)
-        (a, ledger), (b, _) = _fit(x, y, s), _fit(x, y, s)
+        a, b = _fit(x, y, s), _fit(x, y, s)
     assert not torch.equal(_weights(a), _weights(b))  # the same seed, fresh noise and coins
-    assert ledger.summary()["noise"] == "fresh"
+    assert a.ledger.summary()["noise"] == "fresh"
     fits = []
     for _ in range(2):
         with pytest.warns(PrivacyLeakWarning, match="noise_seed"):
             fits.append(_fit(x, y, s, noise_seed=11))
-    assert torch.equal(_weights(fits[0][0]), _weights(fits[1][0]))
-    assert fits[0][1].summary()["noise"] == "reproducible"
-    hparams = dict(fits[0][0].module.hparams)
+    assert torch.equal(_weights(fits[0]), _weights(fits[1]))
+    assert fits[0].ledger.summary()["noise"] == "reproducible"
+    hparams = dict(fits[0].module.hparams)
     assert "noise_generator" not in hparams and "ledger" not in hparams
     assert not any(isinstance(v, torch.Generator) for v in hparams.values())
 
@@ -66,17 +66,17 @@ def test_the_normaliser_is_public_or_the_released_prior_total():
     x, y, s = _task(60)
 
     def normaliser(x, y, s):  # the neighbour sees D's noisy prior: the normaliser must not move
-        fit, _ = _fit(x, y, s)
+        fit = _fit(x, y, s)
         return fit.module.expected_batch_size, fit.trainer.optimizers[0].expected_batch_size
 
     neighbour_check(normaliser, (x, y, s), removals=[0, len(x) - 1]).assert_ok()  # old: 0.2 * len(x)
 
     with capture_releases() as recorder:
-        fit, _ = _fit(x, y, s)
+        fit = _fit(x, y, s)
     (counts,) = [r.output for r in recorder.releases if r.name == "private_prior"]
     assert fit.trainer.optimizers[0].expected_batch_size == pytest.approx(0.2 * max(float(counts.sum()), 1.0))
 
-    fit, _ = _fit(x, y, s, prior=PRIOR, expected_batch_size=7.5)
+    fit = _fit(x, y, s, prior=PRIOR, expected_batch_size=7.5)
     assert fit.module.expected_batch_size == fit.trainer.optimizers[0].expected_batch_size == 7.5
     with pytest.raises(ValueError, match="expected_batch_size"):
         _fit(x, y, s, prior=PRIOR)
@@ -95,7 +95,7 @@ def test_dp_sgd_noise_reaches_beyond_six_sigma(monkeypatch):
     monkeypatch.setattr(noise, "uniform_open", extreme)
     x, y, s = _task(60)
     with capture_releases() as recorder:
-        fit, _ = _fit(x, y, s, prior=PRIOR, expected_batch_size=12.0, max_grad_norm=0.5)
+        fit = _fit(x, y, s, prior=PRIOR, expected_batch_size=12.0, max_grad_norm=0.5)
     assert type(fit.trainer.optimizers[0]).__name__.startswith("Sound")
     draws = [r for r in recorder.releases if r.name == "dp_sgd"]
     assert draws

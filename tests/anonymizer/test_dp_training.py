@@ -32,7 +32,7 @@ def _small_model(seed=0):
 @pytest.mark.slow
 def test_ledger_counts_the_prior_and_every_step_and_certifies_the_target():
     x, y, s = _task(600)
-    fit, ledger = fit_dp_anonymizer(
+    fit = fit_dp_anonymizer(
         x,
         y,
         s,
@@ -49,14 +49,14 @@ def test_ledger_counts_the_prior_and_every_step_and_certifies_the_target():
         lr=0.05,
         encoder_lr=0.01,
     )
-    kinds = [e.kind for e in ledger.events]
-    prior = ledger.events[0]  # the noisy class histogram: discrete Laplace, 5 % of the budget
+    kinds = [e.kind for e in fit.ledger.events]
+    prior = fit.ledger.events[0]  # the noisy class histogram: discrete Laplace, 5 % of the budget
     assert kinds[0] == "discrete_laplace" and prior.name == "private_prior"
     assert prior.epsilon == pytest.approx(0.05 * 2.0) and prior.grid_steps == 1 and prior.sensitivity == 1.0
-    steps = sum(e.count for e in ledger.events if e.kind == "subsampled_gaussian")
+    steps = sum(e.count for e in fit.ledger.events if e.kind == "subsampled_gaussian")
     assert steps == 4 * int(1 / 0.1)  # 4 epochs of 10 Poisson steps, every phase counted
-    assert ledger.get_epsilon(1e-5) == pytest.approx(2.0, rel=0.02)
-    assert ledger.get_epsilon(1e-5) <= 2.0 * 1.001
+    assert fit.ledger.get_epsilon(1e-5) == pytest.approx(2.0, rel=0.02)
+    assert fit.ledger.get_epsilon(1e-5) <= 2.0 * 1.001
     assert fit.module.noise_multiplier > 0
 
 
@@ -75,8 +75,8 @@ def test_a_public_prior_spends_nothing_and_simultaneous_mode_is_refused():
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyLeakWarning)  # public class counts: nothing read from the labels
-        fit, ledger = fit_dp_anonymizer(x, y, s, num_regular=4, num_private=8, anonymizer=_small_model(), **settings)
-    assert all(e.kind == "subsampled_gaussian" for e in ledger.events)
+        fit = fit_dp_anonymizer(x, y, s, num_regular=4, num_private=8, anonymizer=_small_model(), **settings)
+    assert all(e.kind == "subsampled_gaussian" for e in fit.ledger.events)
     with pytest.warns(PrivacyLeakWarning, match="num_regular / num_private"):
         fit_dp_anonymizer(x, y, s, anonymizer=_small_model(), **settings)
     with pytest.raises(ValueError, match="toggle"):
@@ -124,7 +124,7 @@ def test_noise_free_run_with_lambda_zero_trains_a_plain_classifier():
     """Anti-silent-failure: no noise, no effective clipping, lambda 0: the regular branch
     reaches the accuracy of non-private training (measured 0.90+ on this task)."""
     x, y, s = _task(2400)
-    fit, ledger = fit_dp_anonymizer(
+    fit = fit_dp_anonymizer(
         x[:1200],
         y[:1200],
         s[:1200],
@@ -144,12 +144,12 @@ def test_noise_free_run_with_lambda_zero_trains_a_plain_classifier():
     a = fit.module.anonymizer
     accuracy = (a.regular_head(encode(a.encoder, x[1200:])).argmax(1) == y[1200:]).float().mean().item()
     assert accuracy > 0.85
-    assert math.isinf(ledger.get_epsilon(1e-5))  # a noise-free run certifies nothing
+    assert math.isinf(fit.ledger.get_epsilon(1e-5))  # a noise-free run certifies nothing
 
 
 def test_the_budget_stops_training_before_an_epoch_that_would_exceed_it():
     x, y, s = _task(300)
-    fit, ledger = fit_dp_anonymizer(
+    fit = fit_dp_anonymizer(
         x,
         y,
         s,
@@ -165,7 +165,7 @@ def test_the_budget_stops_training_before_an_epoch_that_would_exceed_it():
         adversarial_epochs=10,
     )
     assert fit.module.stopped_by_budget
-    assert ledger.get_epsilon(1e-5) <= 1.0
+    assert fit.ledger.get_epsilon(1e-5) <= 1.0
 
 
 def test_per_record_objective_is_the_mean_of_per_record_terms():
@@ -183,7 +183,7 @@ def test_per_record_objective_is_the_mean_of_per_record_terms():
 @pytest.mark.slow
 def test_empty_poisson_batches_still_take_their_step():
     x, y, s = _task(20)
-    fit, ledger = fit_dp_anonymizer(
+    fit = fit_dp_anonymizer(
         x,
         y,
         s,
@@ -197,5 +197,5 @@ def test_empty_poisson_batches_still_take_their_step():
         pretrain_private_epochs=0,
         adversarial_epochs=0,
     )
-    assert sum(e.count for e in ledger.events) == int(1 / 0.02)  # most of the 50 batches are empty
+    assert sum(e.count for e in fit.ledger.events) == int(1 / 0.02)  # most of the 50 batches are empty
     assert all(torch.isfinite(p).all() for p in fit.module.anonymizer.parameters())

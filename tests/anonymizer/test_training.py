@@ -492,10 +492,10 @@ def test_a_single_or_missing_private_class_raises():
         ({"lam": -1.0}, "lam"),
         ({"toggle_steps": 0}, "toggle_steps"),
         ({"toggle_steps": -2}, "toggle_steps"),
-        ({"lr": 0.0}, "learning rates"),
-        ({"encoder_lr": -1e-3}, "learning rates"),
-        ({"pretrain_regular_epochs": -1}, "pre-training"),
-        ({"pretrain_private_epochs": -1}, "pre-training"),
+        ({"lr": 0.0}, "lr must be a finite number > 0"),
+        ({"encoder_lr": -1e-3}, "encoder_lr must be a finite number > 0"),
+        ({"pretrain_regular_epochs": -1}, "pretrain_regular_epochs must be an int >= 0"),
+        ({"pretrain_private_epochs": -1}, "pretrain_private_epochs must be an int >= 0"),
     ],
 )
 def test_invalid_module_arguments_raise(kwargs, match):
