@@ -13,6 +13,7 @@ format of ``dp_proto.release`` (``model.safetensors`` and ``manifest.json``, no 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, cast
@@ -20,6 +21,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -60,6 +62,7 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
         beta: float = 1.0,
         tol: float = 1e-9,
         random_state: int | np.random.RandomState | None = None,
+        verbose: int = 0,
         device: str = "cpu",
         dtype: str = "float64",
     ) -> None:
@@ -72,6 +75,7 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
         self.beta = beta
         self.tol = tol
         self.random_state = random_state
+        self.verbose = verbose
         self.device = device
         self.dtype = dtype
 
@@ -180,7 +184,15 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
                 tol=self.tol,
                 transfer_fn=self.transfer_fn,
                 beta=self.beta,
+                progress=bool(self.verbose),
             )
+            if not result.converged:
+                warnings.warn(
+                    f"{type(self).__name__}: L-BFGS stopped at max_iter={self.max_iter} iterations without "
+                    f"converging (tol={self.tol:g}); increase max_iter",
+                    ConvergenceWarning,
+                    stacklevel=2,
+                )
         else:
             result = fit_minibatch(
                 self.model_,
@@ -193,6 +205,7 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
                 generator=generator,
                 transfer_fn=self.transfer_fn,
                 beta=self.beta,
+                progress=bool(self.verbose),
             )
         self.n_iter_ = result.n_iter
         self.loss_ = result.final_loss
@@ -395,7 +408,8 @@ class GLVQ(_LVQBase):
     solver : {"lbfgs", "adam", "sgd"}, default "lbfgs"
         Full-batch L-BFGS with strong-Wolfe line search, or minibatch Adam/SGD.
     max_iter : int, default 500
-        L-BFGS iterations, or epochs for the minibatch solvers.
+        L-BFGS iterations, or epochs for the minibatch solvers. L-BFGS stopping at
+        ``max_iter`` without meeting ``tol`` warns ``ConvergenceWarning``.
     lr : float, default 0.01
         Learning rate of the minibatch solvers.
     batch_size : int, default 128
@@ -408,6 +422,9 @@ class GLVQ(_LVQBase):
         L-BFGS tolerance on cost and parameter changes.
     random_state : int, RandomState or None, default None
         Seeds the jitter of several prototypes per class, a random Omega and shuffling.
+    verbose : int, default 0
+        1 or more: a progress bar on stderr (L-BFGS cost evaluations, or epochs) for a
+        fit that runs longer than two seconds.
     device : str, default "cpu"
         Torch device of the model.
     dtype : {"float64", "float32"}, default "float64"
@@ -458,6 +475,7 @@ class GLVQ(_LVQBase):
         beta: float = 1.0,
         tol: float = 1e-9,
         random_state: int | np.random.RandomState | None = None,
+        verbose: int = 0,
         device: str = "cpu",
         dtype: str = "float64",
     ) -> None:
@@ -471,6 +489,7 @@ class GLVQ(_LVQBase):
             beta=beta,
             tol=tol,
             random_state=random_state,
+            verbose=verbose,
             device=device,
             dtype=dtype,
         )
@@ -495,7 +514,8 @@ class GMLVQ(_LVQBase):
     solver : {"lbfgs", "adam", "sgd"}, default "lbfgs"
         Full-batch L-BFGS with strong-Wolfe line search, or minibatch Adam/SGD.
     max_iter : int, default 500
-        L-BFGS iterations, or epochs for the minibatch solvers.
+        L-BFGS iterations, or epochs for the minibatch solvers. L-BFGS stopping at
+        ``max_iter`` without meeting ``tol`` warns ``ConvergenceWarning``.
     lr : float, default 0.01
         Learning rate of the minibatch solvers.
     batch_size : int, default 128
@@ -508,6 +528,9 @@ class GMLVQ(_LVQBase):
         L-BFGS tolerance on cost and parameter changes.
     random_state : int, RandomState or None, default None
         Seeds the jitter of several prototypes per class, a random Omega and shuffling.
+    verbose : int, default 0
+        1 or more: a progress bar on stderr (L-BFGS cost evaluations, or epochs) for a
+        fit that runs longer than two seconds.
     device : str, default "cpu"
         Torch device of the model.
     dtype : {"float64", "float32"}, default "float64"
@@ -567,6 +590,7 @@ class GMLVQ(_LVQBase):
         beta: float = 1.0,
         tol: float = 1e-9,
         random_state: int | np.random.RandomState | None = None,
+        verbose: int = 0,
         device: str = "cpu",
         dtype: str = "float64",
     ) -> None:
@@ -580,6 +604,7 @@ class GMLVQ(_LVQBase):
             beta=beta,
             tol=tol,
             random_state=random_state,
+            verbose=verbose,
             device=device,
             dtype=dtype,
         )
@@ -624,7 +649,8 @@ class LGMLVQ(GMLVQ):
     solver : {"lbfgs", "adam", "sgd"}, default "lbfgs"
         Full-batch L-BFGS with strong-Wolfe line search, or minibatch Adam/SGD.
     max_iter : int, default 500
-        L-BFGS iterations, or epochs for the minibatch solvers.
+        L-BFGS iterations, or epochs for the minibatch solvers. L-BFGS stopping at
+        ``max_iter`` without meeting ``tol`` warns ``ConvergenceWarning``.
     lr : float, default 0.01
         Learning rate of the minibatch solvers.
     batch_size : int, default 128
@@ -637,6 +663,9 @@ class LGMLVQ(GMLVQ):
         L-BFGS tolerance on cost and parameter changes.
     random_state : int, RandomState or None, default None
         Seeds the jitter of several prototypes per class, a random Omega and shuffling.
+    verbose : int, default 0
+        1 or more: a progress bar on stderr (L-BFGS cost evaluations, or epochs) for a
+        fit that runs longer than two seconds.
     device : str, default "cpu"
         Torch device of the model.
     dtype : {"float64", "float32"}, default "float64"
@@ -687,6 +716,7 @@ class LGMLVQ(GMLVQ):
         beta: float = 1.0,
         tol: float = 1e-9,
         random_state: int | np.random.RandomState | None = None,
+        verbose: int = 0,
         device: str = "cpu",
         dtype: str = "float64",
     ) -> None:
@@ -703,6 +733,7 @@ class LGMLVQ(GMLVQ):
             beta=beta,
             tol=tol,
             random_state=random_state,
+            verbose=verbose,
             device=device,
             dtype=dtype,
         )

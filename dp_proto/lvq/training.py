@@ -8,11 +8,13 @@ the same optimisers through ``dp_proto.lightning.LVQModule``.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 from torch import Tensor
+from tqdm.auto import tqdm
 
 from dp_proto.lvq.model import PrototypeModel
 
@@ -27,6 +29,7 @@ class FitResult:
 
     n_iter: int
     losses: list[float] = field(default_factory=list)
+    converged: bool = True
 
     @property
     def final_loss(self) -> float:
@@ -65,6 +68,7 @@ def fit_lbfgs(
     history_size: int = 20,
     transfer_fn: str = "identity",
     beta: float = 1.0,
+    progress: bool = False,
 ) -> FitResult:
     """Full-batch L-BFGS with a strong-Wolfe line search on the mean GLVQ cost.
 
@@ -76,6 +80,14 @@ def fit_lbfgs(
         Maximum number of L-BFGS iterations.
     tol : float
         Stop when the cost or the parameters change by less than ``tol``.
+    progress : bool
+        A progress bar over the cost evaluations on stderr, shown once the fit has run
+        for two seconds.
+
+    Returns
+    -------
+    FitResult
+        ``converged`` is False when L-BFGS stopped at ``max_iter`` iterations.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.LBFGS(
@@ -89,19 +101,26 @@ def fit_lbfgs(
         line_search_fn="strong_wolfe",
     )
     losses: list[float] = []
+    bar = tqdm(total=int(max_iter * 1.25) + 1, desc="L-BFGS", unit="eval", file=sys.stderr, delay=2.0,
+               disable=not progress, leave=False)  # fmt: skip
 
     def closure() -> Tensor:
         optimizer.zero_grad(set_to_none=True)
         loss = model.loss(model(x), y, transfer_fn=transfer_fn, beta=beta)  # type: ignore[arg-type]
         loss.backward()
         losses.append(float(loss.detach()))
+        bar.update()
+        bar.set_postfix(cost=f"{losses[-1]:.4g}", refresh=False)
         return loss
 
     model.train()
-    optimizer.step(closure)
+    try:
+        optimizer.step(closure)
+    finally:
+        bar.close()
     model.layer.normalize_()  # exact: the cost is invariant to a global metric's scale
     n_iter = int(optimizer.state[params[0]].get("n_iter", 0)) if params else 0
-    return FitResult(n_iter=n_iter, losses=losses)
+    return FitResult(n_iter=n_iter, losses=losses, converged=n_iter < max_iter)
 
 
 def fit_minibatch(
@@ -116,17 +135,21 @@ def fit_minibatch(
     generator: torch.Generator | None = None,
     transfer_fn: str = "identity",
     beta: float = 1.0,
+    progress: bool = False,
 ) -> FitResult:
     """Minibatch SGD or Adam with reshuffling every epoch; the metric is
     renormalised after every step where the layer asks for it.
 
-    Returns the mean cost of every epoch.
+    Returns the mean cost of every epoch (``epochs`` always run: no convergence test).
+    ``progress``: a bar over the epochs on stderr, shown once the fit has run for two
+    seconds.
     """
     optimizer = make_optimizer(solver, [p for p in model.parameters() if p.requires_grad], lr)
     n = x.shape[0]
     losses: list[float] = []
     model.train()
-    for _ in range(epochs):
+    bar = tqdm(range(epochs), desc=solver, unit="epoch", file=sys.stderr, delay=2.0, disable=not progress, leave=False)
+    for _ in bar:
         order = torch.randperm(n, generator=generator).to(x.device)
         total = 0.0
         for start in range(0, n, batch_size):
@@ -138,4 +161,5 @@ def fit_minibatch(
             model.layer.normalize_()
             total += float(loss.detach()) * len(idx)
         losses.append(total / max(n, 1))
+        bar.set_postfix(cost=f"{losses[-1]:.4g}", refresh=False)
     return FitResult(n_iter=epochs, losses=losses)

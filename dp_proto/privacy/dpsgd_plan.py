@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+
+from tqdm.auto import tqdm
 
 from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.privacy.calibration import check_delta, check_epsilon, check_sampling_rate
@@ -376,6 +379,9 @@ class BudgetedEpochs:
         The Poisson sampling rate ``q``.
     steps : int or None, default None
         Total steps of the run; None for the step-by-step use of the Lightning modules.
+    progress : bool, default False
+        Iterating shows a bar over the epochs on stderr (after two seconds); it counts
+        the planned epochs, a public quantity.
 
     Attributes
     ----------
@@ -384,11 +390,18 @@ class BudgetedEpochs:
     """
 
     def __init__(
-        self, ledger: PrivacyLedger, noise_multiplier: float, sampling_rate: float, steps: int | None = None
+        self,
+        ledger: PrivacyLedger,
+        noise_multiplier: float,
+        sampling_rate: float,
+        steps: int | None = None,
+        *,
+        progress: bool = False,
     ) -> None:
         self.ledger, self.noise_multiplier = ledger, float(noise_multiplier)
         self.sampling_rate = float(sampling_rate)
         self.steps = None if steps is None else int(steps)
+        self.progress = bool(progress)
         self.stopped_by_budget = False
 
     def reserve(self, count: int) -> bool:
@@ -413,9 +426,16 @@ class BudgetedEpochs:
         if self.steps is None:
             raise TypeError("BudgetedEpochs without steps= has no epochs to iterate; use reserve() / record()")
         per_epoch, done = steps_per_epoch(self.sampling_rate), 0
-        while done < self.steps:
-            count = min(per_epoch, self.steps - done)
-            if not self.record(count):
-                return
-            yield count
-            done += count
+        # the bar counts public quantities only (epochs of the planned steps)
+        bar = tqdm(total=math.ceil(self.steps / per_epoch), desc="DP-SGD", unit="epoch", file=sys.stderr,
+                   delay=2.0, disable=not self.progress, leave=False)  # fmt: skip
+        try:
+            while done < self.steps:
+                count = min(per_epoch, self.steps - done)
+                if not self.record(count):
+                    return
+                yield count
+                done += count
+                bar.update()
+        finally:
+            bar.close()

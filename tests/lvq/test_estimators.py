@@ -1,6 +1,7 @@
 """scikit-learn estimators: API compliance, accuracy floors, round trips, bad input."""
 
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -146,3 +147,49 @@ class TestBadInput:
     def test_bad_parameters(self, params, message):
         with pytest.raises(ValueError, match=message):
             GLVQ(**params).fit(self.X, self.y)
+
+
+def test_lbfgs_stopping_at_max_iter_warns_convergence():
+    from sklearn.datasets import load_iris
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = load_iris(return_X_y=True)
+    with pytest.warns(ConvergenceWarning, match=r"GLVQ: L-BFGS stopped at max_iter=2 iterations without converging"):
+        GLVQ(max_iter=2).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        assert GLVQ().fit(X, y).n_iter_ < 500  # converges: no warning
+        GLVQ(solver="adam", max_iter=2).fit(X, y)  # fixed epochs: no convergence test, no warning
+
+
+def test_verbose_shows_a_progress_bar_on_stderr_only(capsys, monkeypatch):
+    """verbose=1: a tqdm bar on stderr (shown after two seconds; the delay is removed
+    here), nothing on stdout; verbose=0 (the default): nothing at all."""
+    import tqdm.auto
+
+    from dp_proto.lvq import training
+    from dp_proto.privacy import dpsgd_plan
+
+    for module in (training, dpsgd_plan):
+        monkeypatch.setattr(module, "tqdm", lambda *a, **k: tqdm.auto.tqdm(*a, **{**k, "delay": 0}))
+    from sklearn.datasets import load_iris
+
+    from dp_proto.lvq.private import DPGLVQ
+
+    X, y = load_iris(return_X_y=True)
+    for est, label in [
+        (GLVQ(verbose=1), "L-BFGS"),
+        (GMLVQ(solver="adam", max_iter=3, verbose=1), "adam"),
+        (DPGLVQ(bounds=(0, 8), classes=[0, 1, 2], sampling_rate=0.1, epochs=2, verbose=1), "DP-SGD"),
+    ]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est.fit(X, y)
+        out, err = capsys.readouterr()
+        assert label in err and out == ""
+        est.set_params(verbose=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est.fit(X, y)
+        out, err = capsys.readouterr()
+        assert label not in err and out == ""

@@ -113,6 +113,7 @@ def fit_dp_sgd(
     beta: float = 1.0,
     delta: float = 1e-5,
     report_opacus_epsilon: bool = False,
+    progress: bool = False,
 ) -> DPSGDResult:
     """Train ``model`` on ``(x, y)`` with DP-SGD for ``steps`` steps.
 
@@ -156,6 +157,8 @@ def fit_dp_sgd(
     report_opacus_epsilon : bool
         Also compute the epsilon of Opacus' own RDP accountant for the SGD steps
         (``opacus_epsilon``; about 0.2 s, for cross-checking the ledger).
+    progress : bool
+        A bar over the epochs on stderr, shown once the run has taken two seconds.
     """
     from opacus import PrivacyEngine
     from opacus.data_loader import DPDataLoader
@@ -194,6 +197,7 @@ def fit_dp_sgd(
             clipping=clipping,
             transfer_fn=transfer_fn,
             beta=beta,
+            progress=progress,
         )
         if average is not None:
             average.release()
@@ -236,7 +240,7 @@ def fit_dp_sgd(
     make_noise_sound(dp_opt, expected_batch_size=expected_batch_size, generator=generator, secure_mode=secure_mode)
     q = float(dp_loader.sample_rate)  # = sampling_rate
     private_model.train()
-    epochs = BudgetedEpochs(ledger, noise_multiplier, q, steps)  # len(dp_loader) = int(1 / q) steps each
+    epochs = BudgetedEpochs(ledger, noise_multiplier, q, steps, progress=progress)  # int(1 / q) steps each
     for epoch_steps in epochs:
         total, count = 0.0, 0
         for i, (xb, yb) in enumerate(dp_loader):

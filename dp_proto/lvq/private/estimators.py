@@ -372,6 +372,7 @@ class _DPMixin:
             transfer_fn=self.transfer_fn,
             beta=self.beta,
             delta=self.delta,
+            progress=bool(self.verbose),
         )
         self.noise_multiplier_ = sigma
         self.sampling_rate_ = q
@@ -493,6 +494,9 @@ class DPGLVQ(_DPMixin, GLVQ):
         Slope of the sigmoid transfer.
     random_state : int, RandomState or None, default None
         Non-private randomness only (a random Omega initialisation); never the noise.
+    verbose : int, default 0
+        1 or more: a progress bar over the DP-SGD epochs on stderr, shown once the fit
+        has run for two seconds (it counts planned epochs, a public quantity).
     device : str, default "cpu"
         Torch device of the training.
     dtype : {"float32", "float64"}, default "float32"
@@ -587,6 +591,7 @@ class DPGLVQ(_DPMixin, GLVQ):
         transfer_fn="sigmoid",
         beta=16.0,
         random_state=None,
+        verbose=0,
         device="cpu",
         dtype="float32",
     ):
@@ -614,6 +619,7 @@ class DPGLVQ(_DPMixin, GLVQ):
             transfer_fn=transfer_fn,
             beta=beta,
             random_state=random_state,
+            verbose=verbose,
             device=device,
             dtype=dtype,
         )
@@ -728,6 +734,9 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         Slope of the sigmoid transfer.
     random_state : int, RandomState or None, default None
         Non-private randomness only (a random Omega initialisation); never the noise.
+    verbose : int, default 0
+        1 or more: a progress bar over the DP-SGD epochs on stderr, shown once the fit
+        has run for two seconds (it counts planned epochs, a public quantity).
     device : str, default "cpu"
         Torch device of the training.
     dtype : {"float32", "float64"}, default "float32"
@@ -830,6 +839,7 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         transfer_fn="sigmoid",
         beta=16.0,
         random_state=None,
+        verbose=0,
         device="cpu",
         dtype="float32",
     ):
@@ -861,6 +871,7 @@ class DPGMLVQ(_DPMixin, GMLVQ):
             transfer_fn=transfer_fn,
             beta=beta,
             random_state=random_state,
+            verbose=verbose,
             device=device,
             dtype=dtype,
         )
@@ -962,6 +973,9 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         Slope of the sigmoid transfer.
     random_state : int, RandomState or None, default None
         Non-private randomness only (a random Omega initialisation); never the noise.
+    verbose : int, default 0
+        1 or more: a progress bar over the DP-SGD epochs on stderr, shown once the fit
+        has run for two seconds (it counts planned epochs, a public quantity).
     device : str, default "cpu"
         Torch device of the training.
     dtype : {"float32", "float64"}, default "float32"
@@ -1064,6 +1078,7 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         transfer_fn="identity",
         beta=1.0,
         random_state=None,
+        verbose=0,
         device="cpu",
         dtype="float32",
     ):
@@ -1095,6 +1110,7 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
             transfer_fn=transfer_fn,
             beta=beta,
             random_state=random_state,
+            verbose=verbose,
             device=device,
             dtype=dtype,
         )

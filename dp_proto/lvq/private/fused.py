@@ -242,6 +242,7 @@ def fit_dp_sgd_fused(
     clipping: str = "joint",
     transfer_fn: str = "identity",
     beta: float = 1.0,
+    progress: bool = False,
 ):
     """The training loop of ``dp_proto.lvq.private.fit_dp_sgd`` with ``engine="fused"``
     (call that function; this one expects its validated arguments)."""
@@ -253,7 +254,8 @@ def fit_dp_sgd_fused(
     # secure mode: batch membership from a generator seeded with operating-system entropy
     sampling_gen = fresh_generator(x.device) if secure_mode else generator
     model.train()
-    epochs = BudgetedEpochs(ledger, noise_multiplier, sampling_rate, steps)  # each epoch spent before it runs
+    # each epoch spent before it runs
+    epochs = BudgetedEpochs(ledger, noise_multiplier, sampling_rate, steps, progress=progress)
     for epoch_steps in epochs:
         total, count = x.new_zeros((), dtype=torch.float64), 0  # summed on the device: no sync per step
         for _ in range(epoch_steps):
