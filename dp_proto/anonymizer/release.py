@@ -55,6 +55,8 @@ __all__ = [
     "DP_SCOPE",
     "AnonymizerEncoder",
     "DPAnonymizerEncoder",
+    "describe_encoder",
+    "encoder_from_architecture",
 ]
 
 #: The encoders a release can rebuild, by class name (the manifest's ``encoder``).
@@ -95,6 +97,32 @@ DP_SCOPE = (
     "the architecture, the class counts, a prior passed as public and the hyperparameters are public. An "
     "encoding z = encoder(x) of a record x is a new release about x, not covered by this guarantee"
 )
+
+
+def describe_encoder(encoder: nn.Module) -> dict[str, Any] | None:
+    """``{"encoder": class name, **encoder.architecture()}`` (JSON data) for a built-in
+    encoder (exactly ``MLPEncoder`` or ``ConvEncoder``), None for another; the release's
+    manifest and a Lightning checkpoint's ``anonymizer_spec`` store it, and
+    ``encoder_from_architecture`` rebuilds the network from it."""
+    name = type(encoder).__name__
+    if ENCODERS.get(name) is not type(encoder):
+        return None
+    return {"encoder": name, **encoder.architecture()}  # type: ignore[operator]
+
+
+def encoder_from_architecture(hyperparameters: Mapping[str, Any]) -> nn.Module:
+    """A new, untrained built-in encoder of the architecture ``hyperparameters``
+    (``describe_encoder``'s form: ``{"encoder": class name, **arguments}``) describes.
+    Only the classes of ``ENCODERS`` are built (an allow-list: the JSON never names
+    arbitrary code); ``ValueError`` for another name or arguments that do not build one."""
+    params = dict(hyperparameters)
+    name = params.pop("encoder", None)
+    if not isinstance(name, str) or name not in ENCODERS:
+        raise ValueError(f"encoder {name!r} is none of the built-in encoders {sorted(ENCODERS)}")
+    try:
+        return ENCODERS[name](**params)
+    except TypeError as err:
+        raise ValueError(f"hyperparameters {params} do not build a {name}: {err}") from err
 
 
 def _clean_copy(encoder: nn.Module) -> nn.Module:
@@ -275,14 +303,11 @@ class AnonymizerEncoder(nn.Module):
         if release.model != expected:
             raise ValueError(f"the release is of the model {release.model!r}, not {expected!r}")
         cls._check_privacy(release)
-        params = dict(release.hyperparameters)
-        name = params.pop("encoder", None)
-        if name not in ENCODERS:
-            raise ValueError(f"the release's encoder {name!r} is none of the built-in encoders {sorted(ENCODERS)}")
+        name = release.hyperparameters.get("encoder")  # a built-in encoder's name, once it is built
         try:
-            network: Any = ENCODERS[name](**params)
-        except TypeError as err:
-            raise ValueError(f"the release's hyperparameters do not build a {name}: {err}") from err
+            network: Any = encoder_from_architecture(release.hyperparameters)
+        except ValueError as err:
+            raise ValueError(f"the release's {err}") from err
         expected_state = network.state_dict()
         if set(release.tensors) != set(expected_state):
             raise ValueError(

@@ -23,20 +23,20 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import lightning as L
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from dp_proto.anonymizer import evaluation
 from dp_proto.anonymizer.losses import (
     check_labels,
     misclassification_lower_bound,
 )
-from dp_proto.anonymizer.modules import Anonymizer
+from dp_proto.anonymizer.modules import Anonymizer, MLPHead
 from dp_proto.anonymizer.training import (
     PHASES,
     TASK_PARTS,
@@ -60,6 +60,7 @@ from dp_proto.anonymizer.validation import (
     check_unit_interval,
 )
 from dp_proto.lightning.callbacks import StderrProgressBar
+from dp_proto.lightning.module import plain_hparams
 
 if TYPE_CHECKING:
     from dp_proto.anonymizer.release import AnonymizerEncoder
@@ -68,6 +69,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AnonymizerModule",
+    "describe_anonymizer",
+    "anonymizer_from_spec",
     "PHASES",
     "EpochTimer",
     "AnonymizerFit",
@@ -79,16 +82,126 @@ __all__ = [
 ]
 
 
-class AnonymizerModule(L.LightningModule):
-    """Trains an ``Anonymizer`` (see the module docstring).
+# Arguments of AnonymizerModule and its DP subclass that are never hyperparameters: the
+# networks, the prior (a buffer of the state_dict), a DP subclass's ledger and noise generator
+# (whose state would replay the noise), and ``sample_rate`` (the deprecated name of ``sampling_rate``).
+_NOT_HPARAMS = ("anonymizer", "prior", "ledger", "generator", "noise_generator", "sample_rate")
+_HEAD_KEYS = ("regular_head", "private_head")
+
+
+def _same_structure(a: nn.Module, b: nn.Module) -> bool:
+    """Same module classes, dropout rates and parameter (buffer) names and shapes."""
+    kinds_a = [(type(m), getattr(m, "p", None)) for m in a.modules()]
+    if kinds_a != [(type(m), getattr(m, "p", None)) for m in b.modules()]:
+        return False
+    shapes_a = {k: tuple(v.shape) for k, v in a.state_dict().items()}
+    return shapes_a == {k: tuple(v.shape) for k, v in b.state_dict().items()}
+
+
+def _describe_head(head: nn.Module) -> dict[str, Any] | None:
+    """``MLPHead``'s constructor arguments, read from its layers (None for another class)."""
+    if type(head) is not MLPHead:
+        return None
+    linears = [m for m in head.net if isinstance(m, nn.Linear)]
+    dropouts = [float(m.p) for m in head.net if isinstance(m, nn.Dropout)]
+    if not linears:
+        return None
+    return {
+        "in_features": int(linears[0].in_features),
+        "num_classes": int(head.num_classes),
+        "hidden": [int(m.out_features) for m in linears[:-1]],
+        "dropout": dropouts[0] if dropouts else 0.0,
+    }
+
+
+def describe_anonymizer(anonymizer: nn.Module) -> dict[str, Any] | None:
+    """A plain-data description of ``anonymizer``'s architecture (no weights), from which
+    ``anonymizer_from_spec`` builds an equal network to load a ``state_dict`` into.
 
     Parameters
     ----------
     anonymizer : Anonymizer
-        The model to train.
-    prior : Tensor (K,)
+        Exactly an ``Anonymizer`` with a built-in encoder (``MLPEncoder`` or
+        ``ConvEncoder``) and ``MLPHead`` branches, all parameters of one floating dtype.
+
+    Returns
+    -------
+    dict or None
+        ``{"encoder": {"encoder": class name, **architecture()}, "regular_head": {...},
+        "private_head": {...}, "dtype": "float32"}`` (the encoder entry is the release
+        format's, ``dp_proto.anonymizer.release.describe_encoder``; a branch's entry is
+        ``MLPHead``'s arguments); None for any other network.
+    """
+    from dp_proto.anonymizer.release import describe_encoder
+
+    if type(anonymizer) is not Anonymizer:
+        return None
+    encoder = describe_encoder(anonymizer.encoder)
+    heads = {key: _describe_head(getattr(anonymizer, key)) for key in _HEAD_KEYS}
+    dtypes = {p.dtype for p in anonymizer.parameters()}
+    if encoder is None or None in heads.values() or len(dtypes) != 1:
+        return None
+    spec = {"encoder": encoder, **heads, "dtype": str(dtypes.pop()).removeprefix("torch.")}
+    try:  # the check copy: no memory, and torch's global generator left as it was
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            rebuilt = anonymizer_from_spec(spec)
+    except ValueError:
+        return None
+    return spec if _same_structure(rebuilt, anonymizer) else None
+
+
+def anonymizer_from_spec(spec: Mapping[str, Any]) -> Anonymizer:
+    """A new ``Anonymizer`` of the architecture ``spec`` describes (``describe_anonymizer``);
+    its weights are placeholders, to be replaced by a ``state_dict``. Only built-in encoders
+    and ``MLPHead`` branches are built; ``ValueError`` for anything else."""
+    from dp_proto.anonymizer.release import encoder_from_architecture
+
+    if not isinstance(spec, Mapping) or "encoder" not in spec or any(key not in spec for key in _HEAD_KEYS):
+        raise ValueError(f"an anonymizer spec needs 'encoder', 'regular_head' and 'private_head', got {spec!r}")
+    dtype = getattr(torch, str(spec.get("dtype", "float32")), None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"unknown dtype {spec.get('dtype')!r} in the anonymizer spec")
+    encoder = encoder_from_architecture(spec["encoder"])
+    heads = []
+    for key in _HEAD_KEYS:
+        head = dict(spec[key])
+        try:
+            heads.append(
+                MLPHead(
+                    int(head.pop("in_features")),
+                    int(head.pop("num_classes")),
+                    hidden=[int(h) for h in head.pop("hidden", (64,))],
+                    dropout=float(head.pop("dropout", 0.0)),
+                )
+            )
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"the anonymizer spec's {key} {spec[key]!r} does not build an MLPHead: {err}") from err
+        if head:
+            raise ValueError(f"unknown arguments {sorted(head)} of the {key} in the anonymizer spec")
+    return Anonymizer(encoder, *heads).to(dtype)
+
+
+class AnonymizerModule(L.LightningModule):
+    """Trains an ``Anonymizer`` (see the module docstring).
+
+    Checkpoints hold plain data only (they load with ``torch.load``'s default
+    ``weights_only=True``): the weights (the prior among them, as the buffer ``prior``),
+    the optimizer states, the step count of the adversarial phase
+    (``"anonymizer_adversarial_step"``) and the hyperparameters as plain values, among
+    them ``anonymizer_spec``, the networks' architecture (``describe_anonymizer``), so
+    that ``AnonymizerModule.load_from_checkpoint(path)`` rebuilds them by itself (pass
+    ``anonymizer=`` and ``prior=`` for networks that ``anonymizer_spec`` cannot
+    describe). The networks and the prior are never hyperparameters.
+
+    Parameters
+    ----------
+    anonymizer : Anonymizer, optional
+        The model to train; required unless ``anonymizer_spec`` is given.
+    prior : Tensor (K,), optional
         Empirical prior of the private labels on the training set
-        (``empirical_prior``).
+        (``empirical_prior``); required unless ``anonymizer_spec`` is given (then a
+        uniform placeholder over the private branch's classes, which loading a
+        checkpoint's ``state_dict`` replaces by the checkpoint's prior).
     num_regular : int
         Number of regular classes.
     lam : float, default 1.0
@@ -118,6 +231,10 @@ class AnonymizerModule(L.LightningModule):
     final_branch_block : bool, default True
         End the run with a branch block, so that the released regular branch fits the
         final encoder.
+    anonymizer_spec : dict, optional
+        The architecture (``describe_anonymizer``; ``load_from_checkpoint`` passes the
+        checkpoint's). Without ``anonymizer``, the networks are built from it
+        (``anonymizer_from_spec``).
 
     References
     ----------
@@ -127,9 +244,9 @@ class AnonymizerModule(L.LightningModule):
 
     def __init__(
         self,
-        anonymizer: Anonymizer,
-        prior: Tensor,
-        num_regular: int,
+        anonymizer: Anonymizer | None = None,
+        prior: Tensor | None = None,
+        num_regular: int | None = None,
         *,
         lam: float = 1.0,
         mode: str = "toggle",
@@ -143,8 +260,20 @@ class AnonymizerModule(L.LightningModule):
         weight_decay: float = 0.0,
         encoder_steps: int | None = None,
         final_branch_block: bool = True,
+        anonymizer_spec: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        if anonymizer is None:
+            if anonymizer_spec is None:
+                raise TypeError(f"{type(self).__name__} needs an anonymizer (or the anonymizer_spec of a checkpoint)")
+            anonymizer = anonymizer_from_spec(anonymizer_spec)
+        if prior is None:
+            if anonymizer_spec is None:
+                raise TypeError(f"{type(self).__name__} needs the private labels' prior")
+            k = int((anonymizer_spec.get("private_head") or {}).get("num_classes", 0))
+            if k < 2:
+                raise ValueError(f"the anonymizer_spec {anonymizer_spec!r} names no private branch's class count")
+            prior = torch.full((k,), 1.0 / k)  # a placeholder: the checkpoint's state_dict holds the prior
         lam = check_nonnegative("lam", lam)
         check_optimizer(optimizer, momentum)
         lr, encoder_lr = check_positive("lr", lr), check_positive("encoder_lr", encoder_lr)
@@ -164,9 +293,12 @@ class AnonymizerModule(L.LightningModule):
         self.optimizer_name, self.momentum, self.weight_decay = optimizer, momentum, weight_decay
         self.automatic_optimization = False
         self.adversarial_step = 0
-        # Never hyperparameters: the networks, and a DP subclass's ledger and noise generator
-        # (whose state would replay the noise from hparams.yaml or a checkpoint).
-        self.save_hyperparameters(ignore=["anonymizer", "prior", "ledger", "generator", "noise_generator"])
+        # Never hyperparameters: the networks, the prior, and a DP subclass's ledger and noise
+        # generator (whose state would replay the noise from hparams.yaml or a checkpoint).
+        self.save_hyperparameters(ignore=list(_NOT_HPARAMS))
+        # Saved again as plain data (a NumPy float would make torch.load(weights_only=True)
+        # refuse the checkpoint), with the architecture in place of the networks.
+        self.save_hyperparameters({**plain_hparams(self.hparams), "anonymizer_spec": describe_anonymizer(anonymizer)})
 
     # The schedule's settings, read from the one schedule (never a second copy).
     mode = property(lambda self: self.schedule.mode)
@@ -306,9 +438,11 @@ class AnonymizerModule(L.LightningModule):
         self._log_bound("test")
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["anonymizer_adversarial_step"] = self.adversarial_step
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["anonymizer_adversarial_step"] = int(self.adversarial_step)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
         self.adversarial_step = int(checkpoint.get("anonymizer_adversarial_step", 0))
 
 

@@ -33,6 +33,12 @@ Normaliser: the noisy gradient sum is divided by a public expected batch size, n
 by ``q * n`` (``n`` is private under add/remove): see ``expected_batch_size`` of
 ``fit_dp_anonymizer``.
 
+Checkpoints hold plain data only and load with ``torch.load``'s default
+``weights_only=True`` (see ``DPAnonymizerModule``): ``DPAnonymizerModule.load_from_checkpoint(path)``
+rebuilds the networks and a ledger holding the checkpoint's history and budget, and
+``trainer.fit(module, loader, ckpt_path=path)`` resumes with the privacy spend continuing
+from the checkpoint's.
+
 Result: ``fit_dp_anonymizer`` returns an ``AnonymizerFit`` like ``fit_anonymizer``,
 with the run's ledger as ``fit.ledger``; ``fit.save_release(path)`` publishes the
 encoder with the ledger (``dp_proto.anonymizer.release.DPAnonymizerEncoder``). The old
@@ -77,15 +83,33 @@ __all__ = [
 class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
     """``AnonymizerModule`` trained by DP-SGD (see the module docstring).
 
+    Checkpoints hold plain data only and load with ``torch.load``'s default
+    ``weights_only=True``: the weights (the prior among them: a public or a released
+    noisy prior, the buffer ``prior``), the optimizer states, the hyperparameters as
+    plain values (with ``anonymizer_spec``, the networks' architecture; see
+    ``AnonymizerModule``), ``"anonymizer_adversarial_step"``, the ledger's state
+    (``"privacy_ledger"``, ``"privacy_ledger_origins"``) and ``"dp_sgd"`` (the steps
+    recorded and the noise's source; see ``EpochBudgetMixin``). Neither the generator
+    nor a seed is ever saved. ``DPAnonymizerModule.load_from_checkpoint(path)`` rebuilds
+    the networks from ``anonymizer_spec`` and the module with a new ledger holding the
+    checkpoint's history and budget (pass ``ledger=`` to restore into your own,
+    ``anonymizer=`` and ``prior=`` for networks ``anonymizer_spec`` cannot describe);
+    ``trainer.fit(module, loader, ckpt_path=path)`` resumes, the step count and the
+    privacy spend continuing from the checkpoint's, a reproducible generator re-seeded
+    from its seed and the checkpoint's step (never a replay of the first steps' noise).
+
     Parameters
     ----------
-    anonymizer : Anonymizer
-        The model to train (``Anonymizer``).
-    prior : Tensor (K,)
-        Prior of the private labels: public, or a noisy histogram charged to ``ledger``.
+    anonymizer : Anonymizer, optional
+        The model to train (``Anonymizer``); required unless ``anonymizer_spec`` is
+        given (``load_from_checkpoint`` passes that).
+    prior : Tensor (K,), optional
+        Prior of the private labels: public, or a noisy histogram charged to ``ledger``
+        (optional only with ``anonymizer_spec``; see ``AnonymizerModule``).
     num_regular : int
         Number of regular classes (public).
-    ledger : PrivacyLedger
+    ledger : PrivacyLedger, optional
+        The run's ledger (default: a new one without budget).
         Every step is recorded before its noise is drawn; each epoch's steps are checked
         against the budget before it runs (a budget that would be exceeded stops
         training cleanly; see ``EpochBudgetMixin``).
@@ -113,11 +137,11 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
 
     def __init__(
         self,
-        anonymizer,
-        prior,
-        num_regular,
+        anonymizer=None,
+        prior=None,
+        num_regular=None,
         *,
-        ledger: PrivacyLedger,
+        ledger: PrivacyLedger | None = None,
         noise_multiplier: float,
         max_grad_norm: float,
         sampling_rate: float | None = None,
