@@ -58,6 +58,7 @@ __all__ = [
     "TENSORS_FILE",
     "BUILTIN_MODELS",
     "Release",
+    "Releasable",
     "register_model",
     "registered_name",
     "model_class",
@@ -512,3 +513,41 @@ def load_release(path: str | os.PathLike[str], **options: Any) -> Any:
     """
     release = read_release(path)
     return model_class(release.model).from_release(release, **options)
+
+
+class Releasable:
+    """``save_release`` / ``save`` / ``load`` for a model class with ``to_release`` and
+    ``from_release`` (register it with ``register_model``).
+
+    Every released model of dp-proto inherits these three; what a release holds is the
+    class's ``to_release`` (and its ``RELEASE_DROPS``).
+    """
+
+    def to_release(self) -> Release:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def save_release(self, path: str | os.PathLike[str]) -> Path:
+        """Publish the model: write ``to_release()`` as ``model.safetensors`` and
+        ``manifest.json`` into the directory ``path`` (created if needed) and return it.
+        ``dp_proto.load_release(path)`` gives back a model that predicts identically."""
+        return self.to_release().save(path)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """The same as ``save_release`` (the name of the non-private models)."""
+        return self.save_release(path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], **options: Any) -> Any:
+        """``load_release(path, **options)``, checking that the release holds a ``cls``
+        (``TypeError`` otherwise); ``options`` go to ``from_release`` (e.g. ``device``)."""
+        model = load_release(path, **options)
+        if not isinstance(model, cls):
+            raise TypeError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
+        return model
+
+    @classmethod
+    def check_release_model(cls, release: Release) -> None:
+        """``ValueError`` unless ``release`` is of the model ``cls`` registered as."""
+        expected = cls.__dict__.get("_release_name")
+        if release.model != expected:
+            raise ValueError(f"the release is of the model {release.model!r}, not {expected!r}")

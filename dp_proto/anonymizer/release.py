@@ -33,9 +33,7 @@ custom encoder needs a release class of its own (``dp_proto.release.register_mod
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -46,7 +44,7 @@ from dp_proto.anonymizer.modules import ConvEncoder, MLPEncoder
 from dp_proto.anonymizer.validation import as_records, check_count
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.release import ledger_from_manifest, ledger_manifest, summary_from_manifest
-from dp_proto.release import Release, register_model, registered_name
+from dp_proto.release import Releasable, Release, register_model, registered_name
 
 __all__ = [
     "ENCODERS",
@@ -141,7 +139,7 @@ def _clean_copy(encoder: nn.Module) -> nn.Module:
 
 
 @register_model("dp_proto.AnonymizerEncoder")
-class AnonymizerEncoder(nn.Module):
+class AnonymizerEncoder(Releasable, nn.Module):
     """A trained anonymizer's encoder, frozen, in the release format.
 
     ``forward(x)`` maps records ``(B, *input_shape)`` to representations
@@ -274,23 +272,6 @@ class AnonymizerEncoder(nn.Module):
             source={"settings": dict(self.settings_)},
         )
 
-    def save_release(self, path: str | os.PathLike[str]) -> Path:
-        """Publish the encoder: write ``model.safetensors`` and ``manifest.json`` into the
-        directory ``path`` (see ``to_release``); ``dp_proto.load_release(path)`` gives
-        back an encoder whose output on the same input is identical.
-
-        Parameters
-        ----------
-        path : str or path
-            The directory (created if needed).
-
-        Returns
-        -------
-        Path
-            The directory.
-        """
-        return self.to_release().save(path)
-
     @classmethod
     def from_release(cls, release: Release, *, device: str | torch.device = "cpu") -> AnonymizerEncoder:
         """The encoder of ``release`` (``dp_proto.release.read_release``), on ``device``.
@@ -299,9 +280,7 @@ class AnonymizerEncoder(nn.Module):
         loaded from the tensors; ``ValueError`` for a release of another model, an
         unknown encoder class, or tensors that do not fit the architecture.
         """
-        expected = cls.__dict__.get("_release_name")
-        if release.model != expected:
-            raise ValueError(f"the release is of the model {release.model!r}, not {expected!r}")
+        cls.check_release_model(release)
         cls._check_privacy(release)
         name = release.hyperparameters.get("encoder")  # a built-in encoder's name, once it is built
         try:

@@ -557,22 +557,9 @@ class AnonymizerFit(NamedTuple):
         return self.to_encoder().to_release()
 
     def save_release(self, path: str | os.PathLike[str]) -> Path:
-        """Publish the trained encoder: ``model.safetensors`` (its weights) and
-        ``manifest.json`` (architecture, input shape, training settings, and for a DP run
-        the ledger) in the directory ``path``. ``dp_proto.load_release(path)`` gives back
-        an encoder whose output on the same input is identical. The branches, the prior,
-        the trainer, timings and seeds are left out (``dp_proto.anonymizer.release``).
-
-        Parameters
-        ----------
-        path : str or path
-            The directory (created if needed).
-
-        Returns
-        -------
-        Path
-            The directory.
-        """
+        """Publish the trained encoder to the directory ``path`` (``to_encoder().save_release``):
+        its weights, architecture, input shape, training settings and, for a DP run, the
+        ledger; the branches, the prior, the trainer, timings and seeds are left out."""
         return self.to_encoder().save_release(path)
 
 

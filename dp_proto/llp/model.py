@@ -15,11 +15,9 @@ and ``c + 1`` times cheaper).
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -31,7 +29,7 @@ from dp_proto.exceptions import DataValidationError, PrivacyLeakWarning
 from dp_proto.llp.assignment import AssignmentResult, local_search
 from dp_proto.llp.kmeans import KMeansResult, kmeans, predict
 from dp_proto.llp.proportions import LabelProportions, batch_label_counts
-from dp_proto.release import Release, load_release, register_model, registered_name
+from dp_proto.release import Releasable, Release, register_model, registered_name
 
 __all__ = ["LLPNodeModel", "NodeFit", "fit_node_models", "majority_vote", "train_node_models"]
 
@@ -46,7 +44,7 @@ NODE_LOCAL_NOTE = (
 
 @register_model("dp_proto.LLPNodeModel")
 @dataclass(frozen=True)
-class LLPNodeModel:
+class LLPNodeModel(Releasable):
     """A labelled clustering: ``x -> cluster_labels[nearest centre of x]``.
 
     Attributes
@@ -130,42 +128,6 @@ class LLPNodeModel:
             dropped=tuple(self.RELEASE_DROPS),
         )
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the model to the directory ``path`` in the release format (``to_release``;
-        warns with ``PrivacyLeakWarning``: the model is not private).
-
-        Parameters
-        ----------
-        path : str or path
-            The directory (created if needed).
-
-        Returns
-        -------
-        Path
-            The directory.
-        """
-        return self.to_release().save(path)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str], *, device: torch.device | str = "cpu") -> LLPNodeModel:
-        """Load a model that ``save`` wrote (``dp_proto.load_release``), checking its class.
-
-        Parameters
-        ----------
-        path : str or path
-            The release directory.
-        device : torch.device or str, default "cpu"
-            Device of the loaded tensors.
-
-        Returns
-        -------
-        LLPNodeModel
-        """
-        model = load_release(path, device=device)
-        if not isinstance(model, cls):
-            raise TypeError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
-        return model
-
     @classmethod
     def from_release(cls, release: Release, *, device: torch.device | str = "cpu") -> LLPNodeModel:
         """The model of ``release`` on ``device``; it predicts as the saved one, ``loss`` is nan.
@@ -186,8 +148,7 @@ class LLPNodeModel:
         ValueError
             A release of another model, or tensors that do not fit its manifest.
         """
-        if release.model != cls.__dict__.get("_release_name"):
-            raise ValueError(f"the release is of the model {release.model!r}, not 'dp_proto.LLPNodeModel'")
+        cls.check_release_model(release)
         public = release.public
         k, d, num_classes = int(public["k"]), int(public["n_features"]), int(public["num_classes"])
         centres = release.tensor("centres", 2)

@@ -20,10 +20,8 @@ clustering and the models (``LLPNodeModel``, which is not private).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -35,10 +33,10 @@ from dp_proto.llp.proportions import DEFAULT_FLOOR, LabelProportions, check_esti
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.release import ledger_from_manifest, ledger_manifest
 from dp_proto.release import (
+    Releasable,
     Release,
     decode_hyperparameters,
     encode_hyperparameters,
-    load_release,
     register_model,
     registered_name,
 )
@@ -48,7 +46,7 @@ __all__ = ["LLPNodeRelease"]
 
 @register_model("dp_proto.LLPNodeRelease")
 @dataclass(frozen=True)
-class LLPNodeRelease:
+class LLPNodeRelease(Releasable):
     """The release of node ``node`` of an LLP run: its label proportions, its ledger, the grid.
 
     Build it with ``NetworkResult.node_release(i)`` (``NodeResult.node_release()`` in a
@@ -209,57 +207,6 @@ class LLPNodeRelease:
             dropped=() if self.proportions.noisy_counts is None else ("noisy_counts",),
         )
 
-    def save_release(self, path: str | os.PathLike[str]) -> Path:
-        """Publish the node's release: write it to the directory ``path`` (``model.safetensors``
-        + ``manifest.json``, see ``dp_proto.release``).
-
-        Parameters
-        ----------
-        path : str or path
-            The directory (created if needed).
-
-        Returns
-        -------
-        Path
-            The directory.
-        """
-        return self.to_release().save(path)
-
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """``save_release`` (the name the non-private models use).
-
-        Parameters
-        ----------
-        path : str or path
-            The directory (created if needed).
-
-        Returns
-        -------
-        Path
-            The directory.
-        """
-        return self.save_release(path)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str], *, device: torch.device | str = "cpu") -> LLPNodeRelease:
-        """Load a release that ``save_release`` wrote, checking its class.
-
-        Parameters
-        ----------
-        path : str or path
-            The release directory.
-        device : torch.device or str, default "cpu"
-            Device of the loaded tables.
-
-        Returns
-        -------
-        LLPNodeRelease
-        """
-        loaded = load_release(path, device=device)
-        if not isinstance(loaded, cls):
-            raise TypeError(f"{path} holds a {type(loaded).__name__}, not a {cls.__name__}")
-        return loaded
-
     @classmethod
     def from_release(cls, release: Release, *, device: torch.device | str = "cpu") -> LLPNodeRelease:
         """The node's release of ``release`` (``dp_proto.release.read_release``), on ``device``.
@@ -282,8 +229,7 @@ class LLPNodeRelease:
         ValueError
             A release of another model, or tables that do not fit the manifest.
         """
-        if release.model != cls.__dict__.get("_release_name"):
-            raise ValueError(f"the release is of the model {release.model!r}, not 'dp_proto.LLPNodeRelease'")
+        cls.check_release_model(release)
         settings: Mapping[str, Any] = decode_hyperparameters(release.hyperparameters)
         public = release.public
         grid_info = public["grid"]

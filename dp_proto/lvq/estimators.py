@@ -12,10 +12,8 @@ format of ``dp_proto.release`` (``model.safetensors`` and ``manifest.json``, no 
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -34,12 +32,12 @@ from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.release import layer_description, model_from_release, model_tensors
 from dp_proto.lvq.training import fit_lbfgs, fit_minibatch
 from dp_proto.release import (
+    Releasable,
     Release,
     decode_hyperparameters,
     decode_labels,
     encode_hyperparameters,
     encode_labels,
-    load_release,
     register_model,
     registered_name,
 )
@@ -47,7 +45,7 @@ from dp_proto.release import (
 __all__ = ["GLVQ", "GMLVQ", "LGMLVQ"]
 
 
-class _LVQBase(ClassifierMixin, BaseEstimator):
+class _LVQBase(Releasable, ClassifierMixin, BaseEstimator):
     """Shared fitting and prediction; subclasses build their prototype layer."""
 
     def __init__(
@@ -303,39 +301,6 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
             dropped=tuple(k for k in self.RELEASE_DROPS if k in vars(self)),
         )
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the fitted estimator to the directory ``path`` in the release format
-        (``model.safetensors`` + ``manifest.json``; see ``dp_proto.release``).
-
-        Parameters
-        ----------
-        path : str or path
-            The directory (created if needed).
-
-        Returns
-        -------
-        Path
-            The directory.
-        """
-        return self.to_release().save(path)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str], *, device: str = "cpu") -> Any:
-        """Load an estimator that ``save`` wrote (``dp_proto.release.load_release``),
-        checking that it is a ``cls``.
-
-        Parameters
-        ----------
-        path : str or path
-            The release directory.
-        device : str, default "cpu"
-            Torch device of the loaded model (the saved ``device`` is replaced).
-        """
-        model = load_release(path, device=device)
-        if not isinstance(model, cls):
-            raise TypeError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
-        return model
-
     @classmethod
     def from_release(cls, release: Release, *, device: str = "cpu") -> Any:
         """The fitted estimator of ``release`` (``read_release``), on ``device``.
@@ -344,9 +309,7 @@ class _LVQBase(ClassifierMixin, BaseEstimator):
         the attributes in ``RELEASE_DROPS`` are absent. ``ValueError`` for a release of
         another model or one whose tensors do not fit its layer.
         """
-        expected = cls.__dict__.get("_release_name")
-        if release.model != expected:
-            raise ValueError(f"the release is of the model {release.model!r}, not {expected!r}")
+        cls.check_release_model(release)
         params = decode_hyperparameters(release.hyperparameters, release.hyperparameters_not_saved)
         unknown = sorted(set(params) - set(cls._get_param_names()))
         if unknown:

@@ -33,9 +33,7 @@ the hyperparameters, the ledger's events; no ``curator_``, no noise seed, no pic
 from __future__ import annotations
 
 import math
-import os
 import warnings
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -56,12 +54,12 @@ from dp_proto.privacy.mechanisms import noisy_count
 from dp_proto.privacy.randomness import check_noise_seed, noise_generator
 from dp_proto.privacy.release import ledger_from_manifest, ledger_manifest
 from dp_proto.release import (
+    Releasable,
     Release,
     decode_hyperparameters,
     decode_labels,
     encode_hyperparameters,
     encode_labels,
-    load_release,
     register_model,
     registered_name,
 )
@@ -121,7 +119,7 @@ _CLASSIFIER_SCOPE = (
 )
 
 
-class _SVDDBase(BaseEstimator):
+class _SVDDBase(Releasable, BaseEstimator):
     """Phase I shared by both estimators: feature map, dual solve, (private) centre."""
 
     def _device(self) -> torch.device:
@@ -284,68 +282,6 @@ class _SVDDBase(BaseEstimator):
             dropped=tuple(self._release_drops(private)),
         )
 
-    def save_release(self, path: str | os.PathLike[str]) -> Path:
-        """Publish the fitted estimator: write it to the directory ``path`` in the release
-        format (``model.safetensors`` + ``manifest.json``, see ``dp_proto.release``).
-
-        What is written and what is left out is listed in the class docstring (Notes) and
-        in ``RELEASE_DROPS``; ``curator_``, the noise seed, generators
-        and pickles are never written. ``dp_proto.load_release(path)`` gives back an
-        estimator that predicts identically.
-
-        Parameters
-        ----------
-        path : str or path
-            The directory (created if needed).
-
-        Returns
-        -------
-        Path
-            The directory.
-
-        Raises
-        ------
-        NotFittedError
-            Before ``fit`` (nothing is written).
-        """
-        return self.to_release().save(path)
-
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """``save_release``: the same release, under the name the non-private estimators use.
-
-        Parameters
-        ----------
-        path : str or path
-            The directory (created if needed).
-
-        Returns
-        -------
-        Path
-            The directory.
-        """
-        return self.save_release(path)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str], *, device: str | None = None) -> Any:
-        """Load a release that ``save_release`` wrote, checking that it holds a ``cls``.
-
-        Parameters
-        ----------
-        path : str or path
-            The release directory.
-        device : str or None, default None
-            Where the loaded model computes (the saved ``device`` is replaced; None: CPU).
-
-        Returns
-        -------
-        estimator
-            A fitted ``cls``.
-        """
-        model = load_release(path, device=device)
-        if not isinstance(model, cls):
-            raise TypeError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
-        return model
-
     @classmethod
     def from_release(cls, release: Release, *, device: str | None = None) -> Any:
         """The fitted estimator of ``release`` (``dp_proto.release.read_release``).
@@ -373,9 +309,7 @@ class _SVDDBase(BaseEstimator):
             A release of another model, unknown hyperparameters, or tensors whose shapes
             do not fit the manifest.
         """
-        expected = cls.__dict__.get("_release_name")
-        if release.model != expected:
-            raise ValueError(f"the release is of the model {release.model!r}, not {expected!r}")
+        cls.check_release_model(release)
         params = decode_hyperparameters(release.hyperparameters, release.hyperparameters_not_saved)
         unknown = sorted(set(params) - set(cls._get_param_names()))
         if unknown:

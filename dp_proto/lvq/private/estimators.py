@@ -19,10 +19,8 @@ nothing curator-only, no noise seed); ``dp_proto.load_release(path)`` loads it b
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -108,30 +106,6 @@ class _DPMixin:
         "ledger": "the curator's shared ledger (SharedLedger) of a model selection; this fit's own events are "
         "the privacy section",
     }
-
-    def save_release(self, path: str | os.PathLike[str]) -> Path:
-        """Publish the fitted estimator: write it to the directory ``path`` in the release
-        format (``dp_proto.release``) and return the path.
-
-        ``model.safetensors`` holds the prototypes, their labels, Omega and the public
-        bounds (``scaler.lower``, ``scaler.upper``); ``manifest.json`` the
-        hyperparameters (``noise_seed`` withheld), the label set, the feature count, the
-        ledger's epsilon, delta and events, ``privacy_scope_`` and the public fitted
-        scalars. ``curator_`` (``RELEASE_DROPS``), generators and pickles are never
-        written. ``dp_proto.load_release(path)`` gives back an estimator that predicts
-        identically. Raises ``NotFittedError`` before ``fit``.
-
-        Parameters
-        ----------
-        path : str or path
-            The directory (created if needed).
-
-        Returns
-        -------
-        Path
-            The directory.
-        """
-        return self.to_release().save(path)
 
     def _release_domain(self) -> dict[str, Any]:
         return {
