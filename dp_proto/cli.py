@@ -6,11 +6,14 @@ dp-proto train --config FILE [--data-dir DIR] [key.sub=value ...]
     any experiment in training/configs (a private run writes its release to
     <run>/version_N/release/)
 dp-proto anonymize [--config FILE] [--data-dir DIR] [key.sub=value ...]
-    the adversarial anonymizer
+    the adversarial anonymizer (with privacy.epsilon: DP, and the encoder's release
+    written to <log_dir>/<name>/version_N/release/)
 dp-proto llp [--config FILE] [--data-dir DIR] [--distributed] [key.sub=value ...]
-    LLP over SCATS sensor nodes, 4-node setting
+    LLP over SCATS sensor nodes, 4-node setting (a private run writes each node's
+    release to <log_dir>/<name>/version_N/release/node_<i>/)
 dp-proto svdd [--config FILE] [--data-dir DIR] [key.sub=value ...]
-    the (private) SVDD classifier, one split
+    the (private) SVDD classifier, one split (a private run writes its release to
+    <log_dir>/<name>/version_N/release/)
 dp-proto version
 
 A config is checked against its experiment's typed schema before anything runs
@@ -27,6 +30,7 @@ import json
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 __all__ = ["main", "DEMO_CONFIG", "DEMO_DP_CONFIG"]
 
@@ -69,8 +73,8 @@ def _quiet_lightning() -> None:
     quiet_lightning()
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-    # Opacus' GradSampleModule on a layer whose input needs no gradient: expected.
-    warnings.filterwarnings("ignore", message=".*Full backward hook is firing.*")
+    # Opacus' "Full backward hook is firing" notice is silenced where Opacus is set up
+    # (dp_proto.privacy.opacus_noise.quiet_opacus_hook_notice), not here.
 
 
 def _summary(result: dict) -> dict:
@@ -98,12 +102,17 @@ def _report(result: dict, *, as_json: bool) -> None:
         print("\n".join("  " + line for line in str(result["ledger"]).splitlines()[1:]))
         print(f"scope      {result['privacy_scope']}")
         if summary["release_dir"]:
-            print(f"release    {summary['release_dir']}")
-            print(f"  load it with: dp_proto.load_release({summary['release_dir']!r})")
+            _print_release(summary["release_dir"], width=11)
         else:
             print("release    not written: a model with a backbone has no release format yet")
     print(f"TensorBoard logs in {summary['log_dir']}")
     print(f"  view them with: tensorboard --logdir {cfg['logging']['log_dir']}")
+
+
+def _print_release(path: str, *, width: int, label: str = "release") -> None:
+    """The lines that say where a private run wrote its release and how to load it."""
+    print(f"{label:<{width}}{path}")
+    print(f"  load it with: dp_proto.load_release({path!r})")
 
 
 def _with_data_dir(config: dict, args: argparse.Namespace) -> dict:
@@ -114,7 +123,6 @@ def _with_data_dir(config: dict, args: argparse.Namespace) -> dict:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from dp_proto.experiments.config import validate_config
     from dp_proto.experiments.lvq import DEFAULT_CONFIG, merge_config, run_experiment
 
     results = []
@@ -124,8 +132,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         config["training"]["progress_bar"] = not args.no_progress
         if args.quick:
             config["training"]["max_epochs"] = 3
-        validate_config(config, "lvq")
-        results.append(run_experiment(config))
+        results.append(run_experiment(config))  # validates the config first
     private, public = results
     if args.json:
         print(json.dumps({"private": _summary(private), "nonprivate": _summary(public)}))
@@ -166,7 +173,7 @@ def _cmd_anonymize(args: argparse.Namespace) -> int:
         config["training"]["progress_bar"] = False
     result = run_anonymizer_experiment(config)
     if args.json:
-        print(json.dumps({k: v for k, v in result.items() if k != "config"}))
+        print(json.dumps({k: v for k, v in result.items() if k not in ("config", "ledger", "fit")}))
         return 0
     print(
         f"regular accuracy      {result['regular_accuracy']:.4f}   (regular branch, held-out, "
@@ -181,6 +188,12 @@ def _cmd_anonymize(args: argparse.Namespace) -> int:
         f"attacker error        {result['attacker_error']:.4f}   (Fano estimate from the branch: "
         f"{result['fano_error_estimate']:.4f})"
     )
+    if result["epsilon"] is not None:
+        delta = result["config"]["privacy"]["delta"]
+        print(f"privacy               ({result['epsilon']:.4g}, {delta:g})-DP, certified by the ledger:")
+        print("\n".join("  " + line for line in str(result["ledger"]).splitlines()[1:]))
+        print(f"scope                 {result['privacy_scope']}")
+        _print_release(result["release_dir"], width=22, label="release (encoder)")
     print(f"TensorBoard           {result['log_dir']}")
     return 0
 
@@ -203,12 +216,13 @@ _LLP_FLAGS = {
     "distributed": "run.distributed",
     "compare": "run.compare",
     "threads": "run.threads",
+    "log_dir": "logging.log_dir",
 }
 
 
 def _cmd_llp(args: argparse.Namespace) -> int:
     """LLP on SCATS counts: an anchor detector and its nearest detectors, one cross-validation fold."""
-    from dp_proto.experiments.config import merge_config, nested, validate_config
+    from dp_proto.experiments.config import merge_config, nested
     from dp_proto.experiments.llp import load_llp_config, run_llp_experiment
 
     config = load_llp_config(args.config, args.overrides)
@@ -216,10 +230,9 @@ def _cmd_llp(args: argparse.Namespace) -> int:
         value = getattr(args, flag)
         if value is not None:
             config = merge_config(config, nested(key, value))
-    validate_config(config, "llp")
-    result = run_llp_experiment(config)
+    result = run_llp_experiment(config)  # validates the config first
     if args.json:
-        print(json.dumps({k: v for k, v in result.items() if k != "config"}))
+        print(json.dumps({k: v for k, v in result.items() if k not in ("config", "network")}))
         return 0 if result.get("identical_to_simulation", True) else 1
     cfg = result["config"]
     how = "distributed (one process per node)" if result["distributed"] else "simulated (one process)"
@@ -236,6 +249,9 @@ def _cmd_llp(args: argparse.Namespace) -> int:
     print(
         f"accuracy {result['accuracy']:.4f} (own models {result['own_accuracy']:.4f}), {result['seconds']:.1f} s {how}"
     )
+    if result["release_dir"]:
+        print(f"releases {result['release_dir']}: node_<i>/ for node i, its noisy label proportions and ledger")
+        print(f"  load one with: dp_proto.load_release({str(Path(result['release_dir']) / 'node_0')!r})")
     if "identical_to_simulation" in result:
         print(
             f"simulation: accuracy {result['simulation_accuracy']:.4f}, "
@@ -250,7 +266,10 @@ def _cmd_svdd(args: argparse.Namespace) -> int:
     """The (private) SVDD equilibrium-point classifier on one stratified split."""
     from dp_proto.experiments.svdd import load_svdd_config, run_svdd_experiment
 
-    result = run_svdd_experiment(_with_data_dir(load_svdd_config(args.config, args.overrides), args))
+    config = _with_data_dir(load_svdd_config(args.config, args.overrides), args)
+    if args.log_dir is not None:
+        config["logging"]["log_dir"] = args.log_dir
+    result = run_svdd_experiment(config)
     shown = {k: v for k, v in result.items() if k not in ("config", "estimator", "ledger")}
     if args.json:
         print(json.dumps(shown))
@@ -269,6 +288,8 @@ def _cmd_svdd(args: argparse.Namespace) -> int:
         print(f"privacy    {result['epsilon']:.4g}-DP, certified by the ledger:")
         print("\n".join("  " + line for line in str(result["ledger"]).splitlines()[1:]))
         print(f"scope      {result['privacy_scope']}")
+        _print_release(result["release_dir"], width=11)
+        print("  its input: features mapped from privacy.bounds onto [-1, 1] (scale_to_public_bounds)")
     return 0
 
 
@@ -321,6 +342,11 @@ def _add_llp_parser(sub) -> None:
     llp.add_argument("--n-starts", type=int, default=None, help="local-search starts per source (32)")
     llp.add_argument("--threads", type=int, default=None, help="intra-op threads per process (1)")
     llp.add_argument("--json", action="store_true", help="print one JSON line instead of text")
+    llp.add_argument(
+        "--log-dir",
+        default=None,
+        help="where a private run writes the nodes' releases: <dir>/<name>/version_N/release/node_<i>/ (runs)",
+    )
     llp.set_defaults(func=_cmd_llp)
 
 
@@ -345,7 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     anonymize = sub.add_parser(
         "anonymize",
-        help="train the adversarial anonymizer from a YAML config and evaluate fresh attackers on held-out records",
+        help="train the adversarial anonymizer from a YAML config and evaluate fresh attackers on held-out records "
+        "(privacy.epsilon set: DP-SGD, and the encoder's release written to <log_dir>/<name>/version_N/release/)",
     )
     anonymize.add_argument("--config", default=None, help="YAML file, e.g. training/configs/yale_anonymizer.yaml")
     anonymize.add_argument("overrides", nargs="*", help="key.subkey=value overrides, e.g. training.lam=10")
@@ -361,6 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
     svdd.add_argument("--config", default=None, help="YAML file, e.g. training/configs/five_gaussians_svdd.yaml")
     svdd.add_argument("overrides", nargs="*", help="key.subkey=value overrides, e.g. svdd.gamma=50")
     svdd.add_argument("--json", action="store_true", help="print one JSON line instead of text")
+    svdd.add_argument(
+        "--log-dir", default=None, help="where a private run writes its release: <dir>/<name>/version_N/release/ (runs)"
+    )
     svdd.set_defaults(func=_cmd_svdd)
 
     for p in (train, anonymize, svdd):

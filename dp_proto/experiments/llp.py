@@ -7,6 +7,7 @@ Sections and defaults (unknown keys are rejected)::
     data:    {data_dir: null, nodes: 4, anchor: 0, neighbours: null, folds: 10, fold: 0}
     llp:     {batch_size: 32, k: 16, epsilon: 0.1, estimator: clipped, n_starts: 32, noise_seed: null}
     run:     {distributed: false, compare: false, threads: 1}
+    logging: {log_dir: runs, name: null}   # where a private run writes its releases
 
 ``data``: the detector ``anchor`` and its ``nodes - 1`` nearest detectors, each node
 listening to ``neighbours`` others (null: all of them), one time-block cross-validation
@@ -16,26 +17,43 @@ per node, proportions exchanged by ``torch.distributed`` (gloo, localhost);
 ``run.compare`` also simulates the network in this process and checks that models and
 releases are identical (it needs ``llp.noise_seed`` when the run is private: two runs
 with fresh noise release different tables).
+
+Release. A private run (``llp.epsilon`` > 0) ends by writing what each node published,
+its noisy label-proportion table with its ledger (``LLPNodeRelease``), in the release
+format (``dp_proto.release``) to ``<log_dir>/<name>/version_N/release/node_<i>/``
+(``logging.log_dir``, ``logging.name``, default ``scats_llp``; ``N`` the next free
+version; ``i`` the node's index in ``result["detectors"]``), with under ``source`` the
+command, the node's detector and the config (less ``llp.noise_seed`` and the local
+paths ``data.data_dir`` and ``logging.log_dir``). The nodes' k-means models are
+node-local and not private: they are not written. ``dp_proto.load_release(path)`` loads
+a node's table; ``result["release_dir"]`` is the ``release`` folder. A run with exact
+proportions writes nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from dp_proto.experiments.config import merge_config, read_config
+from dp_proto.experiments._release import new_run_dir, published_config
+from dp_proto.experiments.config import merge_config, read_config, validate_config
 
-__all__ = ["LLP_DEFAULTS", "load_llp_config", "run_llp_experiment"]
+__all__ = ["LLP_DEFAULTS", "load_llp_config", "run_llp_experiment", "write_llp_releases"]
 
 LLP_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "data": {"data_dir": None, "nodes": 4, "anchor": 0, "neighbours": None, "folds": 10, "fold": 0},
     "llp": {"batch_size": 32, "k": 16, "epsilon": 0.1, "estimator": "clipped", "n_starts": 32, "noise_seed": None},
     "run": {"distributed": False, "compare": False, "threads": 1},
+    "logging": {"log_dir": "runs", "name": None},
 }
+
+# Config keys a release does not publish: local paths, and the noise seed (it replays the noise).
+_NOT_PUBLISHED = (("data", "data_dir"), ("logging", "log_dir"), ("llp", "noise_seed"))
 
 
 def load_llp_config(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
@@ -58,14 +76,27 @@ def _same_releases(a, b) -> bool:
 def run_llp_experiment(config: dict[str, Any]) -> dict[str, Any]:
     """Train every node of the chosen group on one fold's training windows and evaluate on
     its test windows. Returns the detectors, the neighbour table, per-node accuracy and
-    epsilon (and bytes exchanged, distributed), the network's accuracy, the wall time and,
-    with ``run.compare``, the simulation's accuracy and whether it matched."""
+    epsilon (and bytes exchanged, distributed), the network's accuracy, the wall time,
+    ``release_dir`` (a private run: the folder of the nodes' releases, see the module
+    docstring; else ``None``), the ``NetworkResult`` as ``network``, the ``config`` and,
+    with ``run.compare``, the simulation's accuracy and whether it matched.
+
+    Raises
+    ------
+    ConfigError
+        A key the experiment does not have, or a value of the wrong type (one line,
+        ``dp_proto.experiments.config.validate_config``).
+    ValueError
+        ``run.compare`` without ``run.distributed`` (or, private, without
+        ``llp.noise_seed``), an anchor out of range.
+    """
     from dp_proto.data.geometry import nearest_neighbours
     from dp_proto.data.loaders.scats import load_scats_counts
     from dp_proto.data.sensors import node_datasets, time_block_folds
     from dp_proto.llp import LLPConfig, evaluate, simulate_network
 
     config = merge_config(LLP_DEFAULTS, config)
+    validate_config(config, "llp")
     data, settings, run = config["data"], config["llp"], config["run"]
     epsilon = settings["epsilon"]
     private = epsilon is not None and epsilon > 0
@@ -122,6 +153,9 @@ def run_llp_experiment(config: dict[str, Any]) -> dict[str, Any]:
                 bytes_received=results[i].bytes_received,
             )
         per_node.append(entry)
+    release_dir = None
+    if private:
+        release_dir = str(write_llp_releases(config, result, [n.detector for n in nodes]).resolve())
     out: dict[str, Any] = {
         "detectors": [n.detector for n in nodes],
         "neighbours": nbrs.tolist(),
@@ -130,6 +164,8 @@ def run_llp_experiment(config: dict[str, Any]) -> dict[str, Any]:
         "own_accuracy": float(ev.own_accuracy),
         "seconds": seconds,
         "distributed": bool(run["distributed"]),
+        "release_dir": release_dir,
+        "network": result,
         "config": config,
     }
     if run["compare"]:
@@ -137,3 +173,32 @@ def run_llp_experiment(config: dict[str, Any]) -> dict[str, Any]:
         out["simulation_accuracy"] = float(evaluate(sim, nodes, test).accuracy)
         out["identical_to_simulation"] = _same_releases(result, sim)
     return out
+
+
+def write_llp_releases(config: dict[str, Any], result: Any, detectors: list[Any]) -> Path:
+    """Write every node's release (``result.node_release(i)``) to ``node_<i>/`` of a new
+    ``<log_dir>/<name>/version_N/release/`` folder, with ``source``: the command, the
+    node's detector and the config less local paths and ``llp.noise_seed``.
+
+    Parameters
+    ----------
+    config : dict
+        The run's full config.
+    result : NetworkResult
+        The run's result (``simulate_network`` or ``as_network_result``).
+    detectors : list
+        The nodes' detectors, in node order.
+
+    Returns
+    -------
+    Path
+        The ``release`` folder.
+    """
+    name = config["logging"]["name"] or "scats_llp"
+    folder = new_run_dir(config["logging"]["log_dir"], name) / "release"
+    published = published_config(config, _NOT_PUBLISHED)
+    for i, detector in enumerate(detectors):
+        source = {"command": "dp-proto llp", "detector": detector, "config": published}
+        release = dataclasses.replace(result.node_release(i).to_release(), source=source)
+        release.save(folder / f"node_{i}")
+    return folder

@@ -87,7 +87,7 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from dp_proto.backbones import small_cnn
-from dp_proto.experiments.config import merge_config, read_config
+from dp_proto.experiments.config import merge_config, read_config, validate_config
 from dp_proto.experiments.data import load_arrays, scale_to_public_bounds, warn_classes_from_data
 from dp_proto.lightning.callbacks import PRIVACY_SCOPE, PrivacySpendCallback, StderrProgressBar
 from dp_proto.lightning.datamodule import ArrayDataModule, poisson_seed
@@ -293,6 +293,7 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
     ``datamodule``, and for a private run ``epsilon``, ``ledger`` and ``privacy_scope``.
     """
     config = merge_config(DEFAULT_CONFIG, config)
+    validate_config(config, "lvq")  # a config built in code gets the CLI's one-line errors
     seed = int(config["seed"])
     L.seed_everything(seed, workers=True, verbose=False)
     dm = build_data(config)

@@ -377,6 +377,7 @@ DECLARED: dict[str, dict[str, Spec]] = {
         "svdd.release": Choice("support_function", "equilibrium_points"),
         "svdd.device": optional(Str()),
         "svdd.dtype": Choice("float32", "float64"),
+        "logging.name": optional(Str()),
     },
     "llp": {
         "data.data_dir": _PATH,
@@ -384,6 +385,7 @@ DECLARED: dict[str, dict[str, Spec]] = {
         "llp.epsilon": optional(Float()),  # null or <= 0: exact proportions
         "llp.estimator": Choice("clipped", "unbiased"),
         "llp.noise_seed": _SEED,
+        "logging.name": optional(Str()),
     },
     "anonymizer": {
         "data.source": Choice("synthetic", "yale", "folder", "csv"),
@@ -396,6 +398,11 @@ DECLARED: dict[str, dict[str, Spec]] = {
         "training.encoder_steps": optional(Int()),
         "training.optimizer": Choice("nesterov", "adam"),
         "logging.name": optional(Str()),
+        "privacy.epsilon": optional(Float()),
+        "privacy.expected_batch_size": optional(Float()),
+        "privacy.num_regular": optional(Int()),
+        "privacy.num_private": optional(Int()),
+        "privacy.noise_seed": _SEED,
     },
 }
 

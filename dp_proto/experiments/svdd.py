@@ -7,6 +7,7 @@ Sections and defaults (unknown keys are rejected)::
     data:    {source: bundled, name: iris, data_dir: null, test_size: 0.2, scaling: standard}
     privacy: {epsilon: null, bounds: null, classes: null, noise_seed: null}
     svdd:    {c_over_n: 0.05, gamma: 1.0, num_features: 400, starts: auto, r_max: null, ...}
+    logging: {log_dir: runs, name: null}   # where a private run writes its release
 
 ``svdd`` holds every parameter of ``PrivateSVDDClassifier`` except
 those set elsewhere (``epsilon``, ``classes`` and ``noise_seed`` from ``privacy``,
@@ -32,10 +33,22 @@ accuracy on the training split.
 Randomness: every noise draw comes from fresh operating-system entropy unless
 ``privacy.noise_seed`` is given (reproducible noise, for tests and benchmarks: it warns
 and the ledger says ``"noise": "reproducible"``).
+
+Release. A private run ends by writing the fitted ``PrivateSVDDClassifier`` in the
+release format (``dp_proto.release``) to ``<log_dir>/<name>/version_N/release/``
+(``logging.log_dir``, ``logging.name``, default ``<data.name>_svdd``; ``N`` the next free
+version): the labelled equilibrium points (or the support function, ``svdd.release``)
+with the ledger, and under ``source`` the config (less ``privacy.noise_seed`` and the
+local paths ``data.data_dir`` and ``logging.log_dir``), the scope above and the input
+the model takes: features mapped from ``privacy.bounds`` onto ``[-1, 1]`` and clipped
+(``dp_proto.experiments.data.scale_to_public_bounds``), the scale it was fitted on.
+``dp_proto.load_release(path)`` loads it; ``result["release_dir"]`` is the path. A
+non-private run writes nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 from pathlib import Path
@@ -43,11 +56,19 @@ from typing import Any
 
 import numpy as np
 
-from dp_proto.experiments.config import merge_config, read_config
+from dp_proto.experiments._release import new_run_dir, published_config
+from dp_proto.experiments.config import merge_config, read_config, validate_config
 from dp_proto.experiments.data import load_arrays, scale_to_public_bounds
 from dp_proto.svdd import PrivateSVDDClassifier
 
-__all__ = ["SVDD_DEFAULTS", "SVDD_PRIVACY_SCOPE", "load_svdd_config", "run_svdd_experiment"]
+__all__ = [
+    "SVDD_DEFAULTS",
+    "SVDD_PRIVACY_SCOPE",
+    "SVDD_RELEASE_INPUT",
+    "load_svdd_config",
+    "run_svdd_experiment",
+    "write_svdd_release",
+]
 
 # estimator parameters a config sets in another section (or that a runner cannot take)
 _SET_ELSEWHERE = ("epsilon", "classes", "noise_seed", "random_state", "ledger")
@@ -61,6 +82,7 @@ SVDD_DEFAULTS: dict[str, Any] = {
         for name, p in inspect.signature(PrivateSVDDClassifier).parameters.items()
         if name not in _SET_ELSEWHERE
     },
+    "logging": {"log_dir": "runs", "name": None},
 }
 
 #: What the guarantee of a private run covers (printed with it).
@@ -70,6 +92,15 @@ SVDD_PRIVACY_SCOPE = (
 )
 
 _SCALINGS = ("standard", "none")
+
+# Config keys a release does not publish: local paths, and the noise seed (it replays the noise).
+_NOT_PUBLISHED = (("data", "data_dir"), ("logging", "log_dir"), ("privacy", "noise_seed"))
+
+#: The input of a released model (the manifest's ``source["input"]``).
+SVDD_RELEASE_INPUT = (
+    "features mapped from the public privacy.bounds [lower, upper] onto [-1, 1] and clipped "
+    "(dp_proto.experiments.data.scale_to_public_bounds), the scale of the fit"
+)
 
 
 def load_svdd_config(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
@@ -112,11 +143,23 @@ def run_svdd_experiment(config: dict[str, Any]) -> dict[str, Any]:
     dict with ``test_acc``, ``train_acc`` (``None`` for a private run: not computed),
     ``epsilon`` (``None`` when non-private), ``starts`` (the start mode used),
     ``labelled_points`` (equilibrium points the model classifies with), ``fit_seconds``,
-    ``privacy_scope`` (private runs), ``ledger``, the fitted ``estimator`` and ``config``.
-    A private fit's ``estimator.curator_`` holds curator-only diagnostics: delete it
-    before publishing the estimator.
+    ``privacy_scope`` (private runs), ``release_dir`` (private runs: the release written,
+    see the module docstring; else ``None``), ``ledger``, the fitted ``estimator`` and
+    ``config``. A private fit's ``estimator.curator_`` holds curator-only diagnostics
+    (the written release leaves them out): delete it before publishing the estimator
+    another way.
+
+    Raises
+    ------
+    ConfigError
+        A key the experiment does not have, or a value of the wrong type (one line,
+        ``dp_proto.experiments.config.validate_config``).
+    ValueError
+        A private run with ``data.scaling`` other than ``none`` or without
+        ``privacy.bounds``.
     """
     config = merge_config(SVDD_DEFAULTS, config)
+    validate_config(config, "svdd")
     privacy, params = config["privacy"], dict(config["svdd"])
     epsilon = privacy["epsilon"]
     private = epsilon is not None
@@ -134,6 +177,11 @@ def run_svdd_experiment(config: dict[str, Any]) -> dict[str, Any]:
     estimator.fit(x_train, y_train)
     fit_seconds = time.perf_counter() - start
     ledger = estimator.ledger_
+    release_dir = None
+    if private:
+        name = config["logging"]["name"] or f"{config['data']['name']}_svdd"
+        path = new_run_dir(config["logging"]["log_dir"], name) / "release"
+        release_dir = str(write_svdd_release(config, estimator, path).resolve())
     return {
         "test_acc": float(estimator.score(x_test, y_test)),
         "train_acc": None if private else float(estimator.score(x_train, y_train)),
@@ -142,7 +190,36 @@ def run_svdd_experiment(config: dict[str, Any]) -> dict[str, Any]:
         "labelled_points": len(estimator.labelled_points_),
         "fit_seconds": fit_seconds,
         "privacy_scope": SVDD_PRIVACY_SCOPE if private else None,
+        "release_dir": release_dir,
         "ledger": ledger,
         "estimator": estimator,
         "config": config,
     }
+
+
+def write_svdd_release(config: dict[str, Any], estimator: PrivateSVDDClassifier, path: str | Path) -> Path:
+    """Write the fitted estimator of a run in the release format to the directory
+    ``path``, with ``source``: the command, the config less local paths and
+    ``privacy.noise_seed``, ``SVDD_PRIVACY_SCOPE`` and ``SVDD_RELEASE_INPUT``.
+
+    Parameters
+    ----------
+    config : dict
+        The run's full config.
+    estimator : PrivateSVDDClassifier
+        The fitted estimator.
+    path : str or Path
+        The release directory (created if needed).
+
+    Returns
+    -------
+    Path
+        The directory.
+    """
+    source = {
+        "command": "dp-proto svdd",
+        "config": published_config(config, _NOT_PUBLISHED),
+        "privacy_scope": SVDD_PRIVACY_SCOPE,
+        "input": SVDD_RELEASE_INPUT,
+    }
+    return dataclasses.replace(estimator.to_release(), source=source).save(path)

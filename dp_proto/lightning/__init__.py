@@ -6,6 +6,8 @@
                           recorded once in a PrivacyLedger, the budget checked per epoch
 ``PrivacySpendCallback`` epsilon per epoch in TensorBoard, the ledger in checkpoints
                           (resuming never resets the spend nor counts a step twice)
+``StderrProgressBar``    the trainers' progress on stderr (bars on a terminal, else one
+                          line per epoch), so stdout stays free for results
 ``.anonymizer``, ``.dp_anonymizer`` the anonymizer's training on Lightning
 
 Adapters only: the experiment runners (``run_experiment``, the config loader) live in
@@ -13,12 +15,12 @@ Adapters only: the experiment runners (``run_experiment``, the config loader) li
 """
 
 from dp_proto._deprecation import moved_names
-from dp_proto.lightning.callbacks import PrivacySpendCallback
+from dp_proto.lightning.callbacks import PrivacySpendCallback, StderrProgressBar
 from dp_proto.lightning.datamodule import ArrayDataModule
 from dp_proto.lightning.dp_module import DPLVQModule
 from dp_proto.lightning.module import LVQModule
 
-__all__ = ["ArrayDataModule", "DPLVQModule", "PrivacySpendCallback", "LVQModule"]
+__all__ = ["ArrayDataModule", "DPLVQModule", "PrivacySpendCallback", "StderrProgressBar", "LVQModule"]
 
 # The experiment runner moved to dp_proto.experiments.lvq (issue 21); the old names still
 # work for one release, with a DeprecationWarning.

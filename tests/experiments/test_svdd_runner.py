@@ -27,14 +27,14 @@ def test_the_svdd_section_is_every_estimator_parameter_not_set_elsewhere():
 
 def test_non_private_default_run_on_iris():
     result = run_svdd_experiment({})
-    assert result["epsilon"] is None and result["privacy_scope"] is None
+    assert result["epsilon"] is None and result["privacy_scope"] is None and result["release_dir"] is None
     assert result["test_acc"] > 0.85 and result["train_acc"] > 0.85  # measured 0.97 / 0.96
     assert [e.name for e in result["ledger"].events] == ["svdd/non_private"]
 
 
 @pytest.mark.slow
-def test_private_config_file_is_fully_private_and_reports_its_guarantee(caplog):
-    config = load_svdd_config(CONFIG)
+def test_private_config_file_is_fully_private_and_reports_its_guarantee(caplog, tmp_path):
+    config = load_svdd_config(CONFIG, [f"logging.log_dir={tmp_path}"])
     with warnings.catch_warnings(), caplog.at_level(logging.DEBUG, logger="dp_proto.curator"):
         warnings.simplefilter("error")  # public bounds, classes and fresh noise: nothing leaks, nothing warns
         result = run_svdd_experiment(config)
@@ -47,6 +47,7 @@ def test_private_config_file_is_fully_private_and_reports_its_guarantee(caplog):
     estimator = result["estimator"]
     assert estimator.bounds == (-1.0, 1.0) and estimator.random_state == config["seed"]
     np.testing.assert_array_equal(estimator.classes_, np.arange(5))
+    assert result["release_dir"] == str((tmp_path / "five_gaussians_svdd" / "version_0" / "release").resolve())
 
 
 def test_private_run_maps_the_public_bounds_onto_the_unit_box():
@@ -80,19 +81,21 @@ def test_bad_configs_are_refused(path, overrides, error, match):
 
 
 @pytest.mark.slow
-def test_a_private_run_without_public_classes_warns():
+def test_a_private_run_without_public_classes_warns(tmp_path):
     with pytest.warns(PrivacyLeakWarning, match="classes"):
-        run_svdd_experiment(load_svdd_config(CONFIG, ["privacy.classes=null"]))
+        run_svdd_experiment(load_svdd_config(CONFIG, ["privacy.classes=null", f"logging.log_dir={tmp_path}"]))
 
 
 @pytest.mark.slow
-def test_cli_svdd_text_and_json(capsys):
-    assert main(["svdd", "--config", str(CONFIG)]) == 0
+def test_cli_svdd_text_and_json(capsys, tmp_path):
+    assert main(["svdd", "--config", str(CONFIG), "--log-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "private SVDD equilibrium-point classifier on synthetic:five_gaussians" in out
     assert "1-DP, certified by the ledger" in out and "not computed (private)" in out
+    assert f"release    {(tmp_path / 'five_gaussians_svdd' / 'version_0' / 'release').resolve()}" in out
     assert main(["svdd", "--json", "data.name=wine"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["epsilon"] is None and summary["test_acc"] > 0.85  # measured 0.97
+    assert summary["release_dir"] is None
     assert main(["svdd", "privacy.epsilon=1"]) == 2
     assert "data.scaling: none" in capsys.readouterr().err
