@@ -8,8 +8,6 @@ carries the ledger. Nothing in a release is a pickle, a generator or a seed.
 
 import json
 import pickle
-import subprocess
-import sys
 import warnings
 
 import numpy as np
@@ -25,6 +23,7 @@ from dp_proto.lightning.anonymizer import AnonymizerFit, fit_anonymizer
 from dp_proto.lightning.dp_anonymizer import fit_dp_anonymizer
 from dp_proto.privacy.release import ReleasedLedger
 from dp_proto.release import MANIFEST_FILE, TENSORS_FILE, read_release
+from tests._release import load_in_fresh_process
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*does not have many workers"),
@@ -251,23 +250,8 @@ def test_a_fresh_process_loads_the_dp_encoder_and_encodes_identically(dp_fitted,
     same torch thread count) and the same epsilon, composed afresh from the events."""
     fit, x = dp_fitted
     path = fit.save_release(tmp_path / "release")
-    probe = tmp_path / "probe.npy"
-    np.save(probe, np.asarray(x[:100], dtype=np.float32))
-    code = (
-        "import json, sys, numpy as np, torch, dp_proto; torch.set_num_threads(int(sys.argv[3])); "
-        "m = dp_proto.load_release(sys.argv[1]); X = np.load(sys.argv[2]); "
-        "print(json.dumps({'z': m.transform(X).tolist(), 'epsilon': m.ledger_.get_epsilon(), "
-        "'type': type(m).__name__}))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(path), str(probe), str(torch.get_num_threads())],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = load_in_fresh_process(path, np.asarray(x[:100], dtype=np.float32), ["transform"], tmp_path)
     assert got["type"] == "DPAnonymizerEncoder"
     z = _encode(fit.module.anonymizer.encoder, x[:100]).numpy()
-    np.testing.assert_array_equal(np.array(got["z"], dtype=np.float32), z)
+    np.testing.assert_array_equal(np.array(got["transform"], dtype=np.float32), z)
     assert got["epsilon"] == fit.ledger.get_epsilon()

@@ -9,8 +9,6 @@ curator-only, and hold no pickle, generator state or noise seed.
 
 import json
 import re
-import subprocess
-import sys
 import warnings
 
 import numpy as np
@@ -25,6 +23,7 @@ from dp_proto.lvq.private import DPGLVQ, DPGMLVQ, DPLGMLVQ, SubsampleAggregateGL
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.release import ReleasedLedger
 from dp_proto.release import MANIFEST_FILE, TENSORS_FILE, read_release
+from tests._release import load_in_fresh_process
 
 X, Y = load_iris(return_X_y=True)
 PRIVATE = {"bounds": (0, 8), "classes": [0, 1, 2], "sampling_rate": 0.1, "epochs": 2}
@@ -271,24 +270,9 @@ def test_a_fresh_process_loads_a_private_model_and_predicts_identically(tmp_path
     Xd, yd = load_digits(return_X_y=True)
     est = DPGMLVQ(epsilon=1.0, bounds=(0, 16), classes=range(10), sampling_rate=0.1, epochs=2).fit(Xd, yd)
     path = est.save_release(tmp_path / "release")
-    probe = tmp_path / "probe.npy"
-    np.save(probe, Xd[:300])
-    code = (
-        "import json, sys, numpy as np, torch, dp_proto; torch.set_num_threads(int(sys.argv[3])); "
-        "m = dp_proto.load_release(sys.argv[1]); X = np.load(sys.argv[2]); "
-        "print(json.dumps({'pred': m.predict(X).tolist(), 'scores': m.decision_function(X).tolist(), "
-        "'epsilon': m.ledger_.get_epsilon(), 'type': type(m).__name__}))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(path), str(probe), str(torch.get_num_threads())],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = load_in_fresh_process(path, Xd[:300], ["predict", "decision_function"], tmp_path)
     assert got["type"] == "DPGMLVQ"
-    np.testing.assert_array_equal(np.array(got["pred"]), est.predict(Xd[:300]))
+    np.testing.assert_array_equal(np.array(got["predict"]), est.predict(Xd[:300]))
     scores = est.decision_function(Xd[:300])
-    np.testing.assert_array_equal(np.array(got["scores"], dtype=scores.dtype), scores)
+    np.testing.assert_array_equal(np.array(got["decision_function"], dtype=scores.dtype), scores)
     assert got["epsilon"] == est.ledger_.get_epsilon() == est.epsilon_

@@ -9,8 +9,6 @@ nothing curator-only, no pickle, no generator state and no noise seed.
 
 import json
 import re
-import subprocess
-import sys
 import warnings
 
 import numpy as np
@@ -25,6 +23,7 @@ from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.release import ReleasedLedger
 from dp_proto.release import MANIFEST_FILE, TENSORS_FILE, read_release
 from dp_proto.svdd import PrivateSVDD, PrivateSVDDClassifier
+from tests._release import load_in_fresh_process
 
 X, Y = load_iris(return_X_y=True)
 X = StandardScaler().fit_transform(X)
@@ -299,24 +298,9 @@ def test_a_fresh_process_loads_a_private_classifier_and_predicts_identically(tmp
     and the same epsilon composed afresh from the events."""
     est = _fit("normal")
     path = est.save_release(tmp_path / "release")
-    probe = tmp_path / "probe.npy"
-    np.save(probe, _probe())
-    code = (
-        "import json, sys, numpy as np, torch, dp_proto; torch.set_num_threads(int(sys.argv[3])); "
-        "m = dp_proto.load_release(sys.argv[1]); X = np.load(sys.argv[2]); "
-        "print(json.dumps({'pred': m.predict(X).tolist(), 'scores': m.score_samples(X).tolist(), "
-        "'epsilon': m.ledger_.get_epsilon(), 'type': type(m).__name__}))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(path), str(probe), str(torch.get_num_threads())],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = load_in_fresh_process(path, _probe(), ["predict", "score_samples"], tmp_path)
     assert got["type"] == "PrivateSVDDClassifier"
-    np.testing.assert_array_equal(np.array(got["pred"]), est.predict(_probe()))
+    np.testing.assert_array_equal(np.array(got["predict"]), est.predict(_probe()))
     scores = est.score_samples(_probe())
-    np.testing.assert_array_equal(np.array(got["scores"], dtype=scores.dtype), scores)
+    np.testing.assert_array_equal(np.array(got["score_samples"], dtype=scores.dtype), scores)
     assert got["epsilon"] == est.ledger_.get_epsilon()
