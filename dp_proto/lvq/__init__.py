@@ -5,8 +5,26 @@ Functional core: ``squared_euclidean_distance``, ``omega_distance``,
 Layers (``nn.Module``, parameters only): ``GLVQLayer``, ``GMLVQLayer``,
 ``LGMLVQLayer``; ``PrototypeModel`` adds a backbone and the labels.
 Estimators (scikit-learn API): ``GLVQ``, ``GMLVQ``, ``LGMLVQ``.
+Confidence (Brinkrolf 2023, ch. 4): certainty ``relsim``, ``max_proba``, ``relsim_score``;
+reject option ``reject``, ``predict_with_reject``, ``accuracy_reject_curve``, ``arc_area``;
+certified robustness ``lambda_pm``, ``certified_radius``, ``certify``, ``global_certified_radius``.
+Time integration of class probabilities over a window (Brinkrolf 2023, eq. 4.26):
+``integrate_probabilities``, ``integration_window``.
 """
 
+from dp_proto.lvq.confidence import (
+    accuracy_reject_curve,
+    arc_area,
+    certified_radius,
+    certify,
+    global_certified_radius,
+    lambda_pm,
+    max_proba,
+    predict_with_reject,
+    reject,
+    relsim,
+    relsim_score,
+)
 from dp_proto.lvq.distances import lomega_distance, omega_distance, squared_euclidean_distance
 from dp_proto.lvq.estimators import GLVQ, GMLVQ, LGMLVQ
 from dp_proto.lvq.init import class_mean_prototypes, init_omega, make_prototype_labels
@@ -21,11 +39,14 @@ from dp_proto.lvq.losses import (
     wtac,
 )
 from dp_proto.lvq.model import PrototypeModel
+from dp_proto.lvq.pairwise import PairwiseGMLVQ
+from dp_proto.lvq.time_integration import integrate_probabilities, integration_window
 
 __all__ = [
     "GLVQ",
     "GMLVQ",
     "LGMLVQ",
+    "PairwiseGMLVQ",
     "GLVQLayer",
     "GMLVQLayer",
     "LGMLVQLayer",
@@ -43,4 +64,17 @@ __all__ = [
     "class_mean_prototypes",
     "init_omega",
     "make_prototype_labels",
+    "relsim",
+    "max_proba",
+    "relsim_score",
+    "reject",
+    "predict_with_reject",
+    "accuracy_reject_curve",
+    "arc_area",
+    "lambda_pm",
+    "certified_radius",
+    "certify",
+    "global_certified_radius",
+    "integrate_probabilities",
+    "integration_window",
 ]
