@@ -50,6 +50,16 @@ from dp_proto._validation import check_finite_rows, check_labels_known, torch_dt
 from dp_proto.exceptions import DataValidationError
 from dp_proto.lvq.coupling import COUPLING_METHODS, couple, pairs_to_matrix
 from dp_proto.lvq.losses import TRANSFER_FUNCTIONS, transfer
+from dp_proto.release import (
+    Releasable,
+    Release,
+    decode_hyperparameters,
+    decode_labels,
+    encode_hyperparameters,
+    encode_labels,
+    register_model,
+    registered_name,
+)
 
 __all__ = [
     "PairwiseFit",
@@ -553,7 +563,8 @@ def _calibration_split(
     return np.flatnonzero(~calibrate), np.flatnonzero(calibrate)
 
 
-class PairwiseGMLVQ(ClassifierMixin, BaseEstimator):
+@register_model("dp_proto.PairwiseGMLVQ")
+class PairwiseGMLVQ(Releasable, ClassifierMixin, BaseEstimator):
     """One-versus-one GMLVQ with probabilistic outputs (Brinkrolf 2023, section 4.4).
 
     ``fit`` splits the data (stratified) into a pair-training fold and a calibration
@@ -831,3 +842,121 @@ class PairwiseGMLVQ(ClassifierMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
         return tags
+
+    # -- the release format (dp_proto.release) -----------------------------------------
+    #: Fitted attributes that a release leaves out, with the reason. Every other fitted
+    #: attribute is written and restored by ``load``; the tests check that the two sets
+    #: cover ``vars(est)``, so a new attribute needs a decision here.
+    RELEASE_DROPS: ClassVar[dict[str, str]] = {
+        "loss_curve_": "the joint cost of every evaluation: a trace of the fit, not needed to predict "
+        "(n_iter_, loss_ and pair_loss_ are kept)",
+    }
+    # public fitted scalars written to the manifest's "fitted" section
+    _RELEASE_FITTED: ClassVar[tuple[str, ...]] = ("n_iter_", "loss_")
+
+    def to_release(self) -> Release:
+        """The fitted estimator in the release format (in memory; ``save`` writes it).
+
+        Tensors, in the fit's dtype (so a loaded model computes the same numbers):
+        ``prototypes (K, 2, d)``, ``omegas (K, r, d)``, ``platt_a``, ``platt_b (K,)``,
+        ``pairs (K, 2)`` (int64, the ``torch.triu_indices`` order of ``class_pairs``),
+        ``pair_counts (K,)`` (int64, HT's ``n_lm``) and ``pair_loss (K,)``. Manifest: the
+        hyperparameters, the label set, the feature count, ``n_iter_`` and ``loss_``.
+
+        ``pair_counts`` are training counts: the sizes of the two classes of every pair in
+        the training fold. This estimator is not private, so they are published with the
+        rest of the model (they are needed for ``coupling="ht"``). A private variant must
+        register a format of its own and publish them only as part of its guarantee
+        (noisy counts) or leave them out. Raises ``NotFittedError`` before ``fit``.
+        """
+        check_is_fitted(self)
+        hyperparameters, not_saved = encode_hyperparameters(self.get_params(deep=False))
+        public: dict[str, Any] = {
+            "classes": encode_labels(self.classes_),
+            "n_features": int(self.n_features_in_),
+            "n_pairs": int(len(self.pairs_)),
+            "rank": int(self.omegas_.shape[1]),
+        }
+        if hasattr(self, "feature_names_in_"):
+            public["feature_names"] = [str(name) for name in self.feature_names_in_]
+        tensors = {
+            "prototypes": np.array(self.prototypes_, copy=True),
+            "omegas": np.array(self.omegas_, copy=True),
+            "platt_a": np.array(self.platt_a_, copy=True),
+            "platt_b": np.array(self.platt_b_, copy=True),
+            "pairs": np.asarray(self.pairs_, dtype=np.int64).copy(),
+            "pair_counts": np.asarray(self.pair_counts_, dtype=np.int64).copy(),
+            "pair_loss": np.array(self.pair_loss_, copy=True),
+        }
+        return Release(
+            model=registered_name(self),
+            tensors=tensors,
+            hyperparameters=hyperparameters,
+            hyperparameters_not_saved=not_saved,
+            public=public,
+            privacy={"private": False},
+            fitted={k: getattr(self, k) for k in self._RELEASE_FITTED if k in vars(self)},
+            dropped=tuple(k for k in self.RELEASE_DROPS if k in vars(self)),
+        )
+
+    @classmethod
+    def from_release(cls, release: Release, *, device: str = "cpu") -> Any:
+        """The fitted estimator of ``release`` (``read_release``), on ``device``.
+
+        Its ``predict_proba`` (and so ``predict``) equals the saved estimator's exactly;
+        ``loss_curve_`` is absent. ``ValueError`` for a release of another model, a private
+        release, or tensors whose shapes disagree with the label set and feature count.
+        """
+        cls.check_release_model(release)
+        if release.private:
+            raise ValueError(f"the release of {release.model} is private, but {cls.__name__} is not")
+        params = decode_hyperparameters(release.hyperparameters, release.hyperparameters_not_saved)
+        unknown = sorted(set(params) - set(cls._get_param_names()))
+        if unknown:
+            raise ValueError(f"the release sets hyperparameters {unknown} that {cls.__name__} does not take")
+        params["device"] = device
+        estimator = cls(**params)
+        estimator._restore_release(release)
+        return estimator
+
+    def _restore_release(self, release: Release) -> None:
+        public = release.public
+        classes = decode_labels(public["classes"])
+        d = int(public["n_features"])
+        c = len(classes)
+        K = c * (c - 1) // 2
+        prototypes = release.tensor("prototypes", ndim=3)
+        omegas = release.tensor("omegas", ndim=3)
+        r = omegas.shape[1]
+        expected = {
+            "prototypes": (K, 2, d),
+            "omegas": (K, r, d),
+            "platt_a": (K,),
+            "platt_b": (K,),
+            "pairs": (K, 2),
+            "pair_counts": (K,),
+            "pair_loss": (K,),
+        }
+        for name, shape in expected.items():
+            got = tuple(release.tensor(name).shape)
+            if got != shape:
+                raise ValueError(
+                    f"tensor {name!r} of the release has shape {got}, but {c} classes and {d} features need {shape}"
+                )
+        pairs = release.tensor("pairs")
+        if c < 2 or not np.array_equal(pairs, class_pairs(c).numpy()):
+            raise ValueError(f"tensor 'pairs' of the release must be the class pairs (l, m), l < m, of {c} classes")
+        self.classes_ = classes
+        self.n_features_in_ = d
+        if "feature_names" in public:
+            self.feature_names_in_ = np.asarray(public["feature_names"], dtype=object)
+        self.pairs_ = pairs.astype(np.int64)
+        self.prototypes_ = prototypes.copy()
+        self.omegas_ = omegas.copy()
+        self.platt_a_ = release.tensor("platt_a").copy()
+        self.platt_b_ = release.tensor("platt_b").copy()
+        self.pair_counts_ = release.tensor("pair_counts").copy()
+        self.pair_loss_ = release.tensor("pair_loss").copy()
+        for name in self._RELEASE_FITTED:
+            if name in release.fitted:
+                setattr(self, name, release.fitted[name])

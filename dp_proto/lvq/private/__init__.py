@@ -7,7 +7,8 @@
 * ``.saa`` -- subsample-and-aggregate over disjoint bins; ``.coa`` -- the centre
   of attention aggregation.
 * ``.estimators`` -- ``DPGLVQ``, ``DPGMLVQ``, ``DPLGMLVQ`` (scikit-learn API) and
-  ``.saa_estimator`` -- ``SubsampleAggregateGLVQ``.
+  ``.saa_estimator`` -- ``SubsampleAggregateGLVQ``; ``.pairwise`` -- ``DPPairwiseGMLVQ``
+  (private one-versus-one GMLVQ with private Platt scaling).
 
 Every release goes through the model-free core ``dp_proto.privacy`` (mechanisms,
 ledger). Importing this package loads Opacus.
@@ -22,6 +23,7 @@ from dp_proto.lvq.private.dpsgd import (
     sgd_steps,
 )
 from dp_proto.lvq.private.estimators import DPGLVQ, DPGMLVQ, DPLGMLVQ
+from dp_proto.lvq.private.pairwise import DPPairwiseGMLVQ
 from dp_proto.lvq.private.saa import saa_sensitivity, subsample_and_aggregate
 from dp_proto.lvq.private.saa_estimator import SubsampleAggregateGLVQ
 
@@ -29,6 +31,7 @@ __all__ = [
     "DPGLVQ",
     "DPGMLVQ",
     "DPLGMLVQ",
+    "DPPairwiseGMLVQ",
     "SubsampleAggregateGLVQ",
     "DPInitResult",
     "dp_class_mean_prototypes",
