@@ -547,6 +547,20 @@ class Releasable:
         return model
 
     @classmethod
+    def estimator_from_release(cls, release: Release, **overrides: Any) -> Any:
+        """A new, unfitted ``cls`` with the release's hyperparameters and ``overrides``
+        (e.g. ``device``), for a scikit-learn estimator's ``from_release``.
+
+        Checks that the release is of ``cls``; ``ValueError`` for a hyperparameter that
+        ``cls`` does not take. Those the release did not save get the class default."""
+        cls.check_release_model(release)
+        params = decode_hyperparameters(release.hyperparameters, release.hyperparameters_not_saved)
+        unknown = sorted(set(params) - set(cls._get_param_names()))  # type: ignore[attr-defined]
+        if unknown:
+            raise ValueError(f"the release sets hyperparameters {unknown} that {cls.__name__} does not take")
+        return cls(**{**params, **overrides})
+
+    @classmethod
     def check_release_model(cls, release: Release) -> None:
         """``ValueError`` unless ``release`` is of the model ``cls`` registered as."""
         expected = cls.__dict__.get("_release_name")

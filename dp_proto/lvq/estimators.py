@@ -34,7 +34,6 @@ from dp_proto.lvq.training import fit_lbfgs, fit_minibatch
 from dp_proto.release import (
     Releasable,
     Release,
-    decode_hyperparameters,
     decode_labels,
     encode_hyperparameters,
     encode_labels,
@@ -45,7 +44,47 @@ from dp_proto.release import (
 __all__ = ["GLVQ", "GMLVQ", "LGMLVQ"]
 
 
-class _LVQBase(Releasable, ClassifierMixin, BaseEstimator):
+class ValidatedClassifierMixin:
+    """Input checks and ``score`` shared by the prototype classifiers: ``X`` numeric and
+    finite (``DataValidationError`` otherwise), labels unseen during ``fit`` refused."""
+
+    classes_: np.ndarray
+
+    def _check_X(self, X, *, reset: bool, y=None):
+        try:
+            out = (
+                validate_data(
+                    self,
+                    X,
+                    y,
+                    reset=reset,
+                    dtype=np.float64,
+                    ensure_all_finite=False,
+                    ensure_min_samples=1,
+                )
+                if y is not None
+                else validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite=False)
+            )
+        except ValueError as err:
+            if "could not convert" in str(err) or "convert" in str(err) and "float" in str(err):
+                raise DataValidationError(f"X must be numeric: {err}") from err
+            raise
+        check_finite_rows(out[0] if y is not None else out)
+        return out
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """Mean accuracy; labels unseen during fit raise ``DataValidationError``."""
+        check_is_fitted(self)
+        check_labels_known(np.asarray(y), self.classes_)
+        return super().score(X, y, sample_weight=sample_weight)  # type: ignore[misc]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
+
+
+class _LVQBase(ValidatedClassifierMixin, Releasable, ClassifierMixin, BaseEstimator):
     """Shared fitting and prediction; subclasses build their prototype layer."""
 
     def __init__(
@@ -97,28 +136,6 @@ class _LVQBase(Releasable, ClassifierMixin, BaseEstimator):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr!r}")
-
-    def _check_X(self, X, *, reset: bool, y=None):
-        try:
-            out = (
-                validate_data(
-                    self,
-                    X,
-                    y,
-                    reset=reset,
-                    dtype=np.float64,
-                    ensure_all_finite=False,
-                    ensure_min_samples=1,
-                )
-                if y is not None
-                else validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite=False)
-            )
-        except ValueError as err:
-            if "could not convert" in str(err) or "convert" in str(err) and "float" in str(err):
-                raise DataValidationError(f"X must be numeric: {err}") from err
-            raise
-        check_finite_rows(out[0] if y is not None else out)
-        return out
 
     def _prototype_counts(self, classes: np.ndarray) -> list[int]:
         ppc = self.prototypes_per_class
@@ -244,17 +261,6 @@ class _LVQBase(Releasable, ClassifierMixin, BaseEstimator):
         scores = (others - d) / np.maximum(others + d, 1e-300)
         return scores[:, 1] if c == 2 else scores
 
-    def score(self, X, y, sample_weight=None) -> float:
-        """Mean accuracy; labels unseen during fit raise ``DataValidationError``."""
-        check_is_fitted(self)
-        check_labels_known(np.asarray(y), self.classes_)
-        return super().score(X, y, sample_weight=sample_weight)
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
-        return tags
-
     # -- the release format (dp_proto.release) -----------------------------------------
     #: Fitted attributes that a release leaves out, with the reason. Every other fitted
     #: attribute is written and restored by ``load``; the tests check that the two sets
@@ -309,13 +315,7 @@ class _LVQBase(Releasable, ClassifierMixin, BaseEstimator):
         the attributes in ``RELEASE_DROPS`` are absent. ``ValueError`` for a release of
         another model or one whose tensors do not fit its layer.
         """
-        cls.check_release_model(release)
-        params = decode_hyperparameters(release.hyperparameters, release.hyperparameters_not_saved)
-        unknown = sorted(set(params) - set(cls._get_param_names()))
-        if unknown:
-            raise ValueError(f"the release sets hyperparameters {unknown} that {cls.__name__} does not take")
-        params["device"] = device
-        estimator = cls(**params)
+        estimator = cls.estimator_from_release(release, device=device)
         estimator._restore_release(release)
         return estimator
 

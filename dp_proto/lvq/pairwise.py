@@ -31,7 +31,6 @@ through its ``_fit_pairs`` and ``_fit_calibration`` methods.
 from __future__ import annotations
 
 import math
-import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -42,18 +41,18 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
-from dp_proto._validation import check_finite_rows, check_labels_known, torch_dtype
+from dp_proto._validation import torch_dtype
 from dp_proto.exceptions import DataValidationError
 from dp_proto.lvq.coupling import COUPLING_METHODS, couple, pairs_to_matrix
+from dp_proto.lvq.estimators import ValidatedClassifierMixin
 from dp_proto.lvq.losses import TRANSFER_FUNCTIONS, transfer
+from dp_proto.lvq.training import minimize_lbfgs
 from dp_proto.release import (
     Releasable,
     Release,
-    decode_hyperparameters,
     decode_labels,
     encode_hyperparameters,
     encode_labels,
@@ -358,33 +357,15 @@ def fit_pairwise_gmlvq(
     omegas = nn.Parameter(_initial_omegas(K, r, d, x.dtype, x.device))
     blocks = _ClassBlocks.build(x, y, n_classes, pairs, rank=r)
 
-    optimizer = torch.optim.LBFGS(
+    n_iter, losses = minimize_lbfgs(
         [prototypes, omegas],
-        lr=1.0,
+        lambda: blocks.cost(prototypes, omegas, transfer_fn=transfer_fn, beta=beta).sum(),
         max_iter=max_iter,
-        max_eval=int(max_iter * 1.25) + 1,
-        tolerance_grad=tol,
-        tolerance_change=tol,
+        tol=tol,
         history_size=history_size,
-        line_search_fn="strong_wolfe",
+        progress=progress,
+        desc="pairwise L-BFGS",
     )
-    losses: list[float] = []
-    bar = tqdm(total=int(max_iter * 1.25) + 1, desc="pairwise L-BFGS", unit="eval", file=sys.stderr, delay=2.0,
-               disable=not progress, leave=False)  # fmt: skip
-
-    def closure() -> Tensor:
-        optimizer.zero_grad(set_to_none=True)
-        loss = blocks.cost(prototypes, omegas, transfer_fn=transfer_fn, beta=beta).sum()
-        loss.backward()
-        losses.append(float(loss.detach()))
-        bar.update()
-        return loss
-
-    try:
-        optimizer.step(closure)
-    finally:
-        bar.close()
-    n_iter = int(optimizer.state[prototypes].get("n_iter", 0))
     with torch.no_grad():
         omegas.div_(omegas.flatten(1).norm(dim=1).clamp_min(_EPS)[:, None, None])  # exact: mu is scale free
         pair_losses = blocks.cost(prototypes, omegas, transfer_fn=transfer_fn, beta=beta)
@@ -564,7 +545,7 @@ def _calibration_split(
 
 
 @register_model("dp_proto.PairwiseGMLVQ")
-class PairwiseGMLVQ(Releasable, ClassifierMixin, BaseEstimator):
+class PairwiseGMLVQ(ValidatedClassifierMixin, Releasable, ClassifierMixin, BaseEstimator):
     """One-versus-one GMLVQ with probabilistic outputs (Brinkrolf 2023, section 4.4).
 
     ``fit`` splits the data (stratified) into a pair-training fold and a calibration
@@ -697,20 +678,6 @@ class PairwiseGMLVQ(Releasable, ClassifierMixin, BaseEstimator):
             raise ValueError(f"beta must be positive, got {self.beta!r}")
         torch_dtype(self.dtype)
 
-    def _check_X(self, X, *, reset: bool, y=None):
-        kwargs: dict[str, Any] = {"reset": reset, "dtype": np.float64, "ensure_all_finite": False}
-        try:
-            if y is not None:
-                out = validate_data(self, X, y, ensure_min_samples=1, **kwargs)
-            else:
-                out = validate_data(self, X, **kwargs)
-        except ValueError as err:
-            if "convert" in str(err) and ("float" in str(err) or "could not" in str(err)):
-                raise DataValidationError(f"X must be numeric: {err}") from err
-            raise
-        check_finite_rows(out[0] if y is not None else out)
-        return out
-
     # -- the replaceable steps (a private variant overrides these two) ------------------
     def _fit_pairs(self, x: Tensor, y: Tensor, n_classes: int) -> PairwiseFit:
         """Train the pair models on the training fold (``fit_pairwise_gmlvq``)."""
@@ -832,17 +799,6 @@ class PairwiseGMLVQ(Releasable, ClassifierMixin, BaseEstimator):
         proba = self.predict_proba(X)
         return self.classes_[proba.argmax(1)]
 
-    def score(self, X, y, sample_weight=None) -> float:
-        """Mean accuracy; labels unseen during fit raise ``DataValidationError``."""
-        check_is_fitted(self)
-        check_labels_known(np.asarray(y), self.classes_)
-        return super().score(X, y, sample_weight=sample_weight)
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
-        return tags
-
     # -- the release format (dp_proto.release) -----------------------------------------
     #: Fitted attributes that a release leaves out, with the reason. Every other fitted
     #: attribute is written and restored by ``load``; the tests check that the two sets
@@ -910,12 +866,7 @@ class PairwiseGMLVQ(Releasable, ClassifierMixin, BaseEstimator):
         cls.check_release_model(release)
         if release.private:
             raise ValueError(f"the release of {release.model} is private, but {cls.__name__} is not")
-        params = decode_hyperparameters(release.hyperparameters, release.hyperparameters_not_saved)
-        unknown = sorted(set(params) - set(cls._get_param_names()))
-        if unknown:
-            raise ValueError(f"the release sets hyperparameters {unknown} that {cls.__name__} does not take")
-        params["device"] = device
-        estimator = cls(**params)
+        estimator = cls.estimator_from_release(release, device=device)
         estimator._restore_release(release)
         return estimator
 

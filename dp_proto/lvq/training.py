@@ -9,6 +9,7 @@ the same optimisers through ``dp_proto.lightning.LVQModule``.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -18,7 +19,7 @@ from tqdm.auto import tqdm
 
 from dp_proto.lvq.model import PrototypeModel
 
-__all__ = ["FitResult", "fit_lbfgs", "fit_minibatch", "make_optimizer", "Solver"]
+__all__ = ["FitResult", "minimize_lbfgs", "fit_lbfgs", "fit_minibatch", "make_optimizer", "Solver"]
 
 Solver = Literal["lbfgs", "adam", "sgd"]
 
@@ -58,6 +59,58 @@ def parameter_groups(model: PrototypeModel, lr: float, metric_lr_scale: float = 
     return [{"params": rest, "lr": lr}] + ([{"params": metric, "lr": lr * metric_lr_scale}] if metric else [])
 
 
+def minimize_lbfgs(
+    params: Sequence[Tensor],
+    cost: Callable[[], Tensor],
+    *,
+    max_iter: int,
+    tol: float,
+    history_size: int = 20,
+    progress: bool = False,
+    desc: str = "L-BFGS",
+) -> tuple[int, list[float]]:
+    """Full-batch L-BFGS with a strong-Wolfe line search on ``cost()`` (a scalar of
+    ``params``), stopping when the cost or the parameters change by less than ``tol``
+    or after ``max_iter`` iterations.
+
+    Returns
+    -------
+    (int, list of float)
+        The iterations run (``max_iter`` means not converged) and the cost of every
+        evaluation. ``progress``: a bar over the evaluations on stderr, shown once the
+        fit has run for two seconds.
+    """
+    max_eval = int(max_iter * 1.25) + 1
+    optimizer = torch.optim.LBFGS(
+        list(params),
+        lr=1.0,
+        max_iter=max_iter,
+        max_eval=max_eval,
+        tolerance_grad=tol,
+        tolerance_change=tol,
+        history_size=history_size,
+        line_search_fn="strong_wolfe",
+    )
+    losses: list[float] = []
+    bar = tqdm(total=max_eval, desc=desc, unit="eval", file=sys.stderr, delay=2.0, disable=not progress, leave=False)
+
+    def closure() -> Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        loss = cost()
+        loss.backward()
+        losses.append(float(loss.detach()))
+        bar.update()
+        bar.set_postfix(cost=f"{losses[-1]:.4g}", refresh=False)
+        return loss
+
+    try:
+        optimizer.step(closure)
+    finally:
+        bar.close()
+    n_iter = int(optimizer.state[params[0]].get("n_iter", 0)) if params else 0
+    return n_iter, losses
+
+
 def fit_lbfgs(
     model: PrototypeModel,
     x: Tensor,
@@ -90,36 +143,16 @@ def fit_lbfgs(
         ``converged`` is False when L-BFGS stopped at ``max_iter`` iterations.
     """
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.LBFGS(
-        params,
-        lr=1.0,
-        max_iter=max_iter,
-        max_eval=int(max_iter * 1.25) + 1,
-        tolerance_grad=tol,
-        tolerance_change=tol,
-        history_size=history_size,
-        line_search_fn="strong_wolfe",
-    )
-    losses: list[float] = []
-    bar = tqdm(total=int(max_iter * 1.25) + 1, desc="L-BFGS", unit="eval", file=sys.stderr, delay=2.0,
-               disable=not progress, leave=False)  # fmt: skip
-
-    def closure() -> Tensor:
-        optimizer.zero_grad(set_to_none=True)
-        loss = model.loss(model(x), y, transfer_fn=transfer_fn, beta=beta)  # type: ignore[arg-type]
-        loss.backward()
-        losses.append(float(loss.detach()))
-        bar.update()
-        bar.set_postfix(cost=f"{losses[-1]:.4g}", refresh=False)
-        return loss
-
     model.train()
-    try:
-        optimizer.step(closure)
-    finally:
-        bar.close()
+    n_iter, losses = minimize_lbfgs(
+        params,
+        lambda: model.loss(model(x), y, transfer_fn=transfer_fn, beta=beta),  # type: ignore[arg-type]
+        max_iter=max_iter,
+        tol=tol,
+        history_size=history_size,
+        progress=progress,
+    )
     model.layer.normalize_()  # exact: the cost is invariant to a global metric's scale
-    n_iter = int(optimizer.state[params[0]].get("n_iter", 0)) if params else 0
     return FitResult(n_iter=n_iter, losses=losses, converged=n_iter < max_iter)
 
 

@@ -56,7 +56,6 @@ from dp_proto.privacy.release import ledger_from_manifest, ledger_manifest
 from dp_proto.release import (
     Releasable,
     Release,
-    decode_hyperparameters,
     decode_labels,
     encode_hyperparameters,
     encode_labels,
@@ -309,13 +308,7 @@ class _SVDDBase(Releasable, BaseEstimator):
             A release of another model, unknown hyperparameters, or tensors whose shapes
             do not fit the manifest.
         """
-        cls.check_release_model(release)
-        params = decode_hyperparameters(release.hyperparameters, release.hyperparameters_not_saved)
-        unknown = sorted(set(params) - set(cls._get_param_names()))
-        if unknown:
-            raise ValueError(f"the release sets hyperparameters {unknown} that {cls.__name__} does not take")
-        params["device"] = device
-        estimator = cls(**params)
+        estimator = cls.estimator_from_release(release, device=device)
         estimator.n_features_in_ = int(release.public["n_features"])
         estimator._restore_release(release)
         if release.private:
