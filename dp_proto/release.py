@@ -85,6 +85,7 @@ BUILTIN_MODELS: dict[str, str] = {
     "dp_proto.DPGLVQ": "dp_proto.lvq.private.estimators",
     "dp_proto.DPGMLVQ": "dp_proto.lvq.private.estimators",
     "dp_proto.DPLGMLVQ": "dp_proto.lvq.private.estimators",
+    "dp_proto.DPPairwiseGMLVQ": "dp_proto.lvq.private.pairwise",
     "dp_proto.SubsampleAggregateGLVQ": "dp_proto.lvq.private.saa_estimator",
     "dp_proto.PrivateSVDD": "dp_proto.svdd.estimators",
     "dp_proto.PrivateSVDDClassifier": "dp_proto.svdd.estimators",

@@ -809,6 +809,8 @@ class PairwiseGMLVQ(ValidatedClassifierMixin, Releasable, ClassifierMixin, BaseE
     }
     # public fitted scalars written to the manifest's "fitted" section
     _RELEASE_FITTED: ClassVar[tuple[str, ...]] = ("n_iter_", "loss_")
+    # hyperparameters never published, with the reason (none for the non-private model)
+    _RELEASE_WITHHELD: ClassVar[dict[str, str]] = {}
 
     def to_release(self) -> Release:
         """The fitted estimator in the release format (in memory; ``save`` writes it).
@@ -821,12 +823,14 @@ class PairwiseGMLVQ(ValidatedClassifierMixin, Releasable, ClassifierMixin, BaseE
 
         ``pair_counts`` are training counts: the sizes of the two classes of every pair in
         the training fold. This estimator is not private, so they are published with the
-        rest of the model (they are needed for ``coupling="ht"``). A private variant must
-        register a format of its own and publish them only as part of its guarantee
-        (noisy counts) or leave them out. Raises ``NotFittedError`` before ``fit``.
+        rest of the model (they are needed for ``coupling="ht"``); ``DPPairwiseGMLVQ``
+        publishes its noisy counts instead, under its guarantee. Raises
+        ``NotFittedError`` before ``fit``.
         """
         check_is_fitted(self)
-        hyperparameters, not_saved = encode_hyperparameters(self.get_params(deep=False))
+        hyperparameters, not_saved = encode_hyperparameters(
+            self.get_params(deep=False), withheld=self._RELEASE_WITHHELD
+        )
         public: dict[str, Any] = {
             "classes": encode_labels(self.classes_),
             "n_features": int(self.n_features_in_),
@@ -835,25 +839,56 @@ class PairwiseGMLVQ(ValidatedClassifierMixin, Releasable, ClassifierMixin, BaseE
         }
         if hasattr(self, "feature_names_in_"):
             public["feature_names"] = [str(name) for name in self.feature_names_in_]
-        tensors = {
-            "prototypes": np.array(self.prototypes_, copy=True),
-            "omegas": np.array(self.omegas_, copy=True),
-            "platt_a": np.array(self.platt_a_, copy=True),
-            "platt_b": np.array(self.platt_b_, copy=True),
-            "pairs": np.asarray(self.pairs_, dtype=np.int64).copy(),
-            "pair_counts": np.asarray(self.pair_counts_, dtype=np.int64).copy(),
-            "pair_loss": np.array(self.pair_loss_, copy=True),
-        }
+        domain = self._release_domain()
+        if domain is not None:
+            public["domain"] = domain
         return Release(
             model=registered_name(self),
-            tensors=tensors,
+            tensors={**self._release_tensors(), **self._release_domain_tensors()},
             hyperparameters=hyperparameters,
             hyperparameters_not_saved=not_saved,
             public=public,
-            privacy={"private": False},
+            privacy=self._release_privacy(),
             fitted={k: getattr(self, k) for k in self._RELEASE_FITTED if k in vars(self)},
             dropped=tuple(k for k in self.RELEASE_DROPS if k in vars(self)),
         )
+
+    def _release_tensors(self) -> dict[str, np.ndarray]:
+        tensors = {
+            "prototypes": np.array(self.prototypes_, copy=True),
+            "omegas": np.array(self.omegas_, copy=True),
+            "pairs": np.asarray(self.pairs_, dtype=np.int64).copy(),
+        }
+        for name in self._release_tensors_per_pair():
+            tensors[name] = np.array(getattr(self, f"{name}_"), copy=True)
+        tensors["pair_counts"] = tensors["pair_counts"].astype(self._PAIR_COUNTS_DTYPE)
+        return tensors
+
+    # the dtype of the released pair counts: exact training counts here
+    _PAIR_COUNTS_DTYPE: ClassVar[type] = np.int64
+
+    @classmethod
+    def _release_tensors_per_pair(cls) -> tuple[str, ...]:
+        """The release's tensors of shape ``(K,)``, each the fitted attribute of its
+        name with a trailing underscore."""
+        return ("platt_a", "platt_b", "pair_counts", "pair_loss")
+
+    # hooks of the private estimator (as those of the LVQ estimators)
+    def _release_domain(self) -> dict[str, Any] | None:
+        return None
+
+    def _release_domain_tensors(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def _release_privacy(self) -> dict[str, Any]:
+        return {"private": False}
+
+    def _restore_domain(self, release: Release) -> None:
+        if release.private:
+            raise ValueError(f"the release of {release.model} is private, but {type(self).__name__} is not")
+
+    def _restore_privacy(self, release: Release) -> None:
+        pass
 
     @classmethod
     def from_release(cls, release: Release, *, device: str = "cpu") -> Any:
@@ -863,15 +898,13 @@ class PairwiseGMLVQ(ValidatedClassifierMixin, Releasable, ClassifierMixin, BaseE
         ``loss_curve_`` is absent. ``ValueError`` for a release of another model, a private
         release, or tensors whose shapes disagree with the label set and feature count.
         """
-        cls.check_release_model(release)
-        if release.private:
-            raise ValueError(f"the release of {release.model} is private, but {cls.__name__} is not")
         estimator = cls.estimator_from_release(release, device=device)
         estimator._restore_release(release)
         return estimator
 
     def _restore_release(self, release: Release) -> None:
         public = release.public
+        self._restore_domain(release)
         classes = decode_labels(public["classes"])
         d = int(public["n_features"])
         c = len(classes)
@@ -879,15 +912,8 @@ class PairwiseGMLVQ(ValidatedClassifierMixin, Releasable, ClassifierMixin, BaseE
         prototypes = release.tensor("prototypes", ndim=3)
         omegas = release.tensor("omegas", ndim=3)
         r = omegas.shape[1]
-        expected = {
-            "prototypes": (K, 2, d),
-            "omegas": (K, r, d),
-            "platt_a": (K,),
-            "platt_b": (K,),
-            "pairs": (K, 2),
-            "pair_counts": (K,),
-            "pair_loss": (K,),
-        }
+        expected = {"prototypes": (K, 2, d), "omegas": (K, r, d), "pairs": (K, 2)}
+        expected.update({name: (K,) for name in self._release_tensors_per_pair()})
         for name, shape in expected.items():
             got = tuple(release.tensor(name).shape)
             if got != shape:
@@ -904,10 +930,9 @@ class PairwiseGMLVQ(ValidatedClassifierMixin, Releasable, ClassifierMixin, BaseE
         self.pairs_ = pairs.astype(np.int64)
         self.prototypes_ = prototypes.copy()
         self.omegas_ = omegas.copy()
-        self.platt_a_ = release.tensor("platt_a").copy()
-        self.platt_b_ = release.tensor("platt_b").copy()
-        self.pair_counts_ = release.tensor("pair_counts").copy()
-        self.pair_loss_ = release.tensor("pair_loss").copy()
+        for name in self._release_tensors_per_pair():
+            setattr(self, f"{name}_", release.tensor(name).copy())
         for name in self._RELEASE_FITTED:
             if name in release.fitted:
                 setattr(self, name, release.fitted[name])
+        self._restore_privacy(release)

@@ -82,3 +82,23 @@ def test_empty_batch():
 def test_shape_errors_name_the_problem(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize("shape", [(9, 26, 4, 4, 1), (9, 2, 6, 3, 2)])
+def test_local_distance_layouts_agree_in_value_and_gradient(shape):
+    # lomega_distance takes the quadratic form when d^2 <= W r (first shape) and the
+    # projections otherwise (second); both must give the same values and gradients.
+    from dp_proto.lvq.distances import _lomega_quadratic
+
+    x, w, _, omegas = _data(*shape)
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+    omegas.requires_grad_(True)
+    weights = torch.randn(x.shape[0], w.shape[0], dtype=x.dtype)
+    projected = (torch.einsum("bd,wrd->bwr", x, omegas) - torch.einsum("wd,wrd->wr", w, omegas)).pow(2).sum(-1)
+    for dist in (lomega_distance(x, w, omegas), _lomega_quadratic(x, w, omegas)):
+        torch.testing.assert_close(dist, projected, atol=1e-9, rtol=1e-9)
+        grads = torch.autograd.grad((dist * weights).sum(), (x, w, omegas))
+        expected = torch.autograd.grad((projected * weights).sum(), (x, w, omegas), retain_graph=True)
+        for got, want in zip(grads, expected):
+            torch.testing.assert_close(got, want, atol=1e-8, rtol=1e-8)

@@ -54,7 +54,56 @@ FIT_SCOPE = (
 )
 
 
-class _DPMixin:
+#: Hyperparameters a private estimator's release never writes, with the reason.
+DP_RELEASE_WITHHELD: dict[str, str] = {
+    "noise_seed": "it would replay the noise and the sampling of the fit; never published "
+    "(the privacy section says whether the noise was reproducible)",
+    "ledger": "the curator's shared ledger (SharedLedger) of a model selection; this fit's own events are "
+    "the privacy section",
+}
+
+
+class _DPReleaseHooks:
+    """The release hooks of a private estimator (``GLVQ.to_release``'s and
+    ``PairwiseGMLVQ.to_release``'s): the public bounds as the domain, the ledger as the
+    privacy section, and both back on loading."""
+
+    delta: float
+    scaler_: PublicBoundsScaler
+    ledger_: PrivacyLedger
+    _DOMAIN_NOTE: ClassVar[str] = (
+        "features are mapped from the public [lower, upper] onto [-1, 1]; the model's tensors are in the mapped units"
+    )
+
+    def _release_domain(self) -> dict[str, Any]:
+        return {
+            "lower": self.scaler_.lower_.tolist(),
+            "upper": self.scaler_.upper_.tolist(),
+            "maps_to": [-1.0, 1.0],
+            "note": self._DOMAIN_NOTE,
+        }
+
+    def _release_domain_tensors(self) -> dict[str, np.ndarray]:
+        return {"scaler.lower": np.asarray(self.scaler_.lower_), "scaler.upper": np.asarray(self.scaler_.upper_)}
+
+    def _release_privacy(self) -> dict[str, Any]:
+        return ledger_manifest(self.ledger_, self.delta, scope=getattr(self, "privacy_scope_", FIT_SCOPE))
+
+    def _restore_domain(self, release: Release) -> None:
+        if not release.private:
+            raise ValueError(f"the release of {release.model} is not private: it has no ledger")
+        lower, upper = release.tensor("scaler.lower"), release.tensor("scaler.upper")
+        self.scaler_ = PublicBoundsScaler(lower, upper, clip=True, warn=False).fit()
+
+    def _restore_privacy(self, release: Release) -> None:
+        self.ledger_: PrivacyLedger = ledger_from_manifest(release.privacy)
+        self.privacy_ = summary_from_manifest(release.privacy)
+        if hasattr(self, "model_"):
+            self.model_.privacy_ = self.privacy_
+        self.privacy_scope_ = release.privacy.get("scope")
+
+
+class _DPMixin(_DPReleaseHooks):
     """Replaces ``fit`` of a non-private estimator by DP initialisation + DP-SGD."""
 
     # parameters the estimators set in __init__ (annotations only, for the type checker)
@@ -100,39 +149,7 @@ class _DPMixin:
         "stopped_by_budget_",
         "epsilon_",
     )
-    _RELEASE_WITHHELD: ClassVar[dict[str, str]] = {
-        "noise_seed": "it would replay the noise and the sampling of the fit; never published "
-        "(the privacy section says whether the noise was reproducible)",
-        "ledger": "the curator's shared ledger (SharedLedger) of a model selection; this fit's own events are "
-        "the privacy section",
-    }
-
-    def _release_domain(self) -> dict[str, Any]:
-        return {
-            "lower": self.scaler_.lower_.tolist(),
-            "upper": self.scaler_.upper_.tolist(),
-            "maps_to": [-1.0, 1.0],
-            "note": "features are mapped from the public [lower, upper] onto [-1, 1]; the model's tensors "
-            "are in the mapped units",
-        }
-
-    def _release_domain_tensors(self) -> dict[str, np.ndarray]:
-        return {"scaler.lower": np.asarray(self.scaler_.lower_), "scaler.upper": np.asarray(self.scaler_.upper_)}
-
-    def _release_privacy(self) -> dict[str, Any]:
-        return ledger_manifest(self.ledger_, self.delta, scope=getattr(self, "privacy_scope_", FIT_SCOPE))
-
-    def _restore_domain(self, release: Release) -> None:
-        if not release.private:
-            raise ValueError(f"the release of {release.model} is not private: it has no ledger")
-        lower, upper = release.tensor("scaler.lower"), release.tensor("scaler.upper")
-        self.scaler_ = PublicBoundsScaler(lower, upper, clip=True, warn=False).fit()
-
-    def _restore_privacy(self, release: Release) -> None:
-        self.ledger_: PrivacyLedger = ledger_from_manifest(release.privacy)
-        self.privacy_ = summary_from_manifest(release.privacy)
-        self.model_.privacy_ = self.privacy_
-        self.privacy_scope_ = release.privacy.get("scope")
+    _RELEASE_WITHHELD: ClassVar[dict[str, str]] = DP_RELEASE_WITHHELD
 
     def _input_units(self, prototypes: np.ndarray) -> np.ndarray:
         return self.scaler_.inverse_transform(prototypes)

@@ -59,7 +59,7 @@ curator-only (``curator_``).
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -80,7 +80,7 @@ from dp_proto.lvq.pairwise import (
     pairwise_scores,
 )
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes, dp_init_events
-from dp_proto.lvq.private.estimators import FIT_SCOPE
+from dp_proto.lvq.private.estimators import DP_RELEASE_WITHHELD, FIT_SCOPE, _DPReleaseHooks
 from dp_proto.lvq.private.fused import poisson_batch_index
 from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.domain import PublicBoundsScaler, public_classes
@@ -91,6 +91,7 @@ from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.randomness import fresh_generator, noise_generator
 from dp_proto.privacy.testing import intercept, per_record_coins
+from dp_proto.release import register_model
 
 __all__ = [
     "DPPairwiseGMLVQ",
@@ -236,7 +237,8 @@ def _noisy(name: str, summed: Tensor, std: float, generator, secure_mode: bool) 
 
 
 # ----------------------------------------------------------------------------- estimator
-class DPPairwiseGMLVQ(PairwiseGMLVQ):
+@register_model("dp_proto.DPPairwiseGMLVQ")
+class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
     """Differentially private one-versus-one GMLVQ with Platt-scaled probabilities.
 
     DP class-mean initialisation, the ``c(c-1)/2`` pair models by one DP-SGD run (a
@@ -382,6 +384,36 @@ class DPPairwiseGMLVQ(PairwiseGMLVQ):
         self.device = device
         self.dtype = dtype
 
+    # -- the release format (dp_proto.release) -----------------------------------------
+    #: Fitted attributes that a release leaves out, with the reason (see ``PairwiseGMLVQ``).
+    RELEASE_DROPS: ClassVar[dict[str, str]] = {
+        "curator_": "curator-only: computed from the private data without noise, outside the guarantee",
+    }
+    _RELEASE_FITTED: ClassVar[tuple[str, ...]] = (
+        "n_iter_",
+        "noise_multiplier_",
+        "platt_noise_multiplier_",
+        "sampling_rate_",
+        "epsilon_",
+    )
+    _RELEASE_WITHHELD: ClassVar[dict[str, str]] = {
+        **DP_RELEASE_WITHHELD,
+        "public_calibration": "records, not a setting: the data declared public for Platt's fit are not "
+        "republished with the model",
+    }
+    _DOMAIN_NOTE: ClassVar[str] = (
+        "the public domain of the fit: features were mapped from [lower, upper] onto [-1, 1] (records outside "
+        "clipped); the model's tensors are mapped back to the input units"
+    )
+
+    # the noisy pair counts (from the released class counts), as coupling="ht" uses them
+    _PAIR_COUNTS_DTYPE: ClassVar[type] = np.float64
+
+    @classmethod
+    def _release_tensors_per_pair(cls) -> tuple[str, ...]:
+        """``PairwiseGMLVQ``'s less ``pair_loss`` (a DP-SGD fit has no exact cost)."""
+        return ("platt_a", "platt_b", "pair_counts")
+
     # -- validation (public settings only) ---------------------------------------------
     def _validate_params(self) -> None:
         if self.coupling not in COUPLING_METHODS:
@@ -525,7 +557,7 @@ class DPPairwiseGMLVQ(PairwiseGMLVQ):
         self.epsilon_ = ledger.get_epsilon(float(self.delta))
         self.privacy_ = ledger.summary(float(self.delta))
         self.privacy_scope_ = FIT_SCOPE
-        for name in ("_generator", "_sampling_gen", "_noisy_counts", "_init_means", "_calibration_y"):
+        for name in ("_generator", "_sampling_gen", "_noisy_counts", "_init_means", "_calibration_y", "_train_share"):
             self.__dict__.pop(name, None)
         return self
 
