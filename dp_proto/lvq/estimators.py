@@ -29,7 +29,7 @@ from dp_proto.exceptions import DataValidationError
 from dp_proto.lvq.init import class_mean_prototypes, make_prototype_labels
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.lvq.release import layer_description, model_from_release, model_tensors
+from dp_proto.lvq.release import PublicReleaseHooks, layer_description, model_from_release, model_tensors
 from dp_proto.lvq.training import fit_lbfgs, fit_minibatch
 from dp_proto.release import (
     Releasable,
@@ -84,7 +84,7 @@ class ValidatedClassifierMixin:
         return tags
 
 
-class _LVQBase(ValidatedClassifierMixin, Releasable, ClassifierMixin, BaseEstimator):
+class _LVQBase(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, ClassifierMixin, BaseEstimator):
     """Shared fitting and prediction; subclasses build their prototype layer."""
 
     def __init__(
@@ -334,23 +334,6 @@ class _LVQBase(ValidatedClassifierMixin, Releasable, ClassifierMixin, BaseEstima
         self.prototypes_ = self._input_units(self.model_.layer.prototypes.detach().cpu().numpy().copy())
         self.prototype_labels_ = self.classes_[self.model_.prototype_labels.cpu().numpy()]
         self._store_metric()
-
-    # hooks of the private estimators
-    def _release_domain(self) -> dict[str, Any] | None:
-        return None
-
-    def _release_domain_tensors(self) -> dict[str, np.ndarray]:
-        return {}
-
-    def _release_privacy(self) -> dict[str, Any]:
-        return {"private": False}
-
-    def _restore_domain(self, release: Release) -> None:
-        if release.private:
-            raise ValueError(f"the release of {release.model} is private, but {type(self).__name__} is not")
-
-    def _restore_privacy(self, release: Release) -> None:
-        pass
 
     def _input_units(self, prototypes: np.ndarray) -> np.ndarray:
         """Model-space prototypes ``(W, d)`` in the units of the input features."""

@@ -49,6 +49,7 @@ from dp_proto.exceptions import DataValidationError
 from dp_proto.lvq.coupling import COUPLING_METHODS, couple, pairs_to_matrix
 from dp_proto.lvq.estimators import ValidatedClassifierMixin
 from dp_proto.lvq.losses import TRANSFER_FUNCTIONS, transfer
+from dp_proto.lvq.release import PublicReleaseHooks
 from dp_proto.lvq.training import minimize_lbfgs
 from dp_proto.release import (
     Releasable,
@@ -545,7 +546,7 @@ def _calibration_split(
 
 
 @register_model("dp_proto.PairwiseGMLVQ")
-class PairwiseGMLVQ(ValidatedClassifierMixin, Releasable, ClassifierMixin, BaseEstimator):
+class PairwiseGMLVQ(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, ClassifierMixin, BaseEstimator):
     """One-versus-one GMLVQ with probabilistic outputs (Brinkrolf 2023, section 4.4).
 
     ``fit`` splits the data (stratified) into a pair-training fold and a calibration
@@ -872,23 +873,6 @@ class PairwiseGMLVQ(ValidatedClassifierMixin, Releasable, ClassifierMixin, BaseE
         """The release's tensors of shape ``(K,)``, each the fitted attribute of its
         name with a trailing underscore."""
         return ("platt_a", "platt_b", "pair_counts", "pair_loss")
-
-    # hooks of the private estimator (as those of the LVQ estimators)
-    def _release_domain(self) -> dict[str, Any] | None:
-        return None
-
-    def _release_domain_tensors(self) -> dict[str, np.ndarray]:
-        return {}
-
-    def _release_privacy(self) -> dict[str, Any]:
-        return {"private": False}
-
-    def _restore_domain(self, release: Release) -> None:
-        if release.private:
-            raise ValueError(f"the release of {release.model} is private, but {type(self).__name__} is not")
-
-    def _restore_privacy(self, release: Release) -> None:
-        pass
 
     @classmethod
     def from_release(cls, release: Release, *, device: str = "cpu") -> Any:

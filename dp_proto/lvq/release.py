@@ -27,7 +27,7 @@ from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.release import Release
 
-__all__ = ["layer_description", "model_tensors", "model_from_release"]
+__all__ = ["PublicReleaseHooks", "layer_description", "model_tensors", "model_from_release"]
 
 _LAYERS: dict[str, type[GLVQLayer]] = {"GLVQLayer": GLVQLayer, "GMLVQLayer": GMLVQLayer, "LGMLVQLayer": LGMLVQLayer}
 
@@ -115,3 +115,25 @@ def model_from_release(release: Release, *, num_classes: int, device: torch.devi
                 raise _shape_error("omegas", tuple(omegas.shape), tuple(layer.omegas.shape))
             layer.omegas.copy_(torch.from_numpy(omegas))
     return PrototypeModel(layer, torch.from_numpy(labels.astype(np.int64)))
+
+
+class PublicReleaseHooks:
+    """The release hooks of a non-private estimator, which its private subclass
+    overrides: no domain (the tensors are in the input units), no ledger (the manifest
+    says ``"private": false``), and a private release refused on loading."""
+
+    def _release_domain(self) -> dict[str, Any] | None:
+        return None
+
+    def _release_domain_tensors(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def _release_privacy(self) -> dict[str, Any]:
+        return {"private": False}
+
+    def _restore_domain(self, release: Release) -> None:
+        if release.private:
+            raise ValueError(f"the release of {release.model} is private, but {type(self).__name__} is not")
+
+    def _restore_privacy(self, release: Release) -> None:
+        pass

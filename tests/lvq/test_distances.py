@@ -100,5 +100,5 @@ def test_local_distance_layouts_agree_in_value_and_gradient(shape):
         torch.testing.assert_close(dist, projected, atol=1e-9, rtol=1e-9)
         grads = torch.autograd.grad((dist * weights).sum(), (x, w, omegas))
         expected = torch.autograd.grad((projected * weights).sum(), (x, w, omegas), retain_graph=True)
-        for got, want in zip(grads, expected):
+        for got, want in zip(grads, expected, strict=True):
             torch.testing.assert_close(got, want, atol=1e-8, rtol=1e-8)

@@ -23,7 +23,16 @@ from tests._release import load_in_fresh_process
 FAST = dict(sampling_rate=0.2, epochs=3, platt_sampling_rate=0.5, platt_epochs=2)
 # What the release leaves out, written out so that a new fitted attribute needs a decision.
 EXPECTED_DROPS = {"curator_"}
-EXPECTED_TENSORS = {"prototypes", "omegas", "platt_a", "platt_b", "pairs", "pair_counts", "scaler.lower", "scaler.upper"}
+EXPECTED_TENSORS = {
+    "prototypes",
+    "omegas",
+    "platt_a",
+    "platt_b",
+    "pairs",
+    "pair_counts",
+    "scaler.lower",
+    "scaler.upper",
+}
 SEED = 918273645
 
 
@@ -38,9 +47,9 @@ def fitted():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # PrivacyLeakWarning of the reproducible noise
         # 2 X: many records outside the bounds, so the curator-only count is large
-        est = DPPairwiseGMLVQ(
-            "ht", epsilon=2.0, bounds=(-3, 3), classes=["a", "b", "c"], noise_seed=SEED, **FAST
-        ).fit(2 * X, y)
+        est = DPPairwiseGMLVQ("ht", epsilon=2.0, bounds=(-3, 3), classes=["a", "b", "c"], noise_seed=SEED, **FAST).fit(
+            2 * X, y
+        )
     return est, X, y
 
 
