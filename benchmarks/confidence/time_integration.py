@@ -11,8 +11,9 @@ same 30 volunteers and six activities as the "Motion Tracking" set of Brinkrolf 
 (UCI HAR, Anguita et al. 2013), but not its 561 published features: windows of 2.56 s
 (128 samples) with 50 % overlap inside each activity segment (labels 1-6, postural
 transitions and unlabelled samples left out), 10411 windows, and 142 features of our own
-per window (:func:`window_features`: statistics, jerk and FFT band energies of the six
-channels and the two magnitudes, axis correlations).
+per window (statistics, jerk and FFT band energies of the six channels and the two
+magnitudes, axis correlations): :func:`dp_proto.data.load_hapt_windows` and
+:func:`dp_proto.data.hapt_window_features`.
 
 Protocol (as in Brinkrolf 2023, section 4.6.4): leave one subject out: train on 29
 volunteers, test on the 30th; every volunteer is one test set. Features are z-scored and
@@ -74,7 +75,6 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -86,11 +86,13 @@ from sklearn.preprocessing import StandardScaler
 from tqdm import tqdm
 
 from benchmarks.common import die, emit_json, machine_description, resolve_data_dir
+from dp_proto.data import HAPTWindows, load_hapt_windows, sequence_order
+from dp_proto.data.loaders.motion import HAPT_WINDOW_SAMPLES
+from dp_proto.exceptions import DataValidationError
 from dp_proto.lvq import GMLVQ, PairwiseGMLVQ, accuracy_reject_curve, arc_area, integrate_probabilities
 
 BENCHMARK = "time_integration"
 HERE = Path(__file__).resolve().parent
-MOTION_FILE = Path("motion") / "hapt_raw_50hz.npz"
 WINDOWS = tuple(range(11))
 
 #: Brinkrolf (2023), Table 4.5: area under the ARC against the window t (mean over the
@@ -113,10 +115,6 @@ TARGETS: dict[str, dict[int, float]] = {
 #: Brinkrolf (2023), section 4.6.4: accuracy at reject rate 0.2 on Motion Tracking.
 TARGET_ACCURACY_AT_REJECT_02 = {0: 0.97825, 4: 0.98874}
 
-ACTIVITIES = ("walking", "walking upstairs", "walking downstairs", "sitting", "standing", "laying")
-WINDOW_SAMPLES = 128  # 2.56 s at 50 Hz
-WINDOW_STEP = 64  # 50 % overlap
-SAMPLE_RATE = 50.0
 PCA_DIM = 30
 CALIBRATION_FRACTION = 0.2
 QUICK_SUBJECTS = (1, 7, 13, 19, 25)
@@ -128,80 +126,6 @@ CLASSIFIERS = {
     "logreg": "multinomial logistic regression (sklearn LogisticRegression, C=1) on the 30 PCA features",
 }
 REJECT_RATES = (0.2, 0.5)
-
-
-# --------------------------------------------------------------------------- data
-@dataclass(frozen=True)
-class MotionWindows:
-    """Windows of the HAPT signals, in time order within each recording."""
-
-    features: np.ndarray  # (m, 142) float64
-    labels: np.ndarray  # (m,) int64, 0..5 (ACTIVITIES)
-    subject: np.ndarray  # (m,) int64, 1..30
-    experiment: np.ndarray  # (m,) int64, the recording
-    start: np.ndarray  # (m,) int64, first sample of the window within its recording
-
-
-def window_features(windows: np.ndarray) -> np.ndarray:
-    """142 features of windows ``(m, 128, 6)`` (acc xyz in g, gyro xyz in rad/s).
-
-    Per signal (the six channels, ``|acc|`` and ``|gyro|``: 8 signals): mean, std, min,
-    max, the 10/25/50/75/90 % quantiles, mean absolute and std of the first difference
-    (jerk), log energies of the FFT bands 0-1, 1-3, 3-6, 6-12, 12-25 Hz (mean removed) and
-    the dominant frequency (17 x 8 = 136); plus the pairwise correlations of the three
-    accelerometer and of the three gyroscope axes (6)."""
-    acc, gyro = windows[..., :3], windows[..., 3:]
-    signals = np.concatenate(
-        [windows, np.linalg.norm(acc, axis=2, keepdims=True), np.linalg.norm(gyro, axis=2, keepdims=True)], axis=2
-    )
-    m = len(windows)
-    quantiles = np.percentile(signals, [10, 25, 50, 75, 90], axis=1).transpose(1, 0, 2).reshape(m, -1)
-    diff = np.diff(signals, axis=1)
-    power = np.abs(np.fft.rfft(signals - signals.mean(1, keepdims=True), axis=1)) ** 2
-    freqs = np.fft.rfftfreq(windows.shape[1], 1.0 / SAMPLE_RATE)
-    edges = (0.0, 1.0, 3.0, 6.0, 12.0, SAMPLE_RATE / 2 + 1e-9)
-    bands = [np.log1p(power[:, (freqs >= a) & (freqs < b)].sum(1)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
-    dominant = freqs[power[:, 1:].argmax(1) + 1]
-
-    def correlations(block: np.ndarray) -> np.ndarray:
-        centred = block - block.mean(1, keepdims=True)
-        unit = centred / (np.linalg.norm(centred, axis=1, keepdims=True) + 1e-12)
-        return np.stack([(unit[:, :, i] * unit[:, :, j]).sum(1) for i, j in ((0, 1), (0, 2), (1, 2))], 1)
-
-    parts = [signals.mean(1), signals.std(1), signals.min(1), signals.max(1), quantiles]
-    parts += [np.abs(diff).mean(1), diff.std(1), *bands, dominant, correlations(acc), correlations(gyro)]
-    return np.concatenate(parts, axis=1)
-
-
-def load_motion_windows(data_dir: Path) -> MotionWindows:
-    """2.56 s windows (50 % overlap) of every activity segment of ``motion/hapt_raw_50hz.npz``."""
-    path = data_dir / MOTION_FILE
-    if not path.is_file():
-        die(f"motion data {str(path)!r} not found: the benchmark needs the UCI HAPT raw signals ({MOTION_FILE})")
-    with np.load(path) as raw:
-        signals = raw["signals"].astype(np.float64)
-        label = raw["label"].astype(np.int64)
-        user = raw["user"].astype(np.int64)
-        experiment = raw["experiment"].astype(np.int64)
-        sequence = raw["sequence"].astype(np.int64)
-    # activity segments: maximal runs of one label within one recording (rows are in time order)
-    key = experiment * 100 + label
-    cut = np.flatnonzero(np.diff(key)) + 1
-    starts, ends = np.r_[0, cut], np.r_[cut, len(key)]
-    firsts = [
-        np.arange(s, e - WINDOW_SAMPLES + 1, WINDOW_STEP)
-        for s, e in zip(starts, ends, strict=True)
-        if 1 <= label[s] <= len(ACTIVITIES) and e - s >= WINDOW_SAMPLES
-    ]
-    first = np.concatenate(firsts)
-    windows = signals[first[:, None] + np.arange(WINDOW_SAMPLES)]
-    return MotionWindows(
-        features=window_features(windows),
-        labels=label[first] - 1,
-        subject=user[first],
-        experiment=experiment[first],
-        start=sequence[first],
-    )
 
 
 # --------------------------------------------------------------------------- classifiers
@@ -318,18 +242,6 @@ ORDERS = {
 }
 
 
-def test_order(data: MotionWindows, rows: np.ndarray, order: str) -> np.ndarray:
-    """``rows`` (one volunteer's windows) sorted into the sequence order ``order`` (``ORDERS``)."""
-    experiment, start = data.experiment[rows], data.start[rows]
-    if order == "time":
-        return rows[np.lexsort((start, experiment))]
-    key = experiment * 100 + data.labels[rows]
-    block_start = np.zeros(len(rows), dtype=np.int64)
-    for k in np.unique(key):  # one loop step per (recording, activity) block, not per sample
-        block_start[key == k] = start[key == k].min()
-    return rows[np.lexsort((start, block_start, experiment))]
-
-
 def error_runs(per_subject: list[dict[int, dict]]) -> dict[str, float]:
     """How clustered the errors without integration (t = 0) are in the sequence: the mean
     length of the runs of consecutive misclassified windows, and the fraction of errors in
@@ -379,7 +291,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 MODES = ("centred", "causal")
 
 
-def run_folds(data: MotionWindows, tests: list[int], args: argparse.Namespace) -> tuple[dict, dict, dict]:
+def run_folds(data: HAPTWindows, tests: list[int], args: argparse.Namespace) -> tuple[dict, dict, dict]:
     """Leave one subject out over ``tests``: per classifier, order and mode, the per-volunteer
     evaluations; per classifier the test accuracies; per order the label changes per volunteer."""
     per = {c: {o: {m: [] for m in MODES} for o in ORDERS} for c in args.classifiers}
@@ -391,7 +303,7 @@ def run_folds(data: MotionWindows, tests: list[int], args: argparse.Namespace) -
             rows = np.flatnonzero(~train)
             sequences = {}
             for order in ORDERS:
-                idx = test_order(data, rows, order)
+                idx = sequence_order(data, rows, order)
                 groups = data.experiment[idx] if args.sequence == "experiment" else data.subject[idx]
                 labels = data.labels[idx]
                 changes[order].append(int(np.sum((np.diff(labels) != 0) & (np.diff(groups) == 0))))
@@ -460,7 +372,12 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = resolve_data_dir(args.data_dir)
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    data = load_motion_windows(data_dir)
+    try:
+        data = load_hapt_windows(data_dir)
+    except FileNotFoundError as err:
+        die(f"motion data not found in {str(data_dir)!r}:\n{err}")
+    except DataValidationError as err:
+        die(f"motion data in {str(data_dir)!r} is unreadable: {err}")
     subjects = np.unique(data.subject)
     tests = [s for s in QUICK_SUBJECTS if s in subjects] if args.quick else subjects.tolist()
     machine = machine_description()
@@ -487,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         return f"{order}: {np.mean(ch):.2f} (min {min(ch)}, max {max(ch)})"
 
     notes = [
-        f"data: UCI HAPT raw signals, {len(data.labels)} windows of {WINDOW_SAMPLES} samples "
+        f"data: UCI HAPT raw signals, {len(data.labels)} windows of {HAPT_WINDOW_SAMPLES} samples "
         f"(50 % overlap) inside activity segments, {data.features.shape[1]} features of our own; the "
         "dissertation's Motion Tracking is UCI HAR (10299 windows, 561 published features): same volunteers "
         "and activities, not the same features",

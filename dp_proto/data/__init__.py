@@ -55,6 +55,17 @@ Traffic counts for learning from label proportions (``dp_proto.data.loaders.scat
     Flow classes (``FLOW_BIN_EDGES``), geographic neighbours, time-aligned folds (the batch
     grid of the LLP protocol is ``dp_proto.llp.BatchGrid``).
 
+Motion windows (``dp_proto.data.loaders.motion``)
+-------------------------------------------------
+``load_hapt_windows(data_dir=None)``
+    UCI HAPT smartphone signals from ``data_dir/motion/hapt_raw_50hz.npz`` cut into 2.56 s
+    windows (50 % overlap) inside each activity segment -> ``HAPTWindows`` (142 features of
+    our own per window, activity 0..5 (``HAPT_ACTIVITIES``), volunteer, recording, start).
+``hapt_window_features(windows)``
+    The 142 features of windows ``(m, n, 6)`` (not the 561 published HAR features).
+``sequence_order(windows, rows, order)``
+    Indices sorted into ``"time"`` or ``"activity_blocks"`` order.
+
 Synthetic (``dp_proto.data.synthetic.toy``), all ``-> (X float64, y int64)``
 ------------------------------------------------------------------------------
 ``two_gaussians_with_outlier(setting="extreme", n_per_class=50, random_state=None)``
@@ -108,6 +119,13 @@ from dp_proto.data.loaders.images import (
 from dp_proto.data.loaders.mnist import (
     load_mnist,
     read_idx,
+)
+from dp_proto.data.loaders.motion import (
+    HAPT_ACTIVITIES,
+    HAPTWindows,
+    hapt_window_features,
+    load_hapt_windows,
+    sequence_order,
 )
 from dp_proto.data.loaders.scats import (
     TrafficNetwork,
@@ -166,6 +184,11 @@ __all__ = [
     "node_datasets",
     "sliding_windows",
     "time_block_folds",
+    "HAPT_ACTIVITIES",
+    "HAPTWindows",
+    "hapt_window_features",
+    "load_hapt_windows",
+    "sequence_order",
     "BUNDLED_NAMES",
     "DATA_DIR_ENV_VAR",
     "DEFAULT_MNIST_MIRROR",

@@ -6,4 +6,5 @@ here touches the network (``dp_proto.data.download`` fetches files explicitly).
 ``.uci``     UCI tab-separated tables (and the 3-class shuttle)
 ``.images``  two-label image folders and CSVs, the Yale faces
 ``.scats``   VicRoads SCATS loop-detector counts
+``.motion``  UCI HAPT smartphone signals cut into activity windows
 """
