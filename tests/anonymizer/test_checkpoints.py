@@ -3,15 +3,9 @@ with ``torch.load``'s default ``weights_only=True``), ``load_from_checkpoint(pat
 rebuilds the networks without being handed them, and ``trainer.fit(..., ckpt_path=path)``
 resumes a DP run written by another process with the privacy spend continuing."""
 
-import json
-import subprocess
-import sys
-
-import lightning as L
 import numpy as np
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 from opacus.data_loader import DPDataLoader
 from torch import nn
 from torch.utils.data import TensorDataset
@@ -25,6 +19,7 @@ from dp_proto.lightning.dp_anonymizer import DPAnonymizerModule
 from dp_proto.privacy.events import PrivacyEvent
 from dp_proto.privacy.ledger import PrivacyLedger, dp_sgd_event
 from dp_proto.privacy.randomness import fresh_generator, noise_generator
+from tests._checkpoints import cpu_trainer, dp_sgd_steps, has_generator_state, is_plain, write_in_fresh_process
 
 Q = 0.1  # 10 Poisson steps per epoch
 SIGMA = 1.0
@@ -123,11 +118,7 @@ def written(tmp_path_factory):
     3-epoch budget, after a noisy prior) and ``plain/last.ckpt`` (non-private), with what
     that process saw."""
     out = tmp_path_factory.mktemp("written")
-    script = out / "writer.py"
-    script.write_text(WRITER)
-    proc = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, json.loads((out / "result.json").read_text())
+    return out, write_in_fresh_process(WRITER, out)
 
 
 def _task():
@@ -142,45 +133,6 @@ def _anonymizer():
 def _loader(n=200):
     x, y, s = _task()
     return DPDataLoader(TensorDataset(x[:n], y[:n], s[:n]), sample_rate=Q, generator=fresh_generator())
-
-
-def _trainer(epochs, ckpt_dir=None):
-    return L.Trainer(
-        max_epochs=epochs,
-        logger=False,
-        callbacks=[ModelCheckpoint(dirpath=ckpt_dir, save_last=True)] if ckpt_dir is not None else [],
-        enable_checkpointing=ckpt_dir is not None,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
-        num_sanity_val_steps=0,
-    )
-
-
-def _steps(ledger):
-    return sum(e.count for e in ledger.events if e.name == "dp_sgd")
-
-
-def _is_plain(obj) -> bool:
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return True
-    if isinstance(obj, (list, tuple)):
-        return all(_is_plain(v) for v in obj)
-    if isinstance(obj, dict):
-        return all(isinstance(k, str) and _is_plain(v) for k, v in obj.items())
-    return False
-
-
-def _has_generator_state(obj) -> bool:
-    if isinstance(obj, torch.Generator):
-        return True
-    if isinstance(obj, torch.Tensor):  # a generator's state is a uint8 tensor (5056 bytes on CPU)
-        return obj.dtype == torch.uint8 and obj.numel() >= 5000
-    if isinstance(obj, dict):
-        return any(_has_generator_state(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return any(_has_generator_state(v) for v in obj)
-    return False
 
 
 # -- what a checkpoint holds ----------------------------------------------------------------------------------
@@ -203,7 +155,7 @@ def test_a_dp_anonymizer_checkpoint_holds_plain_data_only(tmp_path):
             pretrain_regular_epochs=1,
             pretrain_private_epochs=0,
         )
-    _trainer(1, tmp_path).fit(module, _loader(50))
+    cpu_trainer(1, ckpt_dir=tmp_path).fit(module, _loader(50))
     checkpoint = torch.load(tmp_path / "last.ckpt")  # torch's default: weights_only=True
     assert set(checkpoint) >= {
         "state_dict",
@@ -215,7 +167,7 @@ def test_a_dp_anonymizer_checkpoint_holds_plain_data_only(tmp_path):
         "dp_sgd",
     }
     for key in ("hyper_parameters", "privacy_ledger", "privacy_ledger_origins", "dp_sgd"):
-        assert _is_plain(checkpoint[key]), key
+        assert is_plain(checkpoint[key]), key
     hparams = checkpoint["hyper_parameters"]
     assert not {"anonymizer", "prior", "ledger", "generator", "noise_generator", "sample_rate"} & set(hparams)
     assert type(hparams["noise_multiplier"]) is float and type(hparams["num_regular"]) is int
@@ -224,7 +176,7 @@ def test_a_dp_anonymizer_checkpoint_holds_plain_data_only(tmp_path):
     assert checkpoint["dp_sgd"] == {"steps_recorded": 10, "noise": "reproducible"}
     assert checkpoint["privacy_ledger"]["budget"] == [50.0, DELTA]
     assert set(checkpoint["state_dict"]) >= {"prior", "anonymizer.encoder.net.0.weight"}
-    assert not _has_generator_state(checkpoint)  # nothing that replays the noise, even when reproducible
+    assert not has_generator_state(checkpoint)  # nothing that replays the noise, even when reproducible
 
 
 def test_the_anonymizer_spec_rebuilds_the_networks():
@@ -234,7 +186,7 @@ def test_the_anonymizer_spec_rebuilds_the_networks():
         _anonymizer().double(),
     ):
         spec = describe_anonymizer(anonymizer)
-        assert _is_plain(spec)
+        assert is_plain(spec)
         rebuilt = anonymizer_from_spec(spec)
         assert describe_anonymizer(rebuilt) == spec
         rebuilt.load_state_dict(anonymizer.state_dict())
@@ -256,7 +208,7 @@ def test_the_anonymizer_spec_rebuilds_the_networks():
 def test_load_from_checkpoint_in_a_new_process_encodes_identically_and_keeps_the_spend(written):
     out, result = written
     path = out / "dp" / "last.ckpt"
-    assert _is_plain(torch.load(path)["hyper_parameters"])  # torch's default: weights_only=True
+    assert is_plain(torch.load(path)["hyper_parameters"])  # torch's default: weights_only=True
     loaded = DPAnonymizerModule.load_from_checkpoint(path)  # no networks, no prior, no ledger
     x, _, _ = _task()
     with torch.no_grad():
@@ -310,10 +262,10 @@ def test_fit_resumes_a_checkpoint_of_another_process_without_resetting_the_budge
         toggle_steps=5,
         lr=0.05,
     )
-    trainer = _trainer(4)
+    trainer = cpu_trainer(4)
     trainer.fit(module, _loader(), ckpt_path=path, weights_only=True)
     # epoch 3 runs (30 steps: the budget), epoch 4 is refused before its first step
-    assert _steps(ledger) == 30 and module.steps_recorded == 30 and trainer.global_step == 30
+    assert dp_sgd_steps(ledger) == 30 and module.steps_recorded == 30 and trainer.global_step == 30
     assert module.stopped_by_budget and ledger.budget == (result["budget"], DELTA)
     prior_event = PrivacyEvent.from_dict(result["dp"]["events"][0])  # the writer's noisy prior
     assert prior_event.name == "private_prior"

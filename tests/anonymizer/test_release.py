@@ -23,7 +23,7 @@ from dp_proto.lightning.anonymizer import AnonymizerFit, fit_anonymizer
 from dp_proto.lightning.dp_anonymizer import fit_dp_anonymizer
 from dp_proto.privacy.release import ReleasedLedger
 from dp_proto.release import MANIFEST_FILE, TENSORS_FILE, read_release
-from tests._release import load_in_fresh_process
+from tests._release import check_no_pickle, check_no_seed_values, load_in_fresh_process, release_files
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*does not have many workers"),
@@ -144,36 +144,17 @@ def test_the_release_leaves_out_exactly_the_documented_parts(fitted, tmp_path):
     assert set(read_release(tmp_path / "release").tensors) == set(fit.module.anonymizer.encoder.state_dict())
 
 
-# names a pickle of torch or numpy objects would hold
-PICKLE_MARKERS = (b"torch._utils", b"_rebuild_tensor", b"numpy.core.multiarray", b"numpy._core", b"_reconstruct")
-
-
-def _walk(node, key=""):
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _walk(v, k)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _walk(v, key)
-    else:
-        yield key, node
-
-
 def test_a_dp_release_holds_no_pickle_no_generator_no_seed_and_no_branch(dp_fitted, tmp_path):
     fit, _ = dp_fitted
     path = fit.save_release(tmp_path / "release")
-    files = {p.name: p.read_bytes() for p in path.iterdir()}
+    files = release_files(path)
     assert set(files) == {MANIFEST_FILE, TENSORS_FILE}
-    for name, data in files.items():
-        assert not data.startswith(b"\x80"), name  # the opcode every pickle protocol >= 2 starts with
-        assert not any(marker in data for marker in PICKLE_MARKERS), name
+    check_no_pickle(files)
     text = files[MANIFEST_FILE].decode()
     assert str(NOISE_SEED) not in text and str(SEED) not in text
     manifest = json.loads(text)
     published = {k: v for k, v in manifest.items() if k != "hyperparameters_not_saved"}  # reasons, no values
-    for key, value in _walk(published):
-        if "seed" in key or "generator" in key or "rng" in key:
-            assert value is None, key
+    check_no_seed_values(published)
     assert set(manifest["hyperparameters_not_saved"]) == {"seed", "noise_seed"}
     assert manifest["privacy"]["noise"] == "reproducible"  # said, not the seed
     assert "num_regular" not in text and "num_private" not in text  # not needed to encode

@@ -7,7 +7,6 @@ is re-seeded on resume only when it is reproducible, and progress goes to stderr
 import io
 import json
 import math
-import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -16,7 +15,6 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from lightning.pytorch.callbacks import ModelCheckpoint
 from sklearn.datasets import load_iris
 from torch import nn
 
@@ -29,6 +27,7 @@ from dp_proto.lightning.module import describe_model, model_from_spec, plain_val
 from dp_proto.lvq import GLVQLayer, GMLVQLayer, LGMLVQLayer, PrototypeModel
 from dp_proto.privacy import PrivacyLedger, PublicBoundsScaler, dp_sgd_event
 from dp_proto.privacy.randomness import fresh_generator, noise_generator
+from tests._checkpoints import cpu_trainer, dp_sgd_steps, has_generator_state, is_plain, write_in_fresh_process
 
 Q = 0.1  # 10 Poisson steps per epoch on iris' 105 training records
 SIGMA = 2.0
@@ -98,11 +97,7 @@ def written(tmp_path_factory):
     """Checkpoints written by another process: ``dp/last.ckpt`` (DP-SGD, 2 epochs of a
     3-epoch budget) and ``lvq/last.ckpt`` (non-private), with what that process saw."""
     out = tmp_path_factory.mktemp("written")
-    script = out / "writer.py"
-    script.write_text(WRITER)
-    proc = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, json.loads((out / "result.json").read_text())
+    return out, write_in_fresh_process(WRITER, out)
 
 
 def _probe():
@@ -134,48 +129,6 @@ def _module(ledger, **kwargs):
     )
 
 
-def _trainer(epochs, callbacks=(), ckpt_dir=None):
-    callbacks = list(callbacks)
-    if ckpt_dir is not None:
-        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, save_last=True))
-    return L.Trainer(
-        max_epochs=epochs,
-        logger=False,
-        callbacks=callbacks,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
-        num_sanity_val_steps=0,
-        enable_checkpointing=ckpt_dir is not None,
-    )
-
-
-def _steps(ledger):
-    return sum(e.count for e in ledger.events if e.name == "dp_sgd")
-
-
-def _is_plain(obj) -> bool:
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return True
-    if isinstance(obj, (list, tuple)):
-        return all(_is_plain(v) for v in obj)
-    if isinstance(obj, dict):
-        return all(isinstance(k, str) and _is_plain(v) for k, v in obj.items())
-    return False
-
-
-def _has_generator_state(obj) -> bool:
-    if isinstance(obj, torch.Generator):
-        return True
-    if isinstance(obj, torch.Tensor):  # a generator's state is a uint8 tensor (5056 bytes on CPU)
-        return obj.dtype == torch.uint8 and obj.numel() >= 5000
-    if isinstance(obj, dict):
-        return any(_has_generator_state(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return any(_has_generator_state(v) for v in obj)
-    return False
-
-
 class _OptimizerAtStart(L.Callback):
     """The optimizer's state when training (re)starts, after a checkpoint was restored."""
 
@@ -201,19 +154,19 @@ def test_a_private_checkpoint_holds_plain_data_only(tmp_path):
         image_shape=(2, 2),
         generator=generator,
     )
-    _trainer(1, [PrivacySpendCallback(ledger)], tmp_path).fit(module, datamodule=_data())
+    cpu_trainer(1, [PrivacySpendCallback(ledger)], tmp_path).fit(module, datamodule=_data())
     path = tmp_path / "last.ckpt"
     checkpoint = torch.load(path)  # torch's default: weights_only=True
     assert set(checkpoint) >= {"state_dict", "optimizer_states", "hyper_parameters", "privacy_ledger", "dp_sgd"}
     for key in ("hyper_parameters", "privacy_ledger", "privacy_ledger_origins", "dp_sgd"):
-        assert _is_plain(checkpoint[key]), key
+        assert is_plain(checkpoint[key]), key
     hparams = checkpoint["hyper_parameters"]
     assert not {"model", "ledger", "generator", "noise_generator", "sample_rate", "display_transform"} & set(hparams)
     assert type(hparams["noise_multiplier"]) is float and hparams["image_shape"] == [2, 2]
     assert hparams["model_spec"]["layer"] == "gmlvq" and hparams["model_spec"]["prototype_labels"] == [0, 1, 2]
     assert checkpoint["dp_sgd"] == {"steps_recorded": 10, "noise": "reproducible"}
     assert checkpoint["privacy_ledger"]["budget"] == [50.0, 1e-5]
-    assert not _has_generator_state(checkpoint)  # nothing that replays the noise, even when reproducible
+    assert not has_generator_state(checkpoint)  # nothing that replays the noise, even when reproducible
 
 
 def test_hyperparameters_become_plain_data():
@@ -236,7 +189,7 @@ def test_hyperparameters_become_plain_data():
 def test_model_spec_rebuilds_the_architecture(layer):
     model = _model(layer)
     spec = describe_model(model)
-    assert _is_plain(spec)
+    assert is_plain(spec)
     rebuilt = model_from_spec(spec)
     assert type(rebuilt.layer) is type(layer) and describe_model(rebuilt) == spec
     rebuilt.load_state_dict(model.state_dict())
@@ -267,7 +220,9 @@ def test_the_noise_is_reseeded_on_resume_only_when_reproducible(tmp_path):
     with pytest.warns(PrivacyLeakWarning):
         generator = noise_generator(5)
     ledger = PrivacyLedger()
-    _trainer(1, [PrivacySpendCallback(ledger)], tmp_path).fit(_module(ledger, generator=generator), datamodule=_data())
+    cpu_trainer(1, [PrivacySpendCallback(ledger)], tmp_path).fit(
+        _module(ledger, generator=generator), datamodule=_data()
+    )
     checkpoint = torch.load(tmp_path / "last.ckpt", weights_only=True)
 
     # reproducible: a stream of its own, derived from the seed and the checkpoint's step
@@ -309,9 +264,9 @@ def test_seeded_poisson_coins_do_not_replay_after_resume(tmp_path):
         return original()
 
     ledger = PrivacyLedger()
-    _trainer(1, [PrivacySpendCallback(ledger)], tmp_path).fit(_module(ledger), datamodule=dm)
+    cpu_trainer(1, [PrivacySpendCallback(ledger)], tmp_path).fit(_module(ledger), datamodule=dm)
     dm.train_dataloader = recording  # type: ignore[method-assign]
-    _trainer(2, [PrivacySpendCallback(ledger)]).fit(_module(ledger), datamodule=dm, ckpt_path=tmp_path / "last.ckpt")
+    cpu_trainer(2, [PrivacySpendCallback(ledger)]).fit(_module(ledger), datamodule=dm, ckpt_path=tmp_path / "last.ckpt")
     assert seen == [10]
 
 
@@ -336,16 +291,16 @@ def test_load_from_checkpoint_in_a_new_process_predicts_identically_and_keeps_th
 
     # training the loaded module goes on spending from the checkpoint's epsilon: one more
     # epoch fits the budget, the next is refused before any step (a clean stop)
-    _trainer(1, [PrivacySpendCallback(loaded.ledger)]).fit(loaded, datamodule=_data())
-    assert _steps(loaded.ledger) == 30 and not loaded.stopped_by_budget
+    cpu_trainer(1, [PrivacySpendCallback(loaded.ledger)]).fit(loaded, datamodule=_data())
+    assert dp_sgd_steps(loaded.ledger) == 30 and not loaded.stopped_by_budget
     assert loaded.ledger.get_epsilon(1e-5) > result["dp"]["epsilon"]
-    _trainer(1, [PrivacySpendCallback(loaded.ledger)]).fit(loaded, datamodule=_data())
-    assert loaded.stopped_by_budget and _steps(loaded.ledger) == 30
+    cpu_trainer(1, [PrivacySpendCallback(loaded.ledger)]).fit(loaded, datamodule=_data())
+    assert loaded.stopped_by_budget and dp_sgd_steps(loaded.ledger) == 30
     assert loaded.ledger.get_epsilon(1e-5) <= result["budget"] * (1 + 1e-9)
 
     # loading and then resuming the same file counts the checkpoint's steps once
-    _trainer(3, [PrivacySpendCallback(again.ledger)]).fit(again, datamodule=_data(), ckpt_path=path)
-    assert _steps(again.ledger) == 30 and again.steps_recorded == 30 and not again.stopped_by_budget
+    cpu_trainer(3, [PrivacySpendCallback(again.ledger)]).fit(again, datamodule=_data(), ckpt_path=path)
+    assert dp_sgd_steps(again.ledger) == 30 and again.steps_recorded == 30 and not again.stopped_by_budget
 
     plain = LVQModule.load_from_checkpoint(out / "lvq" / "last.ckpt")  # the non-private module, too
     with torch.no_grad():
@@ -361,10 +316,10 @@ def test_fit_resumes_a_checkpoint_of_another_process_without_resetting_the_budge
     ledger = PrivacyLedger()  # a new process: new ledger (without a budget: the checkpoint's applies)
     module = _module(ledger)
     optimizer = _OptimizerAtStart()
-    trainer = _trainer(5, [PrivacySpendCallback(ledger), optimizer])
+    trainer = cpu_trainer(5, [PrivacySpendCallback(ledger), optimizer])
     trainer.fit(module, datamodule=_data(), ckpt_path=path, weights_only=True)
     # epoch 3 runs (30 steps: exactly the budget), epoch 4 is refused before its first step
-    assert _steps(ledger) == 30 and module.steps_recorded == 30 and trainer.global_step == 30
+    assert dp_sgd_steps(ledger) == 30 and module.steps_recorded == 30 and trainer.global_step == 30
     assert module.stopped_by_budget
     assert ledger.budget == (result["budget"], 1e-5)
     assert ledger.get_epsilon(1e-5) == pytest.approx(PrivacyLedger.epsilon_of([dp_sgd_event(SIGMA, Q, 30)], 1e-5))
@@ -376,7 +331,7 @@ def test_fit_resumes_a_checkpoint_of_another_process_without_resetting_the_budge
         assert torch.equal(saved[key]["momentum_buffer"], optimizer.state[key]["momentum_buffer"])
 
     plain = LVQModule(_model(GMLVQLayer(4, 3, rank=2)), lr=0.05)
-    plain_trainer = _trainer(3)
+    plain_trainer = cpu_trainer(3)
     X, y = load_iris(return_X_y=True)
     dm = ArrayDataModule(PublicBoundsScaler(0.0, 8.0).fit_transform(X), y, scaling="none", seed=0, batch_size=32)
     plain_trainer.fit(plain, datamodule=dm, ckpt_path=out / "lvq" / "last.ckpt", weights_only=True)

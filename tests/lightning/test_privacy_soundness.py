@@ -11,7 +11,6 @@ import lightning as L
 import pytest
 import torch
 import yaml
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from sklearn.datasets import load_iris
 
@@ -28,6 +27,7 @@ from dp_proto.lvq import GMLVQLayer, PrototypeModel
 from dp_proto.privacy import PrivacyLedger, PublicBoundsScaler, dp_sgd_event
 from dp_proto.privacy.randomness import noise_generator
 from dp_proto.privacy.testing import adversarial_removals, capture_releases, neighbour_check
+from tests._checkpoints import cpu_trainer, dp_sgd_steps, has_generator_state
 
 Q = 0.1  # 10 Poisson steps per epoch
 
@@ -85,23 +85,9 @@ def _module(ledger, noise=2.0, **kwargs):
 
 
 def _trainer(ledger, epochs, tmp_path=None, logger=False):
-    callbacks = [PrivacySpendCallback(ledger)]
-    if tmp_path is not None:
-        callbacks.append(ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True))
-    return L.Trainer(
-        max_epochs=epochs,
-        logger=logger,
-        callbacks=callbacks,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
-        num_sanity_val_steps=0,
-        enable_checkpointing=tmp_path is not None,
-    )
-
-
-def _steps(ledger):
-    return sum(e.count for e in ledger.events if e.name == "dp_sgd")
+    """Spending to ``ledger``; checkpointing to ``tmp_path / "ckpt"`` when given."""
+    ckpt_dir = tmp_path / "ckpt" if tmp_path is not None else None
+    return cpu_trainer(epochs, [PrivacySpendCallback(ledger)], ckpt_dir, logger=logger)
 
 
 def _noisy_steps(recorder, module):
@@ -110,18 +96,6 @@ def _noisy_steps(recorder, module):
     draws = [r for r in recorder.releases if r.name == "dp_sgd"]
     assert len(draws) % per_step == 0
     return len(draws) // per_step
-
-
-def _has_generator(obj) -> bool:
-    if isinstance(obj, torch.Generator):
-        return True
-    if isinstance(obj, torch.Tensor):  # a generator's state is a uint8 tensor (5056 bytes on CPU)
-        return obj.dtype == torch.uint8 and obj.numel() >= 5000
-    if isinstance(obj, dict):
-        return any(_has_generator(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return any(_has_generator(v) for v in obj)
-    return False
 
 
 # -- F3: fresh noise by default, reproducible only on request --------------------------------------------
@@ -144,7 +118,7 @@ def test_same_seed_gives_fresh_noise_and_noise_seed_reproduces_with_a_warning(tm
     # neither the seed nor a generator lands in the hyperparameters or their file
     text = Path(runs[0]["log_dir"], "hparams.yaml").read_text()
     assert "seed" not in text and "generator" not in text.lower()
-    assert not _has_generator(dict(runs[0]["module"].hparams))
+    assert not has_generator_state(dict(runs[0]["module"].hparams))
 
 
 def test_poisson_coins_are_fresh_even_after_seed_everything():
@@ -168,7 +142,7 @@ def test_no_generator_in_hparams_or_checkpoints_and_checkpoints_load(tmp_path):
         generator = noise_generator(3)  # the worst case: a reproducible generator is passed
     module = _module(ledger, noise_generator=generator)
     assert "noise_generator" not in module.hparams and "ledger" not in module.hparams
-    assert not _has_generator(dict(module.hparams))
+    assert not has_generator_state(dict(module.hparams))
     logger = TensorBoardLogger(tmp_path, name="run", version=0)
     _trainer(ledger, 1, tmp_path, logger=logger).fit(module, datamodule=_data())
     text = (tmp_path / "run" / "version_0" / "hparams.yaml").read_text()
@@ -177,15 +151,15 @@ def test_no_generator_in_hparams_or_checkpoints_and_checkpoints_load(tmp_path):
 
     path = tmp_path / "ckpt" / "last.ckpt"
     checkpoint = torch.load(path, weights_only=True)  # plain data only (torch 2.6+ default)
-    assert not _has_generator(checkpoint)
+    assert not has_generator_state(checkpoint)
     restored = PrivacyLedger()
     loaded = DPLVQModule.load_from_checkpoint(path, model=_model(), ledger=restored)
-    assert _steps(restored) == 10 and loaded.expected_batch_size == 10.0
+    assert dp_sgd_steps(restored) == 10 and loaded.expected_batch_size == 10.0
     torch.testing.assert_close(loaded.model.layer.prototypes, module.model.layer.prototypes)
     fresh = PrivacyLedger()
     trainer = _trainer(fresh, 2)
     trainer.fit(_module(fresh), datamodule=_data(), ckpt_path=path)
-    assert trainer.current_epoch == 2 and _steps(fresh) == 20
+    assert trainer.current_epoch == 2 and dp_sgd_steps(fresh) == 20
 
 
 # -- F5: resuming counts each step once and stops at the budget ---------------------------------------------
@@ -197,9 +171,9 @@ def test_resume_in_process_counts_each_step_once(tmp_path):
     module = _module(ledger)
     with capture_releases() as recorder:
         _trainer(ledger, 2, tmp_path).fit(module, datamodule=_data())
-        assert _steps(ledger) == 20
+        assert dp_sgd_steps(ledger) == 20
         _trainer(ledger, 4, tmp_path).fit(module, datamodule=_data(), ckpt_path=tmp_path / "ckpt" / "last.ckpt")
-    assert _steps(ledger) == 40
+    assert dp_sgd_steps(ledger) == 40
     assert _noisy_steps(recorder, module) == 40  # the steps that drew noise, each recorded once
     assert ledger.get_epsilon() == pytest.approx(PrivacyLedger.epsilon_of(ledger.events, 1e-5))
 
@@ -213,12 +187,12 @@ def test_resume_from_a_checkpoint_file_takes_over_its_history_once(tmp_path):
     module = _module(fresh)
     with capture_releases() as recorder:
         _trainer(fresh, 4).fit(module, datamodule=_data(), ckpt_path=path)
-    assert _steps(fresh) == 20 + 20  # the checkpoint's steps, once (module and callback both restore)
+    assert dp_sgd_steps(fresh) == 20 + 20  # the checkpoint's steps, once (module and callback both restore)
     resumed = _noisy_steps(recorder, module)
     # resuming the same checkpoint again with this ledger adds only the new steps
     with capture_releases() as recorder:
         _trainer(fresh, 3).fit(module, datamodule=_data(), ckpt_path=path)
-    assert _steps(fresh) == 50
+    assert dp_sgd_steps(fresh) == 50
     assert resumed == 20 and _noisy_steps(recorder, module) == 10
 
 
@@ -230,7 +204,7 @@ def test_a_resumed_epoch_past_the_budget_is_refused_before_any_noise(tmp_path):
     ledger = PrivacyLedger(budget=(budget, 1e-5))
     module = _module(ledger)
     _trainer(ledger, 2, tmp_path).fit(module, datamodule=_data())
-    assert not module.stopped_by_budget and _steps(ledger) == 20
+    assert not module.stopped_by_budget and dp_sgd_steps(ledger) == 20
     path = tmp_path / "ckpt" / "last.ckpt"
     for where in ("in_process", "checkpoint_file"):
         if where == "checkpoint_file":
@@ -239,7 +213,7 @@ def test_a_resumed_epoch_past_the_budget_is_refused_before_any_noise(tmp_path):
         with capture_releases() as recorder:
             _trainer(ledger, 4).fit(module, datamodule=_data(), ckpt_path=path)
         assert ledger.get_epsilon(1e-5) <= budget * (1 + 1e-9), where
-        assert _steps(ledger) == 20, where
+        assert dp_sgd_steps(ledger) == 20, where
         assert module.stopped_by_budget, where  # a clean stop, no exception
         assert _noisy_steps(recorder, module) == 0, where  # refused before any noise was drawn
 

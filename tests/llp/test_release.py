@@ -35,6 +35,7 @@ from dp_proto.llp.distributed import NodeResult, as_network_result
 from dp_proto.llp.model import NODE_LOCAL_NOTE
 from dp_proto.privacy.release import ReleasedLedger
 from dp_proto.release import MANIFEST_FILE, TENSORS_FILE, read_release
+from tests._release import check_no_pickle, check_no_seed_values, release_files
 
 SLOTS, TRAIN_END, B = 480, 360, 24
 SEED = 918273645
@@ -141,31 +142,17 @@ def test_a_loaded_release_trains_the_same_models(private_run, tmp_path):
         assert torch.equal(ours.cluster_labels, theirs.cluster_labels)
 
 
-def _walk(node, key=""):
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _walk(v, k)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _walk(v, key)
-    else:
-        yield key, node
-
-
 def test_a_node_release_holds_no_seed_no_noisy_counts_and_nothing_node_local(tmp_path):
     nodes, train, res = _run(0.5, noise_seed=SEED)
     release = res.node_release(2)
     path = release.save_release(tmp_path / "release")
-    files = {p.name: p.read_bytes() for p in path.iterdir()}
+    files = release_files(path)
     assert set(files) == {MANIFEST_FILE, TENSORS_FILE}
-    for data in files.values():
-        assert not data.startswith(b"\x80")  # no pickle
+    check_no_pickle(files)
     text = files[MANIFEST_FILE].decode()
     assert str(SEED) not in text
     manifest = json.loads(text)
-    for key, value in _walk(manifest):
-        if "seed" in key or "generator" in key or "rng" in key:
-            assert value is None, key
+    check_no_seed_values(manifest)
     assert manifest["privacy"]["noise"] == "reproducible"  # said, not the seed
     stored = read_release(path).tensors
     assert set(stored) == {"proportions", "valid"}

@@ -8,22 +8,27 @@ curator-only, and hold no pickle, generator state or noise seed.
 """
 
 import json
-import re
 import warnings
 
 import numpy as np
 import pytest
-import torch
 from sklearn.datasets import load_digits, load_iris
 from sklearn.exceptions import NotFittedError
 
 import dp_proto
 from dp_proto.lvq import GLVQ, GMLVQ, LGMLVQ
 from dp_proto.lvq.private import DPGLVQ, DPGMLVQ, DPLGMLVQ, SubsampleAggregateGLVQ
-from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.release import ReleasedLedger
 from dp_proto.release import MANIFEST_FILE, TENSORS_FILE, read_release
-from tests._release import load_in_fresh_process
+from tests._release import (
+    check_attribute_coverage,
+    check_no_pickle,
+    check_no_seed_values,
+    check_safetensors_layout,
+    curator_only_attributes,
+    load_in_fresh_process,
+    release_files,
+)
 
 X, Y = load_iris(return_X_y=True)
 PRIVATE = {"bounds": (0, 8), "classes": [0, 1, 2], "sampling_rate": 0.1, "epochs": 2}
@@ -89,45 +94,13 @@ def test_loaded_model_predicts_identically(fitted, tmp_path):
         assert manifest["privacy"] == {"private": False}
 
 
-def _same(a, b):
-    if isinstance(a, torch.nn.Module):
-        sa, sb = a.state_dict(), b.state_dict()
-        return sa.keys() == sb.keys() and all(
-            torch.equal(sa[k], sb[k]) if isinstance(sa[k], torch.Tensor) else sa[k] == sb[k] for k in sa
-        )
-    if isinstance(a, PrivacyLedger):
-        return a.state_dict() == b.state_dict()
-    if hasattr(a, "lower_"):  # the public scaler
-        return np.array_equal(a.lower_, b.lower_) and np.array_equal(a.upper_, b.upper_)
-    if isinstance(a, np.ndarray):
-        return a.dtype == b.dtype and np.array_equal(a, b)
-    return a == b
-
-
-def _curator_only_attributes(cls):
-    """Fitted attributes the class docstring documents as curator-only."""
-    found, current = set(), None
-    for line in (cls.__doc__ or "").splitlines():
-        header = re.match(r"^    (\w+_) : ", line)
-        if header:
-            current = header.group(1)
-        elif current and "curator-only" in line.lower():
-            found.add(current)
-    return found
-
-
 def test_every_fitted_attribute_is_restored_or_a_documented_drop(fitted, tmp_path):
     cls = type(fitted)
     loaded = dp_proto.load_release(_save(fitted, tmp_path / "release"))
-    params = set(fitted.get_params())
-    attributes = set(vars(fitted)) - params
-    restored = set(vars(loaded)) - params
     assert set(cls.RELEASE_DROPS) == EXPECTED_DROPS[cls]
-    assert attributes - restored == EXPECTED_DROPS[cls]
-    assert restored == attributes - EXPECTED_DROPS[cls]  # nothing new appears either
-    for name in sorted(restored):
-        assert _same(getattr(fitted, name), getattr(loaded, name)), name
-    curator = {a for a in attributes if "curator" in a} | _curator_only_attributes(cls)
+    restored = check_attribute_coverage(fitted, loaded, EXPECTED_DROPS[cls])
+    attributes = restored | EXPECTED_DROPS[cls]  # every fitted attribute, as just checked
+    curator = {a for a in attributes if "curator" in a} | curator_only_attributes(cls)
     assert curator <= set(cls.RELEASE_DROPS)
     if cls in PRIVATE_CLASSES:
         assert curator == {"curator_"}
@@ -148,28 +121,6 @@ def test_hyperparameters_round_trip(fitted, tmp_path):
         assert theirs[key] == value, key
 
 
-def _files(path):
-    return {p.name: p.read_bytes() for p in path.iterdir()}
-
-
-# names a pickle of torch or numpy objects would hold (long enough not to occur by chance)
-PICKLE_MARKERS = (b"torch._utils", b"_rebuild_tensor", b"numpy.core.multiarray", b"numpy._core", b"_reconstruct")
-
-
-def _check_safetensors_layout(data):
-    """The file is an 8-byte header length, a JSON header and the raw tensor bytes it
-    declares, back to back up to the end: no room for anything else."""
-    length = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8 : 8 + length])
-    spans = sorted(tuple(v["data_offsets"]) for k, v in header.items() if k != "__metadata__")
-    end = 0
-    for start, stop in spans:
-        assert start == end
-        end = stop
-    assert 8 + length + end == len(data)
-    return header
-
-
 def test_a_release_holds_no_pickle_no_generator_and_nothing_curator_only(tmp_path):
     seed = 918273645
     with warnings.catch_warnings():
@@ -178,32 +129,17 @@ def test_a_release_holds_no_pickle_no_generator_and_nothing_curator_only(tmp_pat
         est = DPGMLVQ(noise_seed=seed, **SETTINGS[DPGMLVQ]).fit(3 * X, Y)
     assert est.curator_["num_clipped"] > 0
     path = est.save_release(tmp_path / "release")
-    files = _files(path)
+    files = release_files(path)
     assert set(files) == {MANIFEST_FILE, TENSORS_FILE}
-    for name, data in files.items():
-        assert not data.startswith(b"\x80"), name  # the opcode every pickle protocol >= 2 starts with
-        assert not any(marker in data for marker in PICKLE_MARKERS), name
-    header = _check_safetensors_layout(files[TENSORS_FILE])
+    check_no_pickle(files)
+    header = check_safetensors_layout(files[TENSORS_FILE])
     assert header["__metadata__"] == {"format": "dp-proto-release"}
     text = files[MANIFEST_FILE].decode()
     assert str(seed) not in text and "num_clipped" not in text
     assert text.count("curator_") == 1  # the name in "dropped", no value
-
-    def walk(node, key=""):
-        if isinstance(node, dict):
-            for k, v in node.items():
-                yield from walk(v, k)
-        elif isinstance(node, list):
-            for v in node:
-                yield from walk(v, key)
-        else:
-            yield key, node
-
     manifest = json.loads(text)
     published = {k: v for k, v in manifest.items() if k != "hyperparameters_not_saved"}  # reasons, no values
-    for key, value in walk(published):
-        if "seed" in key or "generator" in key or "rng" in key:
-            assert value is None, key
+    check_no_seed_values(published)
     assert manifest["hyperparameters_not_saved"].keys() == {"noise_seed", "ledger"}
     assert manifest["privacy"]["noise"] == "reproducible"  # said, not the seed
     release = read_release(path)

@@ -8,22 +8,26 @@ nothing curator-only, no pickle, no generator state and no noise seed.
 """
 
 import json
-import re
 import warnings
 
 import numpy as np
 import pytest
-import torch
 from sklearn.datasets import load_iris
 from sklearn.exceptions import NotFittedError
 from sklearn.preprocessing import StandardScaler
 
 import dp_proto
-from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.release import ReleasedLedger
 from dp_proto.release import MANIFEST_FILE, TENSORS_FILE, read_release
 from dp_proto.svdd import PrivateSVDD, PrivateSVDDClassifier
-from tests._release import load_in_fresh_process
+from tests._release import (
+    check_attribute_coverage,
+    check_no_pickle,
+    check_no_seed_values,
+    curator_only_attributes,
+    load_in_fresh_process,
+    release_files,
+)
 
 X, Y = load_iris(return_X_y=True)
 X = StandardScaler().fit_transform(X)
@@ -126,50 +130,15 @@ def test_loaded_model_predicts_identically(fitted, tmp_path):
         assert manifest["privacy"] == {"private": False}
 
 
-def _same(a, b):
-    if isinstance(a, torch.nn.Module):
-        sa, sb = a.state_dict(), b.state_dict()
-        return (
-            type(a) is type(b)
-            and sa.keys() == sb.keys()
-            and all(torch.equal(sa[k], sb[k]) for k in sa)
-            and repr(a) == repr(b)
-        )
-    if isinstance(a, torch.Tensor):
-        return a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)
-    if isinstance(a, PrivacyLedger):
-        return a.state_dict() == b.state_dict()
-    if isinstance(a, np.ndarray):
-        return a.dtype == b.dtype and np.array_equal(a, b)
-    return type(a) is type(b) and a == b
-
-
-def _curator_only_attributes(cls):
-    """Fitted attributes the class docstring documents as curator-only."""
-    found, current = set(), None
-    for line in (cls.__doc__ or "").splitlines():
-        header = re.match(r"^    (\w+_) : ", line)
-        if header:
-            current = header.group(1)
-        elif current and "curator-only" in line.lower():
-            found.add(current)
-    return found
-
-
 def test_every_fitted_attribute_is_restored_or_a_documented_drop(fitted, tmp_path):
     name, est = fitted
     cls = type(est)
     loaded = dp_proto.load_release(est.save_release(tmp_path / "release"))
-    params = set(est.get_params())
-    attributes = set(vars(est)) - params
-    restored = set(vars(loaded)) - params
     assert set(cls.RELEASE_DROPS) == RELEASE_DROPS[cls]
     assert EXPECTED_DROPS[name] <= set(cls.RELEASE_DROPS)
-    assert attributes - restored == EXPECTED_DROPS[name]
-    assert restored == attributes - EXPECTED_DROPS[name]  # nothing new appears either
-    for attribute in sorted(restored):
-        assert _same(getattr(est, attribute), getattr(loaded, attribute)), attribute
-    curator = {a for a in attributes if "curator" in a} | _curator_only_attributes(cls)
+    restored = check_attribute_coverage(est, loaded, EXPECTED_DROPS[name])
+    attributes = restored | EXPECTED_DROPS[name]  # every fitted attribute, as just checked
+    curator = {a for a in attributes if "curator" in a} | curator_only_attributes(cls)
     assert curator == {"curator_"} and curator <= set(cls.RELEASE_DROPS)
     assert ("curator_" in attributes) == (name != "svdd_exact" and name != "exact_grid")
     manifest = json.loads((tmp_path / "release" / MANIFEST_FILE).read_text())
@@ -197,36 +166,15 @@ def test_hyperparameters_round_trip(fitted, tmp_path):
         np.testing.assert_array_equal(again.tensors[key], first.tensors[key])
 
 
-def _files(path):
-    return {p.name: p.read_bytes() for p in path.iterdir()}
-
-
-# names a pickle of torch or numpy objects would hold (long enough not to occur by chance)
-PICKLE_MARKERS = (b"torch._utils", b"_rebuild_tensor", b"numpy.core.multiarray", b"numpy._core", b"_reconstruct")
-
-
-def _walk(node, key=""):
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _walk(v, k)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _walk(v, key)
-    else:
-        yield key, node
-
-
 @pytest.mark.parametrize("name", ["svdd", "normal", "grid"])
 def test_a_release_holds_no_pickle_no_generator_and_nothing_curator_only(name, tmp_path):
     seed = 918273645
     est = _fit(name, noise_seed=seed)
     assert est.curator_["n_records"] == len(X)
     path = est.save_release(tmp_path / "release")
-    files = _files(path)
+    files = release_files(path)
     assert set(files) == {MANIFEST_FILE, TENSORS_FILE}
-    for data in files.values():
-        assert not data.startswith(b"\x80")  # the opcode every pickle protocol >= 2 starts with
-        assert not any(marker in data for marker in PICKLE_MARKERS)
+    check_no_pickle(files)
     text = files[MANIFEST_FILE].decode()
     assert str(seed) not in text
     for curator_key in est.curator_:
@@ -234,9 +182,7 @@ def test_a_release_holds_no_pickle_no_generator_and_nothing_curator_only(name, t
     assert text.count("curator_") == 1  # the name in "dropped", no value
     manifest = json.loads(text)
     published = {k: v for k, v in manifest.items() if k != "hyperparameters_not_saved"}  # reasons, no values
-    for key, value in _walk(published):
-        if "seed" in key or "generator" in key or "rng" in key:
-            assert value is None, key
+    check_no_seed_values(published)
     assert manifest["hyperparameters_not_saved"].keys() == {"noise_seed", "ledger"}
     assert manifest["privacy"]["noise"] == "reproducible"  # said, not the seed
     release = read_release(path)
