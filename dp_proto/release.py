@@ -82,6 +82,8 @@ BUILTIN_MODELS: dict[str, str] = {
     "dp_proto.GMLVQ": "dp_proto.lvq.estimators",
     "dp_proto.LGMLVQ": "dp_proto.lvq.estimators",
     "dp_proto.PairwiseGMLVQ": "dp_proto.lvq.pairwise",
+    "dp_proto.SparseGMLVQ": "dp_proto.lvq.sparse_estimators",
+    "dp_proto.SparseLGMLVQ": "dp_proto.lvq.sparse_estimators",
     "dp_proto.DPGLVQ": "dp_proto.lvq.private.estimators",
     "dp_proto.DPGMLVQ": "dp_proto.lvq.private.estimators",
     "dp_proto.DPLGMLVQ": "dp_proto.lvq.private.estimators",

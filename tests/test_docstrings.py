@@ -23,6 +23,7 @@ MODULES = [
     "dp_proto.lvq.confidence",
     "dp_proto.lvq.coupling",
     "dp_proto.lvq.pairwise",
+    "dp_proto.lvq.sparse_estimators",
     "dp_proto.lvq.private.estimators",
     "dp_proto.lvq.private.saa_estimator",
     "dp_proto.privacy.events",

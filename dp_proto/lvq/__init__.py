@@ -10,6 +10,8 @@ reject option ``reject``, ``predict_with_reject``, ``accuracy_reject_curve``, ``
 certified robustness ``lambda_pm``, ``certified_radius``, ``certify``, ``global_certified_radius``.
 Time integration of class probabilities over a window (Brinkrolf 2023, eq. 4.26):
 ``integrate_probabilities``, ``integration_window``.
+Feature sparsity (Brinkrolf 2023, ch. 5): ``SparseGMLVQ``, ``SparseLGMLVQ``; the group
+penalty, its proximal step and OMP in ``dp_proto.lvq.sparse``.
 """
 
 from dp_proto.lvq.confidence import (
@@ -40,6 +42,7 @@ from dp_proto.lvq.losses import (
 )
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.pairwise import PairwiseGMLVQ
+from dp_proto.lvq.sparse_estimators import SparseGMLVQ, SparseLGMLVQ
 from dp_proto.lvq.time_integration import integrate_probabilities, integration_window
 
 __all__ = [
@@ -47,6 +50,8 @@ __all__ = [
     "GMLVQ",
     "LGMLVQ",
     "PairwiseGMLVQ",
+    "SparseGMLVQ",
+    "SparseLGMLVQ",
     "GLVQLayer",
     "GMLVQLayer",
     "LGMLVQLayer",

@@ -30,7 +30,7 @@ from dp_proto.lvq.init import class_mean_prototypes, make_prototype_labels
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.release import PublicReleaseHooks, layer_description, model_from_release, model_tensors
-from dp_proto.lvq.training import fit_lbfgs, fit_minibatch
+from dp_proto.lvq.training import FitResult, fit_lbfgs, fit_minibatch
 from dp_proto.release import (
     Releasable,
     Release,
@@ -190,6 +190,18 @@ class _LVQBase(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Classif
         with torch.no_grad():
             layer.prototypes.copy_(class_mean_prototypes(x_t, y_t, labels, generator=generator))
         self.model_ = PrototypeModel(layer, labels)
+        result = self._train(x_t, y_t, generator)
+        self.n_iter_ = result.n_iter
+        self.loss_ = result.final_loss
+        self.loss_curve_ = result.losses
+        self.prototypes_ = layer.prototypes.detach().cpu().numpy().copy()
+        self.prototype_labels_ = self.classes_[labels.cpu().numpy()]
+        self._store_metric()
+        return self
+
+    def _train(self, x_t: torch.Tensor, y_t: torch.Tensor, generator: torch.Generator) -> FitResult:
+        """Train ``self.model_`` (prototypes at the class means) on ``x_t (n, d)``,
+        ``y_t (n,)`` with the chosen solver; the sparse estimators replace it."""
         if self.solver == "lbfgs":
             result = fit_lbfgs(
                 self.model_,
@@ -206,7 +218,7 @@ class _LVQBase(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Classif
                     f"{type(self).__name__}: L-BFGS stopped at max_iter={self.max_iter} iterations without "
                     f"converging (tol={self.tol:g}); increase max_iter",
                     ConvergenceWarning,
-                    stacklevel=2,
+                    stacklevel=3,
                 )
         else:
             result = fit_minibatch(
@@ -222,13 +234,7 @@ class _LVQBase(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Classif
                 beta=self.beta,
                 progress=bool(self.verbose),
             )
-        self.n_iter_ = result.n_iter
-        self.loss_ = result.final_loss
-        self.loss_curve_ = result.losses
-        self.prototypes_ = layer.prototypes.detach().cpu().numpy().copy()
-        self.prototype_labels_ = self.classes_[labels.cpu().numpy()]
-        self._store_metric()
-        return self
+        return result
 
     def _distances(self, X) -> torch.Tensor:
         check_is_fitted(self)
