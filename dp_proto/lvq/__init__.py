@@ -12,6 +12,8 @@ Time integration of class probabilities over a window (Brinkrolf 2023, eq. 4.26)
 ``integrate_probabilities``, ``integration_window``.
 Feature sparsity (Brinkrolf 2023, ch. 5): ``SparseGMLVQ``, ``SparseLGMLVQ``; the group
 penalty, its proximal step and OMP in ``dp_proto.lvq.sparse``.
+Federated LVQ (Brinkrolf 2023, ch. 6): ``merge_models`` and ``node_splits`` in
+``dp_proto.lvq.federated``.
 """
 
 from dp_proto.lvq.confidence import (

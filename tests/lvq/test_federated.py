@@ -1,0 +1,162 @@
+"""One-shot merging of node models (Brinkrolf 2023, chapter 6, eq. 6.1-6.3)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_wine
+from sklearn.preprocessing import scale
+
+import dp_proto
+from dp_proto.exceptions import DataValidationError
+from dp_proto.lvq import GLVQ, GMLVQ, LGMLVQ
+from dp_proto.lvq.federated import merge_models, merge_relevances, node_splits, relevance_root
+
+
+def _wine():
+    X, y = load_wine(return_X_y=True)
+    return scale(X), y
+
+
+def _fit(cls, X, y, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return cls(max_iter=100, random_state=0, **kw).fit(X, y)
+
+
+@pytest.fixture(scope="module")
+def nodes():
+    X, y = _wine()
+    splits = node_splits(y, 3, drop_class_per_node=True, random_state=0)
+    return X, y, splits
+
+
+# -- the root of Lambda ------------------------------------------------------------------
+def test_relevance_root_is_a_root_and_the_top_k_root_the_best_low_rank_one():
+    g = np.random.default_rng(0)
+    A = g.normal(size=(5, 5))
+    lam = A.T @ A
+    full = relevance_root(lam)
+    np.testing.assert_allclose(full.T @ full, lam, atol=1e-10)
+    np.testing.assert_allclose(full, full.T, atol=1e-12)  # the principal, symmetric root
+    two = relevance_root(lam, rank=2)
+    assert two.shape == (2, 5)
+    values = np.sort(np.linalg.eigvalsh(lam))[::-1]
+    assert np.linalg.norm(two.T @ two - lam, 2) == pytest.approx(values[2])  # Eckart-Young
+    with pytest.raises(ValueError, match="rank must be in"):
+        relevance_root(lam, rank=6)
+    with pytest.raises(ValueError, match="square"):
+        relevance_root(np.zeros((2, 3)))
+
+
+def test_relevance_root_clips_rounding_below_zero():
+    lam = np.diag([1.0, -1e-15])
+    np.testing.assert_allclose(relevance_root(lam), np.diag([1.0, 0.0]))
+
+
+def test_merge_relevances_averages_lambdas_not_omegas():
+    rotation = np.array([[0.0, 1.0], [1.0, 0.0]])
+    omega = np.array([[1.0, 0.5], [0.0, 1.0]])
+    # Omega and its row-swapped version have the same Lambda: the mean Lambda keeps it,
+    # the mean Omega would not
+    np.testing.assert_allclose(merge_relevances([omega, rotation @ omega]), omega.T @ omega)
+    np.testing.assert_allclose(merge_relevances([omega, 2 * omega], weights=[3, 1]), (3 + 4) / 4 * (omega.T @ omega))
+    with pytest.raises(ValueError, match="non-negative"):
+        merge_relevances([omega], weights=[-1])
+
+
+# -- merging --------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", [GMLVQ, LGMLVQ])
+def test_merging_identical_models_returns_the_same_model(cls):
+    X, y = _wine()
+    model = _fit(cls, X, y)
+    merged = merge_models([model, model, model])
+    assert type(merged) is cls
+    np.testing.assert_allclose(merged.prototypes_, model.prototypes_)
+    np.testing.assert_allclose(merged.lambda_, model.lambda_, atol=1e-12)
+    np.testing.assert_array_equal(merged.predict(X), model.predict(X))
+    np.testing.assert_allclose(merged.decision_function(X), model.decision_function(X), atol=1e-9)
+    np.testing.assert_array_equal(merged.node_counts_, [3, 3, 3])
+
+
+@pytest.mark.parametrize("cls", [GMLVQ, LGMLVQ])
+def test_a_node_missing_a_class_is_left_out_of_that_class_only(cls, nodes):
+    X, y, splits = nodes
+    models = [_fit(cls, X[i], y[i]) for i in splits]
+    for k, m in enumerate(models):  # scenario 2: node k lacks class k
+        assert k not in m.classes_
+    merged = merge_models(models)
+    np.testing.assert_array_equal(merged.classes_, [0, 1, 2])
+    np.testing.assert_array_equal(merged.node_counts_, [2, 2, 2])
+    for k in range(3):
+        holders = [m for m in models if k in m.classes_]
+        rows = [m.prototypes_[list(m.prototype_labels_).index(k)] for m in holders]
+        np.testing.assert_allclose(merged.prototypes_[k], np.mean(rows, 0))  # eq. 6.1, N_k = 2
+        if cls is LGMLVQ:  # eq. 6.3: the class's local Lambdas of the holders only
+            lams = [m.lambda_[list(m.prototype_labels_).index(k)] for m in holders]
+            np.testing.assert_allclose(merged.lambda_[k], np.mean(lams, 0), atol=1e-12)
+    if cls is GMLVQ:  # eq. 6.2: every node's Lambda
+        np.testing.assert_allclose(merged.lambda_, np.mean([m.lambda_ for m in models], 0), atol=1e-12)
+    assert merged.score(X, y) > 0.9
+
+
+def test_weights_and_rank(nodes):
+    X, y, splits = nodes
+    models = [_fit(GMLVQ, X[i], y[i]) for i in splits]
+    counts = np.array([[np.sum(y[i] == k) for k in range(3)] for i in splits], dtype=float)
+    merged = merge_models(models, weights=counts, rank=2)
+    for k in range(3):
+        holders = [(m, counts[i, k]) for i, m in enumerate(models) if k in m.classes_]
+        expected = sum(w * m.prototypes_[list(m.prototype_labels_).index(k)] for m, w in holders) / sum(
+            w for _, w in holders
+        )
+        np.testing.assert_allclose(merged.prototypes_[k], expected)
+    assert merged.omega_.shape == (2, X.shape[1])
+    assert merged.score(X, y) > 0.85
+
+
+def test_a_merged_model_is_saved_and_loaded(tmp_path, nodes):
+    X, y, splits = nodes
+    merged = merge_models([_fit(LGMLVQ, X[i], y[i]) for i in splits])
+    loaded = dp_proto.load_release(merged.save(tmp_path / "release"))
+    np.testing.assert_array_equal(loaded.predict(X), merged.predict(X))
+
+
+def test_bad_input_gets_clear_errors(nodes):
+    X, y, splits = nodes
+    a, b = _fit(GMLVQ, X[splits[0]], y[splits[0]]), _fit(GMLVQ, X[splits[1]], y[splits[1]])
+    with pytest.raises(ValueError, match="at least one"):
+        merge_models([])
+    with pytest.raises(TypeError, match="of one kind"):
+        merge_models([a, _fit(LGMLVQ, X, y)])
+    with pytest.raises(TypeError, match="of one kind"):
+        merge_models([_fit(GLVQ, X, y)])
+    with pytest.raises(DataValidationError, match="different feature counts"):
+        merge_models([a, _fit(GMLVQ, X[:, :5], y)])
+    with pytest.raises(ValueError, match="several prototypes"):
+        merge_models([a, _fit(GMLVQ, X, y, prototypes_per_class=2)])
+    with pytest.raises(ValueError, match="outside the label set"):
+        merge_models([a, b], classes=[1, 2])
+    with pytest.raises(DataValidationError, match="no node has class"):
+        merge_models([a, b], classes=[0, 1, 2, 7])
+    with pytest.raises(ValueError, match="weights must be"):
+        merge_models([a, b], weights=np.ones((3, 3)))
+    with pytest.raises(ValueError, match="positive weight"):
+        merge_models([a, b], weights=np.array([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]]))
+
+
+# -- the scenarios ---------------------------------------------------------------------
+def test_node_splits_are_disjoint_and_scenario_2_drops_class_i_at_node_i():
+    y = np.repeat(np.arange(7), 30)
+    first = node_splits(y, 5, random_state=1)
+    assert sorted(np.concatenate(first).tolist()) == list(range(len(y)))
+    assert {len(i) for i in first} == {42}
+    second = node_splits(y, 5, drop_class_per_node=True, random_state=1)
+    for i, (a, b) in enumerate(zip(first, second, strict=True)):
+        assert i not in set(y[b]) and set(b) == set(a[y[a] != i])
+    with pytest.raises(ValueError, match="positive integer"):
+        node_splits(y, 0)
+    with pytest.raises(DataValidationError, match="cannot fill"):
+        node_splits(y[:3], 5)
