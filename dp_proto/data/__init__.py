@@ -42,6 +42,9 @@ Two-label images for anonymization (``dp_proto.data.loaders.images``)
     ``crop=YALE_FACE_CROP, size=YALE_FACE_SIZE`` centres each face (``FaceCrop``).
 ``make_entangled_task(n, num_regular=4, num_private=8, entanglement=0.5, ...)``
     (``dp_proto.data.synthetic.entangled``) Synthetic features with a known label dependence -> ``EntangledTask``.
+``feature_relevance_set(n_samples=3000, n_strong=3, n_redundant=10, n_irrelevant=37, ...)``
+    (``dp_proto.data.synthetic.relevance``) Planted strongly relevant, redundant and
+    irrelevant features (the FRI set of Brinkrolf 2023, ch. 5) -> ``(X, y, kinds)``.
 
 Traffic counts for learning from label proportions (``dp_proto.data.loaders.scats``,
 ``dp_proto.data.sensors``, ``dp_proto.data.geometry``)
@@ -156,6 +159,7 @@ from dp_proto.data.synthetic.entangled import (
     entangled_label_joint,
     make_entangled_task,
 )
+from dp_proto.data.synthetic.relevance import FEATURE_KINDS, feature_relevance_set
 from dp_proto.data.synthetic.toy import (
     FIVE_GAUSSIANS_MEANS,
     OUTLIER_MEANS,
@@ -224,6 +228,8 @@ __all__ = [
     "load_uci",
     "load_yale_faces",
     "make_entangled_task",
+    "FEATURE_KINDS",
+    "feature_relevance_set",
     "merge_classes",
     "noisy_xor",
     "noisy_xor_unbalanced",

@@ -1,6 +1,6 @@
 """Feature sparsity for GMLVQ and LGMLVQ (Brinkrolf 2023, chapter 5).
 
-The group-lasso penalty of eq. 5.5 has one group per input feature ``f``: column ``f``
+The group-lasso penalty (Yuan & Lin 2006) of eq. 5.5 has one group per input feature ``f``: column ``f``
 of every projection matrix (the one ``Omega (r, d)`` of GMLVQ, or all ``Omega_k (W, r,
 d)`` of LGMLVQ), so feature ``f`` is unused exactly when that column is zero everywhere:
 
@@ -20,7 +20,7 @@ decision 12). Brinkrolf (2023)'s subgradient also tested a single entry for zero
 instead of the group's norm; the proximal step has no such case.
 
 ``simultaneous_omp`` is the OMP post-processing of section 5.4.2, as one support shared
-by all rows (simultaneous OMP): the sparse ``Omega_bar`` that reproduces the projected
+by all rows (simultaneous OMP, Tropp, Gilbert & Strauss 2006): the sparse ``Omega_bar`` that reproduces the projected
 differences ``Omega_k (x_i - w_k)`` of the training data within a relative tolerance.
 The dissertation runs OMP per row, which gives each row its own support (the feature
 count is then their union), and leaves the atoms' normalisation and the stopping rule

@@ -234,3 +234,33 @@ def test_five_gaussians_bad_args():
         five_gaussians(n_per_class=-1)
     with pytest.raises(TypeError):
         five_gaussians(n_per_class=2.5)
+
+
+def test_feature_relevance_set_plants_its_kinds():
+    from sklearn.linear_model import LogisticRegression
+
+    from dp_proto.data import FEATURE_KINDS, feature_relevance_set
+
+    X, y, kinds = feature_relevance_set(600, random_state=0)
+    assert X.shape == (600, 50) and y.shape == (600,) and set(np.unique(y)) == {0, 1}
+    assert [int((kinds == k).sum()) for k in FEATURE_KINDS] == [3, 10, 37]
+    assert 0.35 < y.mean() < 0.65  # about balanced
+    strong, redundant = X[:, kinds == "strong"], X[:, kinds == "redundant"]
+    # redundant columns are exact linear combinations of the strong ones
+    coef, *_ = np.linalg.lstsq(strong, redundant, rcond=None)
+    np.testing.assert_allclose(strong @ coef, redundant, atol=1e-10)
+    np.testing.assert_allclose(X[:, kinds != "strong"].std(0), 1.0, atol=0.15)
+    # separable on the strong features alone; nothing to learn from the irrelevant ones
+    assert LogisticRegression(C=1e4, max_iter=2000).fit(strong, y).score(strong, y) > 0.99
+    assert (
+        LogisticRegression()
+        .fit(X[:, kinds == "irrelevant"][:300], y[:300])
+        .score(X[:, kinds == "irrelevant"][300:], y[300:])
+        < 0.65
+    )
+    again, _, _ = feature_relevance_set(600, random_state=0)
+    np.testing.assert_array_equal(again, X)
+    with pytest.raises(ValueError, match="n_strong must be an integer >= 1"):
+        feature_relevance_set(n_strong=0)
+    with pytest.raises(ValueError, match="n_samples must be"):
+        feature_relevance_set(1)

@@ -1,5 +1,6 @@
-"""Synthetic data: the toy sets of the implemented papers (``.toy``) and the two-label
-task with a known label dependence (``.entangled``)."""
+"""Synthetic data: the toy sets of the implemented papers (``.toy``), the two-label
+task with a known label dependence (``.entangled``) and a set with planted feature
+relevance (``.relevance``)."""
 
 from dp_proto._deprecation import moved_names
 from dp_proto.data.synthetic.entangled import (
@@ -7,6 +8,7 @@ from dp_proto.data.synthetic.entangled import (
     entangled_label_joint,
     make_entangled_task,
 )
+from dp_proto.data.synthetic.relevance import FEATURE_KINDS, feature_relevance_set
 from dp_proto.data.synthetic.toy import (
     FIVE_GAUSSIANS_MEANS,
     OUTLIER_MEANS,
@@ -36,6 +38,8 @@ __all__ = [
     "EntangledTask",
     "entangled_label_joint",
     "make_entangled_task",
+    "FEATURE_KINDS",
+    "feature_relevance_set",
 ]
 
 # The shuttle helpers and the subsampler lived in the old module dp_proto.data.synthetic.
