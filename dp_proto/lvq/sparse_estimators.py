@@ -52,7 +52,10 @@ _SHARED_DOC = """
         the penalised (and OMP) solution.
     rank : int or None, default None
         Rows of every ``Omega``; None means ``d``.
-    omega_init : {"identity", "scaled_identity", "random"}, default "identity"
+    omega_init : {"random", "identity", "scaled_identity"}, default "random"
+        ``"random"`` (drawn from ``random_state``) starts every feature's column non-zero;
+        the identity of a rank-limited ``Omega`` (``rank < d``) would start with only the
+        first ``rank`` features and the penalty keeps zero columns at zero.
     max_iter : int, default 2000
         Proximal gradient iterations (a few milliseconds each on small data); stopping
         at ``max_iter`` warns ``ConvergenceWarning``.
@@ -221,7 +224,7 @@ class SparseGMLVQ(_SparseMixin, GMLVQ):
         omp_tol: float | None = None,
         refit: bool = True,
         rank: int | None = None,
-        omega_init: str = "identity",
+        omega_init: str = "random",
         max_iter: int = 2000,
         lr: float = 1.0,
         tol: float = 1e-6,
@@ -296,7 +299,7 @@ class SparseLGMLVQ(_SparseMixin, LGMLVQ):
         omp_tol: float | None = None,
         refit: bool = True,
         rank: int | None = None,
-        omega_init: str = "identity",
+        omega_init: str = "random",
         max_iter: int = 2000,
         lr: float = 1.0,
         tol: float = 1e-6,
