@@ -55,12 +55,14 @@ __all__ = [
     "group_penalty",
     "group_soft_threshold_",
     "normalize_metric_",
+    "sparsify_step_",
     "sparsity",
     "selected_features",
     "simultaneous_omp",
     "omp_refit_",
     "fit_proximal",
     "refit_on_support",
+    "metric_parameter",
 ]
 
 
@@ -112,6 +114,28 @@ def normalize_metric_(omega: Tensor) -> None:
     total = omega.pow(2).sum().sqrt()
     if total > 0:
         omega.div_(total)
+
+
+@torch.no_grad()
+def sparsify_step_(omega: Tensor, step: float, penalty: float) -> int:
+    """The proximal step of ``step * penalty * P`` in units of the metric's own scale, in
+    place: the group soft-threshold ``step * penalty * ||Omega||_F``, then the metric
+    rescaled to the Frobenius norm it had (the GLVQ cost ignores the scale, and the zeros
+    stay zero). On a unit-norm metric this is ``fit_proximal``'s step. A threshold that
+    would zero every feature is skipped (the metric is left as it was). Returns the
+    number of features kept. Used after every noisy DP-SGD step (post-processing)."""
+    if not (step >= 0 and penalty >= 0):
+        raise ValueError(f"step and penalty must be >= 0, got {step!r} and {penalty!r}")
+    scale = float(omega.pow(2).sum().sqrt())
+    if scale == 0.0 or step * penalty == 0.0:
+        return int((feature_group_norms(omega) > 0).sum())
+    before = omega.clone()
+    kept = int((group_soft_threshold_(omega, step * penalty * scale) > 0).sum())
+    if kept == 0:
+        omega.copy_(before)
+        return int((feature_group_norms(omega) > 0).sum())
+    omega.mul_(scale / float(omega.pow(2).sum().sqrt()))
+    return kept
 
 
 def selected_features(omega: Tensor) -> Tensor:
@@ -178,7 +202,8 @@ def simultaneous_omp(differences: Tensor, omega: Tensor, *, n_features: int | No
     return sparse.reshape(omega.shape)
 
 
-def _metric_parameter(model: PrototypeModel) -> torch.nn.Parameter:
+def metric_parameter(model: PrototypeModel) -> torch.nn.Parameter:
+    """The metric of a GMLVQ (``omega``) or LGMLVQ (``omegas``) model; ``TypeError`` otherwise."""
     layer = model.layer
     if isinstance(layer, LGMLVQLayer):
         return layer.omegas
@@ -202,7 +227,7 @@ def omp_refit_(model: PrototypeModel, x: Tensor, *, n_features: int | None = Non
     """Replace the metric of ``model`` (GMLVQ or LGMLVQ, no backbone) by its
     ``simultaneous_omp`` on the training inputs ``x (n, d)``, renormalised; returns the
     selected features."""
-    param = _metric_parameter(model)
+    param = metric_parameter(model)
     sparse = simultaneous_omp(_layer_differences(model, x), param, n_features=n_features, tol=tol)
     param.copy_(sparse)
     normalize_metric_(param)
@@ -252,7 +277,7 @@ def fit_proximal(
         raise ValueError(f"penalty must be a finite number >= 0, got {penalty!r}")
     if not lr > 0:
         raise ValueError(f"lr must be > 0, got {lr!r}")
-    metric = _metric_parameter(model)
+    metric = metric_parameter(model)
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
     with torch.no_grad():
@@ -334,7 +359,7 @@ def refit_on_support(
     """Retrain ``model`` (prototypes and metric) by L-BFGS on the GLVQ cost without the
     penalty, with every feature whose group is zero now held at zero (its gradient
     masked), so ``selected_features`` does not change. Returns ``fit_lbfgs``'s result."""
-    metric = _metric_parameter(model)
+    metric = metric_parameter(model)
     keep = (feature_group_norms(metric.detach()) > 0).to(metric.dtype)
     handle = metric.register_hook(lambda grad: grad * keep)
     try:

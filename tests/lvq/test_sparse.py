@@ -201,7 +201,7 @@ def test_more_penalty_gives_fewer_features_and_transform_keeps_them(cls):
     X, y = _wine()
     kept = []
     for penalty in (0.0, 0.3, 1.0):
-        model = cls(penalty=penalty, rank=2).fit(X, y)
+        model = cls(penalty=penalty, rank=2, random_state=0).fit(X, y)
         assert model.sparsity_ == 1 - len(model.selected_features_) / X.shape[1]
         assert model.transform(X).shape == (len(X), len(model.selected_features_))
         np.testing.assert_array_equal(model.transform(X), X[:, model.selected_features_])
@@ -214,7 +214,7 @@ def test_more_penalty_gives_fewer_features_and_transform_keeps_them(cls):
 
 def test_omp_option_places_the_model_at_a_feature_count():
     X, y = _wine()
-    model = SparseLGMLVQ(penalty=0.05, rank=2, omp_features=4).fit(X, y)
+    model = SparseLGMLVQ(penalty=0.05, rank=2, omp_features=4, random_state=0).fit(X, y)
     assert len(model.selected_features_) == 4 and model.sparsity_ == pytest.approx(1 - 4 / 13)
     assert model.score(X, y) > 0.85
 
@@ -246,7 +246,7 @@ def test_not_converging_warns():
 @pytest.mark.parametrize("cls", [SparseGMLVQ, SparseLGMLVQ])
 def test_release_round_trip_keeps_the_selection(cls, tmp_path):
     X, y = _wine()
-    model = cls(penalty=0.3, rank=2).fit(X, y)
+    model = cls(penalty=0.3, rank=2, random_state=0).fit(X, y)
     loaded = dp_proto.load_release(model.save(tmp_path / "release"))
     assert type(loaded) is cls
     np.testing.assert_array_equal(loaded.selected_features_, model.selected_features_)
@@ -257,8 +257,8 @@ def test_release_round_trip_keeps_the_selection(cls, tmp_path):
 
 def test_refit_keeps_the_support_and_lowers_the_glvq_cost():
     X, y = _wine()
-    selected = SparseLGMLVQ(penalty=0.2, rank=2, refit=False).fit(X, y)
-    refitted = SparseLGMLVQ(penalty=0.2, rank=2).fit(X, y)
+    selected = SparseLGMLVQ(penalty=0.2, rank=2, refit=False, random_state=0).fit(X, y)
+    refitted = SparseLGMLVQ(penalty=0.2, rank=2, random_state=0).fit(X, y)
     np.testing.assert_array_equal(refitted.selected_features_, selected.selected_features_)
     assert refitted.n_iter_ > selected.n_iter_
     assert selected.loss_ == selected.loss_curve_[-1]  # the penalised cost, never increasing

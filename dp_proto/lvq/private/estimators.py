@@ -32,10 +32,12 @@ from dp_proto._deprecation import REMOVAL
 from dp_proto._validation import torch_dtype
 from dp_proto.exceptions import DomainWarning
 from dp_proto.lvq.estimators import GLVQ, GMLVQ, LGMLVQ
+from dp_proto.lvq.layers import GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes, dp_init_events
 from dp_proto.lvq.private.dpsgd import fit_dp_sgd
 from dp_proto.lvq.release import layer_description, model_from_release, model_tensors
+from dp_proto.lvq.sparse import metric_parameter, selected_features, sparsity
 from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.domain import PublicBoundsScaler, public_classes
 from dp_proto.privacy.dpsgd_plan import DPSGDPlan
@@ -133,7 +135,6 @@ class _DPMixin(_DPReleaseHooks):
         noise_seed: int | None
 
         def _check_X(self, X: Any, *, reset: bool, y: Any = None) -> Any: ...
-        def _store_metric(self) -> None: ...
         def to_release(self) -> Release: ...
 
     # -- the release format (dp_proto.release; the rest is in the non-private base) ------
@@ -153,6 +154,17 @@ class _DPMixin(_DPReleaseHooks):
 
     def _input_units(self, prototypes: np.ndarray) -> np.ndarray:
         return self.scaler_.inverse_transform(prototypes)
+
+    def _store_metric(self) -> None:
+        """The metric's attributes, and for GMLVQ / LGMLVQ the features it uses
+        (``selected_features_``: a non-zero column in some Omega; ``sparsity_``, eq. 5.8
+        of Brinkrolf 2023): post-processing of the released model."""
+        super()._store_metric()  # type: ignore[misc]  # GLVQ's, GMLVQ's or LGMLVQ's
+        layer = self.model_.layer
+        if isinstance(layer, (GMLVQLayer, LGMLVQLayer)):
+            metric = metric_parameter(self.model_).detach()
+            self.selected_features_ = selected_features(metric).cpu().numpy()
+            self.sparsity_ = sparsity(metric)
 
     def _bounds_scaler(self) -> PublicBoundsScaler:
         """The public map of ``bounds`` onto ``[-1, 1]^d`` (clipping, no warning)."""
@@ -243,6 +255,16 @@ class _DPMixin(_DPReleaseHooks):
             raise ValueError(f"average_last must lie in [0, 1), got {self.average_last!r}")
         if not getattr(self, "metric_lr_scale", 1.0) > 0:
             raise ValueError(f"metric_lr_scale must be > 0, got {self.metric_lr_scale!r}")
+        group_lasso = getattr(self, "group_lasso", 0.0)
+        if isinstance(group_lasso, bool) or not isinstance(group_lasso, (int, float, np.floating)):
+            raise ValueError(f"group_lasso must be a number >= 0, got {group_lasso!r}")
+        if not (np.isfinite(group_lasso) and group_lasso >= 0):
+            raise ValueError(f"group_lasso must be a finite number >= 0, got {group_lasso!r}")
+        if group_lasso > 0 and getattr(self, "normalize_omega", False) and type(self).__name__ == "DPLGMLVQ":
+            raise ValueError(
+                "group_lasso needs normalize_omega=False for DPLGMLVQ: per-matrix renormalisation would undo the "
+                "shrinkage of a feature in one matrix"
+            )
         if not self.max_grad_norm > 0:
             raise ValueError(f"max_grad_norm must be > 0, got {self.max_grad_norm!r}")
 
@@ -353,6 +375,7 @@ class _DPMixin(_DPReleaseHooks):
             lr=self.lr,
             optimizer=self.solver,
             metric_lr_scale=getattr(self, "metric_lr_scale", 1.0),
+            group_lasso=float(getattr(self, "group_lasso", 0.0)),
             average_last=self.average_last,
             clipping=self.clipping,
             engine=self.engine,
@@ -712,6 +735,12 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         Learning rate of Omega relative to ``lr``. Every coordinate of Omega gets as
         much noise as a prototype coordinate; a smaller rate keeps the metric's random
         walk short.
+    group_lasso : float, default 0.0
+        Feature sparsity (Brinkrolf 2023, ch. 5): after every noisy step the group
+        soft-threshold of the metric's feature columns (``fit_dp_sgd``), so unused
+        features become exactly zero (``selected_features_``, ``sparsity_``).
+        Post-processing of the released iterates: the guarantee and the privacy plan do
+        not change.
     average_last : float in [0, 1), default 0.0
         Release the mean of the iterates of the last ``average_last`` share of the steps
         (post-processing; 0 releases the last iterate).
@@ -826,6 +855,7 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         solver="sgd",
         lr=0.05,
         metric_lr_scale=1.0,
+        group_lasso=0.0,
         average_last=0.0,
         transfer_fn="sigmoid",
         beta=16.0,
@@ -858,6 +888,7 @@ class DPGMLVQ(_DPMixin, GMLVQ):
             solver=solver,
             lr=lr,
             metric_lr_scale=metric_lr_scale,
+            group_lasso=group_lasso,
             average_last=average_last,
             transfer_fn=transfer_fn,
             beta=beta,
@@ -954,6 +985,12 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         Learning rate of Omega relative to ``lr``. Every coordinate of Omega gets as
         much noise as a prototype coordinate; a smaller rate keeps the metric's random
         walk short.
+    group_lasso : float, default 0.0
+        Feature sparsity (Brinkrolf 2023, ch. 5): after every noisy step the group
+        soft-threshold of the metric's feature columns (``fit_dp_sgd``), so unused
+        features become exactly zero (``selected_features_``, ``sparsity_``).
+        Post-processing of the released iterates: the guarantee and the privacy plan do
+        not change.
     average_last : float in [0, 1), default 0.0
         Release the mean of the iterates of the last ``average_last`` share of the steps
         (post-processing; 0 releases the last iterate).
@@ -1065,6 +1102,7 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         solver="sgd",
         lr=0.05,
         metric_lr_scale=1.0,
+        group_lasso=0.0,
         average_last=0.0,
         transfer_fn="identity",
         beta=1.0,
@@ -1097,6 +1135,7 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
             solver=solver,
             lr=lr,
             metric_lr_scale=metric_lr_scale,
+            group_lasso=group_lasso,
             average_last=average_last,
             transfer_fn=transfer_fn,
             beta=beta,
