@@ -8,8 +8,8 @@ unknown keys are rejected so that typos do not pass silently::
                scaling: standard, pca: null, batch_size: 64, subsample: null}
     model:    {type: gmlvq, prototypes_per_class: 1, rank: null, omega_init: identity,
                normalize: true, backbone: null, backbone_features: 32}
-    training: {optimizer: adam, lr: 0.01, momentum: 0.9, metric_lr_scale: 1.0, max_epochs: 30,
-               max_lbfgs_iter: 20,
+    training: {optimizer: adam, lr: 0.01, momentum: 0.9, metric_lr_scale: 1.0, group_lasso: 0.0,
+               max_epochs: 30, max_lbfgs_iter: 20,
                transfer_fn: identity, beta: 1.0, accelerator: auto, progress_bar: true}
     logging:  {log_dir: runs, name: null, image_shape: null, image_every_n_epochs: 5}
     privacy:  {epsilon: null, delta: 1.0e-5, sampling_rate: 0.01, max_grad_norm: 0.5,
@@ -145,6 +145,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
         "lr": 0.01,
         "momentum": 0.9,
         "metric_lr_scale": 1.0,
+        "group_lasso": 0.0,
         "max_epochs": 30,
         "max_lbfgs_iter": 20,
         "transfer_fn": "identity",
@@ -306,6 +307,7 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
         lr=train["lr"],
         momentum=train["momentum"],
         metric_lr_scale=train["metric_lr_scale"],
+        group_lasso=train["group_lasso"],
         transfer_fn=train["transfer_fn"],
         beta=train["beta"],
         image_shape=image_shape,
@@ -412,6 +414,7 @@ def release_estimator(config: Mapping[str, Any], module: DPLVQModule, dm: ArrayD
         "solver": train["optimizer"],
         "lr": train["lr"],
         "metric_lr_scale": train["metric_lr_scale"],
+        "group_lasso": train["group_lasso"],
         "transfer_fn": train["transfer_fn"],
         "beta": train["beta"],
         "rank": model_cfg["rank"],

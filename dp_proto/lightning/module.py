@@ -17,6 +17,7 @@ from dp_proto.lvq.init import class_mean_prototypes
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.losses import wtac
 from dp_proto.lvq.model import PrototypeModel
+from dp_proto.lvq.sparse import metric_parameter, sparsify_step_, sparsity
 from dp_proto.lvq.training import make_optimizer, parameter_groups
 from dp_proto.plotting import prototype_grid, relevance_image
 
@@ -169,6 +170,12 @@ class LVQModule(L.LightningModule):
         SGD momentum (default 0.9).
     metric_lr_scale : float
         Learning rate of the metric (Omega) relative to ``lr`` (default 1.0).
+    group_lasso : float
+        Feature sparsity (Brinkrolf 2023, ch. 5; GMLVQ and LGMLVQ layers, ``sgd`` or
+        ``adam``): after every step the group soft-threshold of the metric's feature
+        columns with the metric's step size ``lr * metric_lr_scale``
+        (``dp_proto.lvq.sparse.sparsify_step_``), logged as ``sparsity`` every epoch.
+        In the DP subclass it is post-processing of the noisy step (default 0.0: off).
     max_lbfgs_iter : int
         L-BFGS iterations per training step (one step per epoch with a full batch).
     transfer_fn, beta
@@ -195,6 +202,7 @@ class LVQModule(L.LightningModule):
         lr: float = 0.01,
         momentum: float = 0.9,
         metric_lr_scale: float = 1.0,
+        group_lasso: float = 0.0,
         max_lbfgs_iter: int = 20,
         transfer_fn: str = "identity",
         beta: float = 1.0,
@@ -211,11 +219,13 @@ class LVQModule(L.LightningModule):
                 raise TypeError(f"{type(self).__name__} needs a model (or the model_spec of a checkpoint)")
             model = model_from_spec(model_spec)
         spec = describe_model(model, backbone=(model_spec or {}).get("backbone"))
+        _check_group_lasso(group_lasso, model, optimizer)
         self.model = model
         self.optimizer_name = optimizer
         self.lr = lr
         self.momentum = momentum
         self.metric_lr_scale = metric_lr_scale
+        self.group_lasso = float(group_lasso)
         self.max_lbfgs_iter = max_lbfgs_iter
         self.transfer_fn = transfer_fn
         self.beta = beta
@@ -271,6 +281,8 @@ class LVQModule(L.LightningModule):
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         # Post-processing projection of the metric (trace(Lambda) = 1), eq. 2.20.
         self.model.layer.normalize_()
+        if self.group_lasso > 0:  # the proximal step of the group lasso (also post-processing)
+            sparsify_step_(metric_parameter(self.model), self.lr * self.metric_lr_scale, self.group_lasso)
 
     def configure_optimizers(self):
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -283,6 +295,8 @@ class LVQModule(L.LightningModule):
 
     # -- pictures ------------------------------------------------------------------------
     def on_train_epoch_end(self) -> None:
+        if self.group_lasso > 0:
+            self.log("sparsity", sparsity(metric_parameter(self.model).detach()), prog_bar=True)
         epoch = self.current_epoch
         last = self.trainer.max_epochs is not None and epoch == self.trainer.max_epochs - 1
         if epoch % self.image_every_n_epochs == 0 or last:
@@ -308,3 +322,22 @@ class LVQModule(L.LightningModule):
         for writer in writers:
             for tag, image in images.items():
                 writer.add_image(tag, image, self.current_epoch)
+
+
+def _check_group_lasso(group_lasso: float, model: PrototypeModel, optimizer: str) -> None:
+    if isinstance(group_lasso, bool) or not isinstance(group_lasso, numbers.Real) or not group_lasso >= 0:
+        raise ValueError(f"group_lasso must be a number >= 0, got {group_lasso!r}")
+    if not np.isfinite(group_lasso):
+        raise ValueError(f"group_lasso must be finite, got {group_lasso!r}")
+    if group_lasso == 0:
+        return
+    layer = model.layer
+    if not isinstance(layer, (GMLVQLayer, LGMLVQLayer)):
+        raise ValueError(f"group_lasso needs a GMLVQ or LGMLVQ layer (a metric), got {type(layer).__name__}")
+    if isinstance(layer, LGMLVQLayer) and layer.normalize:
+        raise ValueError(
+            "group_lasso needs an LGMLVQ layer with normalize=False: per-matrix renormalisation would undo the "
+            "shrinkage of a feature in one matrix"
+        )
+    if optimizer == "lbfgs":
+        raise ValueError("group_lasso needs optimizer 'sgd' or 'adam' (a step size per step), not 'lbfgs'")

@@ -92,3 +92,59 @@ def test_the_loader_must_be_poisson_at_the_modules_rate():
     with pytest.raises(ValueError, match="needs a Poisson-sampling training loader"):
         trainer.fit(module, train_dataloaders=shuffled)
     assert not ledger.events
+
+
+def test_group_lasso_gives_exact_zeros_and_logs_the_sparsity():
+    from sklearn.datasets import load_wine
+    from sklearn.preprocessing import scale
+
+    X, y = load_wine(return_X_y=True)
+    X = PublicBoundsScaler(-4.0, 4.0).fit_transform(scale(X))
+    dm = ArrayDataModule(X, y, scaling="none", sampling_rate=0.1, seed=0)
+    dm.setup()
+    x_train, y_train = dm.train_tensors()
+    ledger = PrivacyLedger()
+    model = PrototypeModel(GMLVQLayer(13, 3), [0, 1, 2])
+    module = DPLVQModule(
+        model,
+        ledger=ledger,
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        sampling_rate=0.1,
+        expected_batch_size=10.0,
+        optimizer="sgd",
+        lr=0.05,
+        group_lasso=1.0,
+    )
+    module.init_prototypes(x_train, y_train)
+    trainer = L.Trainer(
+        max_epochs=5,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        callbacks=[PrivacySpendCallback(ledger)],
+        num_sanity_val_steps=0,
+        enable_checkpointing=False,
+    )
+    trainer.fit(module, datamodule=dm)
+    norms = model.layer.omega.detach().norm(dim=0)
+    assert (norms == 0).sum() >= 3  # exact zeros
+    assert trainer.callback_metrics["sparsity"] == pytest.approx(float((norms == 0).sum()) / 13)
+
+
+@pytest.mark.parametrize(
+    "layer, kwargs, message",
+    [
+        ("glvq", {"group_lasso": 0.1}, "needs a GMLVQ or LGMLVQ layer"),
+        ("gmlvq", {"group_lasso": -1.0}, "group_lasso must be a number >= 0"),
+        ("gmlvq", {"group_lasso": 0.1, "optimizer": "lbfgs"}, "not 'lbfgs'"),
+    ],
+)
+def test_group_lasso_bad_settings(layer, kwargs, message):
+    from dp_proto.lightning import LVQModule
+    from dp_proto.lvq import GLVQLayer
+
+    model = PrototypeModel(GLVQLayer(4, 3) if layer == "glvq" else GMLVQLayer(4, 3), [0, 1, 2])
+    with pytest.raises(ValueError, match=message):
+        LVQModule(model, **kwargs)
