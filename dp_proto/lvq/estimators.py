@@ -304,7 +304,7 @@ class _LVQBase(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Classif
             public["domain"] = domain
         return Release(
             model=registered_name(self),
-            tensors={**model_tensors(self.model_), **self._release_domain_tensors()},
+            tensors={**model_tensors(self.model_), **self._release_domain_tensors(), **self._release_fitted_tensors()},
             hyperparameters=hyperparameters,
             hyperparameters_not_saved=not_saved,
             public=public,
@@ -337,6 +337,7 @@ class _LVQBase(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Classif
             if name in release.fitted:
                 setattr(self, name, release.fitted[name])
         self._restore_privacy(release)
+        self._restore_fitted_tensors(release)
         self.prototypes_ = self._input_units(self.model_.layer.prototypes.detach().cpu().numpy().copy())
         self.prototype_labels_ = self.classes_[self.model_.prototype_labels.cpu().numpy()]
         self._store_metric()

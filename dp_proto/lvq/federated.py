@@ -97,14 +97,18 @@ def merge_models(
     Parameters
     ----------
     models : sequence of fitted GMLVQ or LGMLVQ (all of one kind)
-        One per node, one prototype per class; a node may lack classes.
+        One per node, one prototype per class; a node may lack classes. Private nodes
+        (``DPGMLVQ``, ``DPLGMLVQ``, same public ``bounds``) merge too: their tensors in the
+        mapped units, their prototypes weighted by the released noisy class counts; the
+        result carries ``node_ledgers_`` and ``privacy_`` (parallel composition over the
+        nodes' disjoint data: the largest node epsilon).
     classes : sequence, optional
         The shared label set (default: the union of the nodes' ``classes_``); every class
         must be held by at least one node.
     weights : array (m, c), optional
         Non-negative weight of node ``i`` for class ``classes[k]`` (e.g. its class counts);
-        default: the plain means of Brinkrolf (2023). GMLVQ's single metric is averaged
-        with the node totals ``weights.sum(1)``.
+        default: the plain means of Brinkrolf (2023) (private nodes: their noisy class
+        counts). GMLVQ's single metric is averaged with the node totals ``weights.sum(1)``.
     rank : int, optional
         Rows of the merged ``Omega``: the top-``rank`` root of the merged ``Lambda``;
         default: the full symmetric root.
@@ -119,17 +123,20 @@ def merge_models(
     if len(models) == 0:
         raise ValueError("merge_models needs at least one node model")
     kinds = {type(m) for m in models}
-    if len(kinds) != 1 or not (kinds <= {GMLVQ, LGMLVQ}):
+    kind = next(iter(kinds))
+    if len(kinds) != 1 or not issubclass(kind, GMLVQ):
         names = sorted(k.__name__ for k in kinds)
         raise TypeError(f"merge_models takes fitted GMLVQ or LGMLVQ models of one kind, got {names}")
-    kind = kinds.pop()
-    local = kind is LGMLVQ
+    local = issubclass(kind, LGMLVQ)
     for model in models:
         check_is_fitted(model)
+    private = hasattr(models[0], "ledger_")
     widths = {int(m.n_features_in_) for m in models}
     if len(widths) != 1:
         raise DataValidationError(f"the node models have different feature counts {sorted(widths)}")
     d = widths.pop()
+    if private:
+        _check_same_domain(models)
     held = np.unique(np.concatenate([np.asarray(m.classes_) for m in models]))
     label_set = held if classes is None else np.unique(np.asarray(list(classes)))
     tables = [_node_table(m, label_set, i) for i, m in enumerate(models)]
@@ -137,23 +144,26 @@ def merge_models(
     if missing:
         raise DataValidationError(f"no node has class(es) {missing}: the merged model would have no prototype")
     c, m_nodes = len(label_set), len(models)
+    has = np.array([[cls in t for cls in label_set.tolist()] for t in tables])  # (m, c)
     if weights is None:
-        w = np.ones((m_nodes, c))
+        w = _count_weights(models, label_set, has) if private else np.ones((m_nodes, c))
     else:
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != (m_nodes, c) or not np.isfinite(w).all() or (w < 0).any():
             raise ValueError(f"weights must be a non-negative array of shape ({m_nodes}, {c}), got {np.shape(weights)}")
-    has = np.array([[cls in t for cls in label_set.tolist()] for t in tables])  # (m, c)
     w = np.where(has, w, 0.0)
     if (w.sum(0) <= 0).any():
         raise ValueError("every class needs a positive weight at some node that has it")
 
+    # the models' own tensors: input units for the public estimators, the mapped [-1, 1]
+    # units of the public bounds for the private ones (the metric is in those units)
+    node_prototypes = [m.model_.layer.prototypes.detach().cpu().numpy().astype(np.float64) for m in models]
     node_omegas = [np.asarray(m.omega_, dtype=np.float64) for m in models]
     prototypes = np.zeros((c, d))
     omegas: list[np.ndarray] = []
     for k, cls in enumerate(label_set.tolist()):
         rows = [(i, t[cls]) for i, t in enumerate(tables) if cls in t]
-        prototypes[k] = sum(w[i, k] * np.asarray(models[i].prototypes_[j]) for i, j in rows) / w[:, k].sum()
+        prototypes[k] = sum(w[i, k] * node_prototypes[i][j] for i, j in rows) / w[:, k].sum()
         if local:
             lam = merge_relevances([node_omegas[i][j] for i, j in rows], [w[i, k] for i, _ in rows])
             omegas.append(relevance_root(lam, rank))
@@ -162,25 +172,85 @@ def merge_models(
         omegas.append(relevance_root(merge_relevances(node_omegas, node_weights), rank))
 
     first = models[0]
-    merged = kind(prototypes_per_class=1, rank=rank, dtype=first.dtype, device=first.device)
+    params = {**first.get_params(deep=False), "prototypes_per_class": 1, "rank": rank}
+    params.update({k: None for k in ("ledger", "noise_seed") if k in params})
+    merged = kind(**params)
     tdtype = torch_dtype(first.dtype)
     r = omegas[0].shape[0]
     metric = torch.as_tensor(np.stack(omegas) if local else omegas[0], dtype=tdtype)
     layer: GMLVQLayer | LGMLVQLayer
+    normalize = bool(first.model_.layer.normalize)
     if local:
-        layer = LGMLVQLayer(d, c, rank=r, prototypes="zeros", omega_init=metric, dtype=tdtype, device=first.device)
+        layer = LGMLVQLayer(
+            d, c, rank=r, prototypes="zeros", omega_init=metric, normalize=normalize, dtype=tdtype, device=first.device
+        )
     else:
-        layer = GMLVQLayer(d, c, rank=r, prototypes="zeros", omega_init=metric, dtype=tdtype, device=first.device)
+        layer = GMLVQLayer(
+            d, c, rank=r, prototypes="zeros", omega_init=metric, normalize=normalize, dtype=tdtype, device=first.device
+        )
     with torch.no_grad():
         layer.prototypes.copy_(torch.as_tensor(prototypes, dtype=tdtype))
     merged.model_ = PrototypeModel(layer, torch.arange(c, device=first.device))
     merged.classes_ = label_set
     merged.n_features_in_ = d
-    merged.prototypes_ = prototypes
+    if private:
+        merged.scaler_ = first.scaler_
+        _attach_node_guarantees(merged, models)
+    merged.prototypes_ = merged._input_units(prototypes)
     merged.prototype_labels_ = label_set.copy()
     merged.node_counts_ = has.sum(0)
     merged._store_metric()
     return merged
+
+
+def _check_same_domain(models: Sequence[Any]) -> None:
+    """Private nodes must share the public bounds (their tensors are in the mapped units)."""
+    first = models[0].scaler_
+    for i, m in enumerate(models[1:], start=1):
+        if not (np.array_equal(m.scaler_.lower_, first.lower_) and np.array_equal(m.scaler_.upper_, first.upper_)):
+            raise ValueError(
+                f"node {i} has other public bounds than node 0: private nodes must map the features with the "
+                "same bounds to be merged"
+            )
+
+
+def _count_weights(models: Sequence[Any], label_set: np.ndarray, has: np.ndarray) -> np.ndarray:
+    """Private nodes: the released noisy class counts ``class_counts_`` (clipped at 0) as
+    weights, so a node with (almost) no records of a class adds (almost) nothing to its
+    prototype; a class with no positive count anywhere is averaged plainly."""
+    w = np.zeros(has.shape)
+    for i, m in enumerate(models):
+        counts = getattr(m, "class_counts_", None)
+        if counts is None:
+            return np.ones(has.shape)
+        position = {cls: j for j, cls in enumerate(np.asarray(m.classes_).tolist())}
+        for k, cls in enumerate(label_set.tolist()):
+            if cls in position:
+                w[i, k] = max(float(counts[position[cls]]), 0.0)
+    plain = (w * has).sum(0) <= 0
+    w[:, plain] = 1.0
+    return w
+
+
+def _attach_node_guarantees(merged: Any, models: Sequence[Any]) -> None:
+    """The merged model is post-processing of the node releases; every record lies in
+    exactly one node's data, so by parallel composition it is ``(max_i epsilon_i,
+    max_i delta_i)``-DP under add/remove one record. The nodes' ledgers are kept, each
+    the record of its own node's releases."""
+    merged.node_ledgers_ = [m.ledger_ for m in models]
+    epsilons = [float(m.epsilon_) for m in models]
+    deltas = [float(m.delta) for m in models]
+    merged.epsilon_ = max(epsilons)
+    merged.privacy_ = {
+        "composition": "parallel over the nodes' disjoint data",
+        "epsilon": max(epsilons),
+        "delta": max(deltas),
+        "nodes": [dict(m.privacy_) for m in models],
+    }
+    merged.privacy_scope_ = (
+        "each record lies in exactly one node's data; the merged model is post-processing of the node models, "
+        "so it is (max epsilon, max delta)-DP by parallel composition under add/remove one record of any node"
+    )
 
 
 def node_splits(

@@ -131,6 +131,13 @@ class PublicReleaseHooks:
     def _release_privacy(self) -> dict[str, Any]:
         return {"private": False}
 
+    def _release_fitted_tensors(self) -> dict[str, np.ndarray]:
+        """Fitted arrays beyond the model's tensors (the private estimators' noisy counts)."""
+        return {}
+
+    def _restore_fitted_tensors(self, release: Release) -> None:
+        pass
+
     def _restore_domain(self, release: Release) -> None:
         if release.private:
             raise ValueError(f"the release of {release.model} is private, but {type(self).__name__} is not")

@@ -160,3 +160,65 @@ def test_node_splits_are_disjoint_and_scenario_2_drops_class_i_at_node_i():
         node_splits(y, 0)
     with pytest.raises(DataValidationError, match="cannot fill"):
         node_splits(y[:3], 5)
+
+
+# -- private nodes -----------------------------------------------------------------------
+PRIVATE = dict(epsilon=2.0, bounds=(-4, 4), classes=[0, 1, 2], sampling_rate=0.2, epochs=3)
+
+
+def _private_nodes(cls, X, y, splits, **kw):
+    from dp_proto.lvq.private import DPGMLVQ, DPLGMLVQ
+
+    cls = {"gmlvq": DPGMLVQ, "lgmlvq": DPLGMLVQ}[cls]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [cls(**{**PRIVATE, "epsilon": 1.0 + i, **kw}).fit(X[s], y[s]) for i, s in enumerate(splits)]
+
+
+@pytest.mark.parametrize("kind", ["gmlvq", "lgmlvq"])
+def test_private_nodes_merge_with_their_guarantees(kind, nodes):
+    X, y, splits = nodes
+    models = _private_nodes(kind, X, y, splits)
+    merged = merge_models(models)
+    assert type(merged) is type(models[0])
+    assert merged.epsilon_ == max(m.epsilon_ for m in models) <= 3.0
+    assert merged.privacy_["composition"].startswith("parallel")
+    assert [n["epsilon"] for n in merged.privacy_["nodes"]] == [m.privacy_["epsilon"] for m in models]
+    assert merged.node_ledgers_ == [m.ledger_ for m in models]
+    np.testing.assert_array_equal(merged.node_counts_, [3, 3, 3])  # a private node has every class
+    # prototypes in the mapped units, weighted by the released noisy counts (clipped at 0)
+    w = np.clip(np.stack([m.class_counts_ for m in models]), 0, None)
+    mapped = np.stack([m.model_.layer.prototypes.detach().numpy() for m in models])
+    expected = (w[:, :, None] * mapped).sum(0) / w.sum(0)[:, None]
+    np.testing.assert_allclose(merged.model_.layer.prototypes.detach().numpy(), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(merged.prototypes_, merged.scaler_.inverse_transform(expected), rtol=1e-5, atol=1e-5)
+    assert merged.predict(X).shape == (len(X),)
+    with pytest.raises(TypeError, match="merged from private node models"):
+        merged.to_release()
+
+
+def test_private_nodes_need_the_same_bounds(nodes):
+    X, y, splits = nodes
+    a = _private_nodes("gmlvq", X, y, splits[:1])[0]
+    b = _private_nodes("gmlvq", X, y, splits[1:2], bounds=(-5, 5))[0]
+    with pytest.raises(ValueError, match="other public bounds"):
+        merge_models([a, b])
+
+
+def test_the_federated_pipeline_passes_the_neighbour_check():
+    """Three private nodes and the merge, as one release of the union: removing any one
+    record moves only its own node's pre-noise quantities, within their sensitivities."""
+    from dp_proto.privacy.testing import adversarial_removals, neighbour_check
+
+    X, y = _wine()
+    keep = np.concatenate([np.flatnonzero(y == c)[:6] for c in range(3)])
+    X, y = X[keep], y[keep]
+    node = np.arange(len(y)) % 3  # public node of every record
+
+    def release(X, y, node):
+        models = _private_nodes("gmlvq", X, y, [np.flatnonzero(node == i) for i in range(3)], epochs=1)
+        return merge_models(models)
+
+    report = neighbour_check(release, (X, y, node), adversarial_removals(X, y) + [0, 7], curator_only=("curator_",))
+    report.assert_ok()
+    assert report.releases.count("dp_init/class_counts") == 3

@@ -143,7 +143,14 @@ def test_a_release_holds_no_pickle_no_generator_and_nothing_curator_only(tmp_pat
     assert manifest["hyperparameters_not_saved"].keys() == {"noise_seed", "ledger"}
     assert manifest["privacy"]["noise"] == "reproducible"  # said, not the seed
     release = read_release(path)
-    assert set(release.tensors) == {"prototypes", "prototype_labels", "omega", "scaler.lower", "scaler.upper"}
+    assert set(release.tensors) == {
+        "prototypes",
+        "prototype_labels",
+        "omega",
+        "scaler.lower",
+        "scaler.upper",
+        "class_counts",
+    }
 
 
 @pytest.mark.parametrize("cls", list(SETTINGS), ids=lambda cls: cls.__name__)

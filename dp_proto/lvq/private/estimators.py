@@ -89,7 +89,22 @@ class _DPReleaseHooks:
         return {"scaler.lower": np.asarray(self.scaler_.lower_), "scaler.upper": np.asarray(self.scaler_.upper_)}
 
     def _release_privacy(self) -> dict[str, Any]:
+        if not hasattr(self, "ledger_") and hasattr(self, "node_ledgers_"):
+            raise TypeError(
+                f"this {type(self).__name__} was merged from private node models (dp_proto.lvq.federated): a merged "
+                "model has no release format yet; publish the node models, each with its own ledger"
+            )
         return ledger_manifest(self.ledger_, self.delta, scope=getattr(self, "privacy_scope_", FIT_SCOPE))
+
+    def _release_fitted_tensors(self) -> dict[str, np.ndarray]:
+        """``class_counts_``, the DP initialisation's noisy class counts (released under
+        its ``dp_init/class_counts`` event), when the fit has them."""
+        counts = getattr(self, "class_counts_", None)
+        return {} if counts is None else {"class_counts": np.asarray(counts, dtype=np.float64).copy()}
+
+    def _restore_fitted_tensors(self, release: Release) -> None:
+        if "class_counts" in release.tensors:
+            self.class_counts_ = release.tensor("class_counts", ndim=1).copy()
 
     def _restore_domain(self, release: Release) -> None:
         if not release.private:
@@ -404,6 +419,7 @@ class _DPMixin(_DPReleaseHooks):
         self.privacy_scope_ = FIT_SCOPE
         self.prototypes_ = self.scaler_.inverse_transform(layer.prototypes.detach().cpu().numpy())
         self.prototype_labels_ = self.classes_[init.prototype_labels.cpu().numpy()]
+        self.class_counts_ = init.noisy_counts.detach().cpu().numpy().astype(np.float64)  # released
         self._store_metric()
         return self
 
@@ -532,6 +548,10 @@ class DPGLVQ(_DPMixin, GLVQ):
         The ledger's summary (also stored on ``model_``).
     ledger_ : PrivacyLedger
         Every release of the run: the DP initialisation's counts and sums, the DP-SGD steps.
+    class_counts_ : ndarray (c,)
+        The DP initialisation's noisy class counts (discrete Laplace; may be negative),
+        released under its ``dp_init/class_counts`` event; federated merging weights
+        the nodes' prototypes by them.
     noise_multiplier_ : float
         Noise multiplier ``sigma`` of the DP-SGD steps.
     sampling_rate_ : float
@@ -782,6 +802,10 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         The ledger's summary (also stored on ``model_``).
     ledger_ : PrivacyLedger
         Every release of the run: the DP initialisation's counts and sums, the DP-SGD steps.
+    class_counts_ : ndarray (c,)
+        The DP initialisation's noisy class counts (discrete Laplace; may be negative),
+        released under its ``dp_init/class_counts`` event; federated merging weights
+        the nodes' prototypes by them.
     noise_multiplier_ : float
         Noise multiplier ``sigma`` of the DP-SGD steps.
     sampling_rate_ : float
@@ -1029,6 +1053,10 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         The ledger's summary (also stored on ``model_``).
     ledger_ : PrivacyLedger
         Every release of the run: the DP initialisation's counts and sums, the DP-SGD steps.
+    class_counts_ : ndarray (c,)
+        The DP initialisation's noisy class counts (discrete Laplace; may be negative),
+        released under its ``dp_init/class_counts`` event; federated merging weights
+        the nodes' prototypes by them.
     noise_multiplier_ : float
         Noise multiplier ``sigma`` of the DP-SGD steps.
     sampling_rate_ : float
