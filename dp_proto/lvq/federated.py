@@ -8,7 +8,8 @@ own data and sends it once; ``merge_models`` builds the global model:
   weighted one, e.g. by the nodes' class counts; Brinkrolf 2023 averages unweighted);
 * metric: ``Omega`` is not unique (rotations of its rows give the same ``Lambda``), so
   the relevance matrices are averaged: ``Lambda = (1/m) sum_i Omega_i^T Omega_i``
-  (eq. 6.2, GMLVQ) or, per class, over the nodes that have it (eq. 6.3, LGMLVQ);
+  (eq. 6.2, GMLVQ) or, per class, over the nodes that have it (eq. 6.3, LGMLVQ), each
+  node's metric first scaled to a mean ``trace(Lambda) = 1`` (its scale is arbitrary);
 * back to ``Omega``: the principal square root of the symmetric ``Lambda`` by ``eigh``
   (negative eigenvalues from rounding clipped to zero), or with ``rank=k`` the
   rectangular root ``diag(sqrt(lambda_1..k)) U_1..k^T`` of the top ``k`` eigenpairs.
@@ -158,7 +159,11 @@ def merge_models(
     # the models' own tensors: input units for the public estimators, the mapped [-1, 1]
     # units of the public bounds for the private ones (the metric is in those units)
     node_prototypes = [m.model_.layer.prototypes.detach().cpu().numpy().astype(np.float64) for m in models]
-    node_omegas = [np.asarray(m.omega_, dtype=np.float64) for m in models]
+    # A node's metric is defined up to one global scale (the GLVQ cost ignores it), and
+    # private nodes (no trace normalisation, a noisy random walk) end at any scale: every
+    # node is brought to a mean trace(Lambda) of 1 before averaging, so that no node's
+    # arbitrary scale outweighs the others (Brinkrolf 2023 assumes trace-normalised nodes).
+    node_omegas = [_unit_scale(np.asarray(m.omega_, dtype=np.float64)) for m in models]
     prototypes = np.zeros((c, d))
     omegas: list[np.ndarray] = []
     for k, cls in enumerate(label_set.tolist()):
@@ -201,6 +206,13 @@ def merge_models(
     merged.node_counts_ = has.sum(0)
     merged._store_metric()
     return merged
+
+
+def _unit_scale(omega: np.ndarray) -> np.ndarray:
+    """``omega (r, d)`` or ``(W, r, d)`` scaled to a mean ``trace(Lambda_j) = 1``."""
+    stack = omega.reshape(-1, *omega.shape[-2:])
+    mean_trace = float((stack**2).sum()) / len(stack)
+    return omega / np.sqrt(mean_trace) if mean_trace > 0 else omega
 
 
 def _check_same_domain(models: Sequence[Any]) -> None:
