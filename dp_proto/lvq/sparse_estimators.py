@@ -28,6 +28,12 @@ from dp_proto.release import register_model
 
 __all__ = ["SparseGMLVQ", "SparseLGMLVQ"]
 
+
+def _set(obj: Any, params: Mapping[str, Any]) -> None:
+    for name, value in params.items():
+        setattr(obj, name, value)
+
+
 _SHARED_DOC = """
     Parameters
     ----------
@@ -118,9 +124,48 @@ class _SparseMixin(SelectorMixin):
     n_features_in_: int
     omega_: np.ndarray
 
-    def _set_params(self, params: Mapping[str, Any]) -> None:
-        for name, value in params.items():
-            setattr(self, name, value)
+    # one signature for both estimators (scikit-learn reads the parameters from it)
+    def __init__(
+        self,
+        prototypes_per_class: int | Mapping[Any, int] = 1,
+        *,
+        penalty: float = 0.1,
+        omp_features: int | None = None,
+        omp_tol: float | None = None,
+        refit: bool = True,
+        rank: int | None = None,
+        omega_init: str = "random",
+        max_iter: int = 2000,
+        lr: float = 1.0,
+        tol: float = 1e-6,
+        transfer_fn: str = "identity",
+        beta: float = 1.0,
+        random_state: int | np.random.RandomState | None = None,
+        verbose: int = 0,
+        device: str = "cpu",
+        dtype: str = "float64",
+    ) -> None:
+        _set(
+            self,
+            dict(
+                prototypes_per_class=prototypes_per_class,
+                penalty=penalty,
+                omp_features=omp_features,
+                omp_tol=omp_tol,
+                refit=refit,
+                rank=rank,
+                omega_init=omega_init,
+                max_iter=max_iter,
+                lr=lr,
+                tol=tol,
+                transfer_fn=transfer_fn,
+                beta=beta,
+                random_state=random_state,
+                verbose=verbose,
+                device=device,
+                dtype=dtype,
+            ),
+        )
 
     def _validate_params(self) -> None:
         torch_dtype(self.dtype)
@@ -215,47 +260,6 @@ class SparseGMLVQ(_SparseMixin, GMLVQ):
         + _SHARED_DOC
     )
 
-    def __init__(
-        self,
-        prototypes_per_class: int | Mapping[Any, int] = 1,
-        *,
-        penalty: float = 0.1,
-        omp_features: int | None = None,
-        omp_tol: float | None = None,
-        refit: bool = True,
-        rank: int | None = None,
-        omega_init: str = "random",
-        max_iter: int = 2000,
-        lr: float = 1.0,
-        tol: float = 1e-6,
-        transfer_fn: str = "identity",
-        beta: float = 1.0,
-        random_state: int | np.random.RandomState | None = None,
-        verbose: int = 0,
-        device: str = "cpu",
-        dtype: str = "float64",
-    ) -> None:
-        self._set_params(
-            dict(
-                prototypes_per_class=prototypes_per_class,
-                penalty=penalty,
-                omp_features=omp_features,
-                omp_tol=omp_tol,
-                refit=refit,
-                rank=rank,
-                omega_init=omega_init,
-                max_iter=max_iter,
-                lr=lr,
-                tol=tol,
-                transfer_fn=transfer_fn,
-                beta=beta,
-                random_state=random_state,
-                verbose=verbose,
-                device=device,
-                dtype=dtype,
-            )
-        )
-
     def _make_layer(self, n_features, n_prototypes, generator, tdtype):
         return GMLVQLayer(
             n_features,
@@ -289,47 +293,6 @@ class SparseLGMLVQ(_SparseMixin, LGMLVQ):
 """
         + _SHARED_DOC
     )
-
-    def __init__(
-        self,
-        prototypes_per_class: int | Mapping[Any, int] = 1,
-        *,
-        penalty: float = 0.1,
-        omp_features: int | None = None,
-        omp_tol: float | None = None,
-        refit: bool = True,
-        rank: int | None = None,
-        omega_init: str = "random",
-        max_iter: int = 2000,
-        lr: float = 1.0,
-        tol: float = 1e-6,
-        transfer_fn: str = "identity",
-        beta: float = 1.0,
-        random_state: int | np.random.RandomState | None = None,
-        verbose: int = 0,
-        device: str = "cpu",
-        dtype: str = "float64",
-    ) -> None:
-        self._set_params(
-            dict(
-                prototypes_per_class=prototypes_per_class,
-                penalty=penalty,
-                omp_features=omp_features,
-                omp_tol=omp_tol,
-                refit=refit,
-                rank=rank,
-                omega_init=omega_init,
-                max_iter=max_iter,
-                lr=lr,
-                tol=tol,
-                transfer_fn=transfer_fn,
-                beta=beta,
-                random_state=random_state,
-                verbose=verbose,
-                device=device,
-                dtype=dtype,
-            )
-        )
 
     def _make_layer(self, n_features, n_prototypes, generator, tdtype):
         return LGMLVQLayer(

@@ -1,12 +1,12 @@
 """DPLVQModule: DP-SGD inside Lightning, the spend in the ledger, a clean stop at the budget."""
 
-import lightning as L
 import pytest
 from sklearn.datasets import load_iris
 
 from dp_proto.lightning import ArrayDataModule, DPLVQModule, PrivacySpendCallback
 from dp_proto.lvq import GMLVQLayer, PrototypeModel
 from dp_proto.privacy import PrivacyLedger, PublicBoundsScaler
+from tests._checkpoints import cpu_trainer
 
 
 def _setup(ledger, noise=1.0, epochs=3):
@@ -26,17 +26,7 @@ def _setup(ledger, noise=1.0, epochs=3):
         lr=0.05,
     )  # public: q times a public size of 100
     module.init_prototypes(x_train, y_train)  # non-private init: this test is about the SGD part
-    trainer = L.Trainer(
-        max_epochs=epochs,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
-        callbacks=[PrivacySpendCallback(ledger)],
-        num_sanity_val_steps=0,
-        enable_checkpointing=False,
-    )
-    return dm, module, trainer
+    return dm, module, cpu_trainer(epochs, callbacks=[PrivacySpendCallback(ledger)])
 
 
 @pytest.mark.slow
@@ -117,16 +107,7 @@ def test_group_lasso_gives_exact_zeros_and_logs_the_sparsity():
         group_lasso=1.0,
     )
     module.init_prototypes(x_train, y_train)
-    trainer = L.Trainer(
-        max_epochs=5,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
-        callbacks=[PrivacySpendCallback(ledger)],
-        num_sanity_val_steps=0,
-        enable_checkpointing=False,
-    )
+    trainer = cpu_trainer(5, callbacks=[PrivacySpendCallback(ledger)])
     trainer.fit(module, datamodule=dm)
     norms = model.layer.omega.detach().norm(dim=0)
     assert (norms == 0).sum() >= 3  # exact zeros
