@@ -1,0 +1,297 @@
+"""Sparse LGMLVQ and federated LVQ (Brinkrolf 2023, chapters 5 and 6; Tables 5.2 and 6.1).
+
+Issue 25 names the runner ``python benchmarks/sparse_federated.py``; in the package layout
+of ``benchmarks/`` it is ``python -m benchmarks.sparse_federated.sparse_federated``.
+
+Sparse part (Table 5.2 shape): on UCI optdigits (5620 x 64) and a synthetic set with planted
+strongly relevant, redundant and irrelevant features (``dp_proto.data.feature_relevance_set``,
+3000 x 50, the shape of the dissertation's FRI set), stratified 5-fold CV, z-score fitted
+on the training part, test accuracy at sparsity 0.5, 0.75 and 0.9, i.e. with
+``k = round((1 - s) d)`` features kept, of
+
+* ``SLGMLVQ``: ``SparseLGMLVQ(penalty=0.02, rank=5, omp_features=k, max_iter=300)``: a short
+  proximal fit, simultaneous OMP to ``k`` features, the unpenalised refit on them;
+* ``LR``: the ``k`` features that enter the L1-penalised logistic-regression path first
+  (``liblinear``, one-vs-rest, ``C`` over ``[1e-5, 1]`` as in the dissertation), with a
+  logistic regression refitted on them;
+* ``RF``: a random forest's impurity importances on all features, a new forest on the top ``k``.
+
+Federated part (Table 6.1 shape): UCI Image Segmentation (19 features) and optdigits (PCA 30
+fitted on the training part), stratified 5-fold CV, z-score on the training part, five nodes
+(``dp_proto.lvq.federated.node_splits``; scenario 1: a random split, scenario 2: node ``i``
+without class ``i``); GMLVQ and LGMLVQ (one prototype per class) per node, merged by
+``merge_models``; class-wise F1 averaged over the classes (macro F1) of the merged model,
+the best single node and the model trained on the pooled training part. Private variant:
+``DPGMLVQ`` per node (public bounds [-4, 4] of the z-scored features; the z-scoring itself is
+fitted without noise and taken as public, so the guarantee covers the fits), scenario 1, at
+epsilon 0.5, 1, 2 and 5 per node; the merged model is as private as its nodes (parallel
+composition).
+
+``--quick``: 2 folds instead of 5, optdigits subsampled to 1500 records for the sparse part,
+FRI to 1000, and the private variant at epsilon 1 only (the headline key); same headline keys.
+
+One JSON line per part (``{"benchmark": "sparse_federated", "part": "sparse" | "federated",
+"results": ..., "headline": ..., ...}``), each written to
+``benchmarks/sparse_federated/results/sparse_federated_<part>[_quick].json``.
+Headline keys: ``sparse_optdigits_accuracy_at_0.9``, ``sparse_fri_accuracy_at_0.9``,
+``federated_segmentation_gmlvq_f1`` ([scenario 1, scenario 2]),
+``federated_segmentation_lgmlvq_f1``, ``federated_segmentation_dp_gmlvq_f1_eps1``.
+
+Exit code 2 if the data directory or a data file is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.decomposition import PCA
+from sklearn.ensemble import RandomForestClassifier
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import f1_score
+from sklearn.model_selection import StratifiedKFold, train_test_split
+from sklearn.multiclass import OneVsRestClassifier
+from sklearn.preprocessing import StandardScaler
+from tqdm import tqdm
+
+from benchmarks.common import emit_json, load_benchmark_sets, machine_description, resolve_data_dir
+from dp_proto.data import feature_relevance_set
+from dp_proto.lvq import GMLVQ, LGMLVQ, SparseLGMLVQ
+from dp_proto.lvq.federated import merge_models, node_splits
+from dp_proto.lvq.private import DPGMLVQ
+
+BENCHMARK = "sparse_federated"
+HERE = Path(__file__).resolve().parent
+SPARSITIES = (0.5, 0.75, 0.9)
+EPSILONS = (0.5, 1.0, 2.0, 5.0)
+N_NODES = 5
+FOLDS, QUICK_FOLDS = 5, 2
+QUICK_SAMPLES = {"optdigits": 1500, "fri": 1000}
+PRIVATE_BOUNDS = (-4.0, 4.0)
+
+#: Brinkrolf (2023), Table 5.2 (FRI, m = 5) and Table 6.1 (Img. Seg., average F1).
+TARGETS = {
+    "sparse_fri": {
+        "SLGMLVQ": {"0.5": 0.999, "0.75": 0.999, "0.9": 0.987},
+        "LR": {"0.5": 0.997, "0.75": 0.997, "0.9": 0.997},
+        "RF": {"0.5": 0.921, "0.75": 0.947, "0.9": 0.963},
+    },
+    "federated_segmentation": {
+        "GMLVQ": [0.893, 0.873],
+        "LGMLVQ": [0.941, 0.935],
+        "GMLVQ vanilla": 0.913,
+        "LGMLVQ vanilla": 0.948,
+    },
+}
+
+
+def zscore(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    scaler = StandardScaler().fit(train)
+    keep = scaler.scale_ > 1e-12
+    return scaler.transform(train)[:, keep], scaler.transform(test)[:, keep]
+
+
+def mean_std(values) -> list[float]:
+    return [round(float(np.mean(values)), 4), round(float(np.std(values)), 4)]
+
+
+# --------------------------------------------------------------------------- sparse part
+def l1_entry_order(Xtr, ytr) -> np.ndarray:
+    """Features in the order they enter the L1 logistic-regression path (one-vs-rest
+    ``liblinear``, 30 values of ``C`` in ``[1e-5, 1]``; ties by the coefficients' size
+    where they enter; features that never enter last)."""
+    entry = np.full(Xtr.shape[1], np.inf)
+    size = np.zeros(Xtr.shape[1])
+    for step, C in enumerate(np.geomspace(1e-5, 1.0, 30)):
+        model = OneVsRestClassifier(LogisticRegression(l1_ratio=1.0, C=C, solver="liblinear", max_iter=200))
+        model.fit(Xtr, ytr)
+        weight = np.abs(np.vstack([e.coef_ for e in model.estimators_])).sum(0)
+        new = (weight > 0) & np.isinf(entry)
+        entry[new], size[new] = step, weight[new]
+    return np.lexsort((-size, entry))
+
+
+def rf_order(Xtr, ytr, seed: int) -> np.ndarray:
+    """Features by a random forest's impurity importance (100 trees), largest first."""
+    ranking = RandomForestClassifier(n_estimators=100, random_state=seed, n_jobs=1).fit(Xtr, ytr)
+    return np.argsort(ranking.feature_importances_)[::-1]
+
+
+def lr_on(Xtr, ytr, Xte, yte, features) -> float:
+    return float(LogisticRegression(max_iter=1000).fit(Xtr[:, features], ytr).score(Xte[:, features], yte))
+
+
+def rf_on(Xtr, ytr, Xte, yte, features, seed: int) -> float:
+    model = RandomForestClassifier(n_estimators=100, random_state=seed, n_jobs=1).fit(Xtr[:, features], ytr)
+    return float(model.score(Xte[:, features], yte))
+
+
+def slgmlvq_at(Xtr, ytr, Xte, yte, k: int, seed: int) -> float:
+    model = SparseLGMLVQ(penalty=0.02, rank=5, omp_features=k, max_iter=300, random_state=seed).fit(Xtr, ytr)
+    return float(model.score(Xte, yte))
+
+
+def sparse_part(sets: dict, folds: int, seed: int) -> dict:
+    results: dict = {}
+    for name, (X, y) in sets.items():
+        cv = StratifiedKFold(folds, shuffle=True, random_state=seed)
+        scores: dict = {m: {str(s): [] for s in SPARSITIES} for m in ("SLGMLVQ", "LR", "RF")}
+        for train, test in tqdm(list(cv.split(X, y)), desc=f"sparse {name}", unit="fold", file=sys.stderr):
+            Xtr, Xte = zscore(X[train], X[test])
+            d = Xtr.shape[1]
+            by_lr, by_rf = l1_entry_order(Xtr, y[train]), rf_order(Xtr, y[train], seed)
+            for s in SPARSITIES:
+                k = max(1, round((1 - s) * d))
+                scores["SLGMLVQ"][str(s)].append(slgmlvq_at(Xtr, y[train], Xte, y[test], k, seed))
+                scores["LR"][str(s)].append(lr_on(Xtr, y[train], Xte, y[test], by_lr[:k]))
+                scores["RF"][str(s)].append(rf_on(Xtr, y[train], Xte, y[test], by_rf[:k], seed))
+        results[name] = {m: {s: mean_std(v) for s, v in per.items()} for m, per in scores.items()}
+        results[name]["n_features"] = int(X.shape[1])
+    return results
+
+
+# ------------------------------------------------------------------------ federated part
+def macro_f1(model, X, y, labels) -> float:
+    return float(f1_score(y, model.predict(X), labels=labels, average="macro", zero_division=0))
+
+
+def federated_fold(Xtr, ytr, Xte, yte, labels, seed: int, epsilons) -> dict:
+    out: dict = {}
+    for cls in (GMLVQ, LGMLVQ):
+        pooled = cls(random_state=seed).fit(Xtr, ytr)
+        out[f"{cls.__name__} vanilla"] = macro_f1(pooled, Xte, yte, labels)
+        for scenario, drop in (("1", False), ("2", True)):
+            nodes = node_splits(ytr, N_NODES, drop_class_per_node=drop, random_state=seed)
+            models = [cls(random_state=seed).fit(Xtr[i], ytr[i]) for i in nodes]
+            out[f"{cls.__name__} {scenario}"] = macro_f1(merge_models(models, classes=labels), Xte, yte, labels)
+            out[f"{cls.__name__} {scenario} best node"] = max(macro_f1(m, Xte, yte, labels) for m in models)
+    nodes = node_splits(ytr, N_NODES, random_state=seed)
+    for eps in epsilons:
+        private = [
+            DPGMLVQ(epsilon=eps, bounds=PRIVATE_BOUNDS, classes=labels, sampling_rate=0.05, epochs=20).fit(
+                Xtr[i], ytr[i]
+            )
+            for i in nodes
+        ]
+        out[f"DP-GMLVQ eps={eps:g}"] = macro_f1(merge_models(private), Xte, yte, labels)
+        out[f"DP-GMLVQ eps={eps:g} mean node"] = float(np.mean([macro_f1(m, Xte, yte, labels) for m in private]))
+    return out
+
+
+def federated_part(sets: dict, folds: int, seed: int, epsilons) -> dict:
+    results: dict = {}
+    for name, (X, y) in sets.items():
+        labels = np.unique(y)
+        cv = StratifiedKFold(folds, shuffle=True, random_state=seed)
+        per_fold: dict = {}
+        for train, test in tqdm(list(cv.split(X, y)), desc=f"federated {name}", unit="fold", file=sys.stderr):
+            Xtr, Xte = zscore(X[train], X[test])
+            if name == "optdigits":  # PCA 30 fitted on the training part, as in the dissertation
+                pca = PCA(30, random_state=seed).fit(Xtr)
+                Xtr, Xte = zscore(pca.transform(Xtr), pca.transform(Xte))
+            # only the private nodes see epsilons; the public models are the same for every epsilon
+            fold = federated_fold(Xtr, y[train], Xte, y[test], labels, seed, epsilons if name == "segmentation" else ())
+            for key, value in fold.items():
+                per_fold.setdefault(key, []).append(value)
+        results[name] = {key: mean_std(v) for key, v in per_fold.items()}
+    return results
+
+
+# --------------------------------------------------------------------------------- main
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Sparse LGMLVQ and federated LVQ (Brinkrolf 2023, Tables 5.2 and 6.1).")
+    p.add_argument("--data-dir", default=None, help="directory holding uci/*.tsv.gz ($DP_PROTO_DATA_DIR)")
+    p.add_argument("--quick", action="store_true", help="2 folds, subsampled sparse sets, private variant at epsilon 1")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="write X_<part>.json instead of results/sparse_federated_<part>.json")
+    return p.parse_args(argv)
+
+
+def out_path(out: str | None, part: str, quick: bool) -> Path:
+    suffix = "_quick" if quick else ""
+    if out is None:
+        return HERE / "results" / f"{BENCHMARK}_{part}{suffix}.json"
+    base = Path(out)
+    return base.with_name(f"{base.stem}_{part}{suffix}{base.suffix or '.json'}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    started = time.perf_counter()
+    data = load_benchmark_sets(("optdigits", "segmentation"), resolve_data_dir(args.data_dir))
+    folds = QUICK_FOLDS if args.quick else FOLDS
+    X_fri, y_fri, kinds = feature_relevance_set(3000, random_state=args.seed)
+    sparse_sets = {"optdigits": data["optdigits"], "fri": (X_fri, y_fri)}
+    if args.quick:
+        sparse_sets = {
+            name: tuple(train_test_split(X, y, train_size=QUICK_SAMPLES[name], stratify=y, random_state=args.seed)[::2])
+            for name, (X, y) in sparse_sets.items()
+        }
+    notes = [
+        f"sparse: stratified {folds}-fold CV, z-score on the training part; k = round((1 - s) d) features",
+        "sparse SLGMLVQ: SparseLGMLVQ(penalty=0.02, rank=5, omp_features=k, max_iter=300), refit on the k features",
+        "sparse LR: the k features that enter the L1 logistic-regression path first (liblinear, one-vs-rest, 30 "
+        "log-spaced C in [1e-5, 1]), logistic regression (L2, default C) refitted on them",
+        "sparse RF: 100 trees, impurity importances on all features, 100 new trees on the top k",
+        "fri: dp_proto.data.feature_relevance_set(3000): 3 strong, 10 redundant, 37 irrelevant features",
+    ]
+    if args.quick:
+        notes.append(f"--quick: {folds} folds, sparse sets subsampled to {QUICK_SAMPLES}, private variant at epsilon 1")
+    sparse = sparse_part(sparse_sets, folds, args.seed)
+    machine = machine_description()
+    payload = {
+        "benchmark": BENCHMARK,
+        "part": "sparse",
+        "results": sparse,
+        "headline": {
+            "sparse_optdigits_accuracy_at_0.9": sparse["optdigits"]["SLGMLVQ"]["0.9"][0],
+            "sparse_fri_accuracy_at_0.9": sparse["fri"]["SLGMLVQ"]["0.9"][0],
+        },
+        "targets": {"source": "Brinkrolf (2023), Table 5.2 (FRI, m = 5)", **TARGETS["sparse_fri"]},
+        "machine": machine,
+        "elapsed_s": round(time.perf_counter() - started, 1),
+        "notes": notes,
+    }
+    emit_json(payload, out_path(args.out, "sparse", args.quick))
+
+    epsilons = (1.0,) if args.quick else EPSILONS
+    federated = federated_part(
+        {"segmentation": data["segmentation"], "optdigits": data["optdigits"]}, folds, args.seed, epsilons
+    )
+    seg = federated["segmentation"]
+    payload = {
+        "benchmark": BENCHMARK,
+        "part": "federated",
+        "results": federated,
+        "headline": {
+            "federated_segmentation_gmlvq_f1": [seg["GMLVQ 1"][0], seg["GMLVQ 2"][0]],
+            "federated_segmentation_lgmlvq_f1": [seg["LGMLVQ 1"][0], seg["LGMLVQ 2"][0]],
+            "federated_segmentation_dp_gmlvq_f1_eps1": seg["DP-GMLVQ eps=1"][0],
+        },
+        "targets": {
+            "source": "Brinkrolf (2023), Table 6.1 (Img. Seg., average class-wise F1)",
+            **TARGETS["federated_segmentation"],
+        },
+        "machine": machine,
+        "elapsed_s": round(time.perf_counter() - started, 1),
+        "notes": [
+            f"federated: stratified {folds}-fold CV, z-score on the training part (optdigits: then PCA 30 and "
+            "z-score again, fitted on the training part), 5 nodes (node_splits), one prototype per class, macro F1",
+            "private: DPGMLVQ(sampling_rate=0.05, epochs=20, bounds [-4, 4] of the z-scored features) per node, "
+            "scenario 1, merged weighted by the noisy class counts; the z-scoring is taken as public",
+        ],
+    }
+    emit_json(payload, out_path(args.out, "federated", args.quick))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
