@@ -73,6 +73,10 @@ class _DPReleaseHooks:
     delta: float
     scaler_: PublicBoundsScaler
     ledger_: PrivacyLedger
+    #: Fitted attributes a private release leaves out, with the reason (see ``GLVQ``).
+    RELEASE_DROPS: ClassVar[dict[str, str]] = {
+        "curator_": "curator-only: computed from the private data without noise, outside the guarantee",
+    }
     _DOMAIN_NOTE: ClassVar[str] = (
         "features are mapped from the public [lower, upper] onto [-1, 1]; the model's tensors are in the mapped units"
     )
@@ -153,10 +157,6 @@ class _DPMixin(_DPReleaseHooks):
         def to_release(self) -> Release: ...
 
     # -- the release format (dp_proto.release; the rest is in the non-private base) ------
-    #: Fitted attributes that a release leaves out, with the reason (see ``GLVQ``).
-    RELEASE_DROPS: ClassVar[dict[str, str]] = {
-        "curator_": "curator-only: computed from the private data without noise, outside the guarantee",
-    }
     _RELEASE_FITTED: ClassVar[tuple[str, ...]] = (
         "n_iter_",
         "noise_multiplier_",

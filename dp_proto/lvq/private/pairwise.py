@@ -384,11 +384,7 @@ class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
         self.device = device
         self.dtype = dtype
 
-    # -- the release format (dp_proto.release) -----------------------------------------
-    #: Fitted attributes that a release leaves out, with the reason (see ``PairwiseGMLVQ``).
-    RELEASE_DROPS: ClassVar[dict[str, str]] = {
-        "curator_": "curator-only: computed from the private data without noise, outside the guarantee",
-    }
+    # -- the release format (dp_proto.release; RELEASE_DROPS from _DPReleaseHooks) ------
     _RELEASE_FITTED: ClassVar[tuple[str, ...]] = (
         "n_iter_",
         "noise_multiplier_",
