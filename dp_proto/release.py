@@ -63,6 +63,7 @@ __all__ = [
     "registered_name",
     "model_class",
     "read_release",
+    "release_from_bytes",
     "load_release",
     "encode_hyperparameters",
     "decode_hyperparameters",
@@ -374,6 +375,20 @@ class Release:
         _atomic_write(directory / MANIFEST_FILE, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
         return directory
 
+    def to_bytes(self) -> bytes:
+        """The release as one byte string, for sending it rather than writing a folder:
+        an 8-byte little-endian length, the manifest (UTF-8 JSON, with the SHA-256 of the
+        tensors), then the tensors in the safetensors format. ``release_from_bytes``
+        reads it back with the checks of ``read_release``; no pickle either way."""
+        from safetensors.numpy import save
+
+        arrays = {k: np.asarray(v, order="C") for k, v in self.tensors.items()}
+        self.manifest()
+        tensors = save(arrays, metadata={"format": FORMAT_NAME})
+        manifest = self.manifest(sha256=hashlib.sha256(tensors).hexdigest())
+        header = json.dumps(manifest, sort_keys=True).encode("utf-8")
+        return len(header).to_bytes(8, "little") + header + tensors
+
 
 def _atomic_write(path: Path, write: Callable[[str], Any]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -429,17 +444,21 @@ def _read_tensors(directory: Path, listing: Mapping[str, Any]) -> dict[str, np.n
         arrays = load_file(str(path))
     except Exception as err:  # safetensors raises its own error types
         raise ValueError(f"{path} is not a readable safetensors file: {err}") from err
-    entries = listing.get("entries", {})
+    _check_entries(arrays, listing.get("entries", {}), path.name)
+    return arrays
+
+
+def _check_entries(arrays: Mapping[str, np.ndarray], entries: Mapping[str, Any], where: str) -> None:
+    """The tensors must be exactly those the manifest lists, with its dtypes and shapes."""
     if set(arrays) != set(entries):
-        raise ValueError(f"{path.name} holds the tensors {sorted(arrays)} but the manifest lists {sorted(entries)}")
+        raise ValueError(f"{where} holds the tensors {sorted(arrays)} but the manifest lists {sorted(entries)}")
     for name, entry in entries.items():
         array = arrays[name]
         if list(array.shape) != list(entry.get("shape", [])) or array.dtype.name != entry.get("dtype"):
             raise ValueError(
-                f"tensor {name!r} is {array.dtype.name} of shape {tuple(array.shape)} in {path.name}, but the "
+                f"tensor {name!r} is {array.dtype.name} of shape {tuple(array.shape)} in {where}, but the "
                 f"manifest says {entry.get('dtype')} of shape {tuple(entry.get('shape', []))}"
             )
-    return arrays
 
 
 def read_release(path: str | os.PathLike[str]) -> Release:
@@ -465,6 +484,40 @@ def read_release(path: str | os.PathLike[str]) -> Release:
         raise ValueError(f"{manifest_path} is not valid JSON: {err}") from err
     version = _check_format(manifest, manifest_path)
     tensors = _read_tensors(directory, manifest["tensors"])
+    return _release(manifest, tensors, version)
+
+
+def release_from_bytes(data: bytes) -> Release:
+    """The ``Release`` that ``Release.to_bytes`` wrote, checked as ``read_release``
+    checks a folder (format, version, digest, every tensor's dtype and shape)."""
+    from safetensors.numpy import load
+
+    where = Path("<release bytes>")
+    data = bytes(data)
+    if len(data) < 8:
+        raise ValueError("the release bytes are too short to hold a manifest")
+    size = int.from_bytes(data[:8], "little")
+    if size > len(data) - 8:
+        raise ValueError(f"the release bytes announce a {size}-byte manifest but hold {len(data) - 8} bytes")
+    try:
+        manifest = json.loads(data[8 : 8 + size].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"the manifest in the release bytes is not valid JSON: {err}") from err
+    version = _check_format(manifest, where)
+    raw = data[8 + size :]
+    listing = manifest["tensors"]
+    expected = listing.get("sha256") if isinstance(listing, dict) else None
+    if expected is not None and hashlib.sha256(raw).hexdigest() != expected:
+        raise ValueError("the tensors in the release bytes do not match the SHA-256 of their manifest")
+    try:
+        arrays = load(raw)
+    except Exception as err:  # safetensors raises its own error types
+        raise ValueError(f"the tensors in the release bytes are not readable safetensors data: {err}") from err
+    _check_entries(arrays, listing.get("entries", {}), "the release bytes")
+    return _release(manifest, arrays, version)
+
+
+def _release(manifest: Mapping[str, Any], tensors: dict[str, np.ndarray], version: int) -> Release:
     return Release(
         model=str(manifest["model"]),
         tensors=tensors,

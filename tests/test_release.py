@@ -214,3 +214,23 @@ def test_the_ledger_section_round_trips_and_is_read_only():
         ledger_from_manifest({**section, "epsilon": 0.4})
     # another composition order moves epsilon in the last digits: the stated value stands
     assert ledger_from_manifest({**section, "epsilon": 0.5 * (1 - 1e-9)}).get_epsilon() == 0.5 * (1 - 1e-9)
+
+
+def test_a_release_as_bytes_round_trips_and_is_checked(glvq):
+    from dp_proto.release import release_from_bytes
+
+    data = glvq.to_release().to_bytes()
+    release = release_from_bytes(data)
+    loaded = model_class(release.model).from_release(release)
+    np.testing.assert_array_equal(loaded.prototypes_, glvq.prototypes_)
+    assert release.manifest(sha256="x")["hyperparameters"] == glvq.to_release().manifest(sha256="x")["hyperparameters"]
+    changed = bytearray(data)
+    changed[-1] ^= 1
+    with pytest.raises(ValueError, match="SHA-256"):
+        release_from_bytes(bytes(changed))
+    with pytest.raises(ValueError, match="too short"):
+        release_from_bytes(b"\x01")
+    with pytest.raises(ValueError, match="announce"):
+        release_from_bytes((10**6).to_bytes(8, "little") + data[8:])
+    with pytest.raises(ValueError, match="not valid JSON"):
+        release_from_bytes((3).to_bytes(8, "little") + b"{{{" + data[8:])

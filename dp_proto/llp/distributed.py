@@ -69,38 +69,21 @@ Differences from the simulation
   node's.
 
 Processes and ports. ``launch_network`` uses one process per node
-(``world_size == len(nodes)``; several nodes per process is not supported),
-started by ``forkserver`` where the platform has it, else ``spawn`` (never
-``fork``: the launching process may hold threads). A ``spawn`` worker starts a
-fresh interpreter and imports torch and ``dp_proto`` (several seconds, times
-the number of nodes on a small machine); the forkserver imports them once (its
-preload list is set to ``dp_proto.llp.network``), forks the workers from it
-and stays up for later launches from the same process; every worker gets the
-launcher's current environment. The workers meet at a TCP rendezvous on
-``127.0.0.1`` at a free port (found by binding port 0, so another program could
-in principle take it before the workers do; pass ``master_port`` to choose);
-gloo then picks its own sockets on the address the host name resolves to,
-falling back to the loopback address (set ``GLOO_SOCKET_IFNAME=lo`` if that
-address is unusable). Only localhost is involved.
+(``world_size == len(nodes)``; several nodes per process is not supported), started
+by ``dp_proto._processes.launch_workers`` (shared with federated LVQ,
+``dp_proto.lvq.distributed``): ``forkserver`` where the platform has it (preloading
+``dp_proto.llp.network``), else ``spawn``, never ``fork``; a TCP rendezvous on
+``127.0.0.1`` at a free port. gloo then picks its own sockets on the address the host
+name resolves to, falling back to the loopback address (set ``GLOO_SOCKET_IFNAME=lo``
+if that address is unusable). Only localhost is involved.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
-import math
-import multiprocessing as mp
-import multiprocessing.connection
-import os
-import pickle
-import socket
 import sys
-import tempfile
 import time as _time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -108,7 +91,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from dp_proto._validation import check_int
+from dp_proto._processes import NodeProcessError, PeerFailedError, gather_status, launch_workers, to_cpu
 from dp_proto.llp.model import LLPNodeModel, NodeFit
 from dp_proto.llp.network import NetworkResult, check_neighbour_row, check_neighbours
 from dp_proto.llp.node import LLPConfig, LLPNode, warn_noise_seed
@@ -129,27 +112,6 @@ __all__ = [
 
 #: Entries of the metadata vector before the subscription flags.
 _META_FIELDS = 6
-
-
-class PeerFailedError(RuntimeError):
-    """Another node of the process group failed before the exchange; this one stopped too."""
-
-
-class NodeProcessError(RuntimeError):
-    """A node's process failed in ``launch_network``.
-
-    Attributes
-    ----------
-    rank : int
-        The node (rank) whose error this is.
-    remote_traceback : str
-        The traceback in the worker process (also in the message).
-    """
-
-    def __init__(self, message: str, rank: int, remote_traceback: str = "") -> None:
-        super().__init__(message)
-        self.rank = rank
-        self.remote_traceback = remote_traceback
 
 
 @dataclass
@@ -353,7 +315,7 @@ def run_node(
         release = this.release()
         grid = config.grid
         meta_values = [
-            1.0,
+            1.0,  # ok (gather_status sets it)
             float(grid.num_batches),
             float(config.num_classes),
             float(config.batch_size),
@@ -365,18 +327,8 @@ def run_node(
     t1 = _time.perf_counter()
 
     # 2. public metadata: ok flag, batch grid, classes, epsilon, whose tables this node wants
-    meta = torch.zeros(_META_FIELDS + world_size, dtype=torch.float64, device=comm)
-    meta[:_META_FIELDS] = torch.tensor(meta_values, dtype=torch.float64)
-    if local_error is None:
-        meta[[_META_FIELDS + j for j in nbrs]] = 1.0
-    gathered = [torch.empty_like(meta) for _ in range(world_size)]
-    dist.all_gather(gathered, meta, group=group)
-    if local_error is not None:
-        raise local_error
-    table = torch.stack(gathered).cpu()
-    failed = [j for j in range(world_size) if table[j, 0] != 1.0]
-    if failed:
-        raise PeerFailedError(f"node {rank}: node(s) {failed} failed before the exchange; nothing was sent")
+    flags = [1.0 if j in nbrs else 0.0 for j in range(world_size)]
+    table = gather_status(rank, world_size, local_error, meta_values[1:] + flags, group=group, device=comm)
     mine = table[rank, 1:_META_FIELDS]
     differ = [j for j in range(world_size) if not torch.equal(table[j, 1:_META_FIELDS], mine)]
     if differ:
@@ -424,97 +376,13 @@ def run_node(
 
 
 # --------------------------------------------------------------------------- processes
-def _to_cpu(obj):
-    """``obj`` with every tensor moved to the CPU (dataclasses, lists, tuples, dicts)."""
-    if isinstance(obj, Tensor):
-        return obj.detach().cpu()
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        changes = {f.name: _to_cpu(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
-        return dataclasses.replace(obj, **changes)
-    if isinstance(obj, list):
-        return [_to_cpu(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_to_cpu(v) for v in obj)
-    if isinstance(obj, dict):
-        return {key: _to_cpu(v) for key, v in obj.items()}
-    return obj
-
-
-def _write(path: Path, payload: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as fh:
-        pickle.dump(payload, fh, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(tmp, path)
-
-
-def _node_process(
-    rank: int,
-    world_size: int,
-    init_method: str,
-    backend: str,
-    timeout: float,
-    num_threads: int,
-    worker_setup: Callable[[int], Any] | None,
-    node,
-    neighbours_of_rank: list[int],
-    train_mask,
-    config: LLPConfig,
-    device: str,
-    out_dir: str,
-    env: dict[str, str] | None,
-) -> None:
-    """Body of a worker process: set up, join the group, run the node, report to ``out_dir``."""
-    out = Path(out_dir)
-    try:
-        if env is not None:  # forkserver: the launcher's environment, as spawn would have it
-            os.environ.clear()
-            os.environ.update(env)
-        torch.set_num_threads(num_threads)
-        if worker_setup is not None:
-            worker_setup(rank)
-        dist.init_process_group(
-            backend,
-            init_method=init_method,
-            rank=rank,
-            world_size=world_size,
-            timeout=datetime.timedelta(seconds=timeout),
-        )
-        try:
-            result = run_node(rank, world_size, node, neighbours_of_rank, config, train_mask=train_mask, device=device)
-        finally:
-            dist.destroy_process_group()
-        result = _to_cpu(result)
-        ledger_state = result.ledger.state_dict()
-        result.ledger = None
-        _write(out / f"result_{rank}.pkl", {"result": result, "ledger": ledger_state})
-    except BaseException as err:  # reported to the launching process
-        try:
-            pickle.dumps(err)
-            exc = err
-        except Exception:  # unpicklable exception: the text is enough
-            exc = None
-        _write(
-            out / f"error_{rank}.pkl",
-            {
-                "type": type(err).__name__,
-                "message": str(err),
-                "traceback": traceback.format_exc(),
-                "exception": exc,
-                "peer": isinstance(err, PeerFailedError),
-            },
-        )
-        sys.exit(1)
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def _read(path: Path) -> Any:
-    with open(path, "rb") as fh:
-        return pickle.load(fh)  # written by our own worker processes
+def _llp_worker(rank: int, world_size: int, node, neighbours_of_rank, train_mask, config, device: str) -> dict:
+    """One node's process (``launch_workers``): run the node, return its result on the
+    CPU with its ledger as a state dict."""
+    result = to_cpu(run_node(rank, world_size, node, neighbours_of_rank, config, train_mask=train_mask, device=device))
+    ledger_state = result.ledger.state_dict()
+    result.ledger = None
+    return {"result": result, "ledger": ledger_state}
 
 
 def launch_network(
@@ -599,132 +467,30 @@ def launch_network(
     config = config.resolve(nodes, "launch_network")
     if config.private and config.noise_seed is not None:
         warn_noise_seed("launch_network")
-    timeout = float(timeout)
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
-    if num_threads is None:
-        num_threads = max(1, (os.cpu_count() or 1) // n_nodes)
-    num_threads = check_int("num_threads", num_threads, 1)
-    port = _free_port(master_addr) if master_port is None else check_int("master_port", master_port, 1)
-    init_method = f"tcp://{master_addr}:{port}"
-    ctx, env = _process_context(start_method)
-    with tempfile.TemporaryDirectory(prefix="dp_proto_llp_") as out_dir:
-        out = Path(out_dir)
-        procs = []
-        try:
-            for i in range(n_nodes):
-                mask = None if train_masks is None else train_masks[i]
-                proc = ctx.Process(
-                    target=_node_process,
-                    name=f"llp-node-{i}",
-                    daemon=True,
-                    args=(
-                        i,
-                        n_nodes,
-                        init_method,
-                        backend,
-                        timeout,
-                        num_threads,
-                        worker_setup,
-                        nodes[i],
-                        nbrs[i],
-                        mask,
-                        config,
-                        str(torch.device(device)),
-                        out_dir,
-                        env,
-                    ),
-                )
-                proc.start()
-                procs.append(proc)
-            running = _wait(procs, timeout, grace=5.0)  # still running at the deadline
-        finally:
-            for proc in procs:
-                if proc.is_alive():
-                    proc.terminate()
-            for proc in procs:
-                proc.join(5.0)
-                if proc.is_alive():
-                    proc.kill()
-                    proc.join()
-        failure, cause = _first_failure(out, n_nodes)
-        if running:
-            raise TimeoutError(
-                f"node(s) {running} did not finish within {timeout:g} s and were terminated"
-                + ("" if failure is None else f" (node {failure.rank} had failed)")
-            ) from failure
-        if failure is not None:
-            raise failure from cause
-        return [_node_result(out, i, proc) for i, proc in enumerate(procs)]
-
-
-def _process_context(start_method: str | None) -> tuple[Any, dict[str, str] | None]:
-    """The multiprocessing context of the workers, and the environment a forkserver's
-    workers must take over (``None`` with spawn, whose workers inherit it)."""
-    if start_method is None:
-        start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-    if start_method not in ("spawn", "forkserver"):
-        raise ValueError(f"start_method must be 'spawn' or 'forkserver', got {start_method!r}")
-    ctx = mp.get_context(start_method)
-    if start_method != "forkserver":
-        return ctx, None
-    ctx.set_forkserver_preload(["dp_proto.llp.network"])  # torch, dp_proto (slow imports)
-    return ctx, dict(os.environ)  # the server's environment is that of its start
-
-
-def _first_failure(out: Path, n_nodes: int) -> tuple[NodeProcessError | None, BaseException | None]:
-    """The error of the first node that failed on its own (not because a peer did; else
-    the first that failed at all) and its original exception, from the workers' files."""
-    errors = {i: _read(out / f"error_{i}.pkl") for i in range(n_nodes) if (out / f"error_{i}.pkl").exists()}
-    if not errors:
-        return None, None
-    primary = [i for i, e in errors.items() if not e["peer"]] or sorted(errors)
-    i = min(primary)
-    err = errors[i]
-    failure = NodeProcessError(
-        f"node {i} failed ({err['type']}: {err['message']})\n\nTraceback in its process:\n{err['traceback']}",
-        i,
-        err["traceback"],
+    device_name = str(torch.device(device))
+    rank_args = [
+        (nodes[i], nbrs[i], None if train_masks is None else train_masks[i], config, device_name)
+        for i in range(n_nodes)
+    ]
+    payloads = launch_workers(
+        _llp_worker,
+        rank_args,
+        name="llp-node",
+        backend=backend,
+        master_addr=master_addr,
+        master_port=master_port,
+        timeout=timeout,
+        num_threads=num_threads,
+        worker_setup=worker_setup,
+        start_method=start_method,
+        preload=("dp_proto.llp.network",),
     )
-    return failure, err["exception"]
-
-
-def _node_result(out: Path, rank: int, proc: Any) -> NodeResult:
-    """Node ``rank``'s result as its worker wrote it, with its ledger restored."""
-    path = out / f"result_{rank}.pkl"
-    if not path.exists():
-        raise NodeProcessError(
-            f"node {rank}'s process exited with code {proc.exitcode} without a result "
-            f"(killed, or crashed in native code)",
-            rank,
-        )
-    payload = _read(path)
-    result = payload["result"]
-    result.ledger = PrivacyLedger.from_state_dict(payload["ledger"])
-    return result
-
-
-def _wait(procs: list, timeout: float, grace: float) -> list[int]:
-    """Wait for the workers; after the first failure give the others ``grace`` seconds.
-
-    Returns the indices of the workers still running when ``timeout`` ran out (none
-    if all ended, or if the grace period after a failure ended first).
-    """
-    deadline = _time.monotonic() + timeout
-    failed_at = None
-    while True:
-        alive = [i for i, p in enumerate(procs) if p.exitcode is None]
-        if not alive:
-            return []
-        now = _time.monotonic()
-        if failed_at is None and any(p.exitcode not in (None, 0) for p in procs):
-            failed_at = now
-        if failed_at is not None and now - failed_at > grace:
-            return []
-        if now >= deadline:
-            return alive
-        limit = deadline - now if failed_at is None else min(deadline - now, failed_at + grace - now)
-        mp.connection.wait([procs[i].sentinel for i in alive], timeout=max(0.0, min(limit, 1.0)))
+    results = []
+    for payload in payloads:
+        result = payload["result"]
+        result.ledger = PrivacyLedger.from_state_dict(payload["ledger"])
+        results.append(result)
+    return results
 
 
 def as_network_result(results: Sequence[NodeResult]) -> NetworkResult:

@@ -89,7 +89,7 @@ def _node_table(model: Any, classes: np.ndarray, position: int) -> dict[Any, int
 def merge_models(
     models: Sequence[GMLVQ],
     *,
-    classes: Sequence[Any] | None = None,
+    classes: Sequence[Any] | np.ndarray | None = None,
     weights: np.ndarray | None = None,
     rank: int | None = None,
 ) -> GMLVQ:

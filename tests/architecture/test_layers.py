@@ -20,7 +20,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "dp_proto"
 
-BASE = "base"  # dp_proto/__init__, exceptions, _validation, _neighbours, _deprecation, release
+BASE = "base"  # dp_proto/__init__, exceptions, _validation, _neighbours, _deprecation, _processes, release
 ALLOWED: dict[str, set[str]] = {
     BASE: set(),
     "privacy": {BASE},
@@ -48,6 +48,7 @@ def component(module: str) -> str:
         "_validation",
         "_neighbours",
         "_deprecation",
+        "_processes",
         "release",
         "__init__",
         "__version__",

@@ -1,0 +1,353 @@
+"""Federated LVQ with every node in its own process, exchanging models by ``torch.distributed``.
+
+Brinkrolf (2023, chapter 6) merges node models in one shot; ``dp_proto.lvq.federated``
+holds the merge (``merge_models``). Here the nodes are real parties:
+
+* ``federated_fit`` -- the single-process simulation: every node fits a clone of the
+  estimator on its rows, publishes its model in the release format, and the releases
+  are merged.
+* ``run_federated_node`` -- one node inside an initialised process group (rank ``i`` is
+  node ``i``): fit, exchange releases with every other node, merge. Same code path and
+  seeds as the simulation, so with the same ``random_state`` (and, for private nodes,
+  the same explicit ``noise_seed``) it computes the same merged model, bit for bit
+  (same kind of device, same number of intra-op threads).
+* ``launch_federated`` -- one process per node on localhost (gloo), each handed only
+  its own node's data, through the launcher the label-proportions network uses
+  (``dp_proto._processes.launch_workers``); the same ``run_federated_node`` runs with
+  NCCL across machines when the caller sets up the process group.
+
+What goes over the wire
+-----------------------
+Node ``i`` makes exactly these ``torch.distributed`` calls:
+
+1. ``all_gather`` of ``[ok, n_features, release_bytes]`` (float64): public metadata.
+   ``ok`` is 0 if the node failed before the exchange (its data, its labels outside the
+   shared label set, its fit); every node then stops instead of waiting for a model
+   that never comes. All nodes must have the same feature count.
+2. ``all_gather`` of its model's release (``Release.to_bytes``: the manifest and the
+   tensors of ``to_release()``, padded to the longest release, uint8): what the model
+   publishes and nothing else. A private node's release is its DP model (prototypes and
+   Omega after the noisy training, noisy class counts, the public bounds, the ledger's
+   events); its data, its noise seed and its curator state never leave it.
+
+Every node then merges all releases (``merge_models``) and so holds the same global
+model. The merged model of private nodes is post-processing of their releases and,
+by parallel composition over the nodes' disjoint data, ``(max_i epsilon_i, max_i
+delta_i)``-DP (``privacy_``, ``node_ledgers_``).
+
+Seeds. Node ``i`` fits ``node_estimators(estimator, m, random_state)[i]``: its
+``random_state`` is child ``i`` of ``numpy.random.SeedSequence(random_state)`` (or the
+estimator's own, if ``random_state`` is None); a private estimator keeps
+``noise_seed=None`` (fresh operating-system entropy at every node), and an explicit
+``noise_seed`` (for reproducing, it warns) becomes a different seed per node: nodes
+sharing one noise draw would let one node's release reveal another's noise.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from sklearn.base import clone
+
+from dp_proto._processes import gather_status, launch_workers
+from dp_proto.exceptions import DataValidationError
+from dp_proto.lvq.estimators import GMLVQ
+from dp_proto.lvq.federated import merge_models
+from dp_proto.release import model_class, release_from_bytes
+
+__all__ = ["FederatedResult", "federated_fit", "launch_federated", "node_estimators", "run_federated_node"]
+
+
+@dataclass
+class FederatedResult:
+    """The outcome of a federated fit.
+
+    Attributes
+    ----------
+    merged : GMLVQ or LGMLVQ (or their private variants)
+        The merged model (``merge_models``), the same at every node.
+    nodes : list
+        Every node's model as the other nodes received it: loaded from its release
+        (for a private node: no curator state, a read-only ledger).
+    release_bytes : list of int
+        The size of every node's release on the wire.
+    seconds : dict of str to float
+        Wall time of the fit, exchange and merge (the slowest node's, in a launch).
+    """
+
+    merged: Any
+    nodes: list
+    release_bytes: list[int] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- shared steps
+def node_estimators(estimator: GMLVQ, n_nodes: int, random_state: int | None = None) -> list[GMLVQ]:
+    """Unfitted clones of ``estimator``, one per node, with per-node seeds (module docstring)."""
+    _check_estimator(estimator)
+    params = estimator.get_params(deep=False)
+    children = np.random.SeedSequence(random_state).spawn(n_nodes) if random_state is not None else None
+    noise_seed = params.get("noise_seed")
+    clones = []
+    for i in range(n_nodes):
+        node = clone(estimator)
+        if children is not None:
+            node.set_params(random_state=int(children[i].generate_state(1)[0]))
+        if noise_seed is not None:
+            node.set_params(noise_seed=int(np.random.SeedSequence([int(noise_seed), i]).generate_state(1)[0]))
+        clones.append(node)
+    return clones
+
+
+def _check_estimator(estimator: Any) -> None:
+    if not isinstance(estimator, GMLVQ):
+        raise TypeError(
+            f"federated LVQ merges GMLVQ or LGMLVQ models (or their private variants), got {type(estimator).__name__}"
+        )
+    if estimator.get_params(deep=False).get("prototypes_per_class", 1) != 1:
+        raise ValueError("federated merging takes one prototype per class and node: set prototypes_per_class=1")
+
+
+def _label_set(labels: Sequence[np.ndarray], classes: Sequence[Any] | None) -> np.ndarray:
+    """The shared label set: ``classes``, or the union of every node's labels."""
+    held = np.unique(np.concatenate([np.asarray(y) for y in labels]))
+    return held if classes is None else np.unique(np.asarray(list(classes)))
+
+
+def _check_node_labels(y: np.ndarray, label_set: np.ndarray, rank: int) -> None:
+    outside = np.setdiff1d(np.unique(y), label_set)
+    if outside.size:
+        raise DataValidationError(
+            f"node {rank} has labels {outside.tolist()} outside the shared label set {label_set.tolist()}"
+        )
+
+
+def _release_message(model: Any) -> bytes:
+    return model.to_release().to_bytes()
+
+
+def _received_model(message: bytes) -> Any:
+    release = release_from_bytes(message)
+    cls: Any = model_class(release.model)
+    return cls.from_release(release)
+
+
+def _merge(messages: Sequence[bytes], label_set: np.ndarray, omega_rank: int | None) -> tuple[Any, list]:
+    nodes = [_received_model(m) for m in messages]
+    return merge_models(nodes, classes=label_set, rank=omega_rank), nodes
+
+
+# --------------------------------------------------------------------------- one process
+def federated_fit(
+    estimator: GMLVQ,
+    X: np.ndarray,
+    y: np.ndarray,
+    nodes: Sequence[np.ndarray],
+    *,
+    classes: Sequence[Any] | None = None,
+    omega_rank: int | None = None,
+    random_state: int | None = None,
+) -> FederatedResult:
+    """Fit one model per node and merge their releases, all in this process.
+
+    Parameters
+    ----------
+    estimator : GMLVQ, LGMLVQ, DPGMLVQ or DPLGMLVQ
+        Unfitted template with ``prototypes_per_class=1``; cloned per node.
+    X : array (n, d), y : array (n,)
+    nodes : sequence of index arrays
+        The rows of every node (disjoint for the private guarantee), e.g. from
+        ``node_splits``.
+    classes : sequence, optional
+        The shared label set (default: the union of the labels); a private estimator
+        needs its public ``classes`` anyway.
+    omega_rank : int, optional
+        ``rank`` of ``merge_models``: rows of the merged Omega (default: full root).
+    random_state : int, optional
+        Seeds the nodes (``node_estimators``).
+
+    Returns
+    -------
+    FederatedResult
+    """
+    X, y = np.asarray(X), np.asarray(y)
+    if len(nodes) == 0:
+        raise ValueError("federated_fit needs at least one node")
+    parts = [np.asarray(idx) for idx in nodes]
+    label_set = _label_set([y[idx] for idx in parts], classes)
+    for i, idx in enumerate(parts):
+        _check_node_labels(y[idx], label_set, i)
+    t0 = time.perf_counter()
+    estimators = node_estimators(estimator, len(parts), random_state)
+    fitted = [node.fit(X[idx], y[idx]) for node, idx in zip(estimators, parts, strict=True)]
+    messages = [_release_message(m) for m in fitted]
+    t1 = time.perf_counter()
+    merged, received = _merge(messages, label_set, omega_rank)
+    seconds = {"fit": t1 - t0, "exchange": 0.0, "merge": time.perf_counter() - t1}
+    return FederatedResult(merged, received, [len(m) for m in messages], seconds)
+
+
+# --------------------------------------------------------------------------- one process per node
+def run_federated_node(
+    rank: int,
+    world_size: int,
+    node_estimator: GMLVQ,
+    X: np.ndarray,
+    y: np.ndarray,
+    label_set: Sequence[Any],
+    *,
+    omega_rank: int | None = None,
+    group: Any = None,
+) -> FederatedResult:
+    """Node ``rank`` of a federated fit: fit, exchange releases, merge.
+
+    Must be called by every rank of an initialised process group (``group``, default the
+    default group) of ``world_size`` ranks. ``node_estimator`` is this node's unfitted
+    estimator (``node_estimators(...)[rank]`` to match ``federated_fit``); ``label_set``
+    the shared, public label set, the same at every node.
+
+    Raises
+    ------
+    DataValidationError
+        This node's labels lie outside ``label_set``, or the nodes have different
+        feature counts.
+    PeerFailedError
+        Another node failed before the exchange.
+    """
+    if not dist.is_initialized():
+        raise RuntimeError("run_federated_node needs an initialised torch.distributed process group")
+    if dist.get_rank(group) != rank or dist.get_world_size(group) != world_size:
+        raise ValueError(
+            f"rank={rank}, world_size={world_size} do not match the process group's "
+            f"{dist.get_rank(group)}, {dist.get_world_size(group)}"
+        )
+    comm = (
+        torch.device("cpu") if dist.get_backend(group) == "gloo" else torch.device("cuda", torch.cuda.current_device())
+    )
+    labels = np.unique(np.asarray(list(label_set)))
+    t0 = time.perf_counter()
+    local_error: BaseException | None = None
+    message = b""
+    n_features = 0
+    try:
+        _check_estimator(node_estimator)
+        X, y = np.asarray(X), np.asarray(y)
+        _check_node_labels(y, labels, rank)
+        model = node_estimator.fit(X, y)
+        n_features = int(model.n_features_in_)
+        message = _release_message(model)
+    except Exception as err:  # reported to the other nodes below, then raised
+        local_error = err
+    t1 = time.perf_counter()
+
+    # 1. public metadata: ok, feature count, release size
+    table = gather_status(rank, world_size, local_error, [n_features, len(message)], group=group, device=comm)
+    widths = sorted({int(w) for w in table[:, 1].tolist()})
+    if len(widths) != 1:
+        raise DataValidationError(f"node {rank}: the nodes have different feature counts {widths}")
+    sizes = [int(s) for s in table[:, 2].tolist()]
+
+    # 2. the releases, padded to the longest
+    buffer = torch.zeros(max(sizes), dtype=torch.uint8)
+    buffer[: len(message)] = torch.frombuffer(bytearray(message), dtype=torch.uint8)
+    gathered = [torch.empty_like(buffer, device=comm) for _ in range(world_size)]
+    dist.all_gather(gathered, buffer.to(comm), group=group)
+    messages = [bytes(g.cpu()[:size].numpy().tobytes()) for g, size in zip(gathered, sizes, strict=True)]
+    t2 = time.perf_counter()
+
+    merged, received = _merge(messages, labels, omega_rank)
+    seconds = {"fit": t1 - t0, "exchange": t2 - t1, "merge": time.perf_counter() - t2}
+    return FederatedResult(merged, received, sizes, seconds)
+
+
+def _federated_worker(rank: int, world_size: int, node_estimator, X, y, label_set, omega_rank) -> FederatedResult:
+    return run_federated_node(rank, world_size, node_estimator, X, y, label_set, omega_rank=omega_rank)
+
+
+def launch_federated(
+    estimator: GMLVQ,
+    node_data: Sequence[tuple[np.ndarray, np.ndarray]],
+    *,
+    classes: Sequence[Any] | None = None,
+    omega_rank: int | None = None,
+    random_state: int | None = None,
+    backend: str = "gloo",
+    master_addr: str = "127.0.0.1",
+    master_port: int | None = None,
+    timeout: float = 300.0,
+    num_threads: int | None = None,
+    start_method: str | None = None,
+) -> FederatedResult:
+    """Federated LVQ with one process per node on this machine.
+
+    Process ``i`` receives only ``node_data[i] = (X_i, y_i)`` and runs
+    ``run_federated_node``. With the same ``estimator``, ``classes``, ``omega_rank`` and
+    ``random_state`` (and ``num_threads`` equal to the simulating process's) the merged
+    model equals ``federated_fit``'s on the same rows.
+
+    Parameters
+    ----------
+    estimator : GMLVQ, LGMLVQ, DPGMLVQ or DPLGMLVQ
+        Unfitted template, ``prototypes_per_class=1``.
+    node_data : sequence of (X_i, y_i)
+    classes : sequence, optional
+        The shared label set (default: the union of the nodes' labels, computed here).
+    omega_rank, random_state
+        As in ``federated_fit``.
+    backend, master_addr, master_port, timeout, num_threads, start_method
+        The processes and their group (``dp_proto._processes.launch_workers``; the
+        ``timeout`` in seconds covers the whole run).
+
+    Returns
+    -------
+    FederatedResult
+        Node 0's (every node merges the same model; checked here); ``seconds`` are the
+        slowest node's.
+
+    Raises
+    ------
+    TypeError, ValueError, DataValidationError
+        Bad arguments or data, checked before any process starts: not an LVQ estimator
+        with one prototype per class, nodes with different feature counts, labels
+        outside ``classes``.
+    NodeProcessError
+        A node's process failed (its traceback in the message).
+    """
+    _check_estimator(estimator)
+    if len(node_data) == 0:
+        raise ValueError("launch_federated needs at least one node")
+    data = [(np.asarray(X), np.asarray(y)) for X, y in node_data]
+    widths = sorted({X.shape[1] if X.ndim == 2 else -1 for X, _ in data})
+    if len(widths) != 1 or widths[0] < 1:
+        raise DataValidationError(f"every node needs a 2-D feature matrix with one feature count, got {widths}")
+    label_set = _label_set([y for _, y in data], classes)
+    for i, (_, y) in enumerate(data):
+        _check_node_labels(y, label_set, i)
+    estimators = node_estimators(estimator, len(data), random_state)
+    results = launch_workers(
+        _federated_worker,
+        [(est, X, y, label_set, omega_rank) for est, (X, y) in zip(estimators, data, strict=True)],
+        name="lvq-node",
+        backend=backend,
+        master_addr=master_addr,
+        master_port=master_port,
+        timeout=timeout,
+        num_threads=num_threads,
+        start_method=start_method,
+        preload=("dp_proto.lvq.distributed",),
+    )
+    first = results[0]
+    for i, other in enumerate(results[1:], start=1):
+        if not (
+            np.array_equal(other.merged.prototypes_, first.merged.prototypes_)
+            and np.array_equal(other.merged.omega_, first.merged.omega_)
+        ):
+            raise RuntimeError(f"node {i} merged another model than node 0")
+    first.seconds = {key: max(r.seconds[key] for r in results) for key in first.seconds}
+    return first
