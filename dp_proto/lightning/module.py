@@ -17,7 +17,7 @@ from dp_proto.lvq.init import class_mean_prototypes
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.losses import wtac
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.lvq.sparse import metric_parameter, sparsify_step_, sparsity
+from dp_proto.lvq.sparse import check_penalty, check_sparsifiable, metric_parameter, sparsify_step_, sparsity
 from dp_proto.lvq.training import make_optimizer, parameter_groups
 from dp_proto.plotting import prototype_grid, relevance_image
 
@@ -325,19 +325,8 @@ class LVQModule(L.LightningModule):
 
 
 def _check_group_lasso(group_lasso: float, model: PrototypeModel, optimizer: str) -> None:
-    if isinstance(group_lasso, bool) or not isinstance(group_lasso, numbers.Real) or not group_lasso >= 0:
-        raise ValueError(f"group_lasso must be a number >= 0, got {group_lasso!r}")
-    if not np.isfinite(group_lasso):
-        raise ValueError(f"group_lasso must be finite, got {group_lasso!r}")
-    if group_lasso == 0:
+    if check_penalty("group_lasso", group_lasso) == 0:
         return
-    layer = model.layer
-    if not isinstance(layer, (GMLVQLayer, LGMLVQLayer)):
-        raise ValueError(f"group_lasso needs a GMLVQ or LGMLVQ layer (a metric), got {type(layer).__name__}")
-    if isinstance(layer, LGMLVQLayer) and layer.normalize:
-        raise ValueError(
-            "group_lasso needs an LGMLVQ layer with normalize=False: per-matrix renormalisation would undo the "
-            "shrinkage of a feature in one matrix"
-        )
+    check_sparsifiable(model)
     if optimizer == "lbfgs":
         raise ValueError("group_lasso needs optimizer 'sgd' or 'adam' (a step size per step), not 'lbfgs'")

@@ -39,6 +39,7 @@ This "relaxed" refit is not in Brinkrolf (2023).
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 from collections.abc import Callable
 
@@ -63,7 +64,39 @@ __all__ = [
     "fit_proximal",
     "refit_on_support",
     "metric_parameter",
+    "check_penalty",
+    "LOCAL_NORMALISATION_ERROR",
+    "check_sparsifiable",
 ]
+
+#: Why group lasso refuses LGMLVQ's per-matrix normalisation (every caller says it alike).
+LOCAL_NORMALISATION_ERROR = (
+    "group_lasso needs normalize_omega=False (normalize=False on an LGMLVQLayer) for LGMLVQ: per-matrix "
+    "renormalisation would undo the shrinkage of a feature in one matrix"
+)
+
+
+def check_penalty(name: str, value: object) -> float:
+    """``value`` as a float if it is a real number (not a bool), finite and ``>= 0``;
+    ``ValueError`` naming ``name`` otherwise. The one check of every group-lasso
+    strength (``SparseGMLVQ(penalty=)``, ``fit_proximal``, ``DPGMLVQ(group_lasso=)``,
+    ``fit_dp_sgd``, the Lightning modules)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    number = float(value)
+    if not (math.isfinite(number) and number >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return number
+
+
+def check_sparsifiable(model: PrototypeModel) -> None:
+    """``ValueError`` unless group lasso can act on ``model``'s metric: a GMLVQ layer, or an
+    LGMLVQ layer without per-matrix normalisation."""
+    layer = model.layer
+    if not isinstance(layer, (GMLVQLayer, LGMLVQLayer)):
+        raise ValueError(f"group_lasso needs a GMLVQ or LGMLVQ layer (a metric), got {type(layer).__name__}")
+    if isinstance(layer, LGMLVQLayer) and layer.normalize:
+        raise ValueError(LOCAL_NORMALISATION_ERROR)
 
 
 def _as_stack(omega: Tensor) -> Tensor:
@@ -273,8 +306,7 @@ def fit_proximal(
         ``losses``: the penalised cost after every iteration; ``converged`` False when
         ``max_iter`` was reached.
     """
-    if not penalty >= 0 or not math.isfinite(penalty):
-        raise ValueError(f"penalty must be a finite number >= 0, got {penalty!r}")
+    penalty = check_penalty("penalty", penalty)
     if not lr > 0:
         raise ValueError(f"lr must be > 0, got {lr!r}")
     metric = metric_parameter(model)

@@ -9,7 +9,6 @@ eq. 5.8.
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -22,7 +21,7 @@ from sklearn.feature_selection import SelectorMixin
 from dp_proto._validation import torch_dtype
 from dp_proto.lvq.estimators import GMLVQ, LGMLVQ
 from dp_proto.lvq.layers import GMLVQLayer, LGMLVQLayer
-from dp_proto.lvq.sparse import fit_proximal, omp_refit_, refit_on_support, selected_features, sparsity
+from dp_proto.lvq.sparse import check_penalty, fit_proximal, omp_refit_, refit_on_support, selected_features, sparsity
 from dp_proto.lvq.training import FitResult
 from dp_proto.release import register_model
 
@@ -169,10 +168,7 @@ class _SparseMixin(SelectorMixin):
 
     def _validate_params(self) -> None:
         torch_dtype(self.dtype)
-        if isinstance(self.penalty, bool) or not isinstance(self.penalty, (int, float, np.floating)):
-            raise ValueError(f"penalty must be a number >= 0, got {self.penalty!r}")
-        if not (math.isfinite(self.penalty) and self.penalty >= 0):
-            raise ValueError(f"penalty must be a finite number >= 0, got {self.penalty!r}")
+        check_penalty("penalty", self.penalty)
         for name in ("max_iter",):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:

@@ -120,7 +120,7 @@ def test_group_lasso_gives_exact_zeros_and_logs_the_sparsity():
     "layer, kwargs, message",
     [
         ("glvq", {"group_lasso": 0.1}, "needs a GMLVQ or LGMLVQ layer"),
-        ("gmlvq", {"group_lasso": -1.0}, "group_lasso must be a number >= 0"),
+        ("gmlvq", {"group_lasso": -1.0}, "group_lasso must be a finite number >= 0"),
         ("gmlvq", {"group_lasso": 0.1, "optimizer": "lbfgs"}, "not 'lbfgs'"),
     ],
 )

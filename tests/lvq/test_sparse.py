@@ -224,7 +224,7 @@ def test_omp_option_places_the_model_at_a_feature_count():
     [
         ({"penalty": -0.1}, "penalty must be a finite number >= 0"),
         ({"penalty": float("nan")}, "penalty must be a finite number >= 0"),
-        ({"penalty": "high"}, "penalty must be a number"),
+        ({"penalty": "high"}, "penalty must be a finite number >= 0"),
         ({"omp_features": 0}, "omp_features must be a positive integer"),
         ({"omp_features": 20}, "omp_features=20 exceeds the 13 features"),
         ({"omp_tol": 1.5}, "omp_tol must be in"),
@@ -268,3 +268,28 @@ def test_refit_keeps_the_support_and_lowers_the_glvq_cost():
         cost = {m: float(m.model_.loss(m.model_(x), yt)) for m in (selected, refitted)}
     assert cost[refitted] < cost[selected]
     assert refitted.loss_ == pytest.approx(cost[refitted])
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf"), "high", True, None])
+def test_one_check_for_every_group_lasso_strength(bad):
+    from dp_proto.lvq.sparse import check_penalty
+
+    with pytest.raises(ValueError, match=r"^group_lasso must be a finite number >= 0, got "):
+        check_penalty("group_lasso", bad)
+    assert check_penalty("penalty", 0) == 0.0 and check_penalty("penalty", np.float32(0.5)) == 0.5
+
+
+def test_group_lasso_refuses_per_matrix_normalisation_alike_everywhere():
+    from dp_proto.lvq.layers import LGMLVQLayer
+    from dp_proto.lvq.model import PrototypeModel
+    from dp_proto.lvq.private import DPLGMLVQ
+    from dp_proto.lvq.sparse import LOCAL_NORMALISATION_ERROR, check_sparsifiable
+
+    layer = LGMLVQLayer(3, 2, normalize=True)
+    with pytest.raises(ValueError) as direct:
+        check_sparsifiable(PrototypeModel(layer, torch.arange(2)))
+    with pytest.raises(ValueError) as estimator:
+        DPLGMLVQ(group_lasso=0.1, normalize_omega=True, bounds=(0, 1), classes=[0, 1]).fit(
+            np.random.default_rng(0).random((20, 3)), np.arange(20) % 2
+        )
+    assert str(direct.value) == str(estimator.value) == LOCAL_NORMALISATION_ERROR

@@ -35,11 +35,10 @@ from torch import Tensor
 from torch.utils.data import TensorDataset
 
 from dp_proto.exceptions import PrivacyBudgetExceededError
-from dp_proto.lvq.layers import LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the closed-form samplers)
 from dp_proto.lvq.private.fused import CLIPPING_MODES, check_fusable, fit_dp_sgd_fused
-from dp_proto.lvq.sparse import metric_parameter, sparsify_step_
+from dp_proto.lvq.sparse import check_penalty, check_sparsifiable, metric_parameter, sparsify_step_
 from dp_proto.lvq.training import parameter_groups
 from dp_proto.privacy.dpsgd_plan import (  # the recipe and its calibration live in the privacy core
     BudgetedEpochs,
@@ -351,16 +350,10 @@ def _make_optimizer(
 
 def _sparsifier(model: PrototypeModel, step: float, group_lasso: float) -> Callable[[], None]:
     """The post-step group soft-threshold of ``fit_dp_sgd`` (a no-op at ``group_lasso=0``)."""
-    if not (math.isfinite(group_lasso) and group_lasso >= 0):
-        raise ValueError(f"group_lasso must be a finite number >= 0, got {group_lasso!r}")
-    if group_lasso == 0:
+    if check_penalty("group_lasso", group_lasso) == 0:
         return lambda: None
+    check_sparsifiable(model)
     metric = metric_parameter(model)
-    if isinstance(model.layer, LGMLVQLayer) and model.layer.normalize:
-        raise ValueError(
-            "group_lasso needs normalize_omega=False for LGMLVQ: per-matrix renormalisation would undo the "
-            "shrinkage of a feature in one matrix"
-        )
 
     def sparsify() -> None:
         sparsify_step_(metric, step, group_lasso)

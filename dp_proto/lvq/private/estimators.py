@@ -37,7 +37,7 @@ from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes, dp_init_events
 from dp_proto.lvq.private.dpsgd import fit_dp_sgd
 from dp_proto.lvq.release import layer_description, model_from_release, model_tensors
-from dp_proto.lvq.sparse import metric_parameter, selected_features, sparsity
+from dp_proto.lvq.sparse import LOCAL_NORMALISATION_ERROR, check_penalty, metric_parameter, selected_features, sparsity
 from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.domain import PublicBoundsScaler, public_classes
 from dp_proto.privacy.dpsgd_plan import DPSGDPlan
@@ -270,16 +270,9 @@ class _DPMixin(_DPReleaseHooks):
             raise ValueError(f"average_last must lie in [0, 1), got {self.average_last!r}")
         if not getattr(self, "metric_lr_scale", 1.0) > 0:
             raise ValueError(f"metric_lr_scale must be > 0, got {self.metric_lr_scale!r}")
-        group_lasso = getattr(self, "group_lasso", 0.0)
-        if isinstance(group_lasso, bool) or not isinstance(group_lasso, (int, float, np.floating)):
-            raise ValueError(f"group_lasso must be a number >= 0, got {group_lasso!r}")
-        if not (np.isfinite(group_lasso) and group_lasso >= 0):
-            raise ValueError(f"group_lasso must be a finite number >= 0, got {group_lasso!r}")
-        if group_lasso > 0 and getattr(self, "normalize_omega", False) and type(self).__name__ == "DPLGMLVQ":
-            raise ValueError(
-                "group_lasso needs normalize_omega=False for DPLGMLVQ: per-matrix renormalisation would undo the "
-                "shrinkage of a feature in one matrix"
-            )
+        group_lasso = check_penalty("group_lasso", getattr(self, "group_lasso", 0.0))
+        if group_lasso > 0 and getattr(self, "normalize_omega", False) and isinstance(self, LGMLVQ):
+            raise ValueError(LOCAL_NORMALISATION_ERROR)
         if not self.max_grad_norm > 0:
             raise ValueError(f"max_grad_norm must be > 0, got {self.max_grad_norm!r}")
 

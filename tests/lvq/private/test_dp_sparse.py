@@ -88,7 +88,7 @@ def test_group_lasso_passes_the_neighbour_check():
     "cls, params, message",
     [
         (DPGMLVQ, {"group_lasso": -0.1}, "group_lasso must be a finite number >= 0"),
-        (DPGMLVQ, {"group_lasso": "strong"}, "group_lasso must be a number"),
+        (DPGMLVQ, {"group_lasso": "strong"}, "group_lasso must be a finite number >= 0"),
         (DPLGMLVQ, {"group_lasso": 0.1, "normalize_omega": True}, "normalize_omega=False"),
     ],
 )
