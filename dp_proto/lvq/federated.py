@@ -200,7 +200,7 @@ def merge_models(
     merged.n_features_in_ = d
     if private:
         merged.scaler_ = first.scaler_
-        _attach_node_guarantees(merged, models)
+        kind.attach_node_guarantees(merged, models)  # the private estimators' hook (lvq.private)
     merged.prototypes_ = merged._input_units(prototypes)
     merged.prototype_labels_ = label_set.copy()
     merged.node_counts_ = has.sum(0)
@@ -242,27 +242,6 @@ def _count_weights(models: Sequence[Any], label_set: np.ndarray, has: np.ndarray
     plain = (w * has).sum(0) <= 0
     w[:, plain] = 1.0
     return w
-
-
-def _attach_node_guarantees(merged: Any, models: Sequence[Any]) -> None:
-    """The merged model is post-processing of the node releases; every record lies in
-    exactly one node's data, so by parallel composition it is ``(max_i epsilon_i,
-    max_i delta_i)``-DP under add/remove one record. The nodes' ledgers are kept, each
-    the record of its own node's releases."""
-    merged.node_ledgers_ = [m.ledger_ for m in models]
-    epsilons = [float(m.epsilon_) for m in models]
-    deltas = [float(m.delta) for m in models]
-    merged.epsilon_ = max(epsilons)
-    merged.privacy_ = {
-        "composition": "parallel over the nodes' disjoint data",
-        "epsilon": max(epsilons),
-        "delta": max(deltas),
-        "nodes": [dict(m.privacy_) for m in models],
-    }
-    merged.privacy_scope_ = (
-        "each record lies in exactly one node's data; the merged model is post-processing of the node models, "
-        "so it is (max epsilon, max delta)-DP by parallel composition under add/remove one record of any node"
-    )
 
 
 def node_splits(

@@ -15,13 +15,23 @@ from typing import Any
 
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 
-__all__ = ["ReleasedLedger", "ledger_manifest", "ledger_from_manifest", "summary_from_manifest"]
+__all__ = [
+    "ReleasedLedger",
+    "ledger_manifest",
+    "ledger_from_manifest",
+    "summary_from_manifest",
+    "parallel_manifest",
+    "node_ledgers_from_manifest",
+    "PARALLEL_COMPOSITION",
+]
 
 _LEDGER_STATE_VERSION = 1
 # How far the events' fresh composition may exceed the stated epsilon (composition order
 # and discretisation move it in the last digits; a changed manifest moves it further).
 _EPSILON_RTOL = 1e-4
 _SUMMARY_KEYS = ("epsilon", "delta", "accountant", "neighbouring", "budget", "noise")
+#: The ``composition`` of a model built from the releases of parties with disjoint data.
+PARALLEL_COMPOSITION = "parallel over the nodes' disjoint data"
 
 
 class ReleasedLedger(PrivacyLedger):
@@ -135,11 +145,57 @@ def ledger_from_manifest(privacy: Mapping[str, Any]) -> ReleasedLedger:
     return ledger
 
 
+def parallel_manifest(nodes: list[dict[str, Any]], *, scope: str | None = None) -> dict[str, Any]:
+    """The privacy section of a model merged from the releases of nodes with disjoint data.
+
+    ``nodes`` are the nodes' own sections (``ledger_manifest``). Every record lies in one
+    node's data and the model is post-processing of the node releases, so it is
+    ``(max_i epsilon_i, max_i delta_i)``-DP under add/remove one record (parallel
+    composition); the section states that pair and keeps every node's ledger.
+    """
+    if not nodes or not all(n.get("private") for n in nodes):
+        raise ValueError("a parallel privacy section needs the private sections of one or more nodes")
+    return {
+        "private": True,
+        "composition": PARALLEL_COMPOSITION,
+        "epsilon": max(float(n["epsilon"]) for n in nodes),
+        "delta": max(float(n["delta"]) for n in nodes),
+        "scope": scope,
+        "nodes": list(nodes),
+    }
+
+
+def node_ledgers_from_manifest(privacy: Mapping[str, Any]) -> list[ReleasedLedger]:
+    """The read-only ledgers of the nodes of a ``parallel_manifest`` section, each checked
+    as ``ledger_from_manifest`` checks one; ``ValueError`` if the stated pair is below
+    the largest node's."""
+    if privacy.get("composition") != PARALLEL_COMPOSITION or not privacy.get("nodes"):
+        raise ValueError("the privacy section is not the parallel composition of node ledgers")
+    ledgers = [ledger_from_manifest(node) for node in privacy["nodes"]]
+    largest = max(float(node["epsilon"]) for node in privacy["nodes"])
+    if float(privacy["epsilon"]) < largest or float(privacy["delta"]) < max(
+        float(node["delta"]) for node in privacy["nodes"]
+    ):
+        raise ValueError(
+            f"the release states ({privacy['epsilon']}, {privacy['delta']}) but a node spent epsilon {largest:.6g}: "
+            "the privacy section is inconsistent"
+        )
+    return ledgers
+
+
 def summary_from_manifest(privacy: Mapping[str, Any]) -> dict[str, Any]:
     """The ledger summary (``PrivacyLedger.summary``) a private model carried as
-    ``privacy_``, from its release's privacy section (nothing is recomposed)."""
+    ``privacy_``, from its release's privacy section (nothing is recomposed); for a
+    ``parallel_manifest`` section the merged summary with every node's."""
     if not privacy.get("private"):
         raise ValueError("the release is not private: it has no ledger summary")
+    if "nodes" in privacy:
+        return {
+            "composition": privacy["composition"],
+            "epsilon": privacy["epsilon"],
+            "delta": privacy["delta"],
+            "nodes": [summary_from_manifest(node) for node in privacy["nodes"]],
+        }
     return {
         **{key: privacy[key] for key in _SUMMARY_KEYS},
         "budget": list(privacy["budget"]) if privacy.get("budget") else None,

@@ -28,6 +28,8 @@ def test_quick_run_prints_both_parts_with_the_headline_keys(real_data_dir, tmp_p
             str(real_data_dir),
             "--out",
             str(tmp_path / "sf.json"),
+            "--figure",
+            str(tmp_path / "sf.png"),
         ],
         capture_output=True,
         text=True,
@@ -46,7 +48,10 @@ def test_quick_run_prints_both_parts_with_the_headline_keys(real_data_dir, tmp_p
         "federated_segmentation_gmlvq_f1",
         "federated_segmentation_lgmlvq_f1",
         "federated_segmentation_dp_gmlvq_f1_eps1",
+        "federated_segmentation_dp_gmlvq_default_split_f1_eps1",
+        "federated_processes_equal_simulation",
     }
+    assert federated["headline"]["federated_processes_equal_simulation"] is True
     for name in ("optdigits", "fri"):
         for method in ("SLGMLVQ", "LR", "RF"):
             for level in ("0.5", "0.75", "0.9"):
@@ -55,3 +60,4 @@ def test_quick_run_prints_both_parts_with_the_headline_keys(real_data_dir, tmp_p
     assert len(federated["headline"]["federated_segmentation_gmlvq_f1"]) == 2
     assert federated["headline"]["federated_segmentation_lgmlvq_f1"][0] > 0.85
     assert (tmp_path / "sf_sparse_quick.json").is_file() and (tmp_path / "sf_federated_quick.json").is_file()
+    assert (tmp_path / "sf.png").stat().st_size > 10_000

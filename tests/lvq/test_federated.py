@@ -201,8 +201,34 @@ def test_private_nodes_merge_with_their_guarantees(kind, nodes):
     np.testing.assert_allclose(merged.model_.layer.prototypes.detach().numpy(), expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(merged.prototypes_, merged.scaler_.inverse_transform(expected), rtol=1e-5, atol=1e-5)
     assert merged.predict(X).shape == (len(X),)
-    with pytest.raises(TypeError, match="merged from private node models"):
-        merged.to_release()
+
+
+@pytest.mark.parametrize("kind", ["gmlvq", "lgmlvq"])
+def test_a_merged_private_model_is_released_with_every_node_ledger(kind, nodes, tmp_path):
+    import json
+
+    X, y, splits = nodes
+    models = _private_nodes(kind, X, y, splits)
+    merged = merge_models(models)
+    loaded = dp_proto.load_release(merged.save_release(tmp_path / "merged"))
+    assert type(loaded) is type(merged)
+    np.testing.assert_array_equal(loaded.predict(X), merged.predict(X))
+    assert loaded.epsilon_ == merged.epsilon_
+    assert loaded.privacy_ == json.loads(json.dumps(merged.privacy_))  # the summary, as JSON keeps it
+    assert [ledger.get_epsilon(m.delta) for ledger, m in zip(loaded.node_ledgers_, models, strict=True)] == (
+        pytest.approx([m.epsilon_ for m in models])
+    )
+    assert not hasattr(loaded, "ledger_") and not hasattr(loaded, "curator_")
+    section = json.loads((tmp_path / "merged" / "manifest.json").read_text())["privacy"]
+    assert section["composition"].startswith("parallel") and len(section["nodes"]) == 3
+    assert section["epsilon"] == max(n["epsilon"] for n in section["nodes"])
+    # a stated epsilon below a node's is refused on loading
+    section["epsilon"] = 0.5
+    manifest = json.loads((tmp_path / "merged" / "manifest.json").read_text())
+    manifest["privacy"] = section
+    (tmp_path / "merged" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="inconsistent"):
+        dp_proto.load_release(tmp_path / "merged")
 
 
 def test_private_nodes_need_the_same_bounds(nodes):

@@ -20,7 +20,7 @@ nothing curator-only, no noise seed); ``dp_proto.load_release(path)`` loads it b
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -44,7 +44,14 @@ from dp_proto.privacy.dpsgd_plan import DPSGDPlan
 from dp_proto.privacy.events import dp_sgd_event
 from dp_proto.privacy.ledger import PrivacyLedger, SharedLedger
 from dp_proto.privacy.randomness import noise_generator
-from dp_proto.privacy.release import ledger_from_manifest, ledger_manifest, summary_from_manifest
+from dp_proto.privacy.release import (
+    PARALLEL_COMPOSITION,
+    ledger_from_manifest,
+    ledger_manifest,
+    node_ledgers_from_manifest,
+    parallel_manifest,
+    summary_from_manifest,
+)
 from dp_proto.release import Release, register_model
 
 __all__ = ["DPGLVQ", "DPGMLVQ", "DPLGMLVQ", "FIT_SCOPE"]
@@ -54,6 +61,13 @@ FIT_SCOPE = (
     "the (epsilon, delta) guarantee covers the records passed to fit (add/remove one record); the feature "
     "bounds, the label set and the hyperparameters are public"
 )
+#: What the guarantee of a model merged from private nodes covers.
+MERGED_SCOPE = (
+    "each record lies in exactly one node's data; the merged model is post-processing of the node models, "
+    "so it is (max epsilon, max delta)-DP by parallel composition under add/remove one record of any node"
+)
+#: What one node's guarantee covers inside a merged (federated) release.
+NODE_SCOPE = "this node's guarantee covers the records of its own data (add/remove one record)"
 
 
 #: Hyperparameters a private estimator's release never writes, with the reason.
@@ -93,12 +107,31 @@ class _DPReleaseHooks:
         return {"scaler.lower": np.asarray(self.scaler_.lower_), "scaler.upper": np.asarray(self.scaler_.upper_)}
 
     def _release_privacy(self) -> dict[str, Any]:
-        if not hasattr(self, "ledger_") and hasattr(self, "node_ledgers_"):
-            raise TypeError(
-                f"this {type(self).__name__} was merged from private node models (dp_proto.lvq.federated): a merged "
-                "model has no release format yet; publish the node models, each with its own ledger"
-            )
+        if not hasattr(self, "ledger_") and hasattr(self, "node_ledgers_"):  # merged (dp_proto.lvq.federated)
+            nodes = [
+                ledger_manifest(ledger, float(summary["delta"]), scope=NODE_SCOPE)
+                for ledger, summary in zip(self.node_ledgers_, self.privacy_["nodes"], strict=True)
+            ]
+            return parallel_manifest(nodes, scope=getattr(self, "privacy_scope_", None))
         return ledger_manifest(self.ledger_, self.delta, scope=getattr(self, "privacy_scope_", FIT_SCOPE))
+
+    @staticmethod
+    def attach_node_guarantees(merged: Any, models: Sequence[Any]) -> None:
+        """Give a model merged from private node models (``dp_proto.lvq.federated``) its
+        guarantee: it is post-processing of the node releases, and every record lies in
+        exactly one node's data, so it is ``(max_i epsilon_i, max_i delta_i)``-DP by
+        parallel composition under add/remove one record. Sets ``node_ledgers_`` (each
+        the record of its own node's releases), ``epsilon_``, ``privacy_`` and
+        ``privacy_scope_``; the release writes them as a ``parallel_manifest`` section."""
+        merged.node_ledgers_ = [m.ledger_ for m in models]
+        merged.epsilon_ = max(float(m.epsilon_) for m in models)
+        merged.privacy_ = {
+            "composition": PARALLEL_COMPOSITION,
+            "epsilon": merged.epsilon_,
+            "delta": max(float(m.delta) for m in models),
+            "nodes": [dict(m.privacy_) for m in models],
+        }
+        merged.privacy_scope_ = MERGED_SCOPE
 
     def _release_fitted_tensors(self) -> dict[str, np.ndarray]:
         """``class_counts_``, the DP initialisation's noisy class counts (released under
@@ -117,7 +150,11 @@ class _DPReleaseHooks:
         self.scaler_ = PublicBoundsScaler(lower, upper, clip=True, warn=False).fit()
 
     def _restore_privacy(self, release: Release) -> None:
-        self.ledger_: PrivacyLedger = ledger_from_manifest(release.privacy)
+        if "nodes" in release.privacy:  # a model merged from private nodes
+            self.node_ledgers_ = node_ledgers_from_manifest(release.privacy)
+            self.epsilon_ = float(release.privacy["epsilon"])
+        else:
+            self.ledger_: PrivacyLedger = ledger_from_manifest(release.privacy)
         self.privacy_ = summary_from_manifest(release.privacy)
         if hasattr(self, "model_"):
             self.model_.privacy_ = self.privacy_
