@@ -45,7 +45,7 @@ from torch import Tensor
 
 from dp_proto._validation import check_int
 
-__all__ = ["NodeProcessError", "PeerFailedError", "gather_status", "launch_workers", "to_cpu"]
+__all__ = ["NodeProcessError", "PeerFailedError", "check_group", "gather_status", "launch_workers", "to_cpu"]
 
 
 class PeerFailedError(RuntimeError):
@@ -83,6 +83,20 @@ def to_cpu(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {key: to_cpu(v) for key, v in obj.items()}
     return obj
+
+
+def check_group(who: str, rank: int, world_size: int, group: Any, device: torch.device | str) -> torch.device:
+    """Check that ``rank`` and ``world_size`` are those of the initialised process group
+    ``group`` (``who`` names the caller in the errors) and return the device its messages
+    live on: the CPU for gloo, else ``device``."""
+    if not dist.is_initialized():
+        raise RuntimeError(f"{who} needs an initialised torch.distributed process group")
+    if dist.get_rank(group) != rank or dist.get_world_size(group) != world_size:
+        raise ValueError(
+            f"rank={rank}, world_size={world_size} do not match the process group's "
+            f"{dist.get_rank(group)}, {dist.get_world_size(group)}"
+        )
+    return torch.device("cpu") if dist.get_backend(group) == "gloo" else torch.device(device)
 
 
 def gather_status(

@@ -268,6 +268,8 @@ def plot(sparse: dict, federated: dict, path: Path) -> None:
     ax.axhline(seg["GMLVQ 1"][0], color="tab:blue", ls=":", label="merged, non-private")
     ax.axhline(seg["GMLVQ vanilla"][0], color="tab:gray", ls="-.", label="pooled, non-private")
     ax.set(title="Img. Seg.: federated DP-GMLVQ", xlabel="epsilon per node", ylabel="macro F1", xscale="log")
+    ax.set_xticks(eps, [f"{e:g}" for e in eps])
+    ax.minorticks_off()
     ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

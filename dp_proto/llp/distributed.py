@@ -91,7 +91,14 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from dp_proto._processes import NodeProcessError, PeerFailedError, gather_status, launch_workers, to_cpu
+from dp_proto._processes import (
+    NodeProcessError,
+    PeerFailedError,
+    check_group,
+    gather_status,
+    launch_workers,
+    to_cpu,
+)
 from dp_proto.llp.model import LLPNodeModel, NodeFit
 from dp_proto.llp.network import NetworkResult, check_neighbour_row, check_neighbours
 from dp_proto.llp.node import LLPConfig, LLPNode, warn_noise_seed
@@ -223,10 +230,6 @@ def decode_proportions(table: Tensor, epsilon: float | None, device: torch.devic
 
 
 # --------------------------------------------------------------------------- one node
-def _comm_device(group, device: torch.device) -> torch.device:
-    return torch.device("cpu") if dist.get_backend(group) == "gloo" else device
-
-
 def run_node(
     rank: int,
     world_size: int,
@@ -285,15 +288,8 @@ def run_node(
     PeerFailedError
         Another node failed before the exchange.
     """
-    if not dist.is_initialized():
-        raise RuntimeError("run_node needs an initialised torch.distributed process group")
-    if dist.get_rank(group) != rank or dist.get_world_size(group) != world_size:
-        raise ValueError(
-            f"rank={rank}, world_size={world_size} do not match the process group's "
-            f"{dist.get_rank(group)}, {dist.get_world_size(group)}"
-        )
     device = torch.device(device)
-    comm = _comm_device(group, device)
+    comm = check_group("run_node", rank, world_size, group, device)
     t0 = _time.perf_counter()
 
     # 1. local checks and the release; an error is reported to the others in the metadata

@@ -55,7 +55,7 @@ import torch
 import torch.distributed as dist
 from sklearn.base import clone
 
-from dp_proto._processes import gather_status, launch_workers
+from dp_proto._processes import check_group, gather_status, launch_workers
 from dp_proto.exceptions import DataValidationError
 from dp_proto.lvq.estimators import GMLVQ
 from dp_proto.lvq.federated import merge_models
@@ -220,16 +220,8 @@ def run_federated_node(
     PeerFailedError
         Another node failed before the exchange.
     """
-    if not dist.is_initialized():
-        raise RuntimeError("run_federated_node needs an initialised torch.distributed process group")
-    if dist.get_rank(group) != rank or dist.get_world_size(group) != world_size:
-        raise ValueError(
-            f"rank={rank}, world_size={world_size} do not match the process group's "
-            f"{dist.get_rank(group)}, {dist.get_world_size(group)}"
-        )
-    comm = (
-        torch.device("cpu") if dist.get_backend(group) == "gloo" else torch.device("cuda", torch.cuda.current_device())
-    )
+    cuda = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    comm = check_group("run_federated_node", rank, world_size, group, cuda)
     labels = np.unique(np.asarray(list(label_set)))
     t0 = time.perf_counter()
     local_error: BaseException | None = None
