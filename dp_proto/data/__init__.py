@@ -60,10 +60,14 @@ Traffic counts for learning from label proportions (``dp_proto.data.loaders.scat
 
 Motion windows (``dp_proto.data.loaders.motion``)
 -------------------------------------------------
-``load_hapt_windows(data_dir=None)``
+``load_hapt_windows(data_dir=None, *, signals=False)``
     UCI HAPT smartphone signals from ``data_dir/motion/hapt_raw_50hz.npz`` cut into 2.56 s
     windows (50 % overlap) inside each activity segment -> ``HAPTWindows`` (142 features of
-    our own per window, activity 0..5 (``HAPT_ACTIVITIES``), volunteer, recording, start).
+    our own per window, activity 0..5 (``HAPT_ACTIVITIES``), volunteer, recording, start,
+    segment; with ``signals=True`` the samples, ``(m, 128, 6)`` float32).
+``hapt_identity_splits(windows, n_splits=5, test_fraction=0.3, random_state=None)``
+    ``(train_rows, test_rows)`` splits of whole segments (no overlapping windows across
+    them), every volunteer on both sides, about ``test_fraction`` of each in test.
 ``hapt_window_features(windows)``
     The 142 features of windows ``(m, n, 6)`` (not the 561 published HAR features).
 ``sequence_order(windows, rows, order)``
@@ -126,6 +130,7 @@ from dp_proto.data.loaders.mnist import (
 from dp_proto.data.loaders.motion import (
     HAPT_ACTIVITIES,
     HAPTWindows,
+    hapt_identity_splits,
     hapt_window_features,
     load_hapt_windows,
     sequence_order,
@@ -190,6 +195,7 @@ __all__ = [
     "time_block_folds",
     "HAPT_ACTIVITIES",
     "HAPTWindows",
+    "hapt_identity_splits",
     "hapt_window_features",
     "load_hapt_windows",
     "sequence_order",

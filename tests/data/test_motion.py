@@ -1,9 +1,10 @@
-"""UCI HAPT windows (dp_proto.data.loaders.motion): windowing, features and sequence orders on a
-tiny synthetic file with the keys and dtypes of ``motion/hapt_raw_50hz.npz``; one test on the
-real file (skipped when absent)."""
+"""UCI HAPT windows (dp_proto.data.loaders.motion): windowing, features, raw signals, identity
+splits and sequence orders on tiny synthetic files with the keys and dtypes of
+``motion/hapt_raw_50hz.npz``; two tests on the real file (skipped when absent)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import dp_proto.data as data_pkg
 from dp_proto.data import (
     HAPT_ACTIVITIES,
     HAPTWindows,
+    hapt_identity_splits,
     hapt_window_features,
     load_hapt_windows,
     sequence_order,
@@ -46,9 +48,13 @@ EXPECTED = [
 ]
 
 
-def _raw_arrays() -> dict[str, np.ndarray]:
+# segment of every window of EXPECTED: one per activity segment that gives windows, in file order
+EXPECTED_SEGMENT = [0, 0, 0, 1, 2, 2, 2, 3, 3, 4]
+
+
+def _raw_arrays(recordings=RECORDINGS) -> dict[str, np.ndarray]:
     label, user, experiment, sequence = [], [], [], []
-    for exp, usr, segments in RECORDINGS:
+    for exp, usr, segments in recordings:
         lab = np.concatenate([np.full(n, lb) for lb, n in segments])
         label.append(lab)
         user.append(np.full(len(lab), usr))
@@ -88,7 +94,9 @@ def test_windows_lie_inside_activity_segments(fake_hapt):
     got = list(zip(w.experiment.tolist(), w.start.tolist(), w.labels.tolist(), strict=True))
     assert got == EXPECTED
     np.testing.assert_array_equal(w.subject, [1, 1, 1, 1, 2, 2, 2, 2, 2, 2])
-    for field in ("labels", "subject", "experiment", "start"):
+    np.testing.assert_array_equal(w.segment, EXPECTED_SEGMENT)
+    assert w.signals is None
+    for field in ("labels", "subject", "experiment", "start", "segment"):
         assert getattr(w, field).dtype == np.int64
     assert set(w.labels.tolist()) <= set(range(len(HAPT_ACTIVITIES)))
     # every sample of a window is in the window's recording and carries its activity:
@@ -113,6 +121,20 @@ def test_features_are_those_of_the_windows(fake_hapt):
     first = np.array([offset[exp] + start for exp, start, _ in EXPECTED])
     windows = raw["signals"].astype(np.float64)[first[:, None] + np.arange(HAPT_WINDOW_SAMPLES)]
     np.testing.assert_array_equal(w.features, hapt_window_features(windows))
+
+
+def test_signals_are_the_samples_of_the_windows(fake_hapt):
+    data_dir, raw = fake_hapt
+    plain, w = load_hapt_windows(data_dir), load_hapt_windows(data_dir, signals=True)
+    assert w.signals.shape == (len(EXPECTED), HAPT_WINDOW_SAMPLES, 6) and w.signals.dtype == np.float32
+    offset = {exp: int(np.flatnonzero(raw["experiment"] == exp)[0]) for exp, _, _ in RECORDINGS}
+    for i, (exp, start, _) in enumerate(EXPECTED):
+        rows = offset[exp] + start + np.arange(HAPT_WINDOW_SAMPLES)
+        np.testing.assert_array_equal(w.signals[i], raw["signals"][rows])
+    # the same windows, features bit-identical with or without the signals
+    for field in ("features", "labels", "subject", "experiment", "start", "segment"):
+        np.testing.assert_array_equal(getattr(w, field), getattr(plain, field), strict=True)
+    np.testing.assert_array_equal(w.features, hapt_window_features(w.signals))
 
 
 def test_window_features_values_and_shapes():
@@ -159,6 +181,83 @@ def test_sequence_order_rejects_an_unknown_order(fake_hapt):
         sequence_order(w, np.arange(len(w)), "blocks")
 
 
+# --------------------------------------------------------------------------- identity splits
+def _many_segments() -> list[tuple[int, int, list[tuple[int, int]]]]:
+    """3 volunteers x 2 recordings, each activity twice per recording (1 to 6 windows),
+    separated by unlabelled gaps of 1 to 39 samples (two segments of one label stay two)."""
+    rng = np.random.default_rng(3)
+    recordings = []
+    for exp in range(6):
+        segments = [(-1, 30)]
+        for label in rng.permutation(np.repeat(np.arange(1, 7), 2)).tolist():
+            segments += [(label, int(rng.integers(128, 450))), (-1, int(rng.integers(1, 40)))]
+        recordings.append((exp, exp // 2 + 1, segments))
+    return recordings
+
+
+@pytest.fixture
+def split_windows(tmp_path) -> HAPTWindows:
+    _write(tmp_path, _raw_arrays(_many_segments()))
+    return load_hapt_windows(tmp_path)
+
+
+def _check_split(w: HAPTWindows, train: np.ndarray, test: np.ndarray) -> None:
+    assert train.dtype == test.dtype == np.int64
+    np.testing.assert_array_equal(np.sort(np.r_[train, test]), np.arange(len(w)))
+    assert not set(w.segment[train].tolist()) & set(w.segment[test].tolist())
+    # no window of train shares a sample with one of test
+    same_recording = w.experiment[train][:, None] == w.experiment[test][None, :]
+    close = np.abs(w.start[train][:, None] - w.start[test][None, :]) < HAPT_WINDOW_SAMPLES
+    assert not np.any(same_recording & close)
+    volunteers = np.unique(w.subject).tolist()
+    assert np.unique(w.subject[train]).tolist() == np.unique(w.subject[test]).tolist() == volunteers
+
+
+def test_identity_splits_keep_segments_whole_and_volunteers_on_both_sides(split_windows):
+    w = split_windows
+    assert len(w) > 100 and np.unique(w.segment).size == 72  # 6 recordings x 12 segments
+    splits = hapt_identity_splits(w, n_splits=4, test_fraction=0.3, random_state=0)
+    assert len(splits) == 4
+    for train, test in splits:
+        _check_split(w, train, test)
+        for v in (1, 2, 3):  # about 30 % of each volunteer's windows in test
+            fraction = np.sum(w.subject[test] == v) / np.sum(w.subject == v)
+            assert 0.2 < fraction < 0.4
+    # a new test set per split, the same splits from the same seed
+    assert len({tuple(test.tolist()) for _, test in splits}) == 4
+    again = hapt_identity_splits(w, n_splits=4, test_fraction=0.3, random_state=0)
+    for (train, test), (train2, test2) in zip(splits, again, strict=True):
+        np.testing.assert_array_equal(train, train2)
+        np.testing.assert_array_equal(test, test2)
+    other = hapt_identity_splits(w, n_splits=1, test_fraction=0.3, random_state=1)[0][1]
+    assert not np.array_equal(other, splits[0][1])
+
+
+def test_identity_splits_extreme_fractions_keep_both_sides(split_windows, fake_hapt):
+    for fraction in (0.01, 0.99):
+        for train, test in hapt_identity_splits(split_windows, 3, fraction, random_state=2):
+            _check_split(split_windows, train, test)
+    # the tiny file: volunteer 1 has two segments, volunteer 2 three
+    w = load_hapt_windows(fake_hapt[0])
+    for train, test in hapt_identity_splits(w, 5, 0.5, random_state=np.random.default_rng(0)):
+        _check_split(w, train, test)
+
+
+def test_identity_splits_errors(fake_hapt):
+    w = load_hapt_windows(fake_hapt[0])
+    # volunteer 3 gets segment 1 of volunteer 1, who keeps only segment 0
+    single = replace(w, subject=np.where(w.segment == 1, 3, w.subject))
+    with pytest.raises(DataValidationError, match=r"volunteer\(s\) \[1, 3\] have a single segment"):
+        hapt_identity_splits(single)
+    for fraction in (0.0, 1.0, -0.5, 1.5):
+        with pytest.raises(ValueError, match=r"test_fraction must be in \(0, 1\)"):
+            hapt_identity_splits(w, test_fraction=fraction)
+    with pytest.raises(ValueError, match="n_splits must be >= 1"):
+        hapt_identity_splits(w, n_splits=0)
+    with pytest.raises(TypeError, match="n_splits must be an int"):
+        hapt_identity_splits(w, n_splits=2.0)
+
+
 # --------------------------------------------------------------------------- data directory and errors
 def test_data_dir_from_the_environment(fake_hapt, monkeypatch):
     monkeypatch.setenv(DATA_DIR_ENV_VAR, str(fake_hapt[0]))
@@ -196,7 +295,8 @@ def test_malformed_files(tmp_path):
 
 
 def test_exported_from_dp_proto_data():
-    for name in ("HAPT_ACTIVITIES", "HAPTWindows", "hapt_window_features", "load_hapt_windows", "sequence_order"):
+    names = ("HAPT_ACTIVITIES", "HAPTWindows", "hapt_identity_splits", "hapt_window_features", "load_hapt_windows")
+    for name in (*names, "sequence_order"):
         assert name in data_pkg.__all__ and hasattr(data_pkg, name)
 
 
@@ -213,3 +313,19 @@ def test_real_hapt_windows(real_data_dir):
     assert np.all(np.isfinite(w.features))
     # windows come in file order: recording after recording, time order within one
     np.testing.assert_array_equal(sequence_order(w, np.arange(len(w)), "time"), np.arange(len(w)))
+
+
+@pytest.mark.data
+def test_real_hapt_signals_and_identity_splits(real_data_dir, capsys):
+    if not (real_data_dir / HAPT_FILE).is_file():
+        pytest.skip(f"{HAPT_FILE} not in {real_data_dir}")
+    w = load_hapt_windows(real_data_dir, signals=True)
+    assert len(w) == 10411 and w.signals.shape == (10411, 128, 6) and w.signals.dtype == np.float32
+    assert np.unique(w.segment).size == w.segment[-1] + 1 == 856
+    splits = hapt_identity_splits(w, n_splits=5, random_state=0)
+    assert len(splits) == 5
+    for train, test in splits:
+        assert len(train) + len(test) == 10411 and 0.25 < len(test) / 10411 < 0.35
+        assert not set(w.segment[train].tolist()) & set(w.segment[test].tolist())
+        assert np.unique(w.subject[train]).tolist() == np.unique(w.subject[test]).tolist() == list(range(1, 31))
+    assert capsys.readouterr() == ("", "")

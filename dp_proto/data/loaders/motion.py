@@ -17,7 +17,20 @@ within one recording. Every segment labelled 1..6 is cut into windows of 2.56 s
 starting at the segment's first sample; a segment's tail shorter than a window is left
 out, and so are segments shorter than one window, postural transitions (7..12) and
 unlabelled samples (-1). No window crosses a segment or a recording. The real file gives
-10411 windows of the 30 volunteers.
+10411 windows of the 30 volunteers (856 segments). Each window keeps the id of its segment
+(``HAPTWindows.segment``) and, with ``signals=True``, its raw samples
+(``HAPTWindows.signals``, ``(m, 128, 6)``) for models that learn from the signals.
+
+Identity splits (:func:`hapt_identity_splits`): every window has two labels, the activity
+(regular) and the volunteer (private, 30 identities). An attacker that re-identifies
+volunteers is tested on the same 30 identities (closed set), so every volunteer must be on
+both sides of a split, and a random split of the windows would leak: consecutive windows of
+a segment share half their samples, so most test windows would share 64 samples with a
+training window. Overlapping windows inflate scores under such splits (Dehghani et al.
+(2019)). The splits therefore put whole segments on one side (windows of different segments
+share no sample, though neighbouring segments of a recording still follow each other in
+time): per volunteer, about ``test_fraction`` of the windows, segments drawn at random
+activity by activity.
 
 Features (:func:`hapt_window_features`): 142 per window, of our own: for the six channels
 and the magnitudes ``|acc|`` and ``|gyro|`` (8 signals) mean, std, min, max, the 10, 25,
@@ -39,6 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dp_proto.data._checks import RandomState, _check_count, _rng
 from dp_proto.data.loaders.common import PathLike, _resolve_data_dir
 from dp_proto.exceptions import DataValidationError
 
@@ -51,6 +65,7 @@ __all__ = [
     "HAPT_N_FEATURES",
     "SEQUENCE_ORDERS",
     "HAPTWindows",
+    "hapt_identity_splits",
     "hapt_window_features",
     "load_hapt_windows",
     "sequence_order",
@@ -105,6 +120,13 @@ class HAPTWindows:
         The recording.
     start : ndarray of shape (m,), dtype int64
         First sample of the window within its recording (the file's ``sequence``).
+    segment : ndarray of shape (m,), dtype int64
+        The activity segment the window was cut from, ``0..S-1`` in file order (unique
+        across recordings). Windows of one segment overlap by half; windows of different
+        segments never share a sample.
+    signals : ndarray of shape (m, 128, 6), dtype float32, or None
+        The samples of each window (acc x, y, z in g, gyro x, y, z in rad/s), with
+        ``load_hapt_windows(signals=True)``; else None.
     """
 
     features: np.ndarray
@@ -112,6 +134,8 @@ class HAPTWindows:
     subject: np.ndarray
     experiment: np.ndarray
     start: np.ndarray
+    segment: np.ndarray
+    signals: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -199,7 +223,7 @@ def _read_hapt(path: Path) -> dict[str, np.ndarray]:
     return arrays
 
 
-def load_hapt_windows(data_dir: PathLike | None = None) -> HAPTWindows:
+def load_hapt_windows(data_dir: PathLike | None = None, *, signals: bool = False) -> HAPTWindows:
     """Windows of 2.56 s (50 % overlap) of every activity segment of the UCI HAPT signals.
 
     Reads ``<data_dir>/motion/hapt_raw_50hz.npz`` (``HAPT_FILE``; see the module
@@ -211,14 +235,17 @@ def load_hapt_windows(data_dir: PathLike | None = None) -> HAPTWindows:
     window are left out; no window crosses a segment or a recording. Windows come in
     file order (recording after recording, time order within one).
 
-    The real file gives 10411 windows of 30 volunteers (61 recordings), 6 classes,
-    142 features.
+    The real file gives 10411 windows of 30 volunteers (61 recordings, 856 segments),
+    6 classes, 142 features.
 
     Parameters
     ----------
     data_dir : str, os.PathLike or None
         The data directory; ``None`` uses ``dp_proto.data.default_data_dir``
         (``$DP_PROTO_DATA_DIR``).
+    signals : bool, keyword-only, default False
+        Also return the samples of the windows, ``HAPTWindows.signals`` of shape
+        ``(m, 128, 6)``, float32 (32 MB for the real file).
 
     Returns
     -------
@@ -257,14 +284,97 @@ def load_hapt_windows(data_dir: PathLike | None = None) -> HAPTWindows:
             f"{path}: no activity segment (labels 1..{len(HAPT_ACTIVITIES)}) of at least {HAPT_WINDOW_SAMPLES} samples"
         )
     first = np.concatenate(firsts)
-    windows = arrays["signals"][first[:, None] + np.arange(HAPT_WINDOW_SAMPLES)]
+    windows = arrays["signals"][first[:, None] + np.arange(HAPT_WINDOW_SAMPLES)]  # (m, 128, 6) float64
     return HAPTWindows(
         features=hapt_window_features(windows),
         labels=label[first] - 1,
         subject=arrays["user"][first],
         experiment=experiment[first],
         start=arrays["sequence"][first],
+        segment=np.repeat(np.arange(len(firsts), dtype=np.int64), [len(f) for f in firsts]),
+        signals=windows.astype(np.float32) if signals else None,  # exact: the file is float32
     )
+
+
+# --------------------------------------------------------------------------- splits
+def hapt_identity_splits(
+    windows: HAPTWindows,
+    n_splits: int = 5,
+    test_fraction: float = 0.3,
+    random_state: RandomState = None,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Random train/test splits of whole segments with every volunteer on both sides.
+
+    For closed-set identification (the attacker is tested on the volunteers it was
+    trained on) and activity recognition without overlap leaks (module docstring). Per
+    split and per volunteer, the activities are taken in random order; for each, its
+    segments in random order, and the shortest prefix of them whose windows come closest
+    to ``test_fraction`` of the volunteer's windows of that activity, plus what earlier
+    activities fell short of (or minus what they overshot), goes to test. So each
+    volunteer gets about ``test_fraction`` of its windows in test, spread over its
+    activities. If all or none of a volunteer's segments were drawn, its shortest one
+    changes side.
+
+    Parameters
+    ----------
+    windows : HAPTWindows
+        Uses ``subject``, ``labels`` and ``segment``.
+    n_splits : int, default 5
+        Number of splits, >= 1; each is drawn anew.
+    test_fraction : float in (0, 1), default 0.3
+        Target fraction of each volunteer's windows in test.
+    random_state : int, numpy.random.Generator or None
+        Seed or generator; the same seed gives the same splits.
+
+    Returns
+    -------
+    list of (train_rows, test_rows)
+        ``n_splits`` pairs of sorted int64 index arrays into ``windows``; they partition
+        ``0..m-1``, a segment is never on both sides, and every volunteer of
+        ``windows.subject`` is on both sides.
+
+    Raises
+    ------
+    ValueError
+        ``n_splits < 1`` or ``test_fraction`` not in (0, 1).
+    TypeError
+        ``n_splits`` not an int, or a bad ``random_state``.
+    DataValidationError
+        A volunteer with a single segment (named), who cannot be on both sides.
+    """
+    n_splits = _check_count("n_splits", n_splits, minimum=1)
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    rng = _rng(random_state)
+    # one entry per segment: its windows' rows map to it through `inverse`
+    segments, first, inverse, sizes = np.unique(
+        windows.segment, return_index=True, return_inverse=True, return_counts=True
+    )
+    subject, activity = windows.subject[first], windows.labels[first]
+    volunteers, n_segments = np.unique(subject, return_counts=True)
+    if np.any(n_segments < 2):
+        raise DataValidationError(
+            f"volunteer(s) {volunteers[n_segments < 2].tolist()} have a single segment and cannot be on "
+            "both sides of a split"
+        )
+    splits = []
+    for _ in range(n_splits):
+        test = np.zeros(len(segments), dtype=bool)
+        for v in volunteers:
+            own = np.flatnonzero(subject == v)
+            shortfall = 0.0  # test windows the activities so far fell short of their target
+            for a in rng.permutation(np.unique(activity[own])):
+                drawn = rng.permutation(own[activity[own] == a])
+                target = test_fraction * sizes[drawn].sum() + shortfall
+                cumulative = np.r_[0, np.cumsum(sizes[drawn])]
+                k = int(np.argmin(np.abs(cumulative - target)))
+                test[drawn[:k]] = True
+                shortfall = target - cumulative[k]
+            if test[own].all() or not test[own].any():
+                shortest = own[np.argmin(sizes[own])]
+                test[shortest] = not test[shortest]
+        splits.append((np.flatnonzero(~test[inverse]), np.flatnonzero(test[inverse])))
+    return splits
 
 
 # --------------------------------------------------------------------------- orders
