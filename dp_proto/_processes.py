@@ -70,9 +70,11 @@ class NodeProcessError(RuntimeError):
 
 
 def to_cpu(obj: Any) -> Any:
-    """``obj`` with every tensor moved to the CPU (dataclasses, lists, tuples, dicts)."""
+    """``obj`` with every tensor and module moved to the CPU (dataclasses, lists, tuples, dicts)."""
     if isinstance(obj, Tensor):
         return obj.detach().cpu()
+    if isinstance(obj, torch.nn.Module):
+        return obj.cpu()
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         changes = {f.name: to_cpu(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
         return dataclasses.replace(obj, **changes)

@@ -210,6 +210,7 @@ _LLP_FLAGS = {
     "k": "llp.k",
     "epsilon": "llp.epsilon",
     "estimator": "llp.estimator",
+    "learner": "llp.learner",
     "n_starts": "llp.n_starts",
     "noise_seed": "llp.noise_seed",
     "seed": "seed",
@@ -326,6 +327,12 @@ def _add_llp_parser(sub) -> None:
     llp.add_argument("--epsilon", type=float, default=None, help="per-node epsilon; <= 0: exact proportions (0.1)")
     llp.add_argument(
         "--estimator", default=None, choices=("clipped", "unbiased"), help="noisy counts -> proportions (clipped)"
+    )
+    llp.add_argument(
+        "--learner",
+        default=None,
+        choices=("kmeans", "bag"),
+        help="labelled k-means clusters (Sachweh et al.) or a network trained on the bags (kmeans)",
     )
     llp.add_argument("--folds", type=int, default=None, help="time-block cross-validation folds (10)")
     llp.add_argument("--fold", type=int, default=None, help="the fold to run (0)")

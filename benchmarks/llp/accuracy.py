@@ -29,6 +29,13 @@ spread evenly over the month and ``--network-noise-seeds`` (1) seed: an LLP run 
 nodes takes 12-18 s on one core, so the full 10 x 3 would exceed the run-time budget
 (``--network-sweeps`` adds the b and k sweeps there).
 
+The bag learner (``LLPConfig(learner="bag")``, ``dp_proto.llp.bags``): a small network per
+node trained directly on the bags' proportions, on the 4 nodes, non-private against b and
+private against epsilon in {0.01, 0.1, 1} at b = 32, on the node's own proportions
+(``bag_own``) and on its own and its neighbours' (``bag_all``), ``--bag-seeds`` (1) seed
+per configuration and fold; headline ``bag_llp_accuracy_b32``, ``bag_pllp_accuracy_b32_eps0.1``
+(and ``bag_all_...``).
+
 Baseline: centralised kNN (k = 16, all labels): the training windows of all nodes of the
 setting pooled, every node's test windows predicted (on the whole network a seeded random
 ``--network-knn-fraction`` (5 %) of the test windows of every fold, as brute-force kNN
@@ -109,6 +116,13 @@ VARIANTS = {
     "unbiased+released": ("pllp_unbiased_released_own", "paper+unb", "p-LLP (as the paper, unbiased release)", "D:"),
 }
 VARIANT_COLOURS = ("tab:orange", "tab:red", "tab:purple")
+#: The bag learner (dp_proto.llp.bags, LLPConfig(learner="bag")), as "@bag-SOURCES" on the
+#: estimator of a configuration -> (JSON key, table column, plot label, colour).
+BAG_LEARNERS = {
+    "clipped@bag-own": ("bag_own", "bag own", "bag learner, own proportions", "tab:brown"),
+    "clipped@bag-all": ("bag_all", "bag all", "bag learner, own + neighbours' proportions", "tab:pink"),
+}
+BAG_EPSILONS = (0.01, 0.1, 1.0)
 
 
 def eps_key(eps: float | None) -> str:
@@ -145,7 +159,9 @@ class Setting:
         if key not in self.cache:
             train, test = self.folds[fold]
             t0 = time.perf_counter()
+            estimator, _, bag = estimator.partition("@")  # "clipped@bag-own": the bag learner
             estimator, _, own = estimator.partition("+")  # "clipped+released": the paper's own model
+            learner = {"learner": "bag", "bag_sources": bag.split("-")[1]} if bag else {}
             with warnings.catch_warnings():
                 # noise_seed: the deliberate opt-in to reproducible noise of a benchmark
                 warnings.simplefilter("ignore", PrivacyLeakWarning)
@@ -162,6 +178,7 @@ class Setting:
                     time_range=self.time_range,
                     estimator=estimator,
                     own_proportions=own or "exact",
+                    **learner,
                 )
             seconds = time.perf_counter() - t0
             ev = evaluate(result, self.nodes, test)
@@ -218,6 +235,10 @@ def plan(args, network: bool) -> dict[str, list[tuple]]:
     sweeps["epsilon"] = [(B_MAIN, K_MAIN, None, "clipped")] + [(B_MAIN, K_MAIN, e, "clipped") for e in args.epsilons]
     if args.unbiased and not network:
         sweeps["epsilon"] += [(B_MAIN, K_MAIN, e, variant) for variant in VARIANTS for e in args.epsilons]
+    if not network:  # the bag learner: b sweep (non-private) and epsilon sweep, 4 nodes
+        for learner in BAG_LEARNERS:
+            sweeps[learner] = [(b, K_MAIN, None, learner) for b in args.batch_sizes]
+            sweeps[learner] += [(B_MAIN, K_MAIN, e, learner) for e in args.bag_epsilons]
     return sweeps
 
 
@@ -238,7 +259,7 @@ def run_setting(
     for fold in fold_ids:
         for cfg in configs:
             runs = []
-            for s in range(seeds):
+            for s in range(args.bag_seeds if cfg[3] in BAG_LEARNERS else seeds):
                 bar.set_postfix_str(
                     f"{setting.name} fold {fold} b={cfg[0]} k={cfg[1]} eps={eps_key(cfg[2])}"
                     + ("" if cfg[3] == "clipped" else f" {cfg[3]}")
@@ -311,6 +332,22 @@ def run_setting(
     for variant, (key, *_) in VARIANTS.items():
         if any(c[3] == variant for c in sweeps["epsilon"]):
             out["epsilon_sweep"][key] = {eps_key(e): summary((B_MAIN, K_MAIN, e, variant)) for e in args.epsilons}
+    bag = {}
+    for learner, (key, *_) in BAG_LEARNERS.items():
+        if learner in sweeps:
+            bag[key] = {
+                "batch_sweep": {str(b): summary((b, K_MAIN, None, learner)) for b in args.batch_sizes},
+                "epsilon_sweep": {eps_key(e): summary((B_MAIN, K_MAIN, e, learner)) for e in args.bag_epsilons},
+            }
+    if bag:
+        out["bag_learner"] = {
+            "batch_sweep_epsilon": None,
+            "epsilon_sweep_b": B_MAIN,
+            "seeds": args.bag_seeds,
+            "epochs": 300,
+            "hidden": 64,
+            **bag,
+        }
     # per-node accuracy (mean over folds) of the main point, non-private and at EPS_MAIN
     node_acc = {}
     for label, cfg in (("llp", main_np), ("pllp_eps0.1", (B_MAIN, K_MAIN, EPS_MAIN, "clipped"))):
@@ -364,6 +401,28 @@ def targets(res: dict) -> dict:
             }
     if shape:
         out["paper_shape_by_variant"] = shape
+    bag = res.get("bag_learner", {})
+    knn = res["knn"]["accuracy"]
+    for key in ("bag_own", "bag_all"):
+        if key not in bag or str(B_MAIN) not in bag[key]["batch_sweep"]:
+            continue
+        kmeans_b = res.get("batch_sweep", {}).get("llp", {}).get(str(B_MAIN), {}).get("accuracy", llp)
+        acc = bag[key]["batch_sweep"][str(B_MAIN)]["accuracy"]
+        private = bag[key]["epsilon_sweep"].get("0.1", {}).get("accuracy")
+        out[f"{key}_closes_half_the_gap_b{B_MAIN}"] = {
+            "bag": acc,
+            "kmeans_llp": kmeans_b,
+            "knn": knn,
+            "gap_closed": round((acc - kmeans_b) / (knn - kmeans_b), 3) if knn != kmeans_b else None,
+            "met": bool(acc - kmeans_b >= 0.5 * (knn - kmeans_b)),
+        }
+        if private is not None:
+            out[f"{key}_pllp_eps0.1_within_4_points"] = {
+                "bag": acc,
+                "bag_private": private,
+                "difference_points": round(100 * (acc - private), 2),
+                "met": _within_4_points(acc, private),
+            }
     return out
 
 
@@ -406,11 +465,32 @@ def print_tables(name: str, res: dict, seconds: float | None) -> None:
         line = f"{key:>6}{p['accuracy']:>8.4f}{p['std']:>7.4f}{p['own_accuracy']:>8.4f}"
         line += "".join(f"{v[key]['accuracy']:>10.4f}{v[key]['own_accuracy']:>8.4f}" for _, v in variants)
         print(line)
+    bag = res.get("bag_learner")
+    if bag:
+        learners = [(column, bag[key]) for key, column, *_ in BAG_LEARNERS.values() if key in bag]
+        print(f"\nbag learner ({bag['seeds']} seed(s)): accuracy vs b (non-private) and vs epsilon (b={B_MAIN})")
+        print(f"{'b':>6}" + "".join(f"{column:>10}" for column, _ in learners))
+        for b in next(iter(learners))[1]["batch_sweep"]:
+            print(f"{b:>6}" + "".join(f"{v['batch_sweep'][b]['accuracy']:>10.4f}" for _, v in learners))
+        print(f"{'eps':>6}" + "".join(f"{column:>10}" for column, _ in learners))
+        for e in next(iter(learners))[1]["epsilon_sweep"]:
+            print(f"{e:>6}" + "".join(f"{v['epsilon_sweep'][e]['accuracy']:>10.4f}" for _, v in learners))
     if seconds is not None:
         print(
             f"whole-network training, one simulate_network call (b={B_MAIN}, k={K_MAIN}, eps={EPS_MAIN:g}): "
             f"{seconds:.1f} s"
         )
+
+
+def _bag_lines(ax, res: dict, sweep: str) -> None:
+    """The bag learner's curves of ``sweep`` ("batch_sweep": non-private against b,
+    "epsilon_sweep": private against epsilon) on ``ax``."""
+    for key, _, label, colour in BAG_LEARNERS.values():
+        curve = res.get("bag_learner", {}).get(key, {}).get(sweep, {})
+        points = [(float(x), v["accuracy"]) for x, v in curve.items() if x != "non-private"]
+        if points:
+            suffix = "" if sweep == "batch_sweep" else " (private)"
+            ax.plot(*zip(*points, strict=True), "D-", color=colour, label=label + suffix)
 
 
 def plot(results: dict, path: Path) -> None:
@@ -449,6 +529,8 @@ def plot(results: dict, path: Path) -> None:
                 alpha=0.5,
                 label="LLP, own model only",
             )
+            if sweep == "batch_sweep":
+                _bag_lines(ax, res, "batch_sweep")
             ax.axhline(knn, color="tab:green", ls="--", label=f"kNN (k={KNN_K})")
             ax.axhline(chance, color="grey", ls=":", lw=0.8, label="majority class")
             ax.set_xscale("log", base=2)
@@ -471,6 +553,7 @@ def plot(results: dict, path: Path) -> None:
             alpha=0.4,
             label="p-LLP, own model only",
         )
+        _bag_lines(ax, res, "epsilon_sweep")
         ax.axhline(s["llp"]["accuracy"], color="tab:blue", label="LLP (non-private)")
         ax.axhline(s["llp"]["own_accuracy"], color="tab:blue", ls=":", alpha=0.5, label="LLP, own model only")
         ax.axhline(knn, color="tab:green", ls="--", label=f"kNN (k={KNN_K})")
@@ -532,6 +615,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_false",
         help="skip the secondary epsilon curves of VARIANTS (4 nodes)",
     )
+    p.add_argument("--bag-seeds", type=int, default=1, help="runs per bag-learner configuration and fold, 4 nodes (1)")
     p.add_argument("--skip-network", action="store_true", help="4-node setting only")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
@@ -541,15 +625,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--figure", default=None, help="plot (default benchmarks/llp/figures/llp_accuracy[_quick].png)")
     args = p.parse_args(argv)
     args.batch_sizes, args.cluster_counts, args.epsilons = BATCH_SIZES, CLUSTER_COUNTS, EPSILONS
+    args.bag_epsilons = BAG_EPSILONS
     if args.quick:
         args.batch_sizes, args.cluster_counts, args.epsilons = (8, 32), (8, 16), (0.01, 0.1, 1.0)
+        args.bag_epsilons = (0.1,)
         args.skip_network, args.unbiased = True, False
     args.folds = args.folds or (3 if args.quick else 10)
     args.noise_seeds = args.noise_seeds or (1 if args.quick else 3)
     suffix = "_quick" if args.quick else ""
     args.json = args.json or str(ROOT / "results" / f"{BENCHMARK}{suffix}.json")
     args.figure = args.figure or str(ROOT / "figures" / f"{BENCHMARK}{suffix}.png")
-    if args.folds < 2 or args.noise_seeds < 1 or args.network_noise_seeds < 1 or args.network_folds < 1:
+    if args.folds < 2 or min(args.noise_seeds, args.network_noise_seeds, args.network_folds, args.bag_seeds) < 1:
         p.error("--folds must be >= 2 and the seed counts >= 1")
     if not 0 < args.network_knn_fraction <= 1:
         p.error("--network-knn-fraction must be in (0, 1]")
@@ -594,7 +680,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     sweeps = {name: plan(args, name == "network") for name in settings}
     total = sum(
-        len(ids) * (seeds * len(dict.fromkeys(c for cs in sweeps[name].values() for c in cs)) + 1)
+        len(ids)
+        * (
+            sum(
+                args.bag_seeds if c[3] in BAG_LEARNERS else seeds
+                for c in dict.fromkeys(c for cs in sweeps[name].values() for c in cs)
+            )
+            + 1
+        )
         for name, (_, seeds, _, ids) in settings.items()
     )
     # --quick: no network sweep, only the timed whole-network run of the headline
@@ -638,6 +731,11 @@ def main(argv: list[str] | None = None) -> int:
         "knn_accuracy": results["four_nodes"]["knn"]["accuracy"],
         "whole_network_seconds": network_seconds,
     }
+    bag = results["four_nodes"].get("bag_learner", {})
+    for key, prefix in (("bag_own", "bag"), ("bag_all", "bag_all")):
+        if key in bag:
+            headline[f"{prefix}_llp_accuracy_b32"] = bag[key]["batch_sweep"][str(B_MAIN)]["accuracy"]
+            headline[f"{prefix}_pllp_accuracy_b32_eps0.1"] = bag[key]["epsilon_sweep"]["0.1"]["accuracy"]
     print(f"\nheadline: {headline}")
     plot(results, Path(args.figure))
     if network_timing is not None:
@@ -668,6 +766,11 @@ def main(argv: list[str] | None = None) -> int:
         f"on the network a random {args.network_knn_fraction:g} of each fold's test windows",
         "whole_network_seconds: wall time of one simulate_network call (all nodes, b=32, k=16, eps=0.1, fold 0, "
         f"seed 0) on {args.threads} torch thread(s), device {args.device}",
+        "bag learner (4 nodes): LLPConfig(learner='bag'), a two-layer MLP (64 units) per node trained by 300 "
+        "full-batch Adam steps on the bag proportion loss (KL of given to mean predicted proportions, DLLP of "
+        "Ardehaly & Culotta 2017); bag_own: the node's own exact proportions only (reads no release: its private "
+        "run is the same model), bag_all: own and the c neighbours' (released) proportions; "
+        f"{args.bag_seeds} seed(s) per configuration and fold",
     ]
     if network_timing is not None:
         notes.append(

@@ -5,7 +5,8 @@ Sections and defaults (unknown keys are rejected)::
 
     seed: 0             # k-means seeding and local-search starts (never the noise)
     data:    {data_dir: null, nodes: 4, anchor: 0, neighbours: null, folds: 10, fold: 0}
-    llp:     {batch_size: 32, k: 16, epsilon: 0.1, estimator: clipped, n_starts: 32, noise_seed: null}
+    llp:     {batch_size: 32, k: 16, epsilon: 0.1, estimator: clipped, n_starts: 32, noise_seed: null,
+              learner: kmeans}
     run:     {distributed: false, compare: false, threads: 1}
     logging: {log_dir: runs, name: null}   # where a private run writes its releases
 
@@ -47,7 +48,15 @@ __all__ = ["LLP_DEFAULTS", "load_llp_config", "run_llp_experiment", "write_llp_r
 LLP_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "data": {"data_dir": None, "nodes": 4, "anchor": 0, "neighbours": None, "folds": 10, "fold": 0},
-    "llp": {"batch_size": 32, "k": 16, "epsilon": 0.1, "estimator": "clipped", "n_starts": 32, "noise_seed": None},
+    "llp": {
+        "batch_size": 32,
+        "k": 16,
+        "epsilon": 0.1,
+        "estimator": "clipped",
+        "n_starts": 32,
+        "noise_seed": None,
+        "learner": "kmeans",
+    },
     "run": {"distributed": False, "compare": False, "threads": 1},
     "logging": {"log_dir": "runs", "name": None},
 }
@@ -61,12 +70,18 @@ def load_llp_config(path: str | Path | None = None, overrides: list[str] | None 
     return read_config(LLP_DEFAULTS, path, overrides)
 
 
+def _same_model(x, y) -> bool:
+    """Whether two node models (k-means or bag learner) have identical tensors."""
+    if hasattr(x, "centres"):
+        return torch.equal(x.centres, y.centres) and torch.equal(x.cluster_labels, y.cluster_labels)
+    a, b = x.network.state_dict(), y.network.state_dict()
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def _same_releases(a, b) -> bool:
     """Whether two network results hold identical models and released proportions."""
     models = all(
-        torch.equal(x.centres, y.centres) and torch.equal(x.cluster_labels, y.cluster_labels)
-        for ms_a, ms_b in zip(a.models, b.models, strict=True)
-        for x, y in zip(ms_a, ms_b, strict=True)
+        _same_model(x, y) for ms_a, ms_b in zip(a.models, b.models, strict=True) for x, y in zip(ms_a, ms_b, strict=True)
     )
     return models and all(
         torch.equal(x.proportions, y.proportions) for x, y in zip(a.proportions, b.proportions, strict=True)
@@ -131,6 +146,7 @@ def run_llp_experiment(config: dict[str, Any]) -> dict[str, Any]:
         noise_seed=settings["noise_seed"],
         n_starts=settings["n_starts"],
         estimator=settings["estimator"],
+        learner=settings["learner"],
     )
     t0 = time.perf_counter()
     if run["distributed"]:

@@ -15,6 +15,9 @@ models.
 * ``.assignment`` -- ``local_search`` (all relabel and swap moves of all
   starts evaluated as one tensor computation per step), ``proportion_loss``.
 * ``.model`` -- ``LLPNodeModel``, ``train_node_models``, ``majority_vote``.
+* ``.bags`` -- ``LLPBagModel``, ``fit_bag_model``, ``bag_proportion_loss``: a small
+  network trained on the bags' proportions (``LLPConfig(learner="bag")``, the DLLP loss
+  of Ardehaly & Culotta 2017) instead of labelled clusters.
 * ``.knn`` -- ``knn_predict`` (brute-force kNN, the centralised baseline).
 * ``.node`` -- ``LLPConfig`` (the settings every node shares) and ``LLPNode``
   (one node: data on the grid, ``release``, ``train``), used by
@@ -41,6 +44,7 @@ from dp_proto.llp.assignment import (
     predicted_proportions,
     proportion_loss,
 )
+from dp_proto.llp.bags import BagNetwork, LLPBagModel, bag_proportion_loss, bag_proportions, fit_bag_model
 from dp_proto.llp.grid import BatchGrid, time_batches
 from dp_proto.llp.kmeans import KMeansResult, kmeans, predict, squared_distances
 from dp_proto.llp.model import (
@@ -69,6 +73,11 @@ from dp_proto.llp.proportions import (
 from dp_proto.llp.release import LLPNodeRelease
 
 __all__ = [
+    "BagNetwork",
+    "LLPBagModel",
+    "bag_proportion_loss",
+    "bag_proportions",
+    "fit_bag_model",
     "DEFAULT_FLOOR",
     "ESTIMATORS",
     "AssignmentResult",

@@ -84,6 +84,10 @@ class LLPNodeModel(Releasable):
     def k(self) -> int:
         return int(self.centres.shape[0])
 
+    @property
+    def device(self) -> torch.device:
+        return self.centres.device
+
     def predict(self, x: Tensor) -> Tensor:
         """Labels of the rows of ``x (n, d)``: ``(n,)`` int64 on the device of the model."""
         return self.cluster_labels[predict(self.centres, x)]
@@ -220,19 +224,20 @@ class NodeFit:
 
     Attributes
     ----------
-    models : list of LLPNodeModel
-        One per source of proportions, in their order (own first).
-    clustering : KMeansResult
-        The shared k-means fit.
-    cluster_counts : Tensor of shape (B, k), float64
-        Training records of every batch in every cluster.
+    models : list of LLPNodeModel, or one LLPBagModel
+        One per source of proportions, in their order (own first); the bag learner
+        (``LLPConfig(learner="bag")``) trains one model on its sources.
+    clustering : KMeansResult or None
+        The shared k-means fit (None for the bag learner).
+    cluster_counts : Tensor of shape (B, k), float64, or None
+        Training records of every batch in every cluster (None for the bag learner).
     searches : list of AssignmentResult
-        The local search of every source.
+        The local search of every source (empty for the bag learner).
     """
 
-    models: list[LLPNodeModel]
-    clustering: KMeansResult
-    cluster_counts: Tensor
+    models: list
+    clustering: KMeansResult | None
+    cluster_counts: Tensor | None
     searches: list[AssignmentResult]
 
 

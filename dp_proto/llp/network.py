@@ -427,7 +427,7 @@ def evaluate(
     model_acc = []
     for i, node in enumerate(nodes):
         models = result.models[i]
-        device = models[0].centres.device
+        device = models[0].device
         x, y, _ = node_tensors(i, node, None if test_masks is None else test_masks[i], result.num_classes, device)
         n_test[i] = x.shape[0]
         if x.shape[0] == 0:

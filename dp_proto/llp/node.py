@@ -36,6 +36,7 @@ from torch import Tensor
 from dp_proto._neighbours import check_points
 from dp_proto._validation import check_int
 from dp_proto.exceptions import DataValidationError, PrivacyLeakWarning
+from dp_proto.llp.bags import fit_bag_model
 from dp_proto.llp.grid import BatchGrid
 from dp_proto.llp.model import NodeFit, fit_node_models
 from dp_proto.llp.proportions import (
@@ -54,6 +55,8 @@ from dp_proto.privacy.randomness import check_noise_seed, fresh_generator, seede
 __all__ = ["LLPConfig", "LLPNode", "node_generator", "node_noise_generator"]
 
 OWN_PROPORTIONS = ("exact", "released")
+LEARNERS = ("kmeans", "bag")
+BAG_SOURCES = ("own", "all")
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,19 @@ class LLPConfig:
         Lloyd iterations of k-means (see ``fit_node_models``).
     search_max_iter : int, default 1000
         Steps of the local search (see ``fit_node_models``).
+    learner : {"kmeans", "bag"}, default "kmeans"
+        ``"kmeans"``: Sachweh, Boiar & Liebig (2021), a k-means clustering labelled once
+        per source, majority vote. ``"bag"``: one small network trained on the bags'
+        proportions (``dp_proto.llp.bags``, the DLLP loss of Ardehaly & Culotta 2017);
+        ``k``, ``n_starts``, ``n_init``, ``swaps`` and the iteration counts are then unused.
+    bag_sources : {"own", "all"}, default "own"
+        The bag learner's sources: the node's own proportions only, or its own and every
+        neighbour's (the loss averaged over them). With ``own_proportions="exact"`` and
+        ``"own"``, the learner reads no release: a private run trains the same model.
+    bag_epochs : int, default 300
+        Full-batch Adam steps of the bag learner.
+    bag_hidden : int, default 64
+        Units of each of its two hidden layers.
     """
 
     batch_size: int
@@ -123,6 +139,10 @@ class LLPConfig:
     swaps: bool = True
     kmeans_max_iter: int = 100
     search_max_iter: int = 1000
+    learner: str = "kmeans"
+    bag_sources: str = "own"
+    bag_epochs: int = 300
+    bag_hidden: int = 64
 
     def __post_init__(self) -> None:
         def fix(name: str, value) -> None:  # frozen: normalise the checked values in place
@@ -150,6 +170,12 @@ class LLPConfig:
         fix("estimator", check_estimator(self.estimator))
         fix("kmeans_max_iter", check_int("kmeans_max_iter", self.kmeans_max_iter, 1))
         fix("search_max_iter", check_int("search_max_iter", self.search_max_iter, 0))
+        if self.learner not in LEARNERS:
+            raise ValueError(f"learner must be one of {LEARNERS}, got {self.learner!r}")
+        if self.bag_sources not in BAG_SOURCES:
+            raise ValueError(f"bag_sources must be one of {BAG_SOURCES}, got {self.bag_sources!r}")
+        fix("bag_epochs", check_int("bag_epochs", self.bag_epochs, 1))
+        fix("bag_hidden", check_int("bag_hidden", self.bag_hidden, 1))
 
     @classmethod
     def from_settings(cls, config: LLPConfig | None, settings: dict, owner: str) -> LLPConfig:
@@ -464,6 +490,8 @@ class LLPNode:
                 "clusters (its proportions were released; its own models cannot be fitted)"
             )
         sources = [self._own, *(r.to(self.device) for r in received)]
+        if cfg.learner == "bag":
+            return self._train_bag(sources)
         try:
             return fit_node_models(
                 self.features,
@@ -479,3 +507,20 @@ class LLPNode:
             )
         except ValueError as err:
             raise type(err)(f"{self.name}: {err}") from err
+
+    def _train_bag(self, sources: Sequence[LabelProportions]) -> NodeFit:
+        """The bag learner (``learner="bag"``) on the own source or on all of them; its
+        initial weights come from ``node_generator`` ``(seed, index)``."""
+        cfg = self.config
+        try:
+            model = fit_bag_model(
+                self.features,
+                self.batch_ids,
+                sources[:1] if cfg.bag_sources == "own" else sources,
+                hidden=cfg.bag_hidden,
+                epochs=cfg.bag_epochs,
+                generator=node_generator(cfg.seed, self.index, self.device),
+            )
+        except ValueError as err:
+            raise type(err)(f"{self.name}: {err}") from err
+        return NodeFit([model], None, None, [])

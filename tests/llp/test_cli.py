@@ -46,6 +46,16 @@ def test_llp_simulated(scats_dir, capsys, tmp_path):
 
 
 @pytest.mark.slow
+def test_llp_with_the_bag_learner_distributed_equals_the_simulation(scats_dir, capsys, tmp_path):
+    argv = ["llp", "--data-dir", str(scats_dir), "--log-dir", str(tmp_path), *ARGS, "--learner", "bag"]
+    assert main([*argv, "--distributed", "--compare", "--noise-seed", "0", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "identical models and releases: True" in out
+    accuracy = float(out.split("\naccuracy ")[1].split()[0])
+    assert 0.5 < accuracy <= 1.0
+
+
+@pytest.mark.slow
 def test_llp_distributed_equals_the_simulation(scats_dir, capsys, tmp_path):
     argv = ["llp", "--data-dir", str(scats_dir), "--log-dir", str(tmp_path), *ARGS]
     assert main([*argv, "--distributed", "--compare", "--noise-seed", "0"]) == 0
