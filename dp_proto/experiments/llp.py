@@ -81,7 +81,9 @@ def _same_model(x, y) -> bool:
 def _same_releases(a, b) -> bool:
     """Whether two network results hold identical models and released proportions."""
     models = all(
-        _same_model(x, y) for ms_a, ms_b in zip(a.models, b.models, strict=True) for x, y in zip(ms_a, ms_b, strict=True)
+        _same_model(x, y)
+        for ms_a, ms_b in zip(a.models, b.models, strict=True)
+        for x, y in zip(ms_a, ms_b, strict=True)
     )
     return models and all(
         torch.equal(x.proportions, y.proportions) for x, y in zip(a.proportions, b.proportions, strict=True)
