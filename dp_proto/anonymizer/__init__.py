@@ -25,7 +25,7 @@ from dp_proto.anonymizer.losses import (
     random_guess_cross_entropy,
     regular_cross_entropy,
 )
-from dp_proto.anonymizer.modules import Anonymizer, ConvEncoder, MLPEncoder, MLPHead, mlp
+from dp_proto.anonymizer.modules import Anonymizer, ConvEncoder, MLPEncoder, MLPHead, SignalEncoder, mlp
 from dp_proto.anonymizer.training import AnonymizerSchedule
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ __all__ = [
     "ConvEncoder",
     "MLPEncoder",
     "MLPHead",
+    "SignalEncoder",
     "mlp",
     "anonymizer_objective",
     "empirical_prior",

@@ -196,6 +196,95 @@ class ConvEncoder(nn.Module):
         return self.project(self.features(x))
 
 
+class SignalEncoder(nn.Module):
+    """``(B, C, L) -> (B, representation_dim)``: 1-D conv blocks over time (kernel
+    ``kernel_size``, ReLU, 2x max pooling), global average pooling over what is left of
+    the time axis, then a linear layer with ReLU. For windows of sensor signals such as
+    the UCI HAPT windows (``C = 6`` channels, ``L = 128`` samples; pass
+    ``signals.transpose(0, 2, 1)`` of ``load_hapt_windows(signals=True)``).
+
+    Parameters
+    ----------
+    signal_shape : sequence of int
+        ``(C, L)``: channels and samples of one window.
+    representation_dim : int, default 64
+        Width ``r`` of the released representation.
+    channels : sequence of int, default (32, 64, 64)
+        Output channels of the conv blocks (one block each).
+    kernel_size : int, default 5
+        Odd width of every convolution (padded to keep the length).
+    dropout : float, default 0.0
+        Dropout before the final linear layer.
+
+    Raises
+    ------
+    ValueError
+        A window shorter than the encoder's receptive field: each block halves the length,
+        so ``L`` must be at least ``2 ** len(channels)`` (and at least ``kernel_size``).
+    """
+
+    def __init__(
+        self,
+        signal_shape: Sequence[int],
+        representation_dim: int = 64,
+        channels: Sequence[int] = (32, 64, 64),
+        kernel_size: int = 5,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if len(signal_shape) != 2 or min(int(v) for v in signal_shape) < 1:
+            raise ValueError(f"signal_shape must be (channels, samples) of positive sizes, got {tuple(signal_shape)}")
+        if representation_dim < 1 or not channels or any(int(ch) < 1 for ch in channels):
+            raise ValueError(
+                f"representation_dim and channels must be >= 1, got {representation_dim}, {list(channels)}"
+            )
+        if kernel_size < 1 or kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be an odd number >= 1, got {kernel_size}")
+        if not 0 <= dropout < 1:
+            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        c, length = (int(v) for v in signal_shape)
+        needed = max(2 ** len(channels), int(kernel_size))
+        if length < needed:
+            raise ValueError(
+                f"windows of {length} samples are shorter than the receptive field of {len(channels)} conv blocks "
+                f"with kernel {kernel_size} ({needed} samples): use longer windows or fewer blocks"
+            )
+        blocks: list[nn.Module] = []
+        for out in channels:
+            blocks += [nn.Conv1d(c, int(out), int(kernel_size), padding=kernel_size // 2), nn.ReLU(), nn.MaxPool1d(2)]
+            c = int(out)
+        self.signal_shape = (int(signal_shape[0]), int(signal_shape[1]))
+        self.representation_dim = int(representation_dim)
+        self.channels = tuple(int(ch) for ch in channels)
+        self.kernel_size = int(kernel_size)
+        self.dropout = float(dropout)
+        self.features = nn.Sequential(*blocks, nn.AdaptiveAvgPool1d(1))
+        head: list[nn.Module] = [nn.Flatten(), nn.Linear(c, representation_dim), nn.ReLU()]
+        if dropout > 0:
+            head.insert(1, nn.Dropout(dropout))
+        self.project = nn.Sequential(*head)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """The shape of one record: ``signal_shape`` ``(C, L)``."""
+        return self.signal_shape
+
+    def architecture(self) -> dict[str, Any]:
+        """The constructor's arguments as JSON data (see ``ConvEncoder.architecture``)."""
+        return {
+            "signal_shape": list(self.signal_shape),
+            "representation_dim": self.representation_dim,
+            "channels": list(self.channels),
+            "kernel_size": self.kernel_size,
+            "dropout": self.dropout,
+        }
+
+    def forward(self, x: Tensor) -> Tensor:
+        if tuple(x.shape[1:]) != self.signal_shape:
+            raise ValueError(f"expected windows of shape {self.signal_shape}, got {tuple(x.shape[1:])}")
+        return self.project(self.features(x))
+
+
 class MLPHead(nn.Module):
     """A branch: ``(B, in_features) -> (B, num_classes)`` class scores (logits).
 
@@ -307,6 +396,27 @@ class Anonymizer(nn.Module):
     ) -> Anonymizer:
         """A small CNN encoder for images ``(C, H, W)`` and MLP branches."""
         encoder = ConvEncoder(image_shape, representation_dim, channels, dropout)
+        return cls(
+            encoder,
+            MLPHead(representation_dim, num_regular, head_hidden, dropout),
+            MLPHead(representation_dim, num_private, head_hidden, dropout),
+        )
+
+    @classmethod
+    def signal_cnn(
+        cls,
+        signal_shape: Sequence[int],
+        num_regular: int,
+        num_private: int,
+        *,
+        representation_dim: int = 64,
+        channels: Sequence[int] = (32, 64, 64),
+        kernel_size: int = 5,
+        head_hidden: Sequence[int] = (64,),
+        dropout: float = 0.0,
+    ) -> Anonymizer:
+        """A 1-D CNN encoder (``SignalEncoder``) for signal windows ``(C, L)`` and MLP branches."""
+        encoder = SignalEncoder(signal_shape, representation_dim, channels, kernel_size, dropout)
         return cls(
             encoder,
             MLPHead(representation_dim, num_regular, head_hidden, dropout),

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from dp_proto.anonymizer.modules import ConvEncoder, MLPEncoder
+from dp_proto.anonymizer.modules import ConvEncoder, MLPEncoder, SignalEncoder
 from dp_proto.anonymizer.validation import as_records, check_count
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.release import ledger_from_manifest, ledger_manifest, summary_from_manifest
@@ -58,7 +58,11 @@ __all__ = [
 ]
 
 #: The encoders a release can rebuild, by class name (the manifest's ``encoder``).
-ENCODERS: dict[str, type[nn.Module]] = {"MLPEncoder": MLPEncoder, "ConvEncoder": ConvEncoder}
+ENCODERS: dict[str, type[nn.Module]] = {
+    "MLPEncoder": MLPEncoder,
+    "ConvEncoder": ConvEncoder,
+    "SignalEncoder": SignalEncoder,
+}
 
 #: What a trained anonymizer holds beyond its encoder, left out of the release, with the reason.
 RELEASE_DROPS: dict[str, str] = {
@@ -99,7 +103,7 @@ DP_SCOPE = (
 
 def describe_encoder(encoder: nn.Module) -> dict[str, Any] | None:
     """``{"encoder": class name, **encoder.architecture()}`` (JSON data) for a built-in
-    encoder (exactly ``MLPEncoder`` or ``ConvEncoder``), None for another; the release's
+    encoder (exactly ``MLPEncoder``, ``ConvEncoder`` or ``SignalEncoder``), None for another; the release's
     manifest and a Lightning checkpoint's ``anonymizer_spec`` store it, and
     ``encoder_from_architecture`` rebuilds the network from it."""
     name = type(encoder).__name__

@@ -162,3 +162,26 @@ def test_any_encoder_works():
     # gradients reach every part
     (regular.sum() + private.sum()).backward()
     assert all(p.grad is not None for p in a.parameters())
+
+
+def test_the_signal_encoder_maps_windows_and_refuses_short_ones():
+    from dp_proto.anonymizer import SignalEncoder
+    from dp_proto.anonymizer.release import describe_encoder, encoder_from_architecture
+
+    torch.manual_seed(0)
+    enc = SignalEncoder((6, 128), representation_dim=16, channels=(8, 8, 8))
+    z = enc(torch.randn(5, 6, 128))
+    assert z.shape == (5, 16) and bool((z >= 0).all())
+    rebuilt = encoder_from_architecture(describe_encoder(enc))
+    rebuilt.load_state_dict(enc.state_dict())
+    x = torch.randn(3, 6, 128)
+    assert torch.equal(rebuilt(x), enc(x))
+    with pytest.raises(ValueError, match=r"windows of 4 samples are shorter than the receptive field"):
+        SignalEncoder((6, 4), channels=(8, 8, 8))
+    with pytest.raises(ValueError, match="expected windows of shape"):
+        enc(torch.randn(2, 6, 64))
+    with pytest.raises(ValueError, match="kernel_size must be an odd"):
+        SignalEncoder((6, 128), kernel_size=4)
+    model = Anonymizer.signal_cnn((6, 128), 6, 30, representation_dim=8, channels=(4, 4))
+    regular, private = model(torch.randn(2, 6, 128))
+    assert regular.shape == (2, 6) and private.shape == (2, 30)
