@@ -748,7 +748,7 @@ def _llp_bag(four: dict[str, Any]) -> list[str]:
             )
     out += bullets(lines)
     out += [
-        f"One seed per configuration and fold ({bag['seeds']}), {bag['epochs']} full-batch Adam steps, two hidden "
+        f"{bag['seeds']} seed(s) per configuration and fold, {bag['epochs']} full-batch Adam steps, two hidden "
         f"layers of {bag['hidden']}. With the own proportions only (exact: the node's labels never leave it) the "
         "bag learner reads no release, so its private run trains the very same model; the releases and ledgers "
         "are those of the k-means learner. Reading the neighbours' proportions as well lowers the accuracy: they "

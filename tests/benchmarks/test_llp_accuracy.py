@@ -67,7 +67,13 @@ def test_quick_run_ends_with_the_documented_json(tmp_path):
         "pllp_eps0.1_within_4_points",
         "pllp_eps0.01_collapse",
         "paper_shape_by_variant",
+        "bag_own_closes_half_the_gap_b32",
+        "bag_own_pllp_eps0.1_within_4_points",
+        "bag_all_closes_half_the_gap_b32",
+        "bag_all_pllp_eps0.1_within_4_points",
     }
+    # the bag learner on the node's own proportions reads no release: its private run is the same model
+    assert head["bag_pllp_accuracy_b32_eps0.1"] == head["bag_llp_accuracy_b32"] > head["llp_accuracy_b32_k16"]
     # --quick runs the default release only
     assert set(four["targets"]["paper_shape_by_variant"]) == {"pllp"}
     # the centralised kNN with every label beats chance clearly; epsilon 0.01 is near chance
