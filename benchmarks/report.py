@@ -550,8 +550,24 @@ def render_anonymizer(res: Results, t: dict[str, Any]) -> list[str]:
         rows = [[lam, *[num(by_mode[m][lam][k][0]) for m in by_mode for k in keys]] for lam in lambdas]
         head = ["lambda", *[f"{t['modes'].get(m, m)}: {n}" for m in by_mode for n in names]]
         out += table(head, rows, right=range(1, len(head)))
+        out += _lambda0_line(by_mode, t.get("regular_chance", {}).get(ds))
     out += figure(res.folder, "anonymizer_tradeoff.png", "Regular accuracy against attacker accuracy, by lambda")
     return out + _anonymizer_headline(p, t)
+
+
+def _lambda0_line(by_mode: dict[str, Any], regular_chance: dict[str, Any] | None) -> list[str]:
+    """Each task's accuracy at lambda 0 (no adversary) beside its chance level: how learnable
+    the two labels are before any anonymisation."""
+    zero = by_mode.get("toggle", {}).get("0")
+    if zero is None or regular_chance is None:
+        return []
+    return [
+        f"At lambda 0 (toggle, no adversary) the regular task reaches {zero['regular_accuracy'][0]:.3f} (branch) / "
+        f"{zero['fresh_regular_accuracy'][0]:.3f} (fresh classifiers) against chance {regular_chance['value']:.3f} "
+        f"({regular_chance['how']}); the private task {zero['attacker_accuracy'][0]:.3f} (best fresh attacker) "
+        f"against chance {zero['chance'][0]:.3f} (the largest identity share of the held-out halves).",
+        "",
+    ]
 
 
 def _anonymizer_headline(p: dict[str, Any], t: dict[str, Any]) -> list[str]:
