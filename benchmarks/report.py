@@ -900,47 +900,49 @@ def render_studies(res: Results, notes: dict[str, Any]) -> list[str]:
     return out
 
 
-def _federated_private_nodes(res: Results, spec: dict[str, Any]) -> list[str]:
+def _study(res: Results, spec: dict[str, Any], body: Callable[[dict[str, Any]], list[str]]) -> list[str]:
+    """A study section: its title and question, ``body`` of its stored result (or "No
+    stored result."), and what was chosen."""
     p = res.get(spec["file"])
     out = [f"### {spec['title']}", "", spec["question"], ""]
     if p is None:
         return out + ["No stored result.", ""]
-    eps = list(next(iter(p["results"].values())))
-    rows = [
-        [config, *[f"{ms(cells[e]['merged'])} / {ms(cells[e]['node'])}" for e in eps]]
-        for config, cells in p["results"].items()
-    ]
-    out += table(
-        ["node recipe (DPGMLVQ)", *[f"eps {e}: merged / mean node" for e in eps]], rows, right=range(1, 1 + len(eps))
-    )
-    return out + [f"**Chosen:** {spec['decision']}", ""]
+    return out + body(p) + [f"**Chosen:** {spec['decision']}", ""]
+
+
+def _federated_private_nodes(res: Results, spec: dict[str, Any]) -> list[str]:
+    def body(p: dict[str, Any]) -> list[str]:
+        eps = list(next(iter(p["results"].values())))
+        rows = [
+            [config, *[f"{ms(cells[e]['merged'])} / {ms(cells[e]['node'])}" for e in eps]]
+            for config, cells in p["results"].items()
+        ]
+        header = ["node recipe (DPGMLVQ)", *[f"eps {e}: merged / mean node" for e in eps]]
+        return table(header, rows, right=range(1, 1 + len(eps)))
+
+    return _study(res, spec, body)
 
 
 def _diagnosis(res: Results, spec: dict[str, Any]) -> list[str]:
-    p = res.get(spec["file"])
-    out = [f"### {spec['title']}", "", spec["question"], ""]
-    if p is None:
-        return out + ["No stored result.", ""]
-    eps = list(next(iter(p["results"].values())))
-    rows = [[config, *[num(cells[e]) for e in eps]] for config, cells in p["results"].items()]
-    out += table(
-        ["DP-GMLVQ setting (identity transfer)", *[f"eps {e}" for e in eps]], rows, right=range(1, 1 + len(eps))
-    )
-    out += [f"Non-private L-BFGS GMLVQ on the same splits: {p['nonprivate']:.3f}.", ""]
-    return out + [f"**Chosen:** {spec['decision']}", ""]
+    def body(p: dict[str, Any]) -> list[str]:
+        eps = list(next(iter(p["results"].values())))
+        rows = [[config, *[num(cells[e]) for e in eps]] for config, cells in p["results"].items()]
+        header = ["DP-GMLVQ setting (identity transfer)", *[f"eps {e}" for e in eps]]
+        out = table(header, rows, right=range(1, 1 + len(eps)))
+        return out + [f"Non-private L-BFGS GMLVQ on the same splits: {p['nonprivate']:.3f}.", ""]
+
+    return _study(res, spec, body)
 
 
 def _yale_crops(res: Results, spec: dict[str, Any]) -> list[str]:
-    p = res.get(spec["file"])
-    out = [f"### {spec['title']}", "", spec["question"], ""]
-    if p is None:
-        return out + ["No stored result.", ""]
-    rows = [
-        [spec["labels"].get(k, k), "x".join(str(s) for s in r["image_size"]), ms(r["condition"]), ms(r["identity"])]
-        for k, r in p["results"].items()
-    ]
-    out += table(["faces", "image", "condition accuracy", "identity accuracy"], rows, right=(2, 3))
-    return out + [f"**Chosen:** {spec['decision']}", ""]
+    def body(p: dict[str, Any]) -> list[str]:
+        rows = [
+            [spec["labels"].get(k, k), "x".join(str(s) for s in r["image_size"]), ms(r["condition"]), ms(r["identity"])]
+            for k, r in p["results"].items()
+        ]
+        return table(["faces", "image", "condition accuracy", "identity accuracy"], rows, right=(2, 3))
+
+    return _study(res, spec, body)
 
 
 def render_confidence(res: Results, t: dict[str, Any]) -> list[str]:
