@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from dp_proto._neighbours import check_points
 from dp_proto._validation import check_int
 from dp_proto.exceptions import DataValidationError
-from dp_proto.llp.proportions import LabelProportions
+from dp_proto.llp.proportions import LabelProportions, as_source
 
 __all__ = ["BagNetwork", "LLPBagModel", "bag_proportions", "bag_proportion_loss", "fit_bag_model"]
 
@@ -112,13 +112,24 @@ def bag_proportion_loss(
     if batch_ids.shape != (probabilities.shape[0],):
         raise ValueError(f"batch_ids must have shape ({probabilities.shape[0]},), got {tuple(batch_ids.shape)}")
     predicted, sizes = bag_proportions(probabilities, batch_ids, targets.shape[0])
-    w = (sizes > 0).to(probabilities.dtype)
+    w = _bag_weights(sizes, weights)
+    return _kl_loss(predicted, targets.to(probabilities.dtype), w)
+
+
+def _bag_weights(sizes: Tensor, weights: Tensor | None) -> Tensor:
+    """``(B,)`` weight of every bag: 0 without windows, else ``weights`` (default 1)."""
+    w = (sizes > 0).to(sizes.dtype)
     if weights is not None:
-        w = w * weights.to(probabilities.dtype)
+        w = w * weights.to(sizes.dtype)
     if not bool((w > 0).any()):
         raise ValueError("no bag has windows and a positive weight")
-    t = targets.to(probabilities.dtype)
+    return w
+
+
+def _kl_loss(predicted: Tensor, targets: Tensor, w: Tensor) -> Tensor:
+    """``sum_b w_b KL(targets_b || predicted_b) / sum_b w_b`` for checked targets."""
     # KL(t || p); 0 log 0 = 0, and p is floored so that a confident wrong bag stays finite
+    t = targets
     kl = torch.where(t > 0, t * (torch.log(t.clamp_min(1e-300)) - torch.log(predicted.clamp_min(1e-12))), 0.0)
     return (kl.sum(1) * w).sum() / w.sum()
 
@@ -170,12 +181,6 @@ class LLPBagModel:
 
     def to(self, device: torch.device | str) -> LLPBagModel:
         return LLPBagModel(self.network.to(device), self.num_classes, self.loss)
-
-
-def _source(source: LabelProportions | Tensor) -> tuple[Tensor, Tensor | None]:
-    if isinstance(source, LabelProportions):
-        return source.proportions, source.valid
-    return torch.as_tensor(source), None
 
 
 def fit_bag_model(
@@ -233,7 +238,7 @@ def fit_bag_model(
     batch_ids = torch.as_tensor(batch_ids, device=x.device, dtype=torch.int64)
     if batch_ids.shape != (x.shape[0],):
         raise ValueError(f"batch_ids must have shape ({x.shape[0]},), got {tuple(batch_ids.shape)}")
-    sources = [_source(s) for s in proportion_sources]
+    sources = [as_source(s) for s in proportion_sources]
     shape = tuple(sources[0][0].shape)
     for i, (p, _) in enumerate(sources):
         if tuple(p.shape) != shape or len(shape) != 2:
@@ -242,7 +247,11 @@ def fit_bag_model(
     num_batches, num_classes = shape
     if bool((batch_ids < 0).any()) or bool((batch_ids >= num_batches).any()):
         raise DataValidationError(f"batch ids must lie in 0 .. {num_batches - 1}")
-    targets = [(p.to(x.device, torch.float32), None if v is None else v.to(x.device)) for p, v in sources]
+    # checked once here, not at every step: the targets and bag weights of every source
+    sizes = torch.bincount(batch_ids, minlength=num_batches).to(torch.float32)
+    targets = [
+        (p.to(x.device, torch.float32), _bag_weights(sizes, None if v is None else v.to(x.device))) for p, v in sources
+    ]
     mean, scale = x.mean(0), x.std(0, unbiased=False).clamp_min(1e-6)
     network = _initialised(x.shape[1], num_classes, hidden, mean, scale, generator).to(x.device)
     optimiser = torch.optim.Adam(network.parameters(), lr=lr, weight_decay=weight_decay)
@@ -250,7 +259,9 @@ def fit_bag_model(
     for _ in range(epochs):
         optimiser.zero_grad()
         probs = network(x)
-        loss = sum(bag_proportion_loss(probs, batch_ids, t, v) for t, v in targets) / len(targets)
+        # the bag means per source, as the stored runs computed them (one shared mean sums
+        # the gradients in another order, and 300 Adam steps turn that into other fits)
+        loss = sum(_kl_loss(bag_proportions(probs, batch_ids, num_batches)[0], t, w) for t, w in targets) / len(targets)
         loss.backward()
         optimiser.step()
     network.eval()

@@ -28,7 +28,7 @@ from dp_proto._neighbours import check_points
 from dp_proto.exceptions import DataValidationError, PrivacyLeakWarning
 from dp_proto.llp.assignment import AssignmentResult, local_search
 from dp_proto.llp.kmeans import KMeansResult, kmeans, predict
-from dp_proto.llp.proportions import LabelProportions, batch_label_counts
+from dp_proto.llp.proportions import LabelProportions, as_source, batch_label_counts
 from dp_proto.release import Releasable, Release, register_model, registered_name
 
 __all__ = ["LLPNodeModel", "NodeFit", "fit_node_models", "majority_vote", "train_node_models"]
@@ -212,12 +212,6 @@ def majority_vote(predictions: Tensor, num_classes: int, *, tie_break: str = "fi
     return votes.argmax(1)
 
 
-def _as_source(source: LabelProportions | Tensor) -> tuple[Tensor, Tensor | None]:
-    if isinstance(source, LabelProportions):
-        return source.proportions, source.valid
-    return torch.as_tensor(source), None
-
-
 @dataclass(frozen=True)
 class NodeFit:
     """What ``fit_node_models`` computed for one node.
@@ -315,7 +309,7 @@ def fit_node_models(
     """
     if len(proportion_sources) == 0:
         raise ValueError("proportion_sources is empty: need at least the node's own proportions")
-    sources = [_as_source(s) for s in proportion_sources]
+    sources = [as_source(s) for s in proportion_sources]
     num_batches, num_classes = sources[0][0].shape if sources[0][0].dim() == 2 else (0, 0)
     for i, (p, _) in enumerate(sources):
         if p.dim() != 2 or tuple(p.shape) != (num_batches, num_classes) or num_batches == 0:

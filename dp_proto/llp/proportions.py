@@ -56,6 +56,7 @@ __all__ = [
     "ESTIMATORS",
     "check_estimator",
     "LabelProportions",
+    "as_source",
     "batch_label_counts",
     "private_label_proportions",
     "proportion_bounds",
@@ -147,6 +148,14 @@ def _check_index_vector(values: Tensor, name: str, upper: int, what: str) -> Ten
                 f"{sorted(set(bad[:10].tolist()))} (range [{lo}, {hi}])"
             )
     return values.long()
+
+
+def as_source(source: LabelProportions | Tensor) -> tuple[Tensor, Tensor | None]:
+    """``(proportions (B, L), valid (B,) or None)`` of a source of proportions: a
+    ``LabelProportions`` or a bare table (every bag valid)."""
+    if isinstance(source, LabelProportions):
+        return source.proportions, source.valid
+    return torch.as_tensor(source), None
 
 
 def batch_label_counts(labels: Tensor, batch_ids: Tensor, num_batches: int, num_classes: int) -> Tensor:
