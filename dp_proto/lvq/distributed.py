@@ -115,9 +115,13 @@ def _check_estimator(estimator: Any) -> None:
 
 
 def _label_set(labels: Sequence[np.ndarray], classes: Sequence[Any] | None) -> np.ndarray:
-    """The shared label set: ``classes``, or the union of every node's labels."""
+    """The shared label set: ``classes``, or the union of every node's labels; a node
+    with labels outside it is refused (``_check_node_labels``)."""
     held = np.unique(np.concatenate([np.asarray(y) for y in labels]))
-    return held if classes is None else np.unique(np.asarray(list(classes)))
+    label_set = held if classes is None else np.unique(np.asarray(list(classes)))
+    for i, y in enumerate(labels):
+        _check_node_labels(y, label_set, i)
+    return label_set
 
 
 def _check_node_labels(y: np.ndarray, label_set: np.ndarray, rank: int) -> None:
@@ -181,8 +185,6 @@ def federated_fit(
         raise ValueError("federated_fit needs at least one node")
     parts = [np.asarray(idx) for idx in nodes]
     label_set = _label_set([y[idx] for idx in parts], classes)
-    for i, idx in enumerate(parts):
-        _check_node_labels(y[idx], label_set, i)
     t0 = time.perf_counter()
     estimators = node_estimators(estimator, len(parts), random_state)
     fitted = [node.fit(X[idx], y[idx]) for node, idx in zip(estimators, parts, strict=True)]
@@ -319,8 +321,6 @@ def launch_federated(
     if len(widths) != 1 or widths[0] < 1:
         raise DataValidationError(f"every node needs a 2-D feature matrix with one feature count, got {widths}")
     label_set = _label_set([y for _, y in data], classes)
-    for i, (_, y) in enumerate(data):
-        _check_node_labels(y, label_set, i)
     estimators = node_estimators(estimator, len(data), random_state)
     results = launch_workers(
         _federated_worker,
