@@ -363,6 +363,23 @@ class Anonymizer(nn.Module):
         self.private_head = private_head
 
     @classmethod
+    def _with_mlp_heads(
+        cls,
+        encoder: nn.Module,
+        representation_dim: int,
+        num_regular: int,
+        num_private: int,
+        head_hidden: Sequence[int],
+        dropout: float,
+    ) -> Anonymizer:
+        """``encoder`` with an ``MLPHead`` branch per label (the constructors below)."""
+        return cls(
+            encoder,
+            MLPHead(representation_dim, num_regular, head_hidden, dropout),
+            MLPHead(representation_dim, num_private, head_hidden, dropout),
+        )
+
+    @classmethod
     def mlp(
         cls,
         in_features: int,
@@ -376,11 +393,7 @@ class Anonymizer(nn.Module):
     ) -> Anonymizer:
         """The default: MLP encoder and MLP branches."""
         encoder = MLPEncoder(in_features, representation_dim, encoder_hidden, dropout)
-        return cls(
-            encoder,
-            MLPHead(representation_dim, num_regular, head_hidden, dropout),
-            MLPHead(representation_dim, num_private, head_hidden, dropout),
-        )
+        return cls._with_mlp_heads(encoder, representation_dim, num_regular, num_private, head_hidden, dropout)
 
     @classmethod
     def cnn(
@@ -396,11 +409,7 @@ class Anonymizer(nn.Module):
     ) -> Anonymizer:
         """A small CNN encoder for images ``(C, H, W)`` and MLP branches."""
         encoder = ConvEncoder(image_shape, representation_dim, channels, dropout)
-        return cls(
-            encoder,
-            MLPHead(representation_dim, num_regular, head_hidden, dropout),
-            MLPHead(representation_dim, num_private, head_hidden, dropout),
-        )
+        return cls._with_mlp_heads(encoder, representation_dim, num_regular, num_private, head_hidden, dropout)
 
     @classmethod
     def signal_cnn(
@@ -417,11 +426,7 @@ class Anonymizer(nn.Module):
     ) -> Anonymizer:
         """A 1-D CNN encoder (``SignalEncoder``) for signal windows ``(C, L)`` and MLP branches."""
         encoder = SignalEncoder(signal_shape, representation_dim, channels, kernel_size, dropout)
-        return cls(
-            encoder,
-            MLPHead(representation_dim, num_regular, head_hidden, dropout),
-            MLPHead(representation_dim, num_private, head_hidden, dropout),
-        )
+        return cls._with_mlp_heads(encoder, representation_dim, num_regular, num_private, head_hidden, dropout)
 
     def encode(self, x: Tensor) -> Tensor:
         return self.encoder(x)
