@@ -203,7 +203,7 @@ def _free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
-def check_launch_settings(timeout: float, num_threads: int | None, n_nodes: int) -> tuple[float, int]:
+def _check_launch_settings(timeout: float, num_threads: int | None, n_nodes: int) -> tuple[float, int]:
     """``(timeout, num_threads)`` checked; ``num_threads`` defaults to ``max(1, cpus // n_nodes)``."""
     timeout = float(timeout)
     if not math.isfinite(timeout) or timeout <= 0:
@@ -269,7 +269,7 @@ def launch_workers(
     n_nodes = len(rank_args)
     if n_nodes == 0:
         raise ValueError("no rank to launch")
-    timeout, num_threads = check_launch_settings(timeout, num_threads, n_nodes)
+    timeout, num_threads = _check_launch_settings(timeout, num_threads, n_nodes)
     port = _free_port(master_addr) if master_port is None else check_int("master_port", master_port, 1)
     init_method = f"tcp://{master_addr}:{port}"
     ctx, env = _process_context(start_method, preload)
