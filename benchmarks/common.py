@@ -10,6 +10,7 @@ import platform
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ __all__ = [
     "run_command",
     "run_meta",
     "run_metadata",
+    "run_tasks",
 ]
 
 #: Environment variable that the loaders of :mod:`dp_proto.data` also honour.
@@ -200,3 +202,41 @@ def emit_json(payload: dict[str, Any], out: str | os.PathLike | None = None) -> 
         Path(out).write_text(line + "\n", encoding="utf-8")
     sys.stdout.flush()
     print(line, flush=True)
+
+
+def run_tasks(
+    tasks: list,
+    worker: Callable[[Any], dict],
+    *,
+    jobs: int = 1,
+    desc: str = "tasks",
+    postfix: Callable[[Any, dict], str] | None = None,
+) -> list[dict]:
+    """``worker(task)`` for every task, in ``jobs`` spawned worker processes (1: in this
+    process), behind one tqdm bar on stderr (``postfix(task, result)``: its text after a
+    task). Results come in task order whatever ``jobs`` is; ``worker`` must be picklable
+    (a module-level function or a ``functools.partial`` of one) and seed itself."""
+    from tqdm import tqdm
+
+    results: list[dict | None] = [None] * len(tasks)
+    with tqdm(total=len(tasks), desc=desc, unit="fit", file=sys.stderr, dynamic_ncols=True) as bar:
+
+        def done(i: int, result: dict) -> None:
+            results[i] = result
+            if postfix is not None:
+                bar.set_postfix_str(postfix(tasks[i], result))
+            bar.update(1)
+
+        if jobs == 1:
+            for i, task in enumerate(tasks):
+                done(i, worker(task))
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            context = multiprocessing.get_context("spawn")  # no forked torch/Lightning state
+            with ProcessPoolExecutor(jobs, mp_context=context) as pool:
+                futures = {pool.submit(worker, task): i for i, task in enumerate(tasks)}
+                for future in as_completed(futures):
+                    done(futures[future], future.result())
+    return results  # type: ignore[return-value]

@@ -44,17 +44,16 @@ Ends with a trade-off figure (``--figure``; ``""``: none) and one JSON line
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 from sklearn.model_selection import train_test_split
-from tqdm import tqdm
 
-from benchmarks.common import emit_json, resolve_data_dir, run_metadata
+from benchmarks.common import emit_json, resolve_data_dir, run_metadata, run_tasks
 from dp_proto.anonymizer import Anonymizer
 from dp_proto.lightning.anonymizer import evaluate_held_out, fit_anonymizer
 
@@ -179,30 +178,13 @@ def run_all(tasks: list[tuple], data: dict, jobs: int, threads: int) -> list[dic
     processes (1: in this process); results in task order. Each fit seeds itself, so
     the results do not depend on ``jobs``. The workers get this process' ``SETTINGS``
     (with ``--quick``'s changes)."""
-    runs: list[dict | None] = [None] * len(tasks)
-    with tqdm(total=len(tasks), desc=BENCHMARK, unit="fit", file=sys.stderr, dynamic_ncols=True) as bar:
 
-        def done(i: int, run: dict) -> None:
-            runs[i] = run
-            name, mode, lam, _ = tasks[i]
-            bar.set_postfix_str(
-                f"{name} {mode} lam={lam:g} reg={run['regular_accuracy']:.2f} att={run['attacker_accuracy']:.2f}"
-            )
-            bar.update(1)
+    def postfix(task: tuple, run: dict) -> str:
+        name, mode, lam, _ = task
+        return f"{name} {mode} lam={lam:g} reg={run['regular_accuracy']:.2f} att={run['attacker_accuracy']:.2f}"
 
-        if jobs == 1:
-            for i, task in enumerate(tasks):
-                done(i, _run_task(task, data, SETTINGS, threads))
-        else:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            context = multiprocessing.get_context("spawn")  # no forked torch/Lightning state
-            with ProcessPoolExecutor(jobs, mp_context=context) as pool:
-                futures = {pool.submit(_run_task, task, data, SETTINGS, threads): i for i, task in enumerate(tasks)}
-                for future in as_completed(futures):
-                    done(futures[future], future.result())
-    return runs  # type: ignore[return-value]
+    worker = partial(_run_task, data=data, settings=SETTINGS, threads=threads)
+    return run_tasks(tasks, worker, jobs=jobs, desc=BENCHMARK, postfix=postfix)
 
 
 def summarise(runs: list[dict]) -> dict:
