@@ -6,7 +6,7 @@ Sections and defaults (unknown keys are rejected)::
     seed: 0             # k-means seeding and local-search starts (never the noise)
     data:    {data_dir: null, nodes: 4, anchor: 0, neighbours: null, folds: 10, fold: 0}
     llp:     {batch_size: 32, k: 16, epsilon: 0.1, estimator: clipped, n_starts: 32, noise_seed: null,
-              learner: kmeans}
+              learner: kmeans, own_proportions: exact}
     run:     {distributed: false, compare: false, threads: 1}
     logging: {log_dir: runs, name: null}   # where a private run writes its releases
 
@@ -56,6 +56,7 @@ LLP_DEFAULTS: dict[str, Any] = {
         "n_starts": 32,
         "noise_seed": None,
         "learner": "kmeans",
+        "own_proportions": "exact",
     },
     "run": {"distributed": False, "compare": False, "threads": 1},
     "logging": {"log_dir": "runs", "name": None},
@@ -149,6 +150,7 @@ def run_llp_experiment(config: dict[str, Any]) -> dict[str, Any]:
         n_starts=settings["n_starts"],
         estimator=settings["estimator"],
         learner=settings["learner"],
+        own_proportions=settings["own_proportions"],
     )
     t0 = time.perf_counter()
     if run["distributed"]:

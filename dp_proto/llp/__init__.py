@@ -44,7 +44,14 @@ from dp_proto.llp.assignment import (
     predicted_proportions,
     proportion_loss,
 )
-from dp_proto.llp.bags import BagNetwork, LLPBagModel, bag_proportion_loss, bag_proportions, fit_bag_model
+from dp_proto.llp.bags import (
+    BagNetwork,
+    LLPBagModel,
+    bag_cross_entropy,
+    bag_proportion_loss,
+    bag_proportions,
+    fit_bag_model,
+)
 from dp_proto.llp.grid import BatchGrid, time_batches
 from dp_proto.llp.kmeans import KMeansResult, kmeans, predict, squared_distances
 from dp_proto.llp.model import (
@@ -75,6 +82,7 @@ from dp_proto.llp.release import LLPNodeRelease
 __all__ = [
     "BagNetwork",
     "LLPBagModel",
+    "bag_cross_entropy",
     "bag_proportion_loss",
     "bag_proportions",
     "fit_bag_model",

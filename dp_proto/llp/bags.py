@@ -14,6 +14,18 @@ that it is zero exactly when the predicted proportions equal the given ones. ``w
 for a bag that has windows at the node and is valid in the source (an exact release has
 no proportions for an empty batch), else 0.
 
+With noisy proportions from the unbiased release (``estimator="unbiased"``: ``(n_bl +
+Lap(1/epsilon)) / b``, rows that need not sum to 1 and may be negative) the KL is not
+defined; ``loss="cross_entropy"`` uses
+
+    L = - sum_b w_b sum_l pi~_bl log p_bl / sum_b w_b,
+
+which is *linear* in the given proportions: zero-mean noise on ``pi~`` leaves its
+expectation that of the exact proportions, so the expected loss has the same minimiser
+(with exact proportions it is the KL plus the constant entropy of ``pi``). A model fitted
+to a node's own noisy release alone is post-processing of that release: label-DP at the
+release's epsilon.
+
 ``fit_bag_model`` trains one network on all sources of a node at once (the loss averaged
 over the sources), full batch, with Adam; what it consumes is the released proportions and
 the node's own windows, so the releases and their ledgers are those of the k-means learner.
@@ -34,7 +46,19 @@ from dp_proto._validation import check_int
 from dp_proto.exceptions import DataValidationError
 from dp_proto.llp.proportions import LabelProportions, as_source
 
-__all__ = ["BagNetwork", "LLPBagModel", "bag_proportions", "bag_proportion_loss", "fit_bag_model"]
+__all__ = [
+    "BAG_LOSSES",
+    "BagNetwork",
+    "LLPBagModel",
+    "bag_cross_entropy",
+    "bag_proportions",
+    "bag_proportion_loss",
+    "fit_bag_model",
+]
+
+#: The bag losses: ``"kl"`` (given proportions on the simplex) and ``"cross_entropy"``
+#: (linear in the given proportions; any finite values, e.g. the unbiased release).
+BAG_LOSSES = ("kl", "cross_entropy")
 
 #: How far a row of given proportions may be from summing to 1.
 _SUM_TOL = 1e-6
@@ -75,6 +99,20 @@ def _check_targets(targets: Tensor) -> None:
         )
 
 
+def _check_finite_targets(targets: Tensor) -> None:
+    if targets.dim() != 2:
+        raise ValueError(f"bag proportions must have shape (B, L), got {tuple(targets.shape)}")
+    if not bool(torch.isfinite(targets).all()):
+        raise DataValidationError("bag proportions must be finite")
+
+
+def _check_loss_inputs(probabilities: Tensor, batch_ids: Tensor, targets: Tensor) -> None:
+    if probabilities.dim() != 2 or probabilities.shape[1] != targets.shape[1]:
+        raise ValueError(f"probabilities must have shape (m, {targets.shape[1]}), got {tuple(probabilities.shape)}")
+    if batch_ids.shape != (probabilities.shape[0],):
+        raise ValueError(f"batch_ids must have shape ({probabilities.shape[0]},), got {tuple(batch_ids.shape)}")
+
+
 def bag_proportion_loss(
     probabilities: Tensor,
     batch_ids: Tensor,
@@ -107,13 +145,51 @@ def bag_proportion_loss(
         Shapes that do not match, or no bag with positive weight and windows.
     """
     _check_targets(targets)
-    if probabilities.dim() != 2 or probabilities.shape[1] != targets.shape[1]:
-        raise ValueError(f"probabilities must have shape (m, {targets.shape[1]}), got {tuple(probabilities.shape)}")
-    if batch_ids.shape != (probabilities.shape[0],):
-        raise ValueError(f"batch_ids must have shape ({probabilities.shape[0]},), got {tuple(batch_ids.shape)}")
+    _check_loss_inputs(probabilities, batch_ids, targets)
     predicted, sizes = bag_proportions(probabilities, batch_ids, targets.shape[0])
     w = _bag_weights(sizes, weights)
     return _kl_loss(predicted, targets.to(probabilities.dtype), w)
+
+
+def bag_cross_entropy(
+    probabilities: Tensor,
+    batch_ids: Tensor,
+    targets: Tensor,
+    weights: Tensor | None = None,
+) -> Tensor:
+    """The weighted mean over bags of ``- sum_l targets_bl log(mean_{i in b} probabilities_il)``:
+    linear in ``targets``, so an unbiased noisy estimate of the proportions gives an
+    unbiased estimate of the loss (module docstring).
+
+    Parameters
+    ----------
+    probabilities : Tensor (m, L)
+        Predicted class probabilities of the windows.
+    batch_ids : Tensor (m,) int64
+        Bag of every window.
+    targets : Tensor (B, L)
+        Given proportions of every bag: any finite values (rows need not sum to 1).
+    weights : Tensor (B,), optional
+        Weight of every bag; bags without windows weigh 0.
+
+    Returns
+    -------
+    Tensor
+        A scalar; for targets on the simplex, ``bag_proportion_loss`` plus the weighted
+        mean entropy of the targets.
+
+    Raises
+    ------
+    DataValidationError
+        Targets that are not finite.
+    ValueError
+        Shapes that do not match, or no bag with positive weight and windows.
+    """
+    _check_finite_targets(targets)
+    _check_loss_inputs(probabilities, batch_ids, targets)
+    predicted, sizes = bag_proportions(probabilities, batch_ids, targets.shape[0])
+    w = _bag_weights(sizes, weights)
+    return _cross_entropy_loss(predicted, targets.to(probabilities.dtype), w)
 
 
 def _bag_weights(sizes: Tensor, weights: Tensor | None) -> Tensor:
@@ -132,6 +208,12 @@ def _kl_loss(predicted: Tensor, targets: Tensor, w: Tensor) -> Tensor:
     t = targets
     kl = torch.where(t > 0, t * (torch.log(t.clamp_min(1e-300)) - torch.log(predicted.clamp_min(1e-12))), 0.0)
     return (kl.sum(1) * w).sum() / w.sum()
+
+
+def _cross_entropy_loss(predicted: Tensor, targets: Tensor, w: Tensor) -> Tensor:
+    """``- sum_b w_b sum_l targets_bl log predicted_bl / sum_b w_b`` (``predicted`` floored
+    at 1e-12, so that a negative target cannot drive the loss to minus infinity)."""
+    return -((targets * torch.log(predicted.clamp_min(1e-12))).sum(1) * w).sum() / w.sum()
 
 
 class BagNetwork(nn.Module):
@@ -193,6 +275,7 @@ def fit_bag_model(
     lr: float = 0.01,
     weight_decay: float = 1e-4,
     generator: torch.Generator | None = None,
+    loss: str = "kl",
 ) -> LLPBagModel:
     """Train a ``BagNetwork`` on the node's windows against every source's bag proportions.
 
@@ -213,6 +296,9 @@ def fit_bag_model(
         Adam's step size and L2 penalty.
     generator : torch.Generator, optional
         Draws the initial weights (on the CPU); default: torch's global generator.
+    loss : {"kl", "cross_entropy"}, default "kl"
+        ``bag_proportion_loss`` (proportions on the simplex) or ``bag_cross_entropy``
+        (any finite proportions, e.g. the unbiased release).
 
     Returns
     -------
@@ -224,8 +310,11 @@ def fit_bag_model(
     ValueError
         No source, sources of different shapes, bad settings.
     DataValidationError
-        NaN/inf features, proportions that do not sum to 1.
+        NaN/inf features; for ``loss="kl"`` proportions that are negative or do not sum
+        to 1.
     """
+    if loss not in BAG_LOSSES:
+        raise ValueError(f"loss must be one of {BAG_LOSSES}, got {loss!r}")
     if len(proportion_sources) == 0:
         raise ValueError("proportion_sources is empty: need at least the node's own proportions")
     hidden = check_int("hidden", hidden, 1)
@@ -243,8 +332,13 @@ def fit_bag_model(
     for i, (p, _) in enumerate(sources):
         if tuple(p.shape) != shape or len(shape) != 2:
             raise ValueError(f"proportion source {i} has shape {tuple(p.shape)}; every source must be (B, L) = {shape}")
-        _check_targets(p)
+        try:
+            (_check_targets if loss == "kl" else _check_finite_targets)(p)
+        except DataValidationError as err:
+            hint = "; use loss='cross_entropy' for noisy proportions off the simplex" if loss == "kl" else ""
+            raise DataValidationError(f"proportion source {i}: {err}{hint}") from err
     num_batches, num_classes = shape
+    bag_loss = _kl_loss if loss == "kl" else _cross_entropy_loss
     if bool((batch_ids < 0).any()) or bool((batch_ids >= num_batches).any()):
         raise DataValidationError(f"batch ids must lie in 0 .. {num_batches - 1}")
     # checked once here, not at every step: the targets and bag weights of every source
@@ -255,17 +349,18 @@ def fit_bag_model(
     mean, scale = x.mean(0), x.std(0, unbiased=False).clamp_min(1e-6)
     network = _initialised(x.shape[1], num_classes, hidden, mean, scale, generator).to(x.device)
     optimiser = torch.optim.Adam(network.parameters(), lr=lr, weight_decay=weight_decay)
-    loss = torch.tensor(float("nan"))
+    value = torch.tensor(float("nan"))
     for _ in range(epochs):
         optimiser.zero_grad()
         probs = network(x)
         # the bag means per source, as the stored runs computed them (one shared mean sums
         # the gradients in another order, and 300 Adam steps turn that into other fits)
-        loss = sum(_kl_loss(bag_proportions(probs, batch_ids, num_batches)[0], t, w) for t, w in targets) / len(targets)
-        loss.backward()
+        value = sum(bag_loss(bag_proportions(probs, batch_ids, num_batches)[0], t, w) for t, w in targets)
+        value = value / len(targets)
+        value.backward()
         optimiser.step()
     network.eval()
-    return LLPBagModel(network, num_classes, float(loss.detach()))
+    return LLPBagModel(network, num_classes, float(value.detach()))
 
 
 def _initialised(

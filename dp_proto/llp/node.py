@@ -36,7 +36,7 @@ from torch import Tensor
 from dp_proto._neighbours import check_points
 from dp_proto._validation import check_int
 from dp_proto.exceptions import DataValidationError, PrivacyLeakWarning
-from dp_proto.llp.bags import fit_bag_model
+from dp_proto.llp.bags import BAG_LOSSES, fit_bag_model
 from dp_proto.llp.grid import BatchGrid
 from dp_proto.llp.model import NodeFit, fit_node_models
 from dp_proto.llp.proportions import (
@@ -122,6 +122,12 @@ class LLPConfig:
         Full-batch Adam steps of the bag learner.
     bag_hidden : int, default 64
         Units of each of its two hidden layers.
+    bag_loss : {"kl", "cross_entropy"} or None, default None
+        The bag learner's loss (``dp_proto.llp.bags``): ``"kl"`` needs proportions on the
+        simplex; ``"cross_entropy"`` is linear in the proportions, so the unbiased
+        release's noise averages out. ``None``: ``"cross_entropy"`` with
+        ``estimator="unbiased"``, else ``"kl"``. ``"kl"`` is refused for a private run
+        whose learner reads unbiased releases (their rows leave the simplex).
     """
 
     batch_size: int
@@ -143,6 +149,7 @@ class LLPConfig:
     bag_sources: str = "own"
     bag_epochs: int = 300
     bag_hidden: int = 64
+    bag_loss: str | None = None
 
     def __post_init__(self) -> None:
         def fix(name: str, value) -> None:  # frozen: normalise the checked values in place
@@ -176,6 +183,16 @@ class LLPConfig:
             raise ValueError(f"bag_sources must be one of {BAG_SOURCES}, got {self.bag_sources!r}")
         fix("bag_epochs", check_int("bag_epochs", self.bag_epochs, 1))
         fix("bag_hidden", check_int("bag_hidden", self.bag_hidden, 1))
+        if self.bag_loss is None:
+            fix("bag_loss", "cross_entropy" if self.estimator == "unbiased" else "kl")
+        if self.bag_loss not in BAG_LOSSES:
+            raise ValueError(f"bag_loss must be one of {BAG_LOSSES} or None, got {self.bag_loss!r}")
+        reads_release = self.own_proportions == "released" or self.bag_sources == "all"
+        if self.bag_loss == "kl" and self.estimator == "unbiased" and self.private and reads_release:
+            raise ValueError(
+                "bag_loss='kl' needs proportions on the simplex, and the unbiased release's rows leave it; "
+                "use bag_loss='cross_entropy' (or None)"
+            )
 
     @classmethod
     def from_settings(cls, config: LLPConfig | None, settings: dict, owner: str) -> LLPConfig:
@@ -520,6 +537,7 @@ class LLPNode:
                 hidden=cfg.bag_hidden,
                 epochs=cfg.bag_epochs,
                 generator=node_generator(cfg.seed, self.index, self.device),
+                loss=cfg.bag_loss,
             )
         except ValueError as err:
             raise type(err)(f"{self.name}: {err}") from err

@@ -11,6 +11,7 @@ from dp_proto.exceptions import DataValidationError
 from dp_proto.llp import (
     LabelProportions,
     LLPConfig,
+    bag_cross_entropy,
     bag_proportion_loss,
     bag_proportions,
     evaluate,
@@ -62,6 +63,48 @@ def test_a_bag_learner_recovers_planted_labels():
     assert accuracy > 0.95  # never saw a label, only the 60 bags' proportions
     assert model.loss < 0.05
     assert model.predict_proba(x).sum(1).allclose(torch.ones(len(x)))
+
+
+def test_the_cross_entropy_is_the_kl_plus_the_entropy_and_linear_in_the_targets():
+    g = torch.Generator().manual_seed(1)
+    probs = torch.softmax(torch.randn(12, 3, dtype=torch.float64, generator=g), 1)
+    batch = torch.arange(12) % 4
+    targets = torch.softmax(torch.randn(4, 3, dtype=torch.float64, generator=g), 1)
+    weights = torch.tensor([1.0, 2.0, 0.0, 1.0], dtype=torch.float64)
+    entropy = -(targets * targets.log()).sum(1)
+    mean_entropy = float((entropy * weights).sum() / weights.sum())
+    ce = float(bag_cross_entropy(probs, batch, targets, weights))
+    assert ce == pytest.approx(float(bag_proportion_loss(probs, batch, targets, weights)) + mean_entropy)
+    # linear: symmetric noise around the targets averages out exactly (the unbiased release),
+    # even where it leaves the simplex
+    noise = torch.randn(4, 3, dtype=torch.float64, generator=g)
+    pair = float(bag_cross_entropy(probs, batch, targets + noise, weights)) + float(
+        bag_cross_entropy(probs, batch, targets - noise, weights)
+    )
+    assert pair / 2 == pytest.approx(ce)
+    with pytest.raises(DataValidationError, match="finite"):
+        bag_cross_entropy(probs, batch, targets * float("nan"))
+
+
+def test_a_bag_learner_learns_from_unbiased_noisy_proportions():
+    x, batch, props, labels = _bags(n_bags=200)
+    noisy = props + torch.randn(props.shape, generator=torch.Generator().manual_seed(2), dtype=props.dtype) * 0.4
+    assert bool((noisy < 0).any())  # off the simplex, as the unbiased release at small epsilon
+    with pytest.raises(DataValidationError, match="loss='cross_entropy'"):
+        fit_bag_model(x, batch, [noisy])
+    model = fit_bag_model(x, batch, [noisy], loss="cross_entropy", generator=torch.Generator().manual_seed(0))
+    assert float((model.predict(x).numpy() == labels).mean()) > 0.9
+    with pytest.raises(ValueError, match="loss must be one of"):
+        fit_bag_model(x, batch, [props], loss="l2")
+
+
+def test_the_bag_loss_of_the_config():
+    assert LLPConfig(batch_size=16, k=4, learner="bag").bag_loss == "kl"
+    assert LLPConfig(batch_size=16, k=4, learner="bag", estimator="unbiased").bag_loss == "cross_entropy"
+    with pytest.raises(ValueError, match="use bag_loss='cross_entropy'"):
+        LLPConfig(batch_size=16, k=4, epsilon=0.1, estimator="unbiased", own_proportions="released", bag_loss="kl")
+    with pytest.raises(ValueError, match="bag_loss must be one of"):
+        LLPConfig(batch_size=16, k=4, bag_loss="l2")
 
 
 def test_invalid_bags_weigh_nothing():
