@@ -1,5 +1,7 @@
 """The model-free privacy core: mechanisms, noise, calibration, the privacy ledger, the
-public data domain, and the tools that check releases (audit, neighbour check).
+public data domain, private preprocessing (``DPStandardScaler``, ``DPPCA`` and
+``DPPipeline``, one budget for a whole scikit-learn pipeline), and the tools that check
+releases (audit, neighbour check).
 
 Mechanisms (``.mechanisms``) add calibrated noise and record every release, as one
 typed event per mechanism (``.events``), in a ``PrivacyLedger``, which composes all releases of a run with a real accountant
@@ -25,6 +27,7 @@ from dp_proto.privacy.calibration import (
 )
 from dp_proto.privacy.clipping import ClipResult, clip_box, clip_l2
 from dp_proto.privacy.domain import PublicBoundsScaler
+from dp_proto.privacy.preprocessing import DPPCA, DPPipeline, DPStandardScaler
 from dp_proto.privacy.dpsgd_plan import (
     BudgetedEpochs,
     DPSGDPlan,
@@ -95,6 +98,9 @@ __all__ = [
     "clip_l2",
     "clip_box",
     "PublicBoundsScaler",
+    "DPPCA",
+    "DPPipeline",
+    "DPStandardScaler",
     "laplace_noise",
     "gaussian_noise",
     "discrete_laplace_noise",

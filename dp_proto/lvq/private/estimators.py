@@ -41,7 +41,7 @@ from dp_proto.lvq.sparse import LOCAL_NORMALISATION_ERROR, check_penalty, metric
 from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.domain import PublicBoundsScaler, public_classes
 from dp_proto.privacy.dpsgd_plan import DPSGDPlan
-from dp_proto.privacy.events import dp_sgd_event
+from dp_proto.privacy.events import PrivacyEvent, dp_sgd_event
 from dp_proto.privacy.ledger import PrivacyLedger, SharedLedger
 from dp_proto.privacy.randomness import noise_generator
 from dp_proto.privacy.release import (
@@ -363,6 +363,14 @@ class _DPMixin(_DPReleaseHooks):
             calibration=self.calibration,
         )
 
+    def planned_privacy_events(self, n_features: int) -> tuple[PrivacyEvent, ...]:
+        """The releases ``fit`` makes on ``n_features`` features, from public settings only:
+        the DP initialisation's and the DP-SGD run's (``DPPipeline`` checks them, with the
+        other steps', against its budget before anything is fitted)."""
+        plan = self.dp_sgd_plan()
+        init_events = dp_init_events(n_features, plan.init_epsilon)
+        return (*init_events, dp_sgd_event(plan.noise_multiplier(init_events), plan.sampling_rate, plan.steps))
+
     def fit(self, X, y):
         """Private training on ``X (n, d)``, ``y (n,)``; see the class docstring."""
         X, y_index = self._fit_input(X, y)
@@ -384,8 +392,7 @@ class _DPMixin(_DPReleaseHooks):
 
         shared = getattr(self, "ledger", None)
         if shared is not None:  # refuse the fit before the data are read (public events only)
-            init_events = dp_init_events(d, plan.init_epsilon)
-            shared.check(*init_events, dp_sgd_event(plan.noise_multiplier(init_events), plan.sampling_rate, plan.steps))
+            shared.check(*self.planned_privacy_events(d))
         ledger = plan.new_ledger()
         init = dp_class_mean_prototypes(
             x_t,

@@ -1,0 +1,408 @@
+"""Private preprocessing: a DP standard scaler, DP-PCA, and a pipeline with one budget.
+
+A model trained with DP-SGD on features that were z-scored or projected with statistics
+of the private data leaks through those statistics. These transformers release them
+with noise instead, each charged to a ledger, so that a whole pipeline has one
+guarantee (scikit-learn API)::
+
+    pipe = DPPipeline(
+        [("scale", DPStandardScaler(bounds=(0, 255), epsilon=0.2)),
+         ("pca", DPPCA(n_components=30, epsilon=0.3, norm_bound=1.0)),
+         ("gmlvq", DPGMLVQ(epsilon=0.5, delta=1e-5, bounds=(-1, 1), classes=range(10)))],
+        budget=(1.0, 1e-5),
+    ).fit(X, y)
+    pipe.ledger_.get_epsilon()        # the guarantee of all three releases together
+
+``DPStandardScaler``: each feature clipped into its public bounds; the record count,
+the per-feature sums and sums of squares released by *one* Gaussian mechanism (each
+block scaled to l2 sensitivity 1, so the vector has sensitivity sqrt(3) under add/remove
+one record); mean and variance from them (post-processing).
+
+``DPPCA``: rows clipped to l2 norm ``norm_bound`` = C; the upper triangle of the second
+moment matrix ``A = sum_i x_i x_i^T`` (off-diagonal entries weighted by sqrt(2))
+released with Gaussian noise (one record changes it by ``x x^T``, Frobenius norm at most
+C^2: "Analyze Gauss", Dwork, Talwar, Thakurta & Zhang 2014) and mirrored; the components are the top-k eigenvectors of the noisy
+symmetric matrix, orthonormal by construction. ``A`` is not centred: put the scaler
+first (its output is centred up to its noise).
+
+``DPPipeline``: a ``sklearn.pipeline.Pipeline`` whose ``budget=(epsilon, delta)`` (or
+``ledger=SharedLedger``) is shared by every step that takes a ``ledger``; before the
+first step reads the data, the planned releases of all steps (``planned_privacy_events``)
+are checked against the budget, so a pipeline that would exceed it is refused before
+any noise is drawn.
+
+Every release goes through ``gaussian_mechanism`` (float-safe discrete Gaussian noise on
+a public grid by default), so the neighbour check of ``dp_proto.privacy.testing`` sees it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.pipeline import Pipeline
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from dp_proto.exceptions import DataValidationError
+from dp_proto.privacy.calibration import check_delta, check_epsilon
+from dp_proto.privacy.clipping import clip_box, clip_l2
+from dp_proto.privacy.curator import curator_attach
+from dp_proto.privacy.events import PrivacyEvent
+from dp_proto.privacy.ledger import PrivacyLedger, SharedLedger
+from dp_proto.privacy.mechanisms import gaussian_mechanism, plan_gaussian
+from dp_proto.privacy.randomness import noise_generator
+
+__all__ = ["DPPCA", "DPPipeline", "DPStandardScaler"]
+
+
+def _check_shared(ledger: Any, owner: str) -> None:
+    if ledger is not None and not isinstance(ledger, SharedLedger):
+        raise TypeError(
+            f"{owner}: ledger must be a SharedLedger or None, got {type(ledger).__name__}: scikit-learn's clone "
+            "copies any other object, so the steps would each spend on their own copy"
+        )
+
+
+def _finite_rows(X: Any, owner: str, estimator: BaseEstimator, *, reset: bool) -> np.ndarray:
+    X = validate_data(estimator, X, reset=reset, dtype=np.float64, ensure_all_finite=False)
+    if not np.isfinite(X).all():
+        raise DataValidationError(f"{owner}: X holds NaN or inf; remove or impute those records first")
+    return X
+
+
+def _planned(estimator: Any, sensitivity: float, numel: int, name: str) -> tuple[PrivacyEvent, ...]:
+    """The ledger event of one Gaussian release of ``numel`` values (none for sensitivity 0)."""
+    event = plan_gaussian(estimator.epsilon, estimator.delta, sensitivity, numel, name=name).event
+    return () if event is None else (event,)
+
+
+def _release(
+    estimator: Any, value: torch.Tensor, sensitivity: float, name: str, owner: str
+) -> tuple[torch.Tensor, PrivacyLedger]:
+    """``value`` through one Gaussian mechanism at the estimator's (epsilon, delta), on its
+    own ledger; a shared ledger checks the release before the noise and records it after."""
+    shared = estimator.ledger
+    if shared is not None:
+        shared.check(*_planned(estimator, sensitivity, value.numel(), name))
+    ledger = PrivacyLedger(budget=(estimator.epsilon, estimator.delta), default_delta=estimator.delta)
+    generator = None if estimator.secure_mode else noise_generator(estimator.noise_seed, owner=owner)
+    noisy = gaussian_mechanism(
+        value,
+        sensitivity,
+        estimator.epsilon,
+        estimator.delta,
+        ledger=ledger,
+        name=name,
+        generator=generator,
+        secure_mode=estimator.secure_mode,
+    )
+    if shared is not None:
+        shared.spend(*ledger.events)
+    return noisy, ledger
+
+
+class DPStandardScaler(TransformerMixin, BaseEstimator):
+    """Standardise features with a DP mean and standard deviation from public bounds.
+
+    Parameters
+    ----------
+    bounds : (lower, upper)
+        Public bounds of every feature: numbers or arrays of shape ``(d,)`` fixed without
+        looking at the data (a pixel's 0..255, a sensor's range). Required: bounds read
+        from the data would leak.
+    epsilon, delta : float
+        The release's (epsilon, delta) (``delta`` in (0, 1)).
+    ledger : SharedLedger, optional
+        A ledger shared with the other steps of a pipeline: checked before the noise,
+        charged after (``DPPipeline`` sets it).
+    min_std_fraction : float, default 1e-3
+        The released deviation is at least this fraction of the feature's half-range
+        (noise can make a variance estimate 0 or negative).
+    secure_mode : bool, default False
+        Noise from ``os.urandom``.
+    noise_seed : int, optional
+        Reproducible noise (tests only; warns ``PrivacyLeakWarning``).
+
+    Attributes
+    ----------
+    mean_, scale_ : ndarray of shape (d,)
+        The released mean and standard deviation.
+    noisy_count_ : float
+        The released record count (at least 1).
+    output_bounds_ : (ndarray (d,), ndarray (d,))
+        ``transform``'s output range: the bounds, standardised (public).
+    ledger_ : PrivacyLedger
+        This release's ledger; ``privacy_`` its summary.
+    """
+
+    def __init__(
+        self,
+        bounds: Any = None,
+        epsilon: float = 1.0,
+        delta: float = 1e-5,
+        *,
+        ledger: SharedLedger | None = None,
+        min_std_fraction: float = 1e-3,
+        secure_mode: bool = False,
+        noise_seed: int | None = None,
+    ) -> None:
+        self.bounds = bounds
+        self.epsilon = epsilon
+        self.delta = delta
+        self.ledger = ledger
+        self.min_std_fraction = min_std_fraction
+        self.secure_mode = secure_mode
+        self.noise_seed = noise_seed
+
+    #: l2 sensitivity of the released vector [count, sums / ||r||, centred squares / ||r^2 / 2||]
+    SENSITIVITY = math.sqrt(3.0)
+    RELEASE = "dp_standard_scaler"
+
+    def _check_params(self) -> None:
+        check_epsilon(self.epsilon)
+        check_delta(self.delta, allow_zero=False)
+        _check_shared(self.ledger, type(self).__name__)
+        if self.bounds is None:
+            raise ValueError(
+                "DPStandardScaler needs public bounds=(lower, upper), fixed without looking at the data: bounds "
+                "read from the private data would leak through the released mean and scale"
+            )
+        if not 0 < self.min_std_fraction <= 1:
+            raise ValueError(f"min_std_fraction must lie in (0, 1], got {self.min_std_fraction!r}")
+
+    def _bounds(self, d: int) -> tuple[np.ndarray, np.ndarray]:
+        try:
+            lower, upper = self.bounds
+        except (TypeError, ValueError):
+            raise ValueError(f"bounds must be a pair (lower, upper), got {self.bounds!r}") from None
+        lower = np.broadcast_to(np.asarray(lower, dtype=np.float64), (d,)).copy()
+        upper = np.broadcast_to(np.asarray(upper, dtype=np.float64), (d,)).copy()
+        if not (np.isfinite(lower).all() and np.isfinite(upper).all() and (lower < upper).all()):
+            raise ValueError("bounds must be finite with lower < upper in every feature")
+        return lower, upper
+
+    def planned_privacy_events(self, n_features: int) -> tuple[PrivacyEvent, ...]:
+        """The releases ``fit`` makes on ``n_features`` features (public settings only)."""
+        self._check_params()
+        return _planned(self, self.SENSITIVITY, 1 + 2 * n_features, self.RELEASE)
+
+    def n_features_out(self, n_features: int) -> int:
+        return n_features
+
+    def fit(self, X: Any, y: Any = None) -> DPStandardScaler:
+        """Release the mean and deviation of ``X (n, d)``; ``y`` is ignored."""
+        self._check_params()
+        X = _finite_rows(X, "DPStandardScaler", self, reset=True)
+        d = X.shape[1]
+        lower, upper = self._bounds(d)
+        centre, half = (lower + upper) / 2, (upper - lower) / 2
+        clipped = clip_box(torch.as_tensor(X), torch.as_tensor(lower), torch.as_tensor(upper))
+        curator_attach(self, num_clipped=clipped.num_clipped)
+        xc = clipped.values - torch.as_tensor(centre)  # |xc_j| <= half_j
+        half_t = torch.as_tensor(half)
+        squares = xc**2 - half_t**2 / 2  # |.| <= half_j^2 / 2
+        norm_sum, norm_sq = float(half_t.norm()), float((half_t**2 / 2).norm())
+        value = torch.cat(
+            [torch.tensor([float(len(X))], dtype=torch.float64), xc.sum(0) / norm_sum, squares.sum(0) / norm_sq]
+        )
+        noisy, self.ledger_ = _release(self, value, self.SENSITIVITY, self.RELEASE, "DPStandardScaler")
+        count = max(float(noisy[0]), 1.0)
+        mean_c = (noisy[1 : 1 + d] * norm_sum / count).clamp(-half_t, half_t)
+        second = (noisy[1 + d :] * norm_sq / count + half_t**2 / 2).clamp(torch.zeros_like(half_t), half_t**2)
+        floor = (self.min_std_fraction * half_t) ** 2
+        variance = torch.maximum(second - mean_c**2, floor).minimum(half_t**2)
+        self.noisy_count_ = count
+        self.mean_ = (mean_c + torch.as_tensor(centre)).numpy()
+        self.scale_ = variance.sqrt().numpy()
+        self.lower_, self.upper_ = lower, upper
+        self.output_bounds_ = ((lower - self.mean_) / self.scale_, (upper - self.mean_) / self.scale_)
+        self.privacy_ = self.ledger_.summary(self.delta)
+        return self
+
+    def transform(self, X: Any) -> np.ndarray:
+        """``(clip(X, bounds) - mean_) / scale_``, shape ``(n, d)``: the clip keeps the
+        output inside ``output_bounds_`` (a public map, no privacy cost)."""
+        check_is_fitted(self, "mean_")
+        X = _finite_rows(X, "DPStandardScaler", self, reset=False)
+        return (np.clip(X, self.lower_, self.upper_) - self.mean_) / self.scale_
+
+
+class DPPCA(TransformerMixin, BaseEstimator):
+    """Project onto the top principal directions of a noisy second-moment matrix
+    (Analyze Gauss, Dwork, Talwar, Thakurta & Zhang 2014).
+
+    Parameters
+    ----------
+    n_components : int
+        ``k``, at most the number of features.
+    epsilon, delta : float
+        The release's (epsilon, delta).
+    norm_bound : float, default 1.0
+        ``C``: every row is scaled to l2 norm at most C before the release (and in
+        ``transform``), so one record moves ``A = X^T X`` by at most C^2 (Frobenius).
+    ledger, secure_mode, noise_seed
+        As for ``DPStandardScaler``.
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (k, d)
+        Orthonormal rows, the eigenvectors of the noisy ``A`` by decreasing eigenvalue.
+    explained_variance_ : ndarray of shape (k,)
+        Their eigenvalues in the noisy ``A``: sums over the records, not means (no count
+        is released).
+    output_bounds_ : (float, float)
+        ``(-C, C)``: every coordinate of ``transform``'s output lies in it.
+    ledger_ : PrivacyLedger
+    """
+
+    RELEASE = "dp_pca_second_moment"
+
+    def __init__(
+        self,
+        n_components: int = 2,
+        epsilon: float = 1.0,
+        delta: float = 1e-5,
+        *,
+        norm_bound: float = 1.0,
+        ledger: SharedLedger | None = None,
+        secure_mode: bool = False,
+        noise_seed: int | None = None,
+    ) -> None:
+        self.n_components = n_components
+        self.epsilon = epsilon
+        self.delta = delta
+        self.norm_bound = norm_bound
+        self.ledger = ledger
+        self.secure_mode = secure_mode
+        self.noise_seed = noise_seed
+
+    def _check_params(self, n_features: int) -> None:
+        check_epsilon(self.epsilon)
+        check_delta(self.delta, allow_zero=False)
+        _check_shared(self.ledger, type(self).__name__)
+        k = self.n_components
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n_features:
+            raise ValueError(f"n_components must be an int in 1..{n_features} (the number of features), got {k!r}")
+        if not (math.isfinite(self.norm_bound) and self.norm_bound > 0):
+            raise ValueError(f"norm_bound must be a finite number > 0, got {self.norm_bound!r}")
+
+    def planned_privacy_events(self, n_features: int) -> tuple[PrivacyEvent, ...]:
+        self._check_params(n_features)
+        return _planned(self, float(self.norm_bound) ** 2, n_features * (n_features + 1) // 2, self.RELEASE)
+
+    def n_features_out(self, n_features: int) -> int:
+        return int(self.n_components)
+
+    def fit(self, X: Any, y: Any = None) -> DPPCA:
+        """Release the top-k directions of ``X (n, d)``; ``y`` is ignored."""
+        X = _finite_rows(X, "DPPCA", self, reset=True)
+        d = X.shape[1]
+        self._check_params(d)
+        clipped = clip_l2(torch.as_tensor(X), float(self.norm_bound))
+        curator_attach(self, num_clipped=clipped.num_clipped)
+        rows, cols = torch.triu_indices(d, d)
+        # the upper triangle with the off-diagonal entries times sqrt(2): its l2 norm is
+        # ||x x^T||_F = ||x||^2 <= C^2 for one record's x x^T, and that bound is reached by
+        # every clipped row (each off-diagonal pair then gets noise / sqrt(2))
+        weight = torch.where(rows == cols, 1.0, math.sqrt(2.0)).to(torch.float64)
+        second_moment = clipped.values.T @ clipped.values
+        noisy, self.ledger_ = _release(
+            self, second_moment[rows, cols] * weight, float(self.norm_bound) ** 2, self.RELEASE, "DPPCA"
+        )
+        symmetric = torch.zeros(d, d, dtype=torch.float64)
+        symmetric[rows, cols] = noisy / weight
+        symmetric[cols, rows] = noisy / weight
+        values, vectors = torch.linalg.eigh(symmetric)  # ascending
+        top = torch.argsort(values, descending=True)[: self.n_components]
+        self.components_ = vectors[:, top].T.contiguous().numpy()
+        self.explained_variance_ = values[top].numpy()
+        self.output_bounds_ = (-float(self.norm_bound), float(self.norm_bound))
+        self.privacy_ = self.ledger_.summary(self.delta)
+        return self
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Rows scaled to norm at most ``norm_bound``, then projected: ``(n, k)``."""
+        check_is_fitted(self, "components_")
+        X = _finite_rows(X, "DPPCA", self, reset=False)
+        return clip_l2(torch.as_tensor(X), float(self.norm_bound)).values.numpy() @ self.components_.T
+
+
+class DPPipeline(Pipeline):
+    """A ``Pipeline`` with one privacy budget for all its private steps.
+
+    Parameters
+    ----------
+    steps : list of (name, estimator)
+        As for ``Pipeline``. A step with a ``ledger`` parameter is private: it gets the
+        shared ledger; one with ``planned_privacy_events(n_features)`` declares its
+        releases, which ``fit`` checks together before any step reads the data.
+    budget : (epsilon, delta), optional
+        The budget of the whole pipeline: ``fit`` makes a new ``SharedLedger`` with it.
+    ledger : SharedLedger, optional
+        Or an existing shared ledger (e.g. of a model selection around the pipeline).
+        Exactly one of ``budget`` and ``ledger``.
+
+    Attributes
+    ----------
+    ledger_ : SharedLedger
+        Every step's releases; ``ledger_.get_epsilon()`` is the pipeline's guarantee.
+    privacy_ : dict
+        Its summary.
+    """
+
+    def __init__(
+        self,
+        steps: list,
+        *,
+        budget: tuple[float, float] | None = None,
+        ledger: SharedLedger | None = None,
+        memory: Any = None,
+        verbose: bool = False,
+    ) -> None:
+        super().__init__(steps, memory=memory, verbose=verbose)
+        self.budget = budget
+        self.ledger = ledger
+
+    def _shared_ledger(self) -> SharedLedger:
+        if (self.budget is None) == (self.ledger is None):
+            raise ValueError("DPPipeline needs exactly one of budget=(epsilon, delta) and ledger=SharedLedger")
+        if self.ledger is not None:
+            _check_shared(self.ledger, "DPPipeline")
+            return self.ledger
+        return SharedLedger(budget=tuple(self.budget))  # type: ignore[arg-type]
+
+    def planned_privacy_events(self, n_features: int) -> tuple[PrivacyEvent, ...]:
+        """Every step's planned releases in order, each on the width its input will have."""
+        events: list[PrivacyEvent] = []
+        width = n_features
+        for _, step in self.steps:
+            if step is None or step == "passthrough":
+                continue
+            if hasattr(step, "planned_privacy_events"):
+                events += step.planned_privacy_events(width)
+            if hasattr(step, "n_features_out"):
+                width = step.n_features_out(width)
+            elif hasattr(step, "transform") and step is not self.steps[-1][1]:
+                raise ValueError(
+                    f"DPPipeline cannot plan past {type(step).__name__}: it does not say its output width "
+                    "(n_features_out); put the private steps before it or give it the method"
+                )
+        return tuple(events)
+
+    def fit(self, X: Any, y: Any = None, **params: Any) -> DPPipeline:
+        """Check every step's planned releases against the budget, then fit the steps."""
+        shared = self._shared_ledger()
+        for name, step in self.steps:
+            if step is not None and step != "passthrough" and "ledger" in step.get_params(deep=False):
+                self.set_params(**{f"{name}__ledger": shared})
+        n_features = np.shape(X)[1] if np.ndim(X) == 2 else None
+        if n_features is None:
+            raise ValueError(f"DPPipeline expects X of shape (n, d), got shape {np.shape(X)}")
+        shared.check(*self.planned_privacy_events(int(n_features)))  # refuses before any noise
+        super().fit(X, y, **params)
+        self.ledger_ = shared
+        self.privacy_ = shared.summary()
+        return self
