@@ -552,7 +552,82 @@ def render_anonymizer(res: Results, t: dict[str, Any]) -> list[str]:
         out += table(head, rows, right=range(1, len(head)))
         out += _lambda0_line(by_mode, t.get("regular_chance", {}).get(ds))
     out += figure(res.folder, "anonymizer_tradeoff.png", "Regular accuracy against attacker accuracy, by lambda")
-    return out + _anonymizer_headline(p, t)
+    return out + _anonymizer_headline(p, t) + _render_motion(res, t["motion"])
+
+
+def _render_motion(res: Results, t: dict[str, Any]) -> list[str]:
+    """The motion runner (UCI HAPT: activity kept, volunteer hidden): its curves with the
+    spread over the splits, the DP-SGD runs, lambda 0 beside chance and the headline."""
+    out = [f"### {t['title']}", "", t["intro"], ""] + code(t["regenerate"]) + bullets(t["notes"])
+    p = res.get("anonymizer_motion.json")
+    if p is None:
+        return out + ["No stored result.", ""]
+    head = ["lambda", "activity (branch)", "activity (fresh LR)", "strongest attacker", "attackers that won"]
+    for encoder, by_mode in p["results"]["plain"].items():
+        for mode, curve in by_mode.items():
+            out += [f"#### {t['encoders'].get(encoder, encoder)}, {mode} (mean (std) over the splits)", ""]
+            rows = [
+                [
+                    lam,
+                    ms(c["activity_accuracy"]),
+                    ms(c["fresh_activity_accuracy"]),
+                    ms(c["attacker_accuracy"]),
+                    ", ".join(sorted(set(c["strongest_attackers"]))),
+                ]
+                for lam, c in curve.items()
+            ]
+            out += table(head, rows, right=range(1, 4))
+    if p["results"].get("dp"):
+        out += [f"#### DP-SGD, {t['encoders']['signal_cnn']}, toggle (mean (std) over the splits)", ""]
+        rows = [
+            [eps, lam, ms(c["activity_accuracy"]), ms(c["attacker_accuracy"]), num(c["epsilon_spent"])]
+            for eps, curve in p["results"]["dp"].items()
+            for lam, c in curve.items()
+        ]
+        out += table(
+            ["epsilon", "lambda", "activity (branch)", "strongest attacker", "epsilon spent"], rows, right=range(2, 5)
+        )
+    h = p["headline"]
+    zero = h["motion_lambda0"]
+    out += [
+        f"At lambda 0 ({zero['encoder']}, {zero['mode']}, no adversary) the activity reaches "
+        f"{zero['activity_accuracy']:.3f} against chance {zero['activity_chance']:.3f} (the largest activity share of "
+        f"the test windows); the volunteer {zero['attacker_accuracy']:.3f} (strongest fresh attacker) against chance "
+        f"{zero['identity_chance']:.3f} (the largest volunteer share; uniform 1/30 = 0.033).",
+        "",
+    ]
+    out += figure(res.folder, "anonymizer_motion.png", "Activity accuracy against the strongest attacker, by lambda")
+    rows = []
+    for curve, b in h["motion_best_by_curve"].items():
+        measured = (
+            f"lambda {b['lambda']:g}: attacker {b['attacker_accuracy']:.3f} ({b['attacker_accuracy_std']:.3f}), "
+            f"activity {b['activity_accuracy']:.3f} (lambda 0: {b['activity_accuracy_lambda0']:.3f})"
+        )
+        mark = " (headline)" if curve == f"{h['motion_best']['encoder']} {h['motion_best']['mode']}" else ""
+        rows.append(
+            [
+                f"{curve}{mark}",
+                measured,
+                f"attacker <= {b['target_attacker']:.3f}",
+                "met" if b["met"] else "**not met**",
+            ]
+        )
+    for key in sorted(k for k in h if k.startswith("motion_dp_eps")):
+        b = h[key]
+        measured = (
+            f"lambda {b['lambda']:g}: attacker {b['attacker_accuracy']:.3f}, activity {b['activity_accuracy']:.3f} "
+            f"(DP at lambda 0: {b['activity_accuracy_lambda0']:.3f}, attacker {b['attacker_accuracy_lambda0']:.3f})"
+        )
+        rows.append(
+            [
+                f"DP-SGD, epsilon {b['epsilon']:g}",
+                measured,
+                "attacker <= 0.067, activity within 3 points",
+                "met" if b["met"] else "**not met**",
+            ]
+        )
+    out += ["#### Headline (motion)", ""] + source(t["source"], paper=False)
+    return out + table(["curve", "measured (mean over the splits)", "target", ""], rows)
 
 
 def _lambda0_line(by_mode: dict[str, Any], regular_chance: dict[str, Any] | None) -> list[str]:
@@ -732,7 +807,11 @@ def _llp_bag(four: dict[str, Any]) -> list[str]:
     bag = four.get("bag_learner")
     if not bag:
         return []
-    labels = {"bag_own": "bag learner, own proportions", "bag_all": "bag learner, own + neighbours' proportions"}
+    labels = {
+        "bag_own": "bag learner, own proportions",
+        "bag_all": "bag learner, own + neighbours' proportions",
+        "bag_released": "bag learner, own noisy release only (label-DP)",
+    }
     out = ["### The bag learner against b and epsilon (four nodes)", ""]
     kmeans = four.get("batch_sweep", {}).get("llp", {})
     sizes = list(next(v for k, v in bag.items() if k in labels)["batch_sweep"])
@@ -768,7 +847,14 @@ def _llp_bag(four: dict[str, Any]) -> list[str]:
         f"layers of {bag['hidden']}. With the own proportions only (exact: the node's labels never leave it) the "
         "bag learner reads no release, so its private run trains the very same model; the releases and ledgers "
         "are those of the k-means learner. Reading the neighbours' proportions as well lowers the accuracy: they "
-        "describe other detectors.",
+        "describe other detectors."
+        + (
+            " The label-DP learner fits the node's own model to its own noisy release alone (unbiased estimator, "
+            "cross-entropy bag loss linear in the proportions, so the noise averages out over the bags): it is "
+            "post-processing of that release, so the model itself is label-DP at the release's epsilon."
+            if "bag_released" in bag
+            else ""
+        ),
         "",
     ]
     return out

@@ -44,7 +44,12 @@ def test_motion_benchmark_quick_on_a_synthetic_file(tmp_path):
 
 def test_best_point_keeps_activity_within_three_points():
     def point(activity, attacker):
-        return {"activity_accuracy": [activity, 0.01], "attacker_accuracy": [attacker, 0.01], "chance": [0.04, 0]}
+        return {
+            "activity_accuracy": [activity, 0.01],
+            "attacker_accuracy": [attacker, 0.01],
+            "chance": [0.04, 0],
+            "per_split": [[activity, attacker]] * 5,
+        }
 
     curve = {"0": point(0.95, 0.30), "5": point(0.93, 0.10), "10": point(0.90, 0.05), "20": point(0.50, 0.03)}
     best = best_point(curve, target=2 / 30)
