@@ -145,10 +145,14 @@ def bag_proportion_loss(
         Shapes that do not match, or no bag with positive weight and windows.
     """
     _check_targets(targets)
+    return _weighted_bag_loss(_kl_loss, probabilities, batch_ids, targets, weights)
+
+
+def _weighted_bag_loss(loss, probabilities: Tensor, batch_ids: Tensor, targets: Tensor, weights: Tensor | None):
+    """``loss(bag means, targets, bag weights)`` after the shape checks (targets checked by the caller)."""
     _check_loss_inputs(probabilities, batch_ids, targets)
     predicted, sizes = bag_proportions(probabilities, batch_ids, targets.shape[0])
-    w = _bag_weights(sizes, weights)
-    return _kl_loss(predicted, targets.to(probabilities.dtype), w)
+    return loss(predicted, targets.to(probabilities.dtype), _bag_weights(sizes, weights))
 
 
 def bag_cross_entropy(
@@ -186,10 +190,7 @@ def bag_cross_entropy(
         Shapes that do not match, or no bag with positive weight and windows.
     """
     _check_finite_targets(targets)
-    _check_loss_inputs(probabilities, batch_ids, targets)
-    predicted, sizes = bag_proportions(probabilities, batch_ids, targets.shape[0])
-    w = _bag_weights(sizes, weights)
-    return _cross_entropy_loss(predicted, targets.to(probabilities.dtype), w)
+    return _weighted_bag_loss(_cross_entropy_loss, probabilities, batch_ids, targets, weights)
 
 
 def _bag_weights(sizes: Tensor, weights: Tensor | None) -> Tensor:
