@@ -2,8 +2,8 @@
 
 ``privacy`` (the model-free core) <- ``lvq`` / ``lvq.private`` / ``svdd`` / ``llp`` /
 ``anonymizer`` <- ``lightning`` (adapters) <- ``experiments`` (configs and runners) <-
-``cli``; ``data`` and the helpers of ``base`` sit beside the core (only the experiments
-load data sets). Every ``import`` statement of the package, including those
+``cli``; ``data``, ``features`` (data-independent feature extractors) and the helpers of
+``base`` sit beside the core (only the experiments load data sets). Every ``import`` statement of the package, including those
 inside functions, is checked against :data:`ALLOWED`. Deprecated aliases import by name
 (:mod:`dp_proto._deprecation`), not by an import statement, and are not edges; so does
 ``dp_proto.release.load_release``, which imports the module of the model a release names.
@@ -31,8 +31,20 @@ ALLOWED: dict[str, set[str]] = {
     "llp": {BASE, "privacy"},
     "anonymizer": {BASE, "privacy"},
     "backbones": {BASE},
+    "features": {BASE},
     "plotting": {BASE},
-    "lightning": {BASE, "privacy", "lvq", "lvq.private", "svdd", "llp", "anonymizer", "backbones", "plotting"},
+    "lightning": {
+        BASE,
+        "privacy",
+        "lvq",
+        "lvq.private",
+        "svdd",
+        "llp",
+        "anonymizer",
+        "backbones",
+        "features",
+        "plotting",
+    },
     "experiments": set(),  # filled below: everything below it
     "cli": set(),  # filled below: everything
 }
