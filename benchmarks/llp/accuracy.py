@@ -583,9 +583,11 @@ def plot(results: dict, path: Path) -> None:
     for a in axes.flat:
         for h, lab in zip(*a.get_legend_handles_labels(), strict=True):
             handles.setdefault(lab, h)
-    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=5, fontsize=8, frameon=False)
+    columns = 3  # the labels are long: three columns fit the figure's width
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=columns, fontsize=8, frameon=False)
     fig.suptitle("LLP / p-LLP on SCATS traffic nodes (pooled test accuracy, mean over time-block folds)", fontsize=10)
-    fig.tight_layout(rect=(0, 0.07 / len(names) + 0.02, 1, 0.97))
+    legend_rows = -(-len(handles) // columns)
+    fig.tight_layout(rect=(0, (0.2 + 0.16 * legend_rows) / fig.get_figheight(), 1, 0.97))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -71,6 +71,8 @@ def test_quick_run_ends_with_the_documented_json(tmp_path):
         "bag_own_pllp_eps0.1_within_4_points",
         "bag_all_closes_half_the_gap_b32",
         "bag_all_pllp_eps0.1_within_4_points",
+        "bag_released_closes_half_the_gap_b32",
+        "bag_released_pllp_eps0.1_within_4_points",
     }
     # the bag learner on the node's own proportions reads no release: its private run is the same model
     assert head["bag_pllp_accuracy_b32_eps0.1"] == head["bag_llp_accuracy_b32"] > head["llp_accuracy_b32_k16"]
