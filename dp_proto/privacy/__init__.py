@@ -27,7 +27,6 @@ from dp_proto.privacy.calibration import (
 )
 from dp_proto.privacy.clipping import ClipResult, clip_box, clip_l2
 from dp_proto.privacy.domain import PublicBoundsScaler
-from dp_proto.privacy.preprocessing import DPPCA, DPPipeline, DPStandardScaler
 from dp_proto.privacy.dpsgd_plan import (
     BudgetedEpochs,
     DPSGDPlan,
@@ -66,6 +65,7 @@ from dp_proto.privacy.noise import (
     gaussian_noise,
     laplace_noise,
 )
+from dp_proto.privacy.preprocessing import DPPCA, DPPipeline, DPStandardScaler
 
 __all__ = [
     "PrivacyLedger",
