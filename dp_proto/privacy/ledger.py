@@ -44,6 +44,7 @@ __all__ = [
     "PrivacyEvent",
     "PrivacyLedger",
     "SharedLedger",
+    "check_shared_ledger",
     "EventKind",
     "dp_sgd_event",
     "renyi_epsilon",
@@ -571,3 +572,14 @@ class SharedLedger(PrivacyLedger):
     def spend(self, *events: PrivacyEvent) -> None:
         self._check_process()
         super().spend(*events)
+
+
+def check_shared_ledger(ledger: Any, owner: str) -> None:
+    """``ledger`` is a ``SharedLedger`` or None; ``TypeError`` naming ``owner`` otherwise
+    (scikit-learn's ``clone`` copies any other object, so the fits meant to share it
+    would each spend on their own copy)."""
+    if ledger is not None and not isinstance(ledger, SharedLedger):
+        raise TypeError(
+            f"{owner}: ledger must be a SharedLedger or None, got {type(ledger).__name__}: scikit-learn's clone "
+            "copies any other object, so the fits sharing it would each spend on their own copy"
+        )

@@ -51,19 +51,11 @@ from dp_proto.privacy.calibration import check_delta, check_epsilon
 from dp_proto.privacy.clipping import clip_box, clip_l2
 from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.events import PrivacyEvent
-from dp_proto.privacy.ledger import PrivacyLedger, SharedLedger
+from dp_proto.privacy.ledger import PrivacyLedger, SharedLedger, check_shared_ledger
 from dp_proto.privacy.mechanisms import gaussian_mechanism, plan_gaussian
 from dp_proto.privacy.randomness import noise_generator
 
 __all__ = ["DPPCA", "DPPipeline", "DPStandardScaler"]
-
-
-def _check_shared(ledger: Any, owner: str) -> None:
-    if ledger is not None and not isinstance(ledger, SharedLedger):
-        raise TypeError(
-            f"{owner}: ledger must be a SharedLedger or None, got {type(ledger).__name__}: scikit-learn's clone "
-            "copies any other object, so the steps would each spend on their own copy"
-        )
 
 
 def _finite_rows(X: Any, owner: str, estimator: BaseEstimator, *, reset: bool) -> np.ndarray:
@@ -164,7 +156,7 @@ class DPStandardScaler(TransformerMixin, BaseEstimator):
     def _check_params(self) -> None:
         check_epsilon(self.epsilon)
         check_delta(self.delta, allow_zero=False)
-        _check_shared(self.ledger, type(self).__name__)
+        check_shared_ledger(self.ledger, type(self).__name__)
         if self.bounds is None:
             raise ValueError(
                 "DPStandardScaler needs public bounds=(lower, upper), fixed without looking at the data: bounds "
@@ -282,7 +274,7 @@ class DPPCA(TransformerMixin, BaseEstimator):
     def _check_params(self, n_features: int) -> None:
         check_epsilon(self.epsilon)
         check_delta(self.delta, allow_zero=False)
-        _check_shared(self.ledger, type(self).__name__)
+        check_shared_ledger(self.ledger, type(self).__name__)
         k = self.n_components
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n_features:
             raise ValueError(f"n_components must be an int in 1..{n_features} (the number of features), got {k!r}")
@@ -370,7 +362,7 @@ class DPPipeline(Pipeline):
         if (self.budget is None) == (self.ledger is None):
             raise ValueError("DPPipeline needs exactly one of budget=(epsilon, delta) and ledger=SharedLedger")
         if self.ledger is not None:
-            _check_shared(self.ledger, "DPPipeline")
+            check_shared_ledger(self.ledger, "DPPipeline")
             return self.ledger
         return SharedLedger(budget=tuple(self.budget))  # type: ignore[arg-type]
 

@@ -42,7 +42,7 @@ from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.domain import PublicBoundsScaler, public_classes
 from dp_proto.privacy.dpsgd_plan import DPSGDPlan
 from dp_proto.privacy.events import PrivacyEvent, dp_sgd_event
-from dp_proto.privacy.ledger import PrivacyLedger, SharedLedger
+from dp_proto.privacy.ledger import PrivacyLedger, check_shared_ledger
 from dp_proto.privacy.randomness import noise_generator
 from dp_proto.privacy.release import (
     PARALLEL_COMPOSITION,
@@ -291,12 +291,7 @@ class _DPMixin(_DPReleaseHooks):
         if not 0 < self.init_fraction < 1:
             raise ValueError(f"init_fraction must lie in (0, 1), got {self.init_fraction!r}")
         self.dp_sgd_plan()  # epsilon, delta, sampling_rate, epochs, calibration
-        shared = getattr(self, "ledger", None)
-        if shared is not None and not isinstance(shared, SharedLedger):
-            raise TypeError(
-                f"ledger must be a SharedLedger or None, got {type(shared).__name__}: scikit-learn's clone copies "
-                "any other object, so the fits of a selection would each spend on their own copy"
-            )
+        check_shared_ledger(getattr(self, "ledger", None), type(self).__name__)
         if self.engine not in ("fused", "opacus"):
             raise ValueError(f"engine must be 'fused' or 'opacus', got {self.engine!r}")
         if self.grad_sample_mode not in ("hooks", "ghost", "functorch"):

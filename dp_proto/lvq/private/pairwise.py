@@ -86,7 +86,7 @@ from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.domain import PublicBoundsScaler, public_classes
 from dp_proto.privacy.dpsgd_plan import calibrate_noise_multiplier, check_dp_sgd_settings, sgd_steps
 from dp_proto.privacy.events import SubsampledGaussianEvent
-from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger, SharedLedger, dp_sgd_event
+from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger, SharedLedger, check_shared_ledger, dp_sgd_event
 from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.randomness import fresh_generator, noise_generator
@@ -438,8 +438,7 @@ class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
             raise ValueError(f"rank must be a positive integer or None, got {self.rank!r}")
         if self.transfer_fn not in TRANSFER_FUNCTIONS:
             raise ValueError(f"transfer_fn must be one of {list(TRANSFER_FUNCTIONS)}, got {self.transfer_fn!r}")
-        if self.ledger is not None and not isinstance(self.ledger, SharedLedger):
-            raise TypeError(f"ledger must be a SharedLedger or None, got {type(self.ledger).__name__}")
+        check_shared_ledger(self.ledger, type(self).__name__)
         torch_dtype(self.dtype)
 
     def _bounds_scaler(self) -> PublicBoundsScaler:
