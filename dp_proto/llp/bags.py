@@ -144,15 +144,19 @@ def bag_proportion_loss(
     ValueError
         Shapes that do not match, or no bag with positive weight and windows.
     """
-    _check_targets(targets)
-    return _weighted_bag_loss(_kl_loss, probabilities, batch_ids, targets, weights)
+    return _weighted_bag_loss("kl", probabilities, batch_ids, targets, weights)
 
 
-def _weighted_bag_loss(loss, probabilities: Tensor, batch_ids: Tensor, targets: Tensor, weights: Tensor | None):
-    """``loss(bag means, targets, bag weights)`` after the shape checks (targets checked by the caller)."""
+def _weighted_bag_loss(
+    loss: str, probabilities: Tensor, batch_ids: Tensor, targets: Tensor, weights: Tensor | None
+) -> Tensor:
+    """Bag loss ``loss`` (one of ``BAG_LOSSES``) of the bag means, after its target check
+    and the shape checks."""
+    check, bag_loss = _LOSSES[loss]
+    check(targets)
     _check_loss_inputs(probabilities, batch_ids, targets)
     predicted, sizes = bag_proportions(probabilities, batch_ids, targets.shape[0])
-    return loss(predicted, targets.to(probabilities.dtype), _bag_weights(sizes, weights))
+    return bag_loss(predicted, targets.to(probabilities.dtype), _bag_weights(sizes, weights))
 
 
 def bag_cross_entropy(
@@ -189,8 +193,7 @@ def bag_cross_entropy(
     ValueError
         Shapes that do not match, or no bag with positive weight and windows.
     """
-    _check_finite_targets(targets)
-    return _weighted_bag_loss(_cross_entropy_loss, probabilities, batch_ids, targets, weights)
+    return _weighted_bag_loss("cross_entropy", probabilities, batch_ids, targets, weights)
 
 
 def _bag_weights(sizes: Tensor, weights: Tensor | None) -> Tensor:
@@ -215,6 +218,10 @@ def _cross_entropy_loss(predicted: Tensor, targets: Tensor, w: Tensor) -> Tensor
     """``- sum_b w_b sum_l targets_bl log predicted_bl / sum_b w_b`` (``predicted`` floored
     at 1e-12, so that a negative target cannot drive the loss to minus infinity)."""
     return -((targets * torch.log(predicted.clamp_min(1e-12))).sum(1) * w).sum() / w.sum()
+
+
+#: Each of ``BAG_LOSSES``: the check of its given proportions and the loss of checked ones.
+_LOSSES = {"kl": (_check_targets, _kl_loss), "cross_entropy": (_check_finite_targets, _cross_entropy_loss)}
 
 
 class BagNetwork(nn.Module):
@@ -316,6 +323,7 @@ def fit_bag_model(
     """
     if loss not in BAG_LOSSES:
         raise ValueError(f"loss must be one of {BAG_LOSSES}, got {loss!r}")
+    check, bag_loss = _LOSSES[loss]
     if len(proportion_sources) == 0:
         raise ValueError("proportion_sources is empty: need at least the node's own proportions")
     hidden = check_int("hidden", hidden, 1)
@@ -334,12 +342,11 @@ def fit_bag_model(
         if tuple(p.shape) != shape or len(shape) != 2:
             raise ValueError(f"proportion source {i} has shape {tuple(p.shape)}; every source must be (B, L) = {shape}")
         try:
-            (_check_targets if loss == "kl" else _check_finite_targets)(p)
+            check(p)
         except DataValidationError as err:
             hint = "; use loss='cross_entropy' for noisy proportions off the simplex" if loss == "kl" else ""
             raise DataValidationError(f"proportion source {i}: {err}{hint}") from err
     num_batches, num_classes = shape
-    bag_loss = _kl_loss if loss == "kl" else _cross_entropy_loss
     if bool((batch_ids < 0).any()) or bool((batch_ids >= num_batches).any()):
         raise DataValidationError(f"batch ids must lie in 0 .. {num_batches - 1}")
     # checked once here, not at every step: the targets and bag weights of every source
