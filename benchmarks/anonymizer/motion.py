@@ -66,6 +66,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.anonymizer.tradeoff import set_up_process
 from benchmarks.common import emit_json, resolve_data_dir, run_metadata, run_tasks
 
 BENCHMARK = "anonymizer_motion"
@@ -208,9 +209,9 @@ def evaluate(anonymizer, x: torch.Tensor, data: dict, train: np.ndarray, test: n
 
 
 def _set_up_process(threads: int) -> None:
-    torch.set_num_threads(threads)
-    warnings.filterwarnings("ignore", module="lightning")
-    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    """The trade-off runner's set-up (threads, Lightning's chatter), and Opacus' note on
+    its non-secure RNG (the DP runs: fresh noise, not ``secure_mode``)."""
+    set_up_process(threads)
     warnings.filterwarnings("ignore", message=".*Secure RNG turned off.*")
 
 

@@ -160,7 +160,7 @@ def run_one(data: dict, name: str, lam: float, mode: str, seed: int, settings: d
     }
 
 
-def _set_up_process(threads: int) -> None:
+def set_up_process(threads: int) -> None:
     """Torch threads and Lightning's chatter, for this process or a worker."""
     torch.set_num_threads(threads)
     warnings.filterwarnings("ignore", module="lightning")
@@ -169,7 +169,7 @@ def _set_up_process(threads: int) -> None:
 
 def _run_task(task: tuple, data: dict, settings: dict, threads: int) -> dict:
     name, mode, lam, seed = task
-    _set_up_process(threads)  # a spawned worker starts with the defaults
+    set_up_process(threads)  # a spawned worker starts with the defaults
     return run_one(data[name], name, lam, mode, seed, settings[name])
 
 
@@ -326,7 +326,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
-    _set_up_process(args.threads)
+    set_up_process(args.threads)
     data = {name: load(name, args) for name in args.datasets}
     tasks = [
         (name, mode, lam, args.seed * 1000 + k)
