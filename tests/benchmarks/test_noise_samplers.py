@@ -5,6 +5,7 @@ import importlib
 import json
 
 import numpy as np
+import torch
 
 from dp_proto.privacy.noise import discrete_gaussian_noise, discrete_laplace_noise
 
@@ -25,7 +26,7 @@ def test_noise_sampler_benchmark_prints_its_keys(tmp_path, capsys):
 
 def test_pmf_test_rejects_a_wrong_scale():
     bench = importlib.import_module("benchmarks.privacy.noise_samplers")
-    noise = discrete_laplace_noise(50_000, 10.0).numpy()
+    noise = discrete_laplace_noise(50_000, 10.0, generator=torch.Generator().manual_seed(0)).numpy()
     assert bench.pmf_pvalue(noise, 10.0) > 1e-4
     assert bench.pmf_pvalue(noise, 12.0) < 1e-6
     assert bench.pmf_pvalue(np.round(noise * 0.8), 10.0) < 1e-6
@@ -33,7 +34,9 @@ def test_pmf_test_rejects_a_wrong_scale():
 
 def test_gaussian_pmf_test_rejects_a_wrong_sigma():
     bench = importlib.import_module("benchmarks.privacy.noise_samplers")
-    noise = discrete_gaussian_noise(50_000, 4.0).numpy()
+    gen = torch.Generator().manual_seed(0)  # seeded: a goodness-of-fit test on fresh entropy is flaky
+    noise = discrete_gaussian_noise(50_000, 4.0, generator=gen).numpy()
     assert bench.gaussian_pmf_pvalue(noise, 4.0) > 1e-4
     assert bench.gaussian_pmf_pvalue(noise, 4.4) < 1e-6
-    assert bench.gaussian_pmf_pvalue(discrete_laplace_noise(50_000, 2.83).numpy(), 4.0) < 1e-6  # same variance
+    same_variance = discrete_laplace_noise(50_000, 2.83, generator=gen).numpy()
+    assert bench.gaussian_pmf_pvalue(same_variance, 4.0) < 1e-6
