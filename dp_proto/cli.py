@@ -86,6 +86,8 @@ def _summary(result: dict) -> dict:
 
 
 def _report(result: dict, *, as_json: bool) -> None:
+    if "config" not in result:  # a data-parallel worker process: process 0 reports
+        return
     summary = _summary(result)
     cfg = result["config"]
     if as_json:

@@ -1,6 +1,6 @@
 """Run a training experiment described by a config (a nested dict, or a YAML file).
 
-The config has four sections; every key has a default (``DEFAULT_CONFIG``), and
+The config has these sections; every key has a default (``DEFAULT_CONFIG``), and
 unknown keys are rejected so that typos do not pass silently::
 
     seed: 0
@@ -12,6 +12,7 @@ unknown keys are rejected so that typos do not pass silently::
                max_epochs: 30, max_lbfgs_iter: 20,
                transfer_fn: identity, beta: 1.0, accelerator: auto, progress_bar: true}
     logging:  {log_dir: runs, name: null, image_shape: null, image_every_n_epochs: 5}
+    trainer:  {devices: 1}
     privacy:  {epsilon: null, delta: 1.0e-5, sampling_rate: 0.01, max_grad_norm: 0.5,
                init_fraction: 0.2, calibration: ledger, bounds: null, classes: null,
                expected_batch_size: null, noise_seed: null}
@@ -66,6 +67,19 @@ Release
     features inside ``privacy.bounds``, with the ledger, the scope above and the config
     (less ``privacy.noise_seed`` and local paths). ``dp_proto.load_release(path)`` loads
     it; ``result["release_dir"]`` is the path.
+
+Several processes
+    ``trainer.devices=N`` (N > 1) trains with Lightning's DDP strategy, one process per
+    device (GPUs with NCCL, or CPU processes with gloo under ``training.accelerator: cpu``),
+    started by Lightning from the same command. A private run is one DP-SGD run over
+    all the processes (``dp_proto.privacy.data_parallel``): each process Poisson-samples
+    its shard of the training records at the global ``sampling_rate``, the clipped sums
+    are all-reduced, the noise is drawn once (process 0), and every process keeps the same
+    ledger, so the guarantee is that of one process. Every process computes the DP
+    initialisation (its own noise); process 0's prototypes and noisy count are the ones
+    used (Lightning's DDP broadcasts its parameters, the module its normaliser), the
+    others' are discarded unreleased. Process 0 alone tests, writes the release and
+    returns the result (the others return ``{"rank": r}``).
 
 ``data.source`` is ``bundled`` (scikit-learn sets), ``uci`` or ``mnist`` (files in
 ``data.data_dir`` or ``$DP_PROTO_DATA_DIR``) or ``synthetic`` (a generator of
@@ -154,6 +168,8 @@ DEFAULT_CONFIG: dict[str, Any] = {
         "progress_bar": True,
     },
     "logging": {"log_dir": "runs", "name": None, "image_shape": None, "image_every_n_epochs": 5},
+    # devices > 1: data-parallel training in one process per device (Lightning's DDP)
+    "trainer": {"devices": 1},
     # DP-SGD (the DP-LVQ "SGD" scheme) when epsilon is set; see DPLVQModule.
     # expected_batch_size: the public normaliser (null: q times the DP init's noisy count);
     # noise_seed: null = fresh noise (an int makes the noise reproducible and warns).
@@ -295,6 +311,8 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
     """
     config = merge_config(DEFAULT_CONFIG, config)
     validate_config(config, "lvq")  # a config built in code gets the CLI's one-line errors
+    if int(config["trainer"]["devices"]) < 1:
+        raise ValueError(f"trainer.devices must be >= 1, got {config['trainer']['devices']}")
     seed = int(config["seed"])
     L.seed_everything(seed, workers=True, verbose=False)
     dm = build_data(config)
@@ -339,10 +357,14 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
         callbacks.append(StderrProgressBar())  # stdout stays free for results (the CLI's --json)
     name = log["name"] or f"{config['data']['name']}_{config['model']['type']}"
     logger = TensorBoardLogger(log["log_dir"], name=name, default_hp_metric=False)
+    devices = int(config["trainer"]["devices"])
     trainer = L.Trainer(
         max_epochs=train["max_epochs"],
         accelerator=train["accelerator"],
-        devices=1,
+        devices=devices,
+        strategy="ddp" if devices > 1 else "auto",
+        # DP-SGD: each process Poisson-samples its own shard (ArrayDataModule), never a distributed sampler
+        use_distributed_sampler=not private,
         logger=logger,
         enable_progress_bar=bool(train["progress_bar"]),
         enable_checkpointing=False,
@@ -355,8 +377,10 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     trainer.fit(module, datamodule=dm)
     fit_seconds = time.perf_counter() - start
+    if trainer.global_rank != 0:  # a data-parallel worker: process 0 tests and reports
+        return {"rank": trainer.global_rank}
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    test = trainer.test(module, datamodule=dm, verbose=False)[0]
+    test = _test_trainer(trainer, train["accelerator"]).test(module, datamodule=dm, verbose=False)[0]
     release_dir = None
     if private and config["model"]["backbone"] is None:
         release_dir = str(write_release(config, module, dm, Path(logger.log_dir) / "release").resolve())
@@ -374,6 +398,17 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
         "privacy_scope": PRIVACY_SCOPE if ledger is not None else None,
         "release_dir": release_dir,
     }
+
+
+def _test_trainer(trainer: L.Trainer, accelerator: str) -> L.Trainer:
+    """The trainer that tests: the training one, or after data-parallel training a
+    single-device trainer in process 0 (every test record counted once, no collective)."""
+    if trainer.world_size == 1:
+        return trainer
+    if torch.distributed.is_initialized():  # the other processes have finished; nothing more is exchanged
+        torch.distributed.destroy_process_group()
+    return L.Trainer(accelerator=accelerator, devices=1, logger=False, enable_progress_bar=False,
+                     enable_model_summary=False, enable_checkpointing=False)  # fmt: skip
 
 
 def release_estimator(config: Mapping[str, Any], module: DPLVQModule, dm: ArrayDataModule) -> Any:

@@ -176,7 +176,10 @@ class PrivacySpendCallback(L.Callback):
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         for name, value in self._metrics().items():
-            pl_module.log(name, float(value), on_step=False, on_epoch=True, prog_bar=name == "privacy/epsilon")
+            # sync_dist: under data-parallel training every process holds the same ledger (the mean is its value)
+            pl_module.log(
+                name, float(value), on_step=False, on_epoch=True, prog_bar=name == "privacy/epsilon", sync_dist=True
+            )
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         lines = str(self.ledger).splitlines()

@@ -20,12 +20,13 @@ import torch
 from sklearn.decomposition import PCA
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import MinMaxScaler, StandardScaler
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Subset, TensorDataset
 
 from dp_proto._validation import check_finite_rows
 from dp_proto.exceptions import DataValidationError, PrivacyLeakWarning
 from dp_proto.privacy.calibration import check_sampling_rate
 from dp_proto.privacy.curator import curator_log
+from dp_proto.privacy.data_parallel import DataParallel
 from dp_proto.privacy.domain import public_classes
 from dp_proto.privacy.randomness import check_noise_seed, fresh_generator, seeded_generator
 
@@ -97,7 +98,12 @@ class ArrayDataModule(L.LightningDataModule):
         (every record in every batch independently with this probability);
         ``batch_size`` is then ignored for training. Its sampling coins come from a
         generator seeded with fresh operating-system entropy (a new one for every
-        training loader), never from ``seed``.
+        training loader), never from ``seed``. Under a data-parallel trainer
+        (``world_size > 1``, Lightning's DDP strategy with ``use_distributed_sampler=False``)
+        rank ``r`` of ``R`` samples the training records at positions ``r, r + R, ...`` at
+        the same global rate with coins of its own, so the union of the ranks' batches is
+        one Poisson sample at ``sampling_rate`` (a distributed sampler with a per-rank
+        batch would instead multiply the expected batch by ``R``).
     seed : int, default 0
         Seeds the split and the (non-private) shuffling.
     dtype : torch.dtype, default torch.float32
@@ -247,8 +253,22 @@ class ArrayDataModule(L.LightningDataModule):
             self.setup()
             route_opacus_notices()
             coins = fresh_generator() if self._sampling_seed is None else self._seeded_coins()
-            return DPDataLoader(self.splits["train"], sample_rate=self.sampling_rate, generator=coins)
+            rank, world_size = self._rank_and_world_size()
+            data = self.splits["train"]
+            if world_size > 1:  # this rank's shard, sampled at the global rate with coins of its own
+                data = Subset(data, range(rank, len(data), world_size))
+                coins = DataParallel(None, rank, world_size, torch.device("cpu")).sampling_generator(coins, "cpu")
+            loader = DPDataLoader(data, sample_rate=self.sampling_rate, generator=coins)
+            loader.data_parallel_shard = (rank, world_size)  # type: ignore[attr-defined]  (checked by the DP modules)
+            return loader
         return self._loader("train", shuffle=self.batch_size is not None)
+
+    def _rank_and_world_size(self) -> tuple[int, int]:
+        """This process's rank and the number of training processes (``(0, 1)`` without a trainer)."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is None:
+            return 0, 1
+        return int(getattr(trainer, "global_rank", 0)), int(getattr(trainer, "world_size", 1))
 
     def _seeded_coins(self) -> torch.Generator:
         """The reproducible coins of ``sampling_seed`` (warned at construction); a resumed

@@ -15,6 +15,7 @@ from dp_proto.lightning.datamodule import resumed_seed
 from dp_proto.lightning.module import LVQModule
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the closed-form samplers)
+from dp_proto.privacy.data_parallel import DataParallel
 from dp_proto.privacy.dpsgd_plan import BudgetedEpochs
 from dp_proto.privacy.ledger import PrivacyLedger, dp_sgd_event
 from dp_proto.privacy.mechanisms import noise_rng
@@ -48,6 +49,22 @@ def check_poisson_loader(loader, sampling_rate: float) -> None:
             f"the training loader samples at rate {float(rate):g} but the module's noise was calibrated "
             f"for sampling_rate={float(sampling_rate):g}; take both from one DPSGDPlan"
         )
+
+
+def check_data_parallel_run(trainer, dp: DataParallel, settings: dict[str, float]) -> None:
+    """Before the first step of a data-parallel DP-SGD run: every rank must sample its own
+    shard at the global rate (``ArrayDataModule`` does, under ``use_distributed_sampler=False``)
+    and share the public settings; ``ValueError`` otherwise, on every rank."""
+    shard = getattr(trainer.train_dataloader, "data_parallel_shard", None)
+    table = dp.gather([float(shard == (dp.rank, dp.world_size))], what="the check of the training loaders")
+    if not bool(torch.all(table == 1.0)):
+        raise ValueError(
+            "data-parallel DP-SGD needs every rank to Poisson-sample its own shard of the training records at "
+            "the global rate: use ArrayDataModule(sampling_rate=q) and Trainer(use_distributed_sampler=False) "
+            "(a distributed sampler with a per-rank batch would change the rate the accountant assumes); "
+            f"ranks with another loader: {[r for r in range(dp.world_size) if table[r, 0] != 1.0]}"
+        )
+    dp.check_same(list(settings), list(settings.values()))
 
 
 class EpochBudgetMixin:
@@ -147,9 +164,45 @@ class EpochBudgetMixin:
         super().on_fit_start()
         self._budgeted = None  # a new fit starts unstopped
 
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        dp = self.data_parallel()
+        if dp is not None and stage == "fit":
+            # One run, one normaliser: rank 0's (e.g. q times its DP initialisation's noisy
+            # count; another rank's own draw is discarded, like its initial prototypes, which
+            # Lightning's DDP replaces by rank 0's).
+            (self.expected_batch_size,) = dp.broadcast_values(
+                [self.expected_batch_size], what="the broadcast of the expected batch size"
+            )
+
     def on_train_start(self) -> None:
         super().on_train_start()
         check_poisson_loader(self.trainer.train_dataloader, self.sampling_rate)
+        if self.data_parallel() is not None:
+            check_data_parallel_run(self.trainer, self.data_parallel(), self.public_dp_settings())
+
+    def data_parallel(self) -> DataParallel | None:
+        """This rank's place when the trainer runs several processes (Lightning's DDP), else None."""
+        trainer = self._trainer
+        if trainer is None or trainer.world_size <= 1:
+            return None
+        return DataParallel.join(None, self.device)
+
+    def public_dp_settings(self) -> dict[str, float]:
+        """The settings every rank of a data-parallel run must share."""
+        return {
+            "noise_multiplier": self.noise_multiplier,
+            "max_grad_norm": self.max_grad_norm,
+            "sampling_rate": self.sampling_rate,
+            "expected_batch_size": self.expected_batch_size,
+            "steps_recorded": float(self.steps_recorded),
+        }
+
+    def on_train_end(self) -> None:
+        super().on_train_end()
+        dp = self.data_parallel()
+        if dp is not None:  # one run, one ledger: every rank spent the same steps
+            dp.check_same(["steps_recorded"], [float(self.steps_recorded)])
 
     @property
     def sample_rate(self) -> float:
@@ -193,7 +246,9 @@ class EpochBudgetMixin:
 
     def _sound_optimizer(self, optimizer: DPOptimizer, generator: torch.Generator | None, name: str) -> DPOptimizer:
         """Float64 noise from fresh entropy (or the caller's generator, or ``os.urandom``
-        with ``secure_mode``) and the public normaliser, its source noted in the ledger."""
+        with ``secure_mode``) and the public normaliser, its source noted in the ledger;
+        under a data-parallel trainer the noise is drawn on rank 0 only and the ranks'
+        clipped sums are all-reduced (``make_noise_sound(data_parallel=...)``)."""
         generator = noise_rng(self.ledger, None if self.secure_mode else generator, self.secure_mode, None, name)
         return make_noise_sound(
             optimizer,
@@ -201,6 +256,7 @@ class EpochBudgetMixin:
             generator=generator,
             secure_mode=self.secure_mode,
             name=name,
+            data_parallel=self.data_parallel(),
         )
 
 

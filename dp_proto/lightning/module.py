@@ -261,8 +261,9 @@ class LVQModule(L.LightningModule):
         distances = self.model(x)
         loss = self.model.loss(distances, y, transfer_fn=self.transfer_fn, beta=self.beta)  # type: ignore[arg-type]
         acc = (wtac(distances, self.model.prototype_labels) == y).float().mean()
-        self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, prog_bar=stage != "test")
-        self.log(f"{stage}_acc", acc, on_step=False, on_epoch=True, prog_bar=True)
+        # sync_dist: under data-parallel training, the mean over the processes' shards
+        self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, prog_bar=stage != "test", sync_dist=True)
+        self.log(f"{stage}_acc", acc, on_step=False, on_epoch=True, prog_bar=True, sync_dist=True)
         return loss
 
     def training_step(self, batch, batch_idx: int) -> Tensor:

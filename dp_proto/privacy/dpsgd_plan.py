@@ -382,6 +382,11 @@ class BudgetedEpochs:
     progress : bool, default False
         Iterating shows a bar over the epochs on stderr (after two seconds); it counts
         the planned epochs, a public quantity.
+    per_step : bool, default False
+        Iterating only checks (``reserve``) each epoch's steps against the budget; the
+        training loop then spends every step with ``record(1)`` before its noise is drawn
+        (the data-parallel engine: a run that dies mid-epoch is charged only the steps
+        that started).
 
     Attributes
     ----------
@@ -397,8 +402,10 @@ class BudgetedEpochs:
         steps: int | None = None,
         *,
         progress: bool = False,
+        per_step: bool = False,
     ) -> None:
         self.ledger, self.noise_multiplier = ledger, float(noise_multiplier)
+        self.per_step = bool(per_step)
         self.sampling_rate = float(sampling_rate)
         self.steps = None if steps is None else int(steps)
         self.progress = bool(progress)
@@ -432,7 +439,10 @@ class BudgetedEpochs:
         try:
             while done < self.steps:
                 count = min(per_epoch, self.steps - done)
-                if not self.record(count):
+                if self.per_step:  # check the epoch (only a budget can refuse it); steps are spent one by one
+                    if self.ledger.budget is not None and not self.reserve(count):
+                        return
+                elif not self.record(count):
                     return
                 yield count
                 done += count

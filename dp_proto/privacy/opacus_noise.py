@@ -24,12 +24,14 @@ on a network's first layer raise it at every DP-SGD step, and it is expected the
 
 from __future__ import annotations
 
+import types
 import warnings
 
 import torch
 from opacus.optimizers.optimizer import DPOptimizer, _check_processed_flag, _mark_as_processed
 
 from dp_proto._deprecation import renamed_keyword
+from dp_proto.privacy.data_parallel import DataParallel
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.randomness import fresh_generator
 from dp_proto.privacy.testing import intercept
@@ -98,6 +100,30 @@ def _sound_add_noise(self) -> None:
 
         p.grad = intercept(self._sound_name, summed, None, None, draw).view_as(p)
         _mark_as_processed(p.summed_grad)
+    if self._sound_data_parallel is not None:
+        _all_reduce_grads(self)
+
+
+def _partial_sums_only(self) -> None:
+    """A data-parallel rank other than 0: its clipped sum, no noise, then the all-reduce."""
+    for p in self.params:
+        _check_processed_flag(p.summed_grad)
+        p.grad = p.summed_grad.clone().view_as(p)
+        _mark_as_processed(p.summed_grad)
+    _all_reduce_grads(self)
+
+
+def _all_reduce_grads(self) -> None:
+    """Every rank's ``p.grad`` becomes the sum over the ranks (one flat all-reduce): rank
+    0's noisy partial sum plus the others' clipped partial sums."""
+    grads = [p.grad for p in self.params]
+    total = self._sound_data_parallel.all_reduce_sum(
+        torch.cat([g.reshape(-1) for g in grads]), what="the all-reduce of the noisy gradient sum"
+    )
+    offset = 0
+    for p, g in zip(self.params, grads, strict=True):
+        p.grad = total[offset : offset + g.numel()].view_as(p).clone()
+        offset += g.numel()
 
 
 _SOUND_CLASSES: dict[type, type] = {}
@@ -107,7 +133,9 @@ def _sound_class(base: type) -> type:
     """The subclass of an Opacus optimizer class whose ``add_noise`` draws our noise (one per base)."""
     if base not in _SOUND_CLASSES:
         _SOUND_CLASSES[base] = type(
-            f"Sound{base.__name__}", (base,), {"add_noise": _sound_add_noise, "_dp_proto_sound": True}
+            f"Sound{base.__name__}",
+            (base,),
+            {"add_noise": _sound_add_noise, "_dp_proto_sound": True, "_sound_data_parallel": None},
         )
     return _SOUND_CLASSES[base]
 
@@ -120,10 +148,16 @@ def make_noise_sound(
     generator: torch.Generator | None = None,
     secure_mode: bool = False,
     name: str = "dp_sgd",
+    data_parallel: DataParallel | None = None,
 ) -> DPOptimizer:
     """Make ``optimizer`` (an Opacus ``DPOptimizer``) draw float64 noise from fresh
     entropy (or ``generator``, or ``os.urandom`` with ``secure_mode``) and divide by the
-    public ``expected_batch_size``. Returns the same object; idempotent."""
+    public ``expected_batch_size``. Returns the same object; idempotent.
+
+    ``data_parallel`` (``dp_proto.privacy.data_parallel``): this rank's clipped sum is
+    all-reduced over the ranks, the noise drawn on rank 0 only, so the step is that of
+    one process over all the ranks' records; ``expected_batch_size`` is then the global
+    one (``q`` times all records)."""
     if not isinstance(optimizer, DPOptimizer):
         raise TypeError(f"expected an Opacus DPOptimizer, got {type(optimizer).__name__}")
     if secure_mode and generator is not None:
@@ -135,6 +169,9 @@ def make_noise_sound(
     optimizer._sound_secure = bool(secure_mode)
     optimizer._sound_generator = None if secure_mode else (generator if generator is not None else fresh_generator())
     optimizer._sound_name = name
+    optimizer._sound_data_parallel = data_parallel
+    if data_parallel is not None and not data_parallel.draws_noise:
+        optimizer.add_noise = types.MethodType(_partial_sums_only, optimizer)
     optimizer.generator = None  # Opacus' own sampler is never used
     quiet_opacus_hook_notice()  # every DP-SGD trainer sets Opacus up through here
     return optimizer

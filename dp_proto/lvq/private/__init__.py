@@ -15,6 +15,7 @@ ledger). Importing this package loads Opacus.
 """
 
 from dp_proto.lvq.private.coa import coa_glvq
+from dp_proto.lvq.private.data_parallel import DataParallelError, launch_dp_sgd
 from dp_proto.lvq.private.dp_init import DPInitResult, dp_class_mean_prototypes
 from dp_proto.lvq.private.dpsgd import (
     calibrate_noise_multiplier,
@@ -37,6 +38,8 @@ __all__ = [
     "dp_class_mean_prototypes",
     "calibrate_noise_multiplier",
     "fit_dp_sgd",
+    "launch_dp_sgd",
+    "DataParallelError",
     "paper_noise_multiplier",
     "sgd_steps",
     "subsample_and_aggregate",

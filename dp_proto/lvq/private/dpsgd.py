@@ -29,6 +29,7 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -37,6 +38,7 @@ from torch.utils.data import TensorDataset
 from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the closed-form samplers)
+from dp_proto.lvq.private.data_parallel import DataParallel
 from dp_proto.lvq.private.fused import CLIPPING_MODES, check_fusable, fit_dp_sgd_fused
 from dp_proto.lvq.sparse import check_penalty, check_sparsifiable, metric_parameter, sparsify_step_
 from dp_proto.lvq.training import parameter_groups
@@ -117,6 +119,8 @@ def fit_dp_sgd(
     report_opacus_epsilon: bool = False,
     progress: bool = False,
     group_lasso: float = 0.0,
+    distributed: bool = False,
+    process_group: Any = None,
 ) -> DPSGDResult:
     """Train ``model`` on ``(x, y)`` with DP-SGD for ``steps`` steps.
 
@@ -168,11 +172,20 @@ def fit_dp_sgd(
         metric's step size): feature sparsity with exact zeros (Brinkrolf 2023, ch. 5).
         It reads only the released noisy iterate, so it is post-processing: the privacy
         plan and the guarantee are those of ``group_lasso=0``.
+    distributed : bool, default False
+        Data-parallel DP-SGD (fused engine) across the ranks of an initialised
+        ``torch.distributed`` group (``process_group``, default the world): call it on every
+        rank with that rank's disjoint shard ``(x, y)``, the same public settings and the
+        same ``ledger`` state; every rank samples its shard at the global rate ``q``, rank 0
+        adds the noise once, one all-reduce gives every rank the same update
+        (``dp_proto.lvq.private.data_parallel``; ``launch_dp_sgd`` starts the processes on
+        one machine). ``expected_batch_size`` is the global one (``q`` times all records).
     """
     from opacus import PrivacyEngine
     from opacus.data_loader import DPDataLoader
 
     engine = _check_settings(model, max_grad_norm, noise_multiplier, engine, metric_lr_scale, average_last, clipping)
+    data_parallel = _join_data_parallel(engine, process_group, x.device) if distributed else None
     expected_batch_size = check_expected_batch_size(expected_batch_size)
     generator = noise_rng(ledger, generator, secure_mode, None, "dp_sgd")
     opt = _make_optimizer(model, optimizer, lr, metric_lr_scale, momentum)
@@ -209,7 +222,8 @@ def fit_dp_sgd(
             clipping=clipping,
             transfer_fn=transfer_fn,
             beta=beta,
-            progress=progress,
+            progress=progress and (data_parallel is None or data_parallel.rank == 0),
+            data_parallel=data_parallel,
         )
         if average is not None:
             average.release()
@@ -308,6 +322,16 @@ def _check_settings(
     except ValueError:
         return "opacus"
     return "fused"
+
+
+def _join_data_parallel(engine: str, process_group: Any, device: torch.device) -> DataParallel:
+    """This rank's place in a data-parallel run (the fused engine only)."""
+    if engine != "fused":
+        raise ValueError(
+            "distributed=True runs the fused engine (prototype layers on a frozen backbone); a trainable "
+            "backbone trains across processes with Lightning's DDP strategy (dp_proto.lightning.DPLVQModule)"
+        )
+    return DataParallel.join(process_group, device)
 
 
 def _check_torchcsprng() -> None:

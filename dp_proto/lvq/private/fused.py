@@ -38,6 +38,7 @@ from dp_proto.lvq.distances import squared_euclidean_distance
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.losses import glvq_cost_and_gradient
 from dp_proto.lvq.model import PrototypeModel
+from dp_proto.lvq.private.data_parallel import DataParallel
 from dp_proto.lvq.private.grad_samplers import (
     glvq_norm_sample,
     gmlvq_norm_sample,
@@ -243,9 +244,11 @@ def fit_dp_sgd_fused(
     transfer_fn: str = "identity",
     beta: float = 1.0,
     progress: bool = False,
+    data_parallel: DataParallel | None = None,
 ):
     """The training loop of ``dp_proto.lvq.private.fit_dp_sgd`` with ``engine="fused"``
-    (call that function; this one expects its validated arguments)."""
+    (call that function; this one expects its validated arguments). With
+    ``data_parallel``, ``(x, y)`` is this rank's shard (``dp_proto.lvq.private.data_parallel``)."""
     check_fusable(model)
     n = x.shape[0]
     _check_targets(y, model.prototype_labels)  # once here, not at every step
@@ -253,12 +256,22 @@ def fit_dp_sgd_fused(
     std = noise_multiplier * max_grad_norm
     # secure mode: batch membership from a generator seeded with operating-system entropy
     sampling_gen = fresh_generator(x.device) if secure_mode else generator
+    dp = data_parallel
+    if dp is not None:
+        dp.check_same(
+            ["noise_multiplier", "sampling_rate", "max_grad_norm", "steps", "expected_batch_size", "clipping"],
+            [noise_multiplier, sampling_rate, max_grad_norm, steps, expected_batch, CLIPPING_MODES.index(clipping)],
+        )
+        dp.broadcast_parameters(model)
+        sampling_gen = dp.sampling_generator(sampling_gen, x.device)
     model.train()
-    # each epoch spent before it runs
-    epochs = BudgetedEpochs(ledger, noise_multiplier, sampling_rate, steps, progress=progress)
+    # each epoch spent before it runs (data-parallel: checked per epoch, spent per step)
+    epochs = BudgetedEpochs(ledger, noise_multiplier, sampling_rate, steps, progress=progress, per_step=dp is not None)
     for epoch_steps in epochs:
         total, count = x.new_zeros((), dtype=torch.float64), 0  # summed on the device: no sync per step
         for _ in range(epoch_steps):
+            if dp is not None and not epochs.record(1):
+                break
             index = poisson_batch_index(n, sampling_rate, sampling_gen, x.device)
             costs = dp_sgd_step(
                 model,
@@ -274,6 +287,7 @@ def fit_dp_sgd_fused(
                 transfer_fn=transfer_fn,
                 beta=beta,
                 check_labels=False,
+                data_parallel=dp,
             )
             post_step()  # renormalisation, iterate averaging: post-processing
             total += costs.detach().sum()
@@ -281,6 +295,8 @@ def fit_dp_sgd_fused(
             result.steps += 1
         result.epoch_losses.append(float(total) / max(count, 1))
     result.stopped_by_budget = epochs.stopped_by_budget
+    if dp is not None:  # one run, one ledger: every rank ran and spent the same steps
+        dp.check_same(["steps", "stopped_by_budget"], [result.steps, float(result.stopped_by_budget)])
     return result
 
 
@@ -341,10 +357,14 @@ def dp_sgd_step(
     transfer_fn: str = "identity",
     beta: float = 1.0,
     check_labels: bool = True,
+    data_parallel: DataParallel | None = None,
 ) -> Tensor:
     """One DP-SGD step on the (Poisson-sampled) batch ``x (B, ...)``, ``y (B,)``: clipped
     gradient sum, ``N(0, noise_std^2)`` per coordinate, division by ``expected_batch``,
-    ``optimizer.step()``. Returns the per-sample costs ``(B,)`` (curator diagnostics)."""
+    ``optimizer.step()``. Returns the per-sample costs ``(B,)`` (curator diagnostics).
+
+    With ``data_parallel``, ``x`` is this rank's part of the batch: rank 0 adds the
+    noise to its partial sum and one all-reduce gives every rank the noisy total."""
     params = [p for p in model.layer.parameters() if p.requires_grad]
     optimizer.zero_grad(set_to_none=False)
     for p in params:
@@ -358,7 +378,7 @@ def dp_sgd_step(
         summed = torch.cat([g.reshape(-1) for g in grads])
 
         def draw() -> Tensor:  # float64 Box-Muller noise (tails to ~8.6 sigma), then cast
-            if noise_std == 0:
+            if noise_std == 0 or (data_parallel is not None and not data_parallel.draws_noise):
                 return summed.clone()
             return summed + gaussian_noise(
                 summed.shape,
@@ -370,6 +390,8 @@ def dp_sgd_step(
             )
 
         noisy = intercept("dp_sgd", summed, None, None, draw)  # subsampled: checked per step elsewhere
+        if data_parallel is not None:  # sum_ranks (partial sum [+ noise on rank 0])
+            noisy = data_parallel.all_reduce_sum(noisy, what="the all-reduce of the noisy gradient sum")
         offset = 0
         for p, g in zip(params, grads, strict=True):
             g.copy_(noisy[offset : offset + p.numel()].view_as(p)).div_(expected_batch)
