@@ -107,6 +107,39 @@ def test_ddp_noise_once_with_the_single_process_std_and_the_same_ledger():
         assert (event.count, event.noise_multiplier) == (STEPS, SIGMA)
 
 
+def _noise_free_worker(rank: int, world_size: int):
+    """sigma = 0, q = 1: every step is the clipped mean over all training records."""
+    torch.manual_seed(0)
+    model = PrototypeModel(GLVQLayer(D, 3, prototypes=torch.randn(3, D) * 0.1), [0, 1, 2])
+    module = DPLVQModule(
+        model,
+        ledger=PrivacyLedger(),
+        noise_multiplier=0.0,
+        max_grad_norm=0.05,  # small: most per-sample gradients are clipped
+        sampling_rate=1.0,
+        expected_batch_size=EXPECTED,
+        optimizer="sgd",
+        lr=0.5,
+        momentum=0.0,
+    )
+    rng = np.random.default_rng(1)
+    X, y = rng.normal(size=(60, D)), np.arange(60) % 3
+    dm = ArrayDataModule(X, y, scaling="none", sampling_rate=1.0, val_size=0.0, test_size=0.2, seed=0)
+    _trainer(world_size, use_distributed_sampler=False).fit(module, datamodule=dm)
+    return module.model.layer.prototypes.detach().clone()
+
+
+def test_ddp_noise_free_full_batch_trajectory_equals_one_process():
+    """Opacus' clipped sums of the two shards, all-reduced, are the one-process sum."""
+    w0, w1 = launch_workers(_noise_free_worker, [(), ()], worker_setup=_as_local_rank, timeout=300, num_threads=1)
+    (single,) = launch_workers(_noise_free_worker, [()], worker_setup=_as_local_rank, timeout=300, num_threads=1)
+    torch.testing.assert_close(w0, w1, rtol=0, atol=0)
+    torch.manual_seed(0)
+    start = torch.randn(3, D) * 0.1
+    assert (single - start).norm() > 0.02  # the steps moved the prototypes (by about 0.05)
+    torch.testing.assert_close(w0, single, rtol=1e-5, atol=1e-6)
+
+
 def test_ddp_with_lightnings_distributed_sampler_is_refused_before_any_step():
     with pytest.raises(NodeProcessError, match="use_distributed_sampler=False"):
         launch_workers(_ddp_worker, [(None, True), (None, True)], worker_setup=_as_local_rank, timeout=300)
