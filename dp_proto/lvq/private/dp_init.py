@@ -12,6 +12,14 @@ counts clamped at 1 and means clipped into the domain:
   per coordinate, discrete on a public grid (float-safe, see ``laplace_mechanism``);
 * ``w_k = S~_k / max(N~_k, 1)``, clipped into the domain (post-processing, free).
 
+``mechanism="gaussian"`` releases the class sums with the Gaussian mechanism instead: one
+record changes one class sum by ``||x||_2 <= sqrt(d)``, so the l2 sensitivity is
+``sqrt(d)`` and the noise per coordinate grows with ``sqrt(d)``, not ``d``. With ``d`` in
+the thousands (e.g. the 3969 scattering features of an MNIST image) the Laplace means are
+pure noise (scale ``d / epsilon`` per sum), the Gaussian ones are class means one can
+look at. The sums are then ``(epsilon_sums, delta)``-DP (discrete Gaussian on a public
+grid, float-safe); the ledger composes its exact privacy loss with the rest of the run.
+
 By basic composition the release is ``(epsilon_counts + epsilon_sums)``-DP; the ledger
 composes it with everything else of the run. Several prototypes per class are copies
 of the noisy class mean plus *data-independent* Gaussian jitter (free).
@@ -19,6 +27,7 @@ of the noisy class mean plus *data-independent* Gaussian jitter (free).
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -29,12 +38,30 @@ from dp_proto.lvq.init import make_prototype_labels
 from dp_proto.privacy.calibration import check_epsilon
 from dp_proto.privacy.clipping import clip_box
 from dp_proto.privacy.domain import warn_clipped
-from dp_proto.privacy.events import DiscreteLaplaceEvent, PureEvent
+from dp_proto.privacy.events import DiscreteLaplaceEvent, PrivacyEvent, PureEvent
 from dp_proto.privacy.ledger import PrivacyLedger
-from dp_proto.privacy.mechanisms import LEDGER_REQUIRED, laplace_mechanism, noisy_histogram, require_ledger
+from dp_proto.privacy.mechanisms import (
+    LEDGER_REQUIRED,
+    gaussian_mechanism,
+    laplace_mechanism,
+    noisy_histogram,
+    plan_gaussian,
+    require_ledger,
+)
 from dp_proto.privacy.noise import gaussian_noise
 
-__all__ = ["DPInitResult", "dp_class_mean_prototypes", "dp_init_events"]
+__all__ = ["DPInitResult", "INIT_MECHANISMS", "dp_class_mean_prototypes", "dp_init_events"]
+
+#: The noise of the class sums: Brinkrolf's (2023) Laplace on the l1 sensitivity ``d``, or
+#: Gaussian on the l2 sensitivity ``sqrt(d)`` (for many features).
+INIT_MECHANISMS = ("laplace", "gaussian")
+
+
+def _check_mechanism(mechanism: str, delta: float | None) -> None:
+    if mechanism not in INIT_MECHANISMS:
+        raise ValueError(f"mechanism must be one of {INIT_MECHANISMS}, got {mechanism!r}")
+    if mechanism == "gaussian" and delta is None:
+        raise ValueError("mechanism='gaussian' needs the delta of the class sums' release")
 
 
 class DPInitResult(NamedTuple):
@@ -50,16 +77,32 @@ class DPInitResult(NamedTuple):
 
 @renamed_keyword("secure", "secure_mode")
 def dp_init_events(
-    n_features: int, epsilon: float, *, count_fraction: float = 0.5, name: str = "dp_init"
-) -> tuple[DiscreteLaplaceEvent, PureEvent]:
+    n_features: int,
+    epsilon: float,
+    *,
+    count_fraction: float = 0.5,
+    name: str = "dp_init",
+    mechanism: str = "laplace",
+    delta: float | None = None,
+) -> tuple[PrivacyEvent, PrivacyEvent]:
     """The two events ``dp_class_mean_prototypes`` records, from public settings alone:
     the noisy class counts (discrete Laplace, sensitivity 1, ``epsilon * count_fraction``)
-    and the noisy class sums (pure, l1 sensitivity ``n_features``, the rest), so a
-    caller can check a whole run against a budget before the data are read."""
+    and the noisy class sums (the rest: pure with l1 sensitivity ``n_features``, or with
+    ``mechanism="gaussian"`` a discrete Gaussian of l2 sensitivity ``sqrt(n_features)``
+    calibrated to ``(epsilon_sums, delta)``), so a caller can check a whole run against a
+    budget before the data are read."""
+    _check_mechanism(mechanism, delta)
     counts_event = DiscreteLaplaceEvent(
         epsilon * count_fraction, grid_steps=1, name=f"{name}/class_counts", sensitivity=1.0
     )  # what noisy_histogram records (integer noise)
-    sums_event = PureEvent(epsilon * (1 - count_fraction), name=f"{name}/class_sums", sensitivity=float(n_features))
+    eps_sums, sums_name = epsilon * (1 - count_fraction), f"{name}/class_sums"
+    sums_event: PrivacyEvent | None
+    if mechanism == "gaussian":
+        sums_event = plan_gaussian(eps_sums, float(delta or 0.0), math.sqrt(n_features), 1, name=sums_name).event
+    else:
+        sums_event = PureEvent(eps_sums, name=sums_name, sensitivity=float(n_features))
+    if sums_event is None:  # no feature: nothing to release
+        raise ValueError(f"n_features must be >= 1, got {n_features}")
     return counts_event, sums_event
 
 
@@ -76,8 +119,11 @@ def dp_class_mean_prototypes(
     generator: torch.Generator | None = None,
     secure_mode: bool = False,
     name: str = "dp_init",
+    mechanism: str = "laplace",
+    delta: float | None = None,
 ) -> DPInitResult:
-    """Noisy class means as initial prototypes: ``epsilon``-DP under add/remove one record.
+    """Noisy class means as initial prototypes: ``epsilon``-DP under add/remove one record
+    (``(epsilon, delta)``-DP with ``mechanism="gaussian"``).
 
     Parameters
     ----------
@@ -95,6 +141,11 @@ def dp_class_mean_prototypes(
     jitter : float
         Standard deviation of the data-independent jitter added to copies when a class
         has several prototypes.
+    mechanism : {"laplace", "gaussian"}, default "laplace"
+        The noise of the class sums (see the module docstring): Laplace on the l1
+        sensitivity ``d`` (Brinkrolf 2023), or Gaussian on the l2 sensitivity ``sqrt(d)``.
+    delta : float, optional
+        The delta of the Gaussian class sums (required with ``mechanism="gaussian"``).
 
     Returns
     -------
@@ -111,8 +162,10 @@ def dp_class_mean_prototypes(
     if y.numel() and (int(y.min()) < 0 or int(y.max()) >= num_classes):
         raise ValueError(f"y must hold class indices in 0..{num_classes - 1}")
     d = x.shape[1]
-    counts_event, sums_event = dp_init_events(d, epsilon, count_fraction=count_fraction, name=name)
-    eps_counts, eps_sums = counts_event.epsilon, sums_event.epsilon
+    counts_event, sums_event = dp_init_events(
+        d, epsilon, count_fraction=count_fraction, name=name, mechanism=mechanism, delta=delta
+    )
+    eps_counts, eps_sums = epsilon * count_fraction, epsilon * (1 - count_fraction)
     if ledger is not None:
         ledger.check(counts_event, sums_event)  # refuse both parts before releasing either
 
@@ -131,9 +184,21 @@ def dp_class_mean_prototypes(
         generator=generator,
         secure_mode=secure_mode,
     )
-    noisy_sums = laplace_mechanism(
-        sums, float(d), eps_sums, ledger=ledger, name=sums_event.name, generator=generator, secure_mode=secure_mode
-    )
+    if mechanism == "gaussian":  # ||x||_2 <= sqrt(d) in the box: l2 sensitivity sqrt(d)
+        noisy_sums = gaussian_mechanism(
+            sums,
+            math.sqrt(d),
+            eps_sums,
+            float(delta or 0.0),
+            ledger=ledger,
+            name=sums_event.name,
+            generator=generator,
+            secure_mode=secure_mode,
+        )
+    else:
+        noisy_sums = laplace_mechanism(
+            sums, float(d), eps_sums, ledger=ledger, name=sums_event.name, generator=generator, secure_mode=secure_mode
+        )
     means = clip_box(noisy_sums / noisy_counts.clamp_min(1.0)[:, None]).values  # post-processing
 
     labels = make_prototype_labels(num_classes, prototypes_per_class).to(x.device)

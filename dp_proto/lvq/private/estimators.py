@@ -34,7 +34,7 @@ from dp_proto.exceptions import DomainWarning
 from dp_proto.lvq.estimators import GLVQ, GMLVQ, LGMLVQ
 from dp_proto.lvq.layers import GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes, dp_init_events
+from dp_proto.lvq.private.dp_init import INIT_MECHANISMS, dp_class_mean_prototypes, dp_init_events
 from dp_proto.lvq.private.dpsgd import fit_dp_sgd
 from dp_proto.lvq.release import layer_description, model_from_release, model_tensors
 from dp_proto.lvq.sparse import LOCAL_NORMALISATION_ERROR, check_penalty, metric_parameter, selected_features, sparsity
@@ -174,6 +174,7 @@ class _DPMixin(_DPReleaseHooks):
     sampling_rate: float
     epochs: int
     init_fraction: float
+    init_mechanism: str
     calibration: str
     engine: str
     grad_sample_mode: str
@@ -290,6 +291,8 @@ class _DPMixin(_DPReleaseHooks):
             raise ValueError(f"lr must be positive, got {self.lr!r}")
         if not 0 < self.init_fraction < 1:
             raise ValueError(f"init_fraction must lie in (0, 1), got {self.init_fraction!r}")
+        if self.init_mechanism not in INIT_MECHANISMS:
+            raise ValueError(f"init_mechanism must be one of {INIT_MECHANISMS}, got {self.init_mechanism!r}")
         self.dp_sgd_plan()  # epsilon, delta, sampling_rate, epochs, calibration
         check_shared_ledger(getattr(self, "ledger", None), type(self).__name__)
         if self.engine not in ("fused", "opacus"):
@@ -363,7 +366,7 @@ class _DPMixin(_DPReleaseHooks):
         the DP initialisation's and the DP-SGD run's (``DPPipeline`` checks them, with the
         other steps', against its budget before anything is fitted)."""
         plan = self.dp_sgd_plan()
-        init_events = dp_init_events(n_features, plan.init_epsilon)
+        init_events = dp_init_events(n_features, plan.init_epsilon, mechanism=self.init_mechanism, delta=self.delta)
         return (*init_events, dp_sgd_event(plan.noise_multiplier(init_events), plan.sampling_rate, plan.steps))
 
     def fit(self, X, y):
@@ -398,6 +401,8 @@ class _DPMixin(_DPReleaseHooks):
             prototypes_per_class=counts[0],
             generator=None if self.secure_mode else generator,
             secure_mode=self.secure_mode,
+            mechanism=self.init_mechanism,
+            delta=self.delta,
         )
         layer = self._make_layer(d, len(init.prototype_labels), init_generator, tdtype)
         with torch.no_grad():
@@ -498,6 +503,11 @@ class DPGLVQ(_DPMixin, GLVQ):
         (``DPSGDPlan``).
     init_fraction : float, default 0.2
         Share of epsilon spent on the DP class-mean initialisation.
+    init_mechanism : {"laplace", "gaussian"}, default "laplace"
+        The noise of the initialisation's class sums: Laplace on their l1 sensitivity
+        ``d`` (Brinkrolf 2023), or the Gaussian mechanism on their l2 sensitivity
+        ``sqrt(d)`` at the run's ``delta``, far less noise per coordinate when ``d`` is
+        large (thousands of features); the ledger composes either exactly.
     calibration : {"ledger", "paper"}, default "ledger"
         ``"ledger"``: the smallest noise multiplier for which the ledger certifies the
         whole run at ``(epsilon, delta)``. ``"paper"``: the noise multiplier of
@@ -642,6 +652,7 @@ class DPGLVQ(_DPMixin, GLVQ):
         max_grad_norm=0.5,
         epochs=50,
         init_fraction=0.2,
+        init_mechanism="laplace",
         calibration="ledger",
         bounds=None,
         classes=None,
@@ -670,6 +681,7 @@ class DPGLVQ(_DPMixin, GLVQ):
             max_grad_norm=max_grad_norm,
             epochs=epochs,
             init_fraction=init_fraction,
+            init_mechanism=init_mechanism,
             calibration=calibration,
             bounds=bounds,
             classes=classes,
@@ -720,6 +732,11 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         (``DPSGDPlan``).
     init_fraction : float, default 0.2
         Share of epsilon spent on the DP class-mean initialisation.
+    init_mechanism : {"laplace", "gaussian"}, default "laplace"
+        The noise of the initialisation's class sums: Laplace on their l1 sensitivity
+        ``d`` (Brinkrolf 2023), or the Gaussian mechanism on their l2 sensitivity
+        ``sqrt(d)`` at the run's ``delta``, far less noise per coordinate when ``d`` is
+        large (thousands of features); the ledger composes either exactly.
     calibration : {"ledger", "paper"}, default "ledger"
         ``"ledger"``: the smallest noise multiplier for which the ledger certifies the
         whole run at ``(epsilon, delta)``. ``"paper"``: the noise multiplier of
@@ -896,6 +913,7 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         max_grad_norm=0.5,
         epochs=50,
         init_fraction=0.2,
+        init_mechanism="laplace",
         calibration="ledger",
         bounds=None,
         classes=None,
@@ -929,6 +947,7 @@ class DPGMLVQ(_DPMixin, GMLVQ):
             max_grad_norm=max_grad_norm,
             epochs=epochs,
             init_fraction=init_fraction,
+            init_mechanism=init_mechanism,
             calibration=calibration,
             bounds=bounds,
             classes=classes,
@@ -984,6 +1003,11 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         (``DPSGDPlan``).
     init_fraction : float, default 0.2
         Share of epsilon spent on the DP class-mean initialisation.
+    init_mechanism : {"laplace", "gaussian"}, default "laplace"
+        The noise of the initialisation's class sums: Laplace on their l1 sensitivity
+        ``d`` (Brinkrolf 2023), or the Gaussian mechanism on their l2 sensitivity
+        ``sqrt(d)`` at the run's ``delta``, far less noise per coordinate when ``d`` is
+        large (thousands of features); the ledger composes either exactly.
     calibration : {"ledger", "paper"}, default "ledger"
         ``"ledger"``: the smallest noise multiplier for which the ledger certifies the
         whole run at ``(epsilon, delta)``. ``"paper"``: the noise multiplier of
@@ -1147,6 +1171,7 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         max_grad_norm=0.5,
         epochs=50,
         init_fraction=0.2,
+        init_mechanism="laplace",
         calibration="ledger",
         bounds=None,
         classes=None,
@@ -1180,6 +1205,7 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
             max_grad_norm=max_grad_norm,
             epochs=epochs,
             init_fraction=init_fraction,
+            init_mechanism=init_mechanism,
             calibration=calibration,
             bounds=bounds,
             classes=classes,

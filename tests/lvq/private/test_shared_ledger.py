@@ -101,3 +101,19 @@ def test_the_domain_warning_names_the_bounds_in_use():
         PublicBoundsScaler(0, 16).fit_transform(np.array([[1.0, 2.0], [17.0, 3.0]]))
     with pytest.warns(DomainWarning, match=r"per-feature bounds \[0, 1\], \[0, 2\]"):
         PublicBoundsScaler([0, 0], [1, 2]).fit_transform(np.array([[5.0, 1.0]]))
+
+
+@pytest.mark.parametrize("init_mechanism", ["laplace", "gaussian"])
+def test_planned_events_are_the_recorded_ones_and_the_run_meets_its_budget(init_mechanism):
+    X, y = load_iris(return_X_y=True)
+    est = DPGMLVQ(epsilon=1.0, bounds=(0, 8), classes=[0, 1, 2], epochs=2, init_mechanism=init_mechanism).fit(X, y)
+    planned = est.planned_privacy_events(X.shape[1])
+    assert [repr(e) for e in planned] == [repr(e) for e in est.ledger_.events]
+    assert est.ledger_.events[1].kind == {"laplace": "pure", "gaussian": "discrete_gaussian"}[init_mechanism]
+    assert est.epsilon_ <= 1.0 + 1e-6 and est.score(X, y) > 0.5
+
+
+def test_an_unknown_init_mechanism_is_refused():
+    X, y = load_iris(return_X_y=True)
+    with pytest.raises(ValueError, match="init_mechanism must be one of"):
+        DPGMLVQ(epsilon=1.0, bounds=(0, 8), classes=[0, 1, 2], init_mechanism="uniform").fit(X, y)
