@@ -311,7 +311,7 @@ def render_dpsgd(res: Results, t: dict[str, Any]) -> list[str]:
     ]
     rows = [[cal, *[num(v) for v in cells.values()]] for cal, cells in sorted(certified.items())]
     out += table(["calibration", *[eps_label(e) for e in spec["epsilons"]]], rows, right=range(1, 7))
-    return out + _dpsgd_speed(res, t)
+    return out + _dpsgd_speed(res, t) + _private_pipelines(res, t)
 
 
 def _dpsgd_speed(res: Results, t: dict[str, Any]) -> list[str]:
@@ -338,6 +338,92 @@ def _dpsgd_speed(res: Results, t: dict[str, Any]) -> list[str]:
         oom = "ran out of memory" if p["headline"]["functorch_out_of_memory"] else "did not run out of memory"
         out += [f"functorch {oom} (peak RSS {max(p['peak_rss_mib_so_far']['gmlvq_d784'].values()):.0f} MiB).", ""]
     return out
+
+
+def _private_pipelines(res: Results, t: dict[str, Any]) -> list[str]:
+    """Issue 27: MNIST scattering + DP-GMLVQ against the targets, the papers' protocol beside
+    the fully private one, and the DDP epoch-time ratio."""
+    spec = t["private_pipelines"]
+    out = ["### Fully private pipelines", ""] + bullets(spec["notes"])
+    p = res.get("private_pipelines.json")
+    if p is None:
+        return out + [f"No stored run yet: `{spec['command']}`.", ""]
+    out += source(spec["source"], paper=False)
+    return out + _scatter_rows(p["results"]["mnist_scatter"], spec) + _side_rows(p) + _ddp_rows(p["results"]["ddp"])
+
+
+def _scatter_rows(scatter: dict[str, Any], spec: dict[str, Any]) -> list[str]:
+    targets, paper = spec["targets"]["mnist_scatter_acc"], spec["targets"]["tramer_boneh_2021"]
+    rows = []
+    for key in sorted((k for k in scatter if k.startswith("eps")), key=lambda k: float(k[3:])):
+        cell, e = scatter[key], key[3:]
+        mean = cell["acc"][0]
+        target = targets.get(e)
+        rows.append(
+            [
+                eps_label(e),
+                bold(ms(cell["acc"], 4), target is not None and mean >= target),
+                str(len(cell["per_run"])),
+                DASH if target is None else f">= {target:g}",
+                DASH if target is None else ("met" if mean >= target else "**not met**"),
+                DASH if e not in paper else f"{paper[e]:.3f} ({mean - paper[e]:+.3f})",
+                num(max(cell["pipeline_epsilon"])),
+            ]
+        )
+    ref = scatter.get("nonprivate_gmlvq")
+    if ref:
+        label = f"non-private GMLVQ (L-BFGS, {ref['n_train']} training images)"
+        rows.append([label, f"{ref['acc']:.4f}", "1", DASH, DASH, DASH, DASH])
+    head = ["epsilon", "test accuracy", "runs", "target", "", "Tramèr & Boneh (2021) (diff)", "pipeline epsilon"]
+    intro = (
+        f"#### MNIST: scattering features + DP-GMLVQ, fully private ({scatter['n_train']} training / "
+        f"{scatter['n_test']} test images)"
+    )
+    return [intro, ""] + table(head, rows, right=(1, 2, 6))
+
+
+def _side_rows(p: dict[str, Any]) -> list[str]:
+    rows = []
+    for name, by_eps in p["results"]["side_by_side"].items():
+        for e, cell in by_eps.items():
+            if not isinstance(cell, dict) or "fully_private" not in cell:
+                continue
+            shares = ", ".join(f"{k} {v:.3f}" for k, v in cell["parts"].items())
+            rows.append(
+                [
+                    name,
+                    eps_label(e),
+                    ms(cell["papers_protocol"]),
+                    ms(cell["fully_private"]),
+                    f"{cell['fully_private'][0] - cell['papers_protocol'][0]:+.3f}",
+                    num(cell["composed_epsilon"]),
+                    shares,
+                    by_eps["folds"],
+                ]
+            )
+    head = [
+        "data set",
+        "epsilon",
+        "papers' protocol",
+        "fully private",
+        "diff",
+        "composed epsilon",
+        "epsilon parts",
+        "folds",
+    ]
+    out = ["#### The papers' protocol against a fully private pipeline: test misclassification rate", ""]
+    out += [
+        "Papers' protocol: non-private preprocessing, its epsilon covers DP-GMLVQ only. Fully private: the "
+        "DPPipeline's composed epsilon covers every step (epsilon parts: each release's own epsilon at delta 1e-5).",
+        "",
+    ]
+    return out + table(head, rows, right=(2, 3, 4, 5))
+
+
+def _ddp_rows(ddp: dict[str, Any]) -> list[str]:
+    rows = [["one DP-SGD epoch", f"{ddp['single_epoch_s']:.3f} s", f"{ddp['ddp2_epoch_s']:.3f} s", num(ddp["ratio"])]]
+    out = ["#### Distributed DP-SGD: epoch time in two processes", ""]
+    return out + table(["", "single process", "two processes (DDP)", "ratio"], rows, right=(1, 2, 3))
 
 
 def _met(value: float, target: dict[str, Any]) -> str:

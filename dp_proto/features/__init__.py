@@ -1,9 +1,15 @@
 """Fixed, data-independent feature extractors to put a private prototype head on.
 
-``Scattering2D``  the 2-D wavelet scattering transform (ScatterNet of Tramèr & Boneh 2021):
-                  no trainable parameters and no data read, so it costs no privacy budget
+``Scattering2D``     the 2-D wavelet scattering transform (ScatterNet of Tramèr & Boneh 2021):
+                     no trainable parameters and no data read, so it costs no privacy budget
+``GroupNormalizer``  per-record group normalisation of channelled features (Wu & He 2018):
+                     each record by its own statistics, so it costs no privacy budget either
+``preimage``         the image whose features are closest to a point of the feature space
+                     (a prototype): post-processing of a release, no data read
 """
 
+from dp_proto.features.normalize import GroupNormalizer
+from dp_proto.features.preimage import preimage
 from dp_proto.features.scattering import Scattering2D
 
-__all__ = ["Scattering2D"]
+__all__ = ["GroupNormalizer", "Scattering2D", "preimage"]
