@@ -421,9 +421,29 @@ def _side_rows(p: dict[str, Any]) -> list[str]:
 
 
 def _ddp_rows(ddp: dict[str, Any]) -> list[str]:
-    rows = [["one DP-SGD epoch", f"{ddp['single_epoch_s']:.3f} s", f"{ddp['ddp2_epoch_s']:.3f} s", num(ddp["ratio"])]]
+    all_threads = ddp.get("single_all_threads_epoch_s")
+    rows = [
+        [
+            "one DP-SGD epoch",
+            f"{ddp['single_epoch_s']:.3f} s",
+            f"{ddp['ddp2_epoch_s']:.3f} s",
+            num(ddp["ratio"]),
+            DASH if all_threads is None else f"{all_threads:.3f} s",
+        ]
+    ]
     out = ["#### Distributed DP-SGD: epoch time in two processes", ""]
-    return out + table(["", "single process", "two processes (DDP)", "ratio"], rows, right=(1, 2, 3))
+    setting = ddp.get("setting")
+    if setting:
+        out += [
+            f"Fused engine, DP-GMLVQ (rank {setting['r']}) on {setting['n']} synthetic records of {setting['d']} "
+            f"features, Poisson rate {setting['q']:g} ({round(1 / setting['q'])} steps per epoch), "
+            f"{ddp.get('cpu_count', '?')} CPU cores: one process with one thread, two processes (gloo) with one "
+            "thread each, and one process with every core (torch's own threads). Each step of the two processes "
+            "waits for an all-reduce of the noisy gradient sum.",
+            "",
+        ]
+    head = ["", "one process, 1 thread", "two processes (DDP)", "ratio", "one process, all threads"]
+    return out + table(head, rows, right=(1, 2, 3, 4))
 
 
 def _met(value: float, target: dict[str, Any]) -> str:

@@ -82,7 +82,15 @@ def ddp_stub(monkeypatch) -> list[bool]:
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:sampling_rate .* expected batch below one record")  # the tiny stand-ins
-def test_quick_run_ends_with_the_documented_json(data_dir, ddp_stub, tmp_path, capsys):
+def test_quick_run_ends_with_the_documented_json(data_dir, ddp_stub, tmp_path, capsys, monkeypatch):
+    # short fits and one candidate per data set: this checks the plumbing, not the accuracy
+    import benchmarks.dpsgd.accuracy as accuracy
+
+    monkeypatch.setattr(accuracy, "EPOCHS", 2)
+    monkeypatch.setattr(
+        pp, "SCATTER_SETTINGS", {eps: {"epochs": 2, "lr": s["lr"]} for eps, s in pp.SCATTER_SETTINGS.items()}
+    )
+    monkeypatch.setattr(pp, "CANDIDATES", {name: cands[:1] for name, cands in pp.CANDIDATES.items()})
     out_file = tmp_path / "out" / "pp.json"
     assert pp.main(["--data-dir", str(data_dir), "--quick", "--out", str(out_file)]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
