@@ -88,12 +88,19 @@ class PrototypeModel(nn.Module):
         return int(self.prototype_labels.max()) + 1
 
     def features(self, x: Tensor) -> Tensor:
-        """Backbone output ``(B, d)``."""
-        return self.backbone(x)
+        """Backbone output ``(B, d)`` (``ValueError`` if a record's output does not have the
+        layer's ``d = in_features`` values: a backbone that does not fit the head)."""
+        out = self.backbone(x)
+        if out.ndim < 1 or (out.shape[0] and out[0].numel() != self.layer.in_features):
+            raise ValueError(
+                f"the backbone gives features of shape {tuple(out.shape)} for input of shape {tuple(x.shape)}, "
+                f"but the prototype layer expects {self.layer.in_features} features per record"
+            )
+        return out
 
     def forward(self, x: Tensor) -> Tensor:
         """Distances ``(B, W)`` between the backbone features and the prototypes."""
-        return self.layer(self.backbone(x))
+        return self.layer(self.features(x))
 
     def loss(
         self,

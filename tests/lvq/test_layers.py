@@ -153,3 +153,12 @@ def test_prototype_start_options():
         GLVQLayer(4, 3, prototypes="ones")
     with pytest.raises(ValueError, match=r"expected prototypes of shape \(3, 4\)"):
         GLVQLayer(4, 3, prototypes=torch.zeros(2, 4))
+
+
+def test_a_backbone_that_does_not_fit_the_head_is_refused_clearly():
+    model = PrototypeModel(GMLVQLayer(32, 2), [0, 1], backbone=torch.nn.Linear(10, 16))
+    with pytest.raises(ValueError, match="backbone gives features of shape \\(4, 16\\).*expects 32 features"):
+        model(torch.zeros(4, 10))
+    fitting = PrototypeModel(GMLVQLayer(16, 2), [0, 1], backbone=torch.nn.Linear(10, 16))
+    assert fitting(torch.zeros(4, 10)).shape == (4, 2)
+    assert fitting(torch.zeros(0, 10)).shape == (0, 2)  # an empty Poisson batch passes
