@@ -178,8 +178,9 @@ class EpochBudgetMixin:
     def on_train_start(self) -> None:
         super().on_train_start()
         check_poisson_loader(self.trainer.train_dataloader, self.sampling_rate)
-        if self.data_parallel() is not None:
-            check_data_parallel_run(self.trainer, self.data_parallel(), self.public_dp_settings())
+        dp = self.data_parallel()
+        if dp is not None:
+            check_data_parallel_run(self.trainer, dp, self.public_dp_settings())
 
     def data_parallel(self) -> DataParallel | None:
         """This rank's place when the trainer runs several processes (Lightning's DDP), else None."""

@@ -18,7 +18,8 @@ A failed collective (a peer rank raised or was killed) raises ``DataParallelErro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,12 +71,18 @@ class DataParallel:
         """Rank 0 adds the step's noise; the others send their clipped sums as they are."""
         return self.rank == 0
 
-    def _collective(self, what: str, op, tensor: Tensor) -> Tensor:
-        buf = tensor.to(self.device)
+    @contextlib.contextmanager
+    def _peer_failure(self, what: str) -> Iterator[None]:
+        """A failed collective becomes ``DataParallelError`` naming ``what`` and this rank."""
         try:
-            op(buf)
+            yield
         except Exception as err:  # gloo: a peer's socket closed; NCCL: a timeout
             raise DataParallelError(f"rank {self.rank}: {what} failed; a peer rank stopped or died ({err})") from err
+
+    def _collective(self, what: str, op, tensor: Tensor) -> Tensor:
+        buf = tensor.to(self.device)
+        with self._peer_failure(what):
+            op(buf)
         return buf.to(tensor.device)
 
     def all_reduce_sum(self, tensor: Tensor, *, what: str = "the all-reduce") -> Tensor:
@@ -105,10 +112,8 @@ class DataParallel:
         """Every rank's ``values`` (``(world_size, len(values))`` float64)."""
         mine = torch.as_tensor(list(values), dtype=torch.float64, device=self.device)
         out = [torch.empty_like(mine) for _ in range(self.world_size)]
-        try:
+        with self._peer_failure(what):
             dist.all_gather(out, mine, group=self.group)
-        except Exception as err:
-            raise DataParallelError(f"rank {self.rank}: {what} failed; a peer rank stopped or died ({err})") from err
         return torch.stack(out).cpu()
 
     def check_same(self, names: Sequence[str], values: Sequence[float]) -> None:

@@ -24,7 +24,6 @@ on a network's first layer raise it at every DP-SGD step, and it is expected the
 
 from __future__ import annotations
 
-import types
 import warnings
 
 import torch
@@ -78,15 +77,18 @@ def check_expected_batch_size(expected_batch_size: float) -> float:
 
 
 def _sound_add_noise(self) -> None:
-    """Opacus' ``add_noise`` with float64 noise from ``gaussian_noise``."""
+    """Opacus' ``add_noise`` with float64 noise from ``gaussian_noise``; data-parallel:
+    only rank 0 adds noise, then the ranks' sums are all-reduced."""
     multiplier = getattr(self, "_adjusted_noise_multiplier", self.noise_multiplier)
     std = multiplier * self.max_grad_norm
+    data_parallel = self._sound_data_parallel
+    adds_noise = data_parallel is None or data_parallel.draws_noise
     for p in self.params:
         _check_processed_flag(p.summed_grad)
         summed = p.summed_grad
 
         def draw(summed=summed) -> torch.Tensor:
-            if std == 0:
+            if std == 0 or not adds_noise:
                 return summed.clone()
             noise = gaussian_noise(
                 summed.shape,
@@ -100,17 +102,8 @@ def _sound_add_noise(self) -> None:
 
         p.grad = intercept(self._sound_name, summed, None, None, draw).view_as(p)
         _mark_as_processed(p.summed_grad)
-    if self._sound_data_parallel is not None:
+    if data_parallel is not None:
         _all_reduce_grads(self)
-
-
-def _partial_sums_only(self) -> None:
-    """A data-parallel rank other than 0: its clipped sum, no noise, then the all-reduce."""
-    for p in self.params:
-        _check_processed_flag(p.summed_grad)
-        p.grad = p.summed_grad.clone().view_as(p)
-        _mark_as_processed(p.summed_grad)
-    _all_reduce_grads(self)
 
 
 def _all_reduce_grads(self) -> None:
@@ -170,8 +163,6 @@ def make_noise_sound(
     optimizer._sound_generator = None if secure_mode else (generator if generator is not None else fresh_generator())
     optimizer._sound_name = name
     optimizer._sound_data_parallel = data_parallel
-    if data_parallel is not None and not data_parallel.draws_noise:
-        optimizer.add_noise = types.MethodType(_partial_sums_only, optimizer)
     optimizer.generator = None  # Opacus' own sampler is never used
     quiet_opacus_hook_notice()  # every DP-SGD trainer sets Opacus up through here
     return optimizer
