@@ -85,13 +85,17 @@ class DataParallel:
             op(buf)
         return buf.to(tensor.device)
 
+    def _rank_zero(self) -> int:
+        """The global rank of the group's rank 0 (the source of every broadcast)."""
+        return dist.get_global_rank(self.group, 0) if self.group is not None else 0
+
     def all_reduce_sum(self, tensor: Tensor, *, what: str = "the all-reduce") -> Tensor:
         """The sum of ``tensor`` over all ranks (every rank receives it)."""
         return self._collective(what, lambda t: dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group), tensor)
 
     def broadcast_parameters(self, model: nn.Module) -> None:
         """Every rank takes rank 0's parameters and buffers (the run's starting point)."""
-        src = dist.get_global_rank(self.group, 0) if self.group is not None else 0
+        src = self._rank_zero()
         with torch.no_grad():
             for tensor in [*model.parameters(), *model.buffers()]:
                 got = self._collective(
@@ -103,7 +107,7 @@ class DataParallel:
 
     def broadcast_values(self, values: Sequence[float], *, what: str) -> list[float]:
         """Rank 0's ``values`` on every rank."""
-        src = dist.get_global_rank(self.group, 0) if self.group is not None else 0
+        src = self._rank_zero()
         buf = torch.as_tensor(list(values), dtype=torch.float64, device=self.device)
         got = self._collective(what, lambda t: dist.broadcast(t, src=src, group=self.group), buf)
         return [float(v) for v in got.cpu()]
