@@ -25,7 +25,7 @@ demo: $(STAMP)
 	$(VENV)/bin/dp-proto demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q --nbmake tests notebooks
+	$(PY) -m pytest -q --durations=25 --nbmake tests notebooks
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow and not benchmark" tests

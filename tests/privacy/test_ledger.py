@@ -292,3 +292,23 @@ def test_the_ledger_composes_events_without_looking_at_their_kind():
         and any(isinstance(side, ast.Attribute) and side.attr == "kind" for side in (node.left, *node.comparators))
     ]
     assert uses == []
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        _run_events(),
+        [SubsampledGaussianEvent(noise_multiplier=0.8, sampling_rate=0.004, count=5000)],
+        [GaussianEvent(noise_multiplier=2.0), LaplaceEvent(noise_multiplier=0.5)],  # asymmetric and pure parts
+        [LaplaceEvent(noise_multiplier=0.02)],  # losses near the PLD's range: much mass at large loss
+    ],
+)
+def test_vectorised_epsilons_equal_dp_accountings_one_delta_at_a_time(events):
+    from dp_proto.privacy.ledger import pld_epsilons
+
+    total = events[0].to_pld()
+    for e in events[1:]:
+        total = total.compose(e.to_pld())
+    deltas = [0.0, 1e-12, 1e-9, 1e-7, 1e-5, 1e-3, 0.1, 0.5, 0.999]
+    expected = [total.get_epsilon_for_delta(d) for d in deltas]
+    assert pld_epsilons(total, deltas) == pytest.approx(expected, rel=1e-9, abs=1e-12)
