@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-__all__ = ["small_cnn", "mlp"]
+__all__ = ["small_cnn", "tanh_cnn", "mlp"]
 
 
 def small_cnn(in_channels: int = 1, out_features: int = 32, width: int = 16) -> nn.Sequential:
@@ -23,6 +23,29 @@ def small_cnn(in_channels: int = 1, out_features: int = 32, width: int = 16) -> 
         nn.AdaptiveAvgPool2d(2),
         nn.Flatten(),
         nn.Linear(8 * width, out_features),
+    )
+
+
+def tanh_cnn(in_channels: int = 1, out_features: int = 32) -> nn.Sequential:
+    """The end-to-end DP-SGD CNN of Tramèr & Boneh (2021) for 28 x 28 images, with tanh
+    activations (which they found better than ReLU under DP-SGD), its last linear layer of
+    ``out_features`` units (tanh) left for a head: a prototype layer on ``out_features``.
+
+    ``conv 16 @ 8x8 stride 2 (pad 3) -> tanh -> max-pool 2 (stride 1) -> conv 32 @ 4x4
+    stride 2 -> tanh -> max-pool 2 (stride 1) -> linear 512 -> out_features -> tanh``.
+    Input ``(B, in_channels, 28, 28)``, output ``(B, out_features)`` in ``[-1, 1]``; no
+    normalisation layers, so Opacus trains it privately as it is.
+    """
+    return nn.Sequential(
+        nn.Conv2d(in_channels, 16, 8, stride=2, padding=3),
+        nn.Tanh(),
+        nn.MaxPool2d(2, 1),
+        nn.Conv2d(16, 32, 4, stride=2),
+        nn.Tanh(),
+        nn.MaxPool2d(2, 1),
+        nn.Flatten(),
+        nn.Linear(32 * 4 * 4, out_features),
+        nn.Tanh(),
     )
 
 

@@ -89,13 +89,16 @@ images; trained on the first 50000; the test set untouched), one noise draw each
   3          Laplace, 50 epochs, lr 0.3                            0.9757
   3          Laplace, 50 epochs, lr 0.3, ``average_last=0.2``      0.9742
   3          Laplace, 50 epochs, lr 0.3, sampling rate 0.04        0.9667
-  3          Gaussian, 50 epochs, lr 0.3 (adopted)                 0.9826
+  3          Gaussian, 50 epochs, lr 0.3                           0.9826
+  3          Gaussian, 50 epochs, lr 0.3 (noise_seed=1)            0.9825
+  3          Gaussian, 80 epochs, lr 0.3 (noise_seed=1; adopted)   0.9851
   1          Laplace, 30 epochs, lr 0.2                            0.9609
   1          Gaussian, 30 epochs, lr 0.2 (adopted)                 0.9730
   non-DP     GMLVQ L-BFGS, 10000 images, 100 iterations            0.9889
   =========  ====================================================  ===================
 
-  Iterate averaging (free post-processing) and larger batches did not help. The Gaussian
+  Iterate averaging (free post-processing) and larger batches did not help; more epochs
+  at epsilon 3 did (more steps at a larger noise multiplier). The Gaussian
   initialisation did: its class sums carry noise on the l2 sensitivity ``sqrt(3969) = 63``
   instead of the l1 sensitivity 3969 of the Laplace scheme (Brinkrolf 2023), so the initial
   prototypes are class means rather than noise; DP-SGD then moves them only in the
@@ -167,7 +170,7 @@ SCATTER_SAMPLING_RATE = 0.02
 SCATTER_INIT = "gaussian"
 NONPRIVATE_MAX_ITER = 100
 #: epsilon -> DP-GMLVQ settings, chosen on the validation split (module docstring)
-SCATTER_SETTINGS: dict[float, dict[str, float]] = {1.0: {"epochs": 30, "lr": 0.2}, 3.0: {"epochs": 50, "lr": 0.3}}
+SCATTER_SETTINGS: dict[float, dict[str, float]] = {1.0: {"epochs": 30, "lr": 0.2}, 3.0: {"epochs": 80, "lr": 0.3}}
 #: issue 27's targets (test accuracy) and Tramèr & Boneh (2021)'s ScatterNet + linear model
 #: at epsilon 3 on MNIST (98.7 % test accuracy), a paper value for comparison
 TARGETS = {"mnist_scatter_acc": {"1": 0.95, "3": 0.985}, "tramer_boneh_2021_scatternet_acc_eps3": 0.987}

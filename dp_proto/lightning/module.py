@@ -30,7 +30,11 @@ _NOT_HPARAMS = ("model", "display_transform", "ledger", "generator", "noise_gene
 _LAYER_KINDS: dict[type, str] = {GLVQLayer: "glvq", GMLVQLayer: "gmlvq", LGMLVQLayer: "lgmlvq"}
 _LAYER_CLASSES = {kind: cls for cls, kind in _LAYER_KINDS.items()}
 # Backbones a model spec may name: an allowlist, so a checkpoint cannot name arbitrary code.
-_BACKBONES: dict[str, Callable[..., nn.Module]] = {"small_cnn": backbones.small_cnn, "mlp": backbones.mlp}
+_BACKBONES: dict[str, Callable[..., nn.Module]] = {
+    "small_cnn": backbones.small_cnn,
+    "tanh_cnn": backbones.tanh_cnn,
+    "mlp": backbones.mlp,
+}
 
 
 def _same_shapes(a: nn.Module, b: nn.Module) -> bool:
@@ -56,7 +60,7 @@ def describe_model(model: PrototypeModel, backbone: Mapping[str, Any] | None = N
         With a ``GLVQLayer``, ``GMLVQLayer`` or ``LGMLVQLayer`` (exactly these classes).
     backbone : mapping, optional
         For a model with a backbone: ``{"name": ..., **kwargs}`` naming the builder in
-        ``dp_proto.backbones`` (``"small_cnn"`` or ``"mlp"``) and its arguments, e.g.
+        ``dp_proto.backbones`` (``"small_cnn"``, ``"tanh_cnn"`` or ``"mlp"``) and its arguments, e.g.
         ``{"name": "small_cnn", "in_channels": 1, "out_features": 32}``; checked against
         the model's backbone (same parameter names and shapes).
 
