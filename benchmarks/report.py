@@ -349,7 +349,29 @@ def _private_pipelines(res: Results, t: dict[str, Any]) -> list[str]:
     if p is None:
         return out + [f"No stored run yet: `{spec['command']}`.", ""]
     out += source(spec["source"], paper=False)
-    return out + _scatter_rows(p["results"]["mnist_scatter"], spec) + _side_rows(p) + _ddp_rows(p["results"]["ddp"])
+    out += _scatter_rows(p["results"]["mnist_scatter"], spec) + _side_rows(p) + _ddp_rows(p["results"]["ddp"])
+    return out + _feature_heads(res, t)
+
+
+def _feature_heads(res: Results, t: dict[str, Any]) -> list[str]:
+    """Issue 27's comparisons: scattering, random convolutions and an end-to-end DP CNN under a
+    GMLVQ head, fully private MNIST."""
+    spec = t["feature_heads"]
+    out = ["#### MNIST: which features under the private prototype head", ""] + bullets(spec["notes"])
+    p = res.get("feature_heads.json")
+    if p is None:
+        return out + [f"No stored run yet: `{spec['command']}`.", ""]
+    r = p["results"]
+    epsilons = sorted({e for name in spec["labels"] if name in r for e in r[name] if e[:1].isdigit()}, key=float)
+    rows = []
+    for name, label in spec["labels"].items():
+        if name in r:
+            cells = [ms(r[name][e]["acc"], 4) if e in r[name] else DASH for e in epsilons]
+            runs = {len(r[name][e]["per_run"]) for e in epsilons if e in r[name]}
+            rows.append([label, *cells, "/".join(map(str, sorted(runs)))])
+    head = ["features + head", *[f"test accuracy, {eps_label(e)}" for e in epsilons], "runs"]
+    intro = f"{r['n_train']} training / {r['n_test']} test images, delta 1e-5, mean (std) over the runs."
+    return out + [intro, ""] + table(head, rows, right=range(1, len(epsilons) + 2))
 
 
 def _scatter_rows(scatter: dict[str, Any], spec: dict[str, Any]) -> list[str]:

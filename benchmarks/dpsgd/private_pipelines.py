@@ -256,8 +256,9 @@ def scatter_features(images: np.ndarray, chunk: int = 2000) -> np.ndarray:
     return out
 
 
-def scatter_pipeline(epsilon: float, seed: int) -> DPPipeline:
-    """GroupNormalizer -> DPGMLVQ under the budget ``(epsilon, DELTA)``."""
+def scatter_pipeline(epsilon: float, seed: int, channels: int = CHANNELS, groups: int = GROUPS) -> DPPipeline:
+    """GroupNormalizer(channels, groups) -> DPGMLVQ under the budget ``(epsilon, DELTA)`` (the
+    head of (a); ``benchmarks.dpsgd.feature_heads`` puts it on other features too)."""
     settings = SCATTER_SETTINGS[epsilon]
     gmlvq = DPGMLVQ(
         epsilon=epsilon,
@@ -272,7 +273,7 @@ def scatter_pipeline(epsilon: float, seed: int) -> DPPipeline:
         noise_seed=seed,
         random_state=seed,
     )
-    return DPPipeline([("norm", GroupNormalizer(CHANNELS, GROUPS)), ("gmlvq", gmlvq)], budget=(epsilon, DELTA))
+    return DPPipeline([("norm", GroupNormalizer(channels, groups)), ("gmlvq", gmlvq)], budget=(epsilon, DELTA))
 
 
 def scatter_fit(task: dict[str, Any]) -> dict[str, Any]:

@@ -31,9 +31,8 @@ def data_dir(tmp_path):
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:sampling_rate .* expected batch below one record")  # the tiny stand-in
 def test_quick_run_ends_with_the_documented_json(data_dir, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(
-        fh, "SCATTER_SETTINGS", {eps: {"epochs": 1, "lr": s["lr"]} for eps, s in fh.SCATTER_SETTINGS.items()}
-    )
+    settings = {eps: {"epochs": 1, "lr": s["lr"]} for eps, s in fh.pp.SCATTER_SETTINGS.items()}
+    monkeypatch.setattr(fh.pp, "SCATTER_SETTINGS", settings)
     monkeypatch.setattr(fh, "QUICK_CNN_EPOCHS", 1)
     out_file = tmp_path / "out.json"
     assert fh.main(["--data-dir", str(data_dir), "--quick", "--out", str(out_file)]) == 0
