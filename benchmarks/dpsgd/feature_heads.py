@@ -31,7 +31,7 @@ epsilon    settings                                    validation accuracy
 3          20000 images, 3 epochs, lr 0.5              0.745
 3          20000 images, 3 epochs, lr 2.0              0.101 (diverged)
 3          50000 images, 20 epochs, lr 0.5 (adopted)   0.958
-1          50000 images, 10 epochs, lr 0.5 (adopted)   EPS1_CNN
+1          50000 images, 10 epochs, lr 0.5 (adopted)   0.949
 =========  ==========================================  ===================
 
 (An earlier try with ``small_cnn``, ReLU and group normalisation under the same head,
