@@ -361,7 +361,11 @@ def _feature_heads(res: Results, t: dict[str, Any]) -> list[str]:
     p = res.get("feature_heads.json")
     if p is None:
         return out + [f"No stored run yet: `{spec['command']}`.", ""]
-    r = p["results"]
+    r = dict(p["results"])
+    pipelines = res.get("private_pipelines.json")
+    if "scattering" not in r and pipelines is not None:  # the stored run of the private pipelines has them
+        scatter = pipelines["results"]["mnist_scatter"]
+        r["scattering"] = {k[3:]: v for k, v in scatter.items() if k.startswith("eps")}
     epsilons = sorted({e for name in spec["labels"] if name in r for e in r[name] if e[:1].isdigit()}, key=float)
     rows = []
     for name, label in spec["labels"].items():
