@@ -84,12 +84,16 @@ def pld_epsilons(distribution: pld.PrivacyLossDistribution, deltas: Sequence[flo
     (about 10 ms for a DP-SGD run's 10^5 points); this reads the grid once (the tail
     masses of both neighbouring distributions are cumulative sums) and inverts the
     hockey-stick divergence for each delta by the same rule, vectorised: the same
-    values up to rounding (the tests compare them to 1e-9).
+    values up to rounding (the tests compare them to 1e-9). It reads dp-accounting's
+    private PMF fields; a version without them gets the public per-delta method.
     """
-    remove = _pmf_epsilons(distribution._pmf_remove, deltas)
-    if distribution._symmetric:
-        return remove
-    return np.maximum(remove, _pmf_epsilons(distribution._pmf_add, deltas))
+    try:
+        remove = _pmf_epsilons(distribution._pmf_remove, deltas)
+        if distribution._symmetric:
+            return remove
+        return np.maximum(remove, _pmf_epsilons(distribution._pmf_add, deltas))
+    except AttributeError:  # a dp-accounting whose internals moved
+        return np.array([distribution.get_epsilon_for_delta(d) for d in deltas], dtype=float)
 
 
 def _pmf_epsilons(pmf: pld_pmf.PLDPmf, deltas: Sequence[float]) -> np.ndarray:

@@ -312,3 +312,17 @@ def test_vectorised_epsilons_equal_dp_accountings_one_delta_at_a_time(events):
     deltas = [0.0, 1e-12, 1e-9, 1e-7, 1e-5, 1e-3, 0.1, 0.5, 0.999]
     expected = [total.get_epsilon_for_delta(d) for d in deltas]
     assert pld_epsilons(total, deltas) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def test_vectorised_epsilons_fall_back_to_dp_accountings_method(monkeypatch):
+    """A dp-accounting whose PMFs lack the fields the fast path reads still gets its answer."""
+    from dp_proto.privacy import ledger as ledger_module
+
+    total = GaussianEvent(noise_multiplier=2.0).to_pld()
+    expected = [total.get_epsilon_for_delta(d) for d in (1e-6, 1e-3)]
+
+    def moved(pmf, deltas):
+        raise AttributeError("'DensePLDPmf' object has no attribute '_probs'")
+
+    monkeypatch.setattr(ledger_module, "_pmf_epsilons", moved)
+    assert list(ledger_module.pld_epsilons(total, [1e-6, 1e-3])) == expected
