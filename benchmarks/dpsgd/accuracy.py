@@ -360,7 +360,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _ms(values: list[float]) -> list[float]:
+def mean_std(values: list[float]) -> list[float]:
+    """``[mean, std]`` of ``values``, rounded to 4 digits (a result cell of the DP-SGD runners)."""
     return [round(float(np.mean(values)), 4), round(float(np.std(values)), 4)]
 
 
@@ -454,12 +455,12 @@ def main(argv: list[str] | None = None) -> int:
         results[key], certified[key], sigmas[key], fit_time[key], per_fold[key] = {}, {}, {}, {}, {}
         for (m, cal, eps), rec in private.items():
             ek = eps_key(eps)
-            results[key].setdefault(m, {}).setdefault(cal, {})[ek] = _ms(rec["err"])
+            results[key].setdefault(m, {}).setdefault(cal, {})[ek] = mean_std(rec["err"])
             certified[key].setdefault(m, {}).setdefault(cal, {})[ek] = round(float(np.mean(rec["eps"])), 4)
             sigmas[key].setdefault(m, {}).setdefault(cal, {})[ek] = round(float(np.mean(rec["sigma"])), 4)
             fit_time[key].setdefault(m, {}).setdefault(cal, {})[ek] = round(float(np.mean(rec["fit_s"])), 2)
             per_fold[key].setdefault(m, {}).setdefault(cal, {})[ek] = [round(e, 4) for e in rec["err"]]
-        nonprivate[key] = {m: _ms(r["err"]) for m, r in base.items()}
+        nonprivate[key] = {m: mean_std(r["err"]) for m, r in base.items()}
         nonprivate_fit_time[key] = {m: round(float(np.mean(r["fit_s"])), 3) for m, r in base.items()}
         clipped_fraction[key] = round(float(np.mean(clipped)), 4) if clipped else None
         if name in TARGETS:

@@ -73,11 +73,13 @@ import torch
 
 from benchmarks.common import emit_json, resolve_data_dir, run_metadata, run_tasks
 from benchmarks.dpsgd import private_pipelines as pp
+from benchmarks.dpsgd.accuracy import mean_std
 from benchmarks.dpsgd.private_pipelines import (
     CHANNELS,
     DELTA,
     GROUPS,
     eps_key,
+    image_features,
     load_mnist_splits,
     quiet,
     scatter_features,
@@ -110,15 +112,9 @@ QUICK = {"train": 10_000, "test": 2_000, "runs": 1}
 QUICK_CNN_EPOCHS = 2
 
 
-def random_conv_features(images: np.ndarray, chunk: int = 2000) -> np.ndarray:
+def random_conv_features(images: np.ndarray) -> np.ndarray:
     """Pixels ``(n, 784)`` in 0..255 -> ``(n, 3136)`` float32 random convolutional features."""
-    bank = RandomConvFeatures(**RANDOM_CONV)
-    out = np.empty((len(images), RANDOM_CONV["n_filters"] * 49), dtype=np.float32)
-    with torch.no_grad():
-        for start in range(0, len(images), chunk):
-            x = torch.as_tensor(images[start : start + chunk], dtype=torch.float32).reshape(-1, 28, 28) / 255.0
-            out[start : start + chunk] = bank(x).flatten(1).numpy()
-    return out
+    return image_features(images, RandomConvFeatures(**RANDOM_CONV), RANDOM_CONV["n_filters"] * 49)
 
 
 def cnn_model(seed: int) -> PrototypeModel:
@@ -137,7 +133,8 @@ def fit_task(task: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     if task["features"] == "dp_cnn":
         return _fit_cnn(task, X_tr, y_tr, X_te, y_te, start)
-    channels, groups = (CHANNELS, GROUPS) if task["features"] == "scattering" else (64, RANDOM_CONV_GROUPS)
+    scattering = task["features"] == "scattering"
+    channels, groups = (CHANNELS, GROUPS) if scattering else (RANDOM_CONV["n_filters"], RANDOM_CONV_GROUPS)
     with quiet():
         pipe = pp.scatter_pipeline(task["epsilon"], task["seed"], channels, groups).fit(X_tr, y_tr)
     return {
@@ -226,7 +223,7 @@ def run(args: argparse.Namespace, X_tr, y_tr, X_te, y_te) -> dict[str, Any]:
             runs = [o for t, o in zip(tasks, outs, strict=True) if t["features"] == name and t["epsilon"] == eps]
             accs = [r["acc"] for r in runs]
             cells[eps_key(eps)] = {
-                "acc": [round(float(np.mean(accs)), 4), round(float(np.std(accs)), 4)],
+                "acc": mean_std(accs),
                 "per_run": [round(a, 4) for a in accs],
                 "epsilon": [r["epsilon"] for r in runs],
                 "fit_s": [r["fit_s"] for r in runs],

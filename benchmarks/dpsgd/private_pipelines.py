@@ -149,7 +149,7 @@ import torch
 from sklearn.model_selection import RepeatedStratifiedKFold, train_test_split
 
 from benchmarks.common import die, emit_json, load_benchmark_sets, resolve_data_dir, run_metadata, run_tasks
-from benchmarks.dpsgd.accuracy import DELTA, PIXEL_DATASETS, make_private, preprocess
+from benchmarks.dpsgd.accuracy import DELTA, PIXEL_DATASETS, make_private, mean_std, preprocess
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.features import GroupNormalizer, Scattering2D
 from dp_proto.lvq import GMLVQ
@@ -236,23 +236,24 @@ def quiet() -> Iterator[None]:
         yield
 
 
-def _ms(values: list[float]) -> list[float]:
-    return [round(float(np.mean(values)), 4), round(float(np.std(values)), 4)]
-
-
 def eps_key(eps: float) -> str:
     return f"{eps:g}"
 
 
 # --------------------------------------------------------------------------- (a) MNIST scattering
-def scatter_features(images: np.ndarray, chunk: int = 2000) -> np.ndarray:
+def scatter_features(images: np.ndarray) -> np.ndarray:
     """Pixels ``(n, 784)`` in 0..255 -> scattering features ``(n, 3969)`` float32 (data-independent)."""
-    scatter = Scattering2D((28, 28), J=SCATTER_J)
-    out = np.empty((len(images), CHANNELS * 49), dtype=np.float32)
+    return image_features(images, Scattering2D((28, 28), J=SCATTER_J), CHANNELS * 49)
+
+
+def image_features(images: np.ndarray, feature_map: torch.nn.Module, n_features: int, chunk: int = 2000) -> np.ndarray:
+    """Pixels ``(n, 784)`` in 0..255, scaled by the public 255 -> ``feature_map`` of the
+    ``(n, 28, 28)`` images, flattened to ``(n, n_features)`` float32, ``chunk`` images at once."""
+    out = np.empty((len(images), n_features), dtype=np.float32)
     with torch.no_grad():
         for start in range(0, len(images), chunk):
             x = torch.as_tensor(images[start : start + chunk], dtype=torch.float32).reshape(-1, 28, 28) / 255.0
-            out[start : start + chunk] = scatter(x).flatten(1).numpy()
+            out[start : start + chunk] = feature_map(x).flatten(1).numpy()
     return out
 
 
@@ -364,7 +365,7 @@ def mnist_scatter(
     for eps in args.scatter_epsilons:
         runs = [o for t, o in zip(tasks, outs, strict=True) if t.get("epsilon") == eps]
         result[f"eps{eps_key(eps)}"] = {
-            "acc": _ms([r["acc"] for r in runs]),
+            "acc": mean_std([r["acc"] for r in runs]),
             "per_run": [round(r["acc"], 4) for r in runs],
             "settings": {
                 **SCATTER_SETTINGS[eps],
@@ -537,8 +538,8 @@ def side_by_side(name: str, X: np.ndarray, y: np.ndarray, args: argparse.Namespa
                 bar.set_postfix_str(f"eps={eps:g} fold {fold}: papers {papers[-1]:.3f}, private {private[-1]:.3f}")
                 bar.update(1)
             out[eps_key(eps)] = {
-                "papers_protocol": _ms(papers),
-                "fully_private": _ms(private),
+                "papers_protocol": mean_std(papers),
+                "fully_private": mean_std(private),
                 "per_fold": {
                     "papers_protocol": [round(e, 4) for e in papers],
                     "fully_private": [round(e, 4) for e in private],
