@@ -64,8 +64,10 @@ number of prototypes:
 * with several prototypes ``r(x)`` is a lower bound, not the exact distance (the
   intersection of balls can lie farther than its farthest ball).
 
-The radius is computed in the model's dtype from the same distances as ``predict``: exact
-up to floating-point rounding (relative ``1e-16`` in float64, ``1e-7`` in float32), which
+The radius is computed from the same distances as ``predict``, in their dtype (float64 for
+``GLVQ``, ``GMLVQ`` and ``LGMLVQ``, which predict in float64 whatever their training dtype;
+the model's dtype otherwise): exact up to floating-point rounding (relative ``1e-16`` in
+float64, ``1e-7`` in float32), which
 a caller who needs a strict guarantee at the boundary can absorb by shrinking it slightly.
 
 **Euclidean radius.** ``||Omega delta|| <= ||Omega||_2 ||delta||_2`` and
@@ -100,7 +102,7 @@ import torch
 from torch import Tensor, nn
 
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
-from dp_proto.lvq.model import PrototypeModel
+from dp_proto.lvq.model import PrototypeModel, forward_in_dtype
 
 __all__ = [
     "relsim",
@@ -620,8 +622,8 @@ def certified_radius(model: Any, X: Any, theta: float, norm: Norm = "lambda"):
     d = _model_distances(net, est, X)
     with torch.no_grad():
         proto = net.layer.prototypes.detach()
-        proto_sq = net.layer(proto)  # (W, W) squared Lambda-distances between prototypes
-        radius = _radius_from_distances(d, proto_sq.to(d.dtype), net.prototype_labels.to(d.device), theta)
+        proto_sq = forward_in_dtype(net.layer, proto, d.dtype)  # (W, W) squared Lambda-distances
+        radius = _radius_from_distances(d, proto_sq, net.prototype_labels.to(d.device), theta)
     if norm == "euclidean":
         radius = radius / _euclidean_scale(net, est, omega)
     return radius.cpu().numpy() if est is not None else radius
@@ -689,7 +691,7 @@ def global_certified_radius(model: Any, theta: float, norm: Norm = "lambda") -> 
     omega = _global_metric(net, est, "global_certified_radius")
     with torch.no_grad():
         proto = net.layer.prototypes.detach()
-        proto_sq = net.layer(proto).double()
+        proto_sq = forward_in_dtype(net.layer, proto, torch.float64)
     labels = net.prototype_labels
     cross = labels[:, None] != labels[None, :]
     w_min = float(proto_sq[cross].min().clamp_min(0.0).sqrt())

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from dp_proto.lvq.layers import GLVQLayer
 from dp_proto.lvq.losses import Transfer, glvq_loss, wtac
 
-__all__ = ["PrototypeModel"]
+__all__ = ["PrototypeModel", "forward_in_dtype"]
 
 
 class PrototypeModel(nn.Module):
@@ -120,3 +120,16 @@ class PrototypeModel(nn.Module):
     def predict(self, x: Tensor) -> Tensor:
         """Winner-takes-all class indices ``(B,)``."""
         return wtac(self(x), self.prototype_labels)
+
+
+def forward_in_dtype(module: nn.Module, x: Tensor, dtype: torch.dtype) -> Tensor:
+    """``module(x)`` without gradients, computed with ``x`` and the module's parameters
+    cast to ``dtype``; the module itself is left as it is.
+
+    The estimators train in float32 and predict in float64 this way, so their outputs do
+    not depend on the order or the batching of the samples (float32 matrix products
+    round differently for different row blocks).
+    """
+    params = {name: p.detach().to(dtype) for name, p in module.named_parameters()}
+    with torch.no_grad():
+        return torch.func.functional_call(module, params, (x.to(dtype),))

@@ -184,7 +184,11 @@ class _SparseMixin(SelectorMixin):
         if self.omp_tol is not None and not 0 <= self.omp_tol < 1:
             raise ValueError(f"omp_tol must be in [0, 1) or None, got {self.omp_tol!r}")
 
-    def _train(self, x_t: torch.Tensor, y_t: torch.Tensor, generator: torch.Generator) -> FitResult:
+    def _train(
+        self, x_t: torch.Tensor, y_t: torch.Tensor, generator: torch.Generator, callback: Any = None
+    ) -> FitResult:
+        if callback is not None:
+            raise ValueError(f"{type(self).__name__}.fit takes no callback (its proximal solver has none)")
         if self.omp_features is not None and self.omp_features > x_t.shape[1]:
             raise ValueError(f"omp_features={self.omp_features} exceeds the {x_t.shape[1]} features of X")
         result = fit_proximal(

@@ -23,7 +23,7 @@ def _wine():
 def _fit(cls, X, y, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return cls(max_iter=100, random_state=0, **kw).fit(X, y)
+        return cls(max_iter=100, random_state=0, dtype="float64", **kw).fit(X, y)  # exact merging math
 
 
 @pytest.fixture(scope="module")

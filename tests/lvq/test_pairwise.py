@@ -109,7 +109,7 @@ def test_batched_pairs_equal_separate_training(loader):
     torch.testing.assert_close(fit.omegas.flatten(1).norm(dim=1), torch.ones(3, dtype=f64))
     for k, (first, second) in enumerate(fit.pairs.tolist()):
         sel = (y == first) | (y == second)
-        alone = GMLVQ(max_iter=500, tol=1e-10).fit(X[sel], y[sel])
+        alone = GMLVQ(max_iter=500, tol=1e-10, stopping="lbfgs", dtype="float64").fit(X[sel], y[sel])
         assert fit.pair_losses[k].item() == pytest.approx(alone.loss_, abs=1e-6)
         # GMLVQ's decision_function is the score of class m: (d_l - d_m)/(d_l + d_m) = -h_lm
         np.testing.assert_allclose(-alone.decision_function(X), h[:, k], atol=2e-3)
