@@ -14,14 +14,18 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from dp_proto.lvq.gradients import DistanceEvaluation, outer_products, quadratic_layout
+from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
+from dp_proto.lvq.losses import glvq_cost_and_gradient
 from dp_proto.lvq.model import PrototypeModel
 
 __all__ = [
     "DEFAULT_TOL",
     "FitResult",
+    "FullBatchCost",
     "Solver",
     "Stopping",
     "fit_lbfgs",
@@ -160,7 +164,9 @@ def minimize_lbfgs(
     params : sequence of Tensor
         The parameters (``requires_grad``), changed in place.
     cost : callable
-        Evaluates the scalar cost at the current parameter values.
+        Evaluates the scalar cost at the current parameter values: a tensor to
+        backpropagate, or a detached one after setting every parameter's ``grad`` itself
+        (:class:`FullBatchCost`'s closed form).
     max_iter : int
         Maximum number of L-BFGS iterations.
     tol : float, optional
@@ -220,7 +226,8 @@ def minimize_lbfgs(
             return loss
         optimizer.zero_grad(set_to_none=True)
         loss = cost()
-        loss.backward()
+        if loss.requires_grad:  # else cost() has set the gradients itself (closed form)
+            loss.backward()
         cache.store(loss)
         losses.append(float(loss.detach()))
         bar.update()
@@ -251,6 +258,58 @@ def minimize_lbfgs(
     finally:
         bar.close()
     return n_iter, losses
+
+
+class FullBatchCost:
+    """The mean GLVQ cost of ``model`` on a fixed batch ``x (n, ...)``, ``y (n,)``, for
+    L-BFGS: ``cost()`` returns it detached and sets the parameters' gradients.
+
+    A bare standard layer (no backbone; ``GLVQLayer``, ``GMLVQLayer``, ``LGMLVQLayer``)
+    takes the closed form of ``dp_proto.lvq.gradients`` (the cost's gradient with
+    respect to the distances from ``glvq_cost_and_gradient``, then a few matrix products;
+    the batch's outer products are kept for LGMLVQ with few features). Anything else (a
+    backbone, another layer type, or a parameter with a gradient hook, which only
+    autograd would call) goes through autograd. The labels are checked on the first
+    evaluation only.
+    """
+
+    def __init__(
+        self, model: PrototypeModel, x: Tensor, y: Tensor, *, transfer_fn: str = "identity", beta: float = 1.0
+    ):
+        self.model, self.y, self.transfer_fn, self.beta = model, y, transfer_fn, beta
+        layer = model.layer
+        hooked = any(getattr(p, "_backward_hooks", None) for p in model.parameters())
+        self.closed_form = (
+            isinstance(model.backbone, nn.Identity)
+            and type(layer) in (GLVQLayer, GMLVQLayer, LGMLVQLayer)
+            and not hooked
+        )
+        self.x = x
+        self.outer = None
+        if self.closed_form:
+            self.x = layer._flatten(x)
+            if type(layer) is LGMLVQLayer and quadratic_layout(layer):
+                self.outer = outer_products(self.x)  # (n, d^2), constant over the fit
+        self._checked = False
+
+    def __call__(self) -> Tensor:
+        model = self.model
+        if not self.closed_form:
+            return model.loss(model(self.x), self.y, transfer_fn=self.transfer_fn, beta=self.beta)  # type: ignore[arg-type]
+        evaluation = DistanceEvaluation(model.layer, self.x, outer=self.outer)
+        costs, backprops = glvq_cost_and_gradient(
+            evaluation.distances,
+            self.y,
+            model.prototype_labels,
+            transfer_fn=self.transfer_fn,  # type: ignore[arg-type]
+            beta=self.beta,
+            check=not self._checked,
+        )
+        self._checked = True
+        n = max(costs.shape[0], 1)
+        for param, grad in evaluation.gradients(backprops / n).items():
+            param.grad = grad
+        return costs.sum() / n
 
 
 def fit_lbfgs(
@@ -292,7 +351,7 @@ def fit_lbfgs(
     model.train()
     n_iter, losses = minimize_lbfgs(
         params,
-        lambda: model.loss(model(x), y, transfer_fn=transfer_fn, beta=beta),  # type: ignore[arg-type]
+        FullBatchCost(model, x, y, transfer_fn=transfer_fn, beta=beta),
         max_iter=max_iter,
         tol=tol,
         stopping=stopping,

@@ -15,7 +15,8 @@ runs the *same* DP-SGD step (Abadi et al. 2016, as in Opacus with Poisson sampli
    factors ``min(1, C / (norm + 1e-6))`` jointly over all parameters, or per parameter
    with ``C / sqrt(P)`` each (``clipping="per_parameter"``, same sensitivity ``C``);
 4. the *clipped sum* ``sum_i c_i grad L_i = sum_ij c_i G_ij grad D_ij`` in closed form
-   (a few matrix products; autograd through the layer for other layer types). ``L_i``
+   (``dp_proto.lvq.gradients``: a few matrix products; autograd through the layer for
+   other layer types). ``L_i``
    depends on row ``i`` of the distances only, so this is exact (ghost clipping);
 5. Gaussian noise ``N(0, (sigma C)^2)`` on every coordinate of the sum, division by the
    expected batch size ``q n``, and an optimizer step (post-processing).
@@ -34,7 +35,7 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from dp_proto.lvq.distances import squared_euclidean_distance
+from dp_proto.lvq.gradients import DistanceEvaluation
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.losses import glvq_cost_and_gradient
 from dp_proto.lvq.model import PrototypeModel
@@ -121,12 +122,10 @@ def clipped_gradient_sum(
         if features.shape[0] == 0:
             empty = features.new_zeros(0)
             return empty, empty
-        projections = None
-        if type(layer) is GMLVQLayer:  # project once; distances, norms and sums share it
-            projections = (features @ layer.omega.T, layer.prototypes @ layer.omega.T)  # (B, r), (W, r)
-            distances = squared_euclidean_distance(*projections)  # ||Omega x - Omega w||^2
-        else:
-            distances = layer(features)  # (B, W)
+        # distances (B, W) once; the norms and the clipped sum reuse its projections
+        evaluation = DistanceEvaluation(layer, features)
+        distances = evaluation.distances
+        projections = getattr(evaluation, "projections", None)  # GMLVQ: (x Omega^T, w Omega^T)
         # backprops[i] = dL_i/dD_i: L_i depends on row i of the distances only.
         costs, backprops, winners, coef = glvq_cost_and_gradient(
             distances,
@@ -149,7 +148,7 @@ def clipped_gradient_sum(
             weights = {
                 p: backprops * (bound / (n + _NORM_GUARD)).clamp(max=1.0)[:, None] for p, n in norms_by_param.items()
             }
-        for param, grad in _weighted_gradient(layer, features, weights, projections).items():
+        for param, grad in evaluation.gradients(weights).items():
             if param.grad is None:
                 param.grad = grad
             else:
@@ -182,46 +181,6 @@ def _per_sample_norms(
     if projections is not None:
         return gmlvq_norm_sample(cast(GMLVQLayer, layer), [x], backprops, projections)
     return _norm_sampler(layer)(layer, [x], backprops)
-
-
-def _weighted_gradient(
-    layer: GLVQLayer, x: Tensor, weights: dict[nn.Parameter, Tensor], projections: tuple[Tensor, Tensor] | None = None
-) -> dict[Tensor, Tensor]:
-    """``sum_ij A_ij grad_p D_ij`` for each trainable parameter ``p`` with weights
-    ``A = weights[p] (B, W)``, ``D (B, W)`` the layer's distances of ``x (B, d)``.
-
-    Closed forms (``v_ij = x_i - w_j``, ``U = X Omega^T``, ``P_W = W Omega^T``,
-    ``a = A^T 1``, ``b = A 1``):
-
-    * GLVQ: ``grad W = -2 (A^T X - a * W)``;
-    * GMLVQ: ``grad W = -2 (A^T U - a * P_W) Omega`` and
-      ``grad Omega = 2 sum_ij A_ij (Omega v_ij) v_ij^T
-      = 2 ((b * U)^T X - (U^T A) W - P_W^T (A^T X) + (a * P_W)^T W)``;
-    * any other layer: autograd through its forward pass.
-    """
-    w = layer.prototypes
-    out: dict[Tensor, Tensor] = {}
-    if type(layer) is GLVQLayer:
-        if w in weights:
-            A = weights[w]
-            out[w] = -2.0 * (A.T @ x - A.sum(0)[:, None] * w)
-        return out
-    if type(layer) is GMLVQLayer:
-        omega = layer.omega
-        u, pw = projections if projections is not None else (x @ omega.T, w @ omega.T)  # (B, r), (W, r)
-        if w in weights:
-            A = weights[w]
-            out[w] = -2.0 * (A.T @ u - A.sum(0)[:, None] * pw) @ omega
-        if omega in weights:
-            A = weights[omega]
-            a, b = A.sum(0)[:, None], A.sum(1)[:, None]  # (W, 1), (B, 1)
-            out[omega] = 2.0 * ((b * u).T @ x - (u.T @ A) @ w - pw.T @ (A.T @ x) + (a * pw).T @ w)
-        return out
-    with torch.enable_grad():
-        distances = layer(x)
-        for i, (p, A) in enumerate(weights.items()):
-            (out[p],) = torch.autograd.grad(distances, p, grad_outputs=A, retain_graph=i + 1 < len(weights))
-    return out
 
 
 def fit_dp_sgd_fused(
