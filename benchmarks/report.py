@@ -241,7 +241,133 @@ def render_lvq(res: Results, t: dict[str, Any]) -> list[str]:
                 )
     out += table(["data set", "model", "Brinkrolf (2023)", "ours", "diff", "run"], rows)
     out += [f"Not reproduced: {spec['not_reproduced']} **Bold**: at least the paper's mean accuracy.", ""]
-    return out
+    return out + _fit_speed(res, t)
+
+
+def _fit_speed(res: Results, t: dict[str, Any]) -> list[str]:
+    """Issue 28: time to accuracy of the L-BFGS settings, warm starts and the sklvq peer."""
+    spec = t["fit_speed"]
+    out = ["### Time to accuracy: L-BFGS stopping rule and dtype", ""] + bullets(spec["notes"])
+    p = res.get("fit_speed.json")
+    if p is None:
+        return out + [f"No stored run yet: `{spec['command']}`.", ""]
+    head, bounds = p["headline"], p.get("target_bounds", {})
+    rows = []
+    for key, target in spec["targets"].items():
+        value, bound = head.get(key), bounds.get(key, target.get("value"))
+        digits = 3 if key.endswith("_fit_s") else 4
+        shown = num(value, digits)
+        if "reference" in target:
+            goal = f"{target['op']} {target['reference']} setting ({num(bound, 4)})"
+        else:
+            goal = f"{target['op']} {target['value']:g}"
+        rows.append(
+            [target["label"], bold(shown, None not in (value, bound) and met(value, target["op"], bound)), goal]
+        )
+    for key, label in spec["ratios"].items():
+        rows.append([label, DASH if head.get(key) is None else f"{head[key]:.2f}x", DASH])
+    out += ["Headline (the `default` setting; fit time: median seconds per fold):", ""]
+    out += source(spec["source"], paper=False) + table(["quantity", "measured", "target"], rows, right=(1,))
+    out += ["**Bold**: target met.", ""]
+    rows = []
+    for ds, by_model in p["results"].items():
+        for model, by_setting in by_model.items():
+            base = by_setting.get("default", {}).get("fit_s_median")
+            for setting, cell in by_setting.items():
+                rel = DASH if not base else f"{cell['fit_s_median'] / base:.2f}x"
+                rows.append(
+                    [
+                        ds,
+                        model,
+                        f"`{setting}`",
+                        ms(cell["acc"], 4),
+                        f"{cell['fit_s_median']:.3f}",
+                        f"{cell['n_iter_median']:.0f}",
+                        rel,
+                    ]
+                )
+    head_row = [
+        "data set",
+        "model",
+        "setting",
+        "test accuracy",
+        "fit (s, median)",
+        "L-BFGS iterations",
+        "time / default",
+    ]
+    out += table(head_row, rows, right=range(3, 7))
+    out += figure(res.folder, "fit_speed.png", "Test accuracy against fit time, first fold, one panel per data set")
+    return out + _fit_speed_warm(p) + _fit_speed_peer(p) + _fit_speed_load(p)
+
+
+def _fit_speed_warm(p: dict[str, Any]) -> list[str]:
+    rows = []
+    for ds, by_model in p.get("warm_start", {}).items():
+        for model, w in by_model.items():
+            rel = DASH if w["warm_over_cold"] is None else f"{w['warm_over_cold']:.2f}x"
+            rows.append(
+                [
+                    ds,
+                    model,
+                    ", ".join(map(str, w["folds"])),
+                    ms(w["cold"]["acc"], 4),
+                    ms(w["warm"]["acc"], 4),
+                    f"{w['cold']['fit_s_median']:.3f}",
+                    f"{w['warm']['fit_s_median']:.3f}",
+                    rel,
+                ]
+            )
+    if not rows:
+        return []
+    out = ["#### Cross-validation with warm starts (`default` setting)", ""]
+    out += [
+        "Fold k+1 starts from fold k's model (`warm_start=True`, one estimator), beside cold fits of the same folds.",
+        "",
+    ]
+    head = [
+        "data set",
+        "model",
+        "folds",
+        "cold accuracy",
+        "warm accuracy",
+        "cold fit (s)",
+        "warm fit (s)",
+        "warm / cold",
+    ]
+    return out + table(head, rows, right=range(3, 8))
+
+
+def _fit_speed_peer(p: dict[str, Any]) -> list[str]:
+    peer = p.get("peer", {})
+    if "results" not in peer:
+        return [f"Peer not run: {peer.get('skipped', 'no entry')}.", ""]
+    rows = []
+    for ds, by_model in peer["results"].items():
+        for model, c in by_model.items():
+            rel = DASH if c["sklvq_over_ours"] is None else f"{c['sklvq_over_ours']:.1f}x"
+            rows.append(
+                [
+                    ds,
+                    model,
+                    f"{c['acc']:.4f}",
+                    f"{c['fit_s']:.3f}",
+                    f"{c['ours_acc']:.4f}",
+                    f"{c['ours_fit_s']:.3f}",
+                    rel,
+                ]
+            )
+    out = [f"#### Peer: {peer['name']}, {peer['solver']}, first fold", ""]
+    head = ["data set", "model", "sklvq accuracy", "sklvq fit (s)", "ours accuracy", "ours fit (s)", "sklvq / ours"]
+    return out + table(head, rows, right=range(2, 7))
+
+
+def _fit_speed_load(p: dict[str, Any]) -> list[str]:
+    load = p.get("load_avg_1min") or {}
+    return [
+        f"Torch threads: {p.get('threads', DASH)}; 1-minute load average {num(load.get('start'), 2)} at the start, "
+        f"{num(load.get('end'), 2)} at the end (a load well above the thread count inflates the times).",
+        "",
+    ]
 
 
 # --------------------------------------------------------------------------- dpsgd

@@ -107,9 +107,11 @@ class DistanceEvaluation:
             sq = self.outer @ self.lambdas.flatten(1).T - 2.0 * (self.x @ self.lambda_w.T)
             self.distances = (sq + (self.lambda_w * w).sum(1)).clamp_min(0.0)
         else:
-            z = (self.x @ omegas.reshape(n_prototypes * rank, d).T).view(-1, n_prototypes, rank)
-            self.diff = z - torch.einsum("wrd,wd->wr", omegas, w)  # (B, W, r): Omega_j (x_i - w_j)
-            self.distances = self.diff.pow(2).sum(-1)
+            projected = torch.einsum("wrd,wd->wr", omegas, w).reshape(-1)  # (W r,): Omega_j w_j
+            # (B, W, r): Omega_j (x_i - w_j) = Omega_j x_i - Omega_j w_j in one addmm
+            flat = torch.addmm(projected, self.x, omegas.reshape(n_prototypes * rank, d).T, beta=-1.0)
+            self.diff = flat.view(-1, n_prototypes, rank)
+            self.distances = self.diff.square().sum(-1)
 
     def gradients(self, weights: Tensor | dict[nn.Parameter, Tensor]) -> dict[nn.Parameter, Tensor]:
         """``sum_ij A_ij grad_p D_ij`` for every trainable parameter ``p`` of the layer.

@@ -245,13 +245,13 @@ def minimize_lbfgs(
                 break  # the gradient test held where the step began: a stationary point
             n_iter = int(state["n_iter"])
             accepted.append(float(closure().detach()))  # from the cache: the line search evaluated it
+            if callback is not None and callback(n_iter, accepted[-1]):
+                break
             if torch.equal(before, cache.flat()):
                 break  # no descent direction left: the step did not move
             if stopping == "lbfgs" and (
                 abs(accepted[-1] - accepted[-2]) < tol or float((state["d"] * state["t"]).abs().max()) <= tol
             ):
-                break
-            if callback is not None and callback(n_iter, accepted[-1]):
                 break
             if stopping == "relative_cost" and settled(accepted, tol=tol, window=n_iter_no_change):
                 break
