@@ -297,7 +297,7 @@ def _fit_speed(res: Results, t: dict[str, Any]) -> list[str]:
     ]
     out += table(head_row, rows, right=range(3, 7))
     out += figure(res.folder, "fit_speed.png", "Test accuracy against fit time, first fold, one panel per data set")
-    return out + _fit_speed_warm(p) + _fit_speed_peer(p) + _fit_speed_load(p)
+    return out + _fit_speed_warm(p) + _fit_speed_peer(p) + _fit_speed_load(p) + _fit_profile(res, t) + _dp_epoch(res, t)
 
 
 def _fit_speed_warm(p: dict[str, Any]) -> list[str]:
@@ -368,6 +368,51 @@ def _fit_speed_load(p: dict[str, Any]) -> list[str]:
         f"{num(load.get('end'), 2)} at the end (a load well above the thread count inflates the times).",
         "",
     ]
+
+
+def _fit_profile(res: Results, t: dict[str, Any]) -> list[str]:
+    """Issue 28: where an L-BFGS fit's time goes, per model and dtype."""
+    spec = t["fit_profile"]
+    out = ["### Where the time goes: a profile per model", ""] + bullets(spec["notes"])
+    p = res.get("fit_profile.json")
+    if p is None:
+        return out + [f"No stored run yet: `{spec['command']}`.", ""]
+    compiled = bool(p.get("compile"))
+    rows = []
+    for ds, by_model in p["results"].items():
+        for model, by_dtype in by_model.items():
+            for dtype, c in by_dtype.items():
+                d, o = c["default"], c["lbfgs_rule"]
+                row = [ds, model, dtype] + [f"{c[k]:.2f}" for k in ("distances_ms", "cost_ms", "gradient_ms")]
+                row += [f"{c['closed_eval_ms']:.2f}", f"{c['autograd_eval_ms']:.2f}"]
+                if compiled:
+                    row += [f"{c['compiled_eval_ms']:.2f} ({c['compile_s']:.0f} s)"]
+                row += [f"{d['n_iter']} / {d['evaluations']}", f"{d['fit_s']:.2f}", f"{d['overhead_per_iter_ms']:.2f}"]
+                row += [f"{o['n_iter']} / {o['evaluations']}", f"{o['fit_s']:.2f}"]
+                rows.append(row)
+    head = ["data set", "model", "dtype", "distances (ms)", "cost (ms)", "gradient (ms)", "evaluation (ms)"]
+    head += ["autograd evaluation (ms)"] + (["torch.compile (ms, compile time)"] if compiled else [])
+    head += ["iterations / evaluations", "fit (s)", "overhead per iteration (ms)", "old rule: iter. / eval.", "fit (s)"]
+    out += source(spec["source"], paper=False) + table(head, rows, right=range(3, len(head)))
+    return out + [f"Torch threads: {p.get('threads', DASH)}.", ""]
+
+
+def _dp_epoch(res: Results, t: dict[str, Any]) -> list[str]:
+    """Issue 28: DP-SGD seconds per epoch before and after the shared kernels."""
+    spec = t["dp_epoch_time"]
+    out = ["### DP-SGD epoch time before and after", ""] + bullets(spec["notes"])
+    before, after = res.get("dp_epoch_time_before.json"), res.get("dp_epoch_time_after.json")
+    if before is None or after is None:
+        return out + [f"No stored pair of runs yet: `{spec['command']}`.", ""]
+    rows = []
+    for ds, by_model in after["results"].items():
+        for model, by_rate in by_model.items():
+            for rate, seconds in by_rate.items():
+                old = before["results"].get(ds, {}).get(model, {}).get(rate)
+                ratio = DASH if not old or not seconds else f"{old / seconds:.2f}x"
+                rows.append([ds, model, rate, num(old, 3), f"{seconds:.3f}", ratio])
+    head = ["data set", "model", "sampling rate", "before (s / epoch)", "after (s / epoch)", "speed-up"]
+    return out + table(head, rows, right=range(3, 6))
 
 
 # --------------------------------------------------------------------------- dpsgd

@@ -296,3 +296,36 @@ def test_report_section_without_and_with_a_stored_run(tmp_path):
     assert "| 3.33x |" in text  # legacy / default, optdigits LGMLVQ
     assert "160.0x" in text and "0.40x" in text
     assert "`abc1234`" in text
+
+
+# ------------------------------------------------------------------ fit_profile, dp_epoch_time
+def test_fit_profile_quick_run(data_dir, tmp_path, capsys):
+    from benchmarks.lvq import fit_profile
+
+    out_file = tmp_path / "profile.json"
+    args = ["--data-dir", str(data_dir), "--quick", "--datasets", "optdigits", "letter", "--threads", "1"]
+    assert fit_profile.main([*args, "--out", str(out_file)]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out == json.loads(out_file.read_text()) and out["benchmark"] == "fit_profile"
+    for name in ("optdigits", "letter"):
+        for model in fit_profile.MODELS:
+            for dtype in fit_profile.DTYPES:
+                cell = out["results"][name][model][dtype]
+                assert all(
+                    cell[f"{k}_ms"] > 0 for k in ("distances", "cost", "gradient", "closed_eval", "autograd_eval")
+                )
+                for rule in ("default", "lbfgs_rule"):
+                    assert cell[rule]["evaluations"] >= cell[rule]["n_iter"] >= 1
+
+
+def test_dp_epoch_time_quick_run(data_dir, tmp_path, capsys):
+    from benchmarks.lvq import dp_epoch_time
+
+    out_file = tmp_path / "dp.json"
+    args = ["--data-dir", str(data_dir), "--quick", "--threads", "1", "--label", "after", "--out", str(out_file)]
+    assert dp_epoch_time.main(args) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out == json.loads(out_file.read_text()) and out["label"] == "after"
+    cells = out["results"]["optdigits"]
+    assert set(cells) == set(dp_epoch_time.MODELS)
+    assert all(set(rates) == {"q=0.01", "q=0.1"} and all(np.isfinite(list(rates.values()))) for rates in cells.values())
