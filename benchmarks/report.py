@@ -393,8 +393,8 @@ def _fit_profile(res: Results, t: dict[str, Any]) -> list[str]:
     head = ["data set", "model", "dtype", "distances (ms)", "cost (ms)", "gradient (ms)", "evaluation (ms)"]
     head += ["autograd evaluation (ms)"] + (["torch.compile (ms, compile time)"] if compiled else [])
     head += ["iterations / evaluations", "fit (s)", "overhead per iteration (ms)", "old rule: iter. / eval.", "fit (s)"]
-    out += source(spec["source"], paper=False) + table(head, rows, right=range(3, len(head)))
-    return out + [f"Torch threads: {p.get('threads', DASH)}.", ""]
+    out += table(head, rows, right=range(3, len(head)))
+    return out + [f"Torch threads: {p.get('threads', DASH)}. Runner: `{spec['source']}`.", ""]
 
 
 def _dp_epoch(res: Results, t: dict[str, Any]) -> list[str]:

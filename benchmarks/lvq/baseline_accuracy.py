@@ -7,7 +7,8 @@ Protocol (one prototype per class):
 * a scikit-learn ``Pipeline``: ``StandardScaler`` (z-scoring) and, for data with
   more than 30 features (optdigits: 64, MNIST: 784), ``PCA(30)``, both fitted on
   the training folds only, then the estimator;
-* estimators with their defaults (full-batch L-BFGS, float64, identity Omega
+* estimators with their defaults (full-batch L-BFGS stopped by the relative-cost rule,
+  float32, identity Omega
   initialisation), ``max_iter`` from the command line; no hyperparameter is tuned.
 
 Data sets: UCI Image Segmentation (2310 x 19), UCI optdigits (5620 x 64) and
@@ -214,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_description()
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
     notes = [
-        "one prototype per class; estimator defaults (L-BFGS, float64, identity Omega init, "
+        "one prototype per class; estimator defaults (L-BFGS with stopping='relative_cost', float32, "
+        "identity Omega init, "
         f"LGMLVQ without local normalisation), max_iter={args.max_iter}, transfer={args.transfer}"
         + (
             " (chosen per fold on an inner 80/20 split of the training fold; test folds unseen)"
