@@ -244,13 +244,24 @@ def render_lvq(res: Results, t: dict[str, Any]) -> list[str]:
     return out + _fit_speed(res, t)
 
 
+def _stored_section(
+    res: Results, t: dict[str, Any], key: str, title: str
+) -> tuple[dict[str, Any], list[str], dict[str, Any] | None]:
+    """``(spec, lines, payload)`` of a section on ``results/<key>.json``: the heading and the
+    spec's notes, and the stored run (None, with a line that says how to make it)."""
+    spec = t[key]
+    out = [f"### {title}", ""] + bullets(spec["notes"])
+    p = res.get(f"{key}.json")
+    if p is None:
+        out += [f"No stored run yet: `{spec['command']}`.", ""]
+    return spec, out, p
+
+
 def _fit_speed(res: Results, t: dict[str, Any]) -> list[str]:
     """Issue 28: time to accuracy of the L-BFGS settings, warm starts and the sklvq peer."""
-    spec = t["fit_speed"]
-    out = ["### Time to accuracy: L-BFGS stopping rule and dtype", ""] + bullets(spec["notes"])
-    p = res.get("fit_speed.json")
+    spec, out, p = _stored_section(res, t, "fit_speed", "Time to accuracy: L-BFGS stopping rule and dtype")
     if p is None:
-        return out + [f"No stored run yet: `{spec['command']}`.", ""]
+        return out
     head, bounds = p["headline"], p.get("target_bounds", {})
     rows = []
     for key, target in spec["targets"].items():
@@ -372,11 +383,9 @@ def _fit_speed_load(p: dict[str, Any]) -> list[str]:
 
 def _fit_profile(res: Results, t: dict[str, Any]) -> list[str]:
     """Issue 28: where an L-BFGS fit's time goes, per model and dtype."""
-    spec = t["fit_profile"]
-    out = ["### Where the time goes: a profile per model", ""] + bullets(spec["notes"])
-    p = res.get("fit_profile.json")
+    spec, out, p = _stored_section(res, t, "fit_profile", "Where the time goes: a profile per model")
     if p is None:
-        return out + [f"No stored run yet: `{spec['command']}`.", ""]
+        return out
     compiled = bool(p.get("compile"))
     rows = []
     for ds, by_model in p["results"].items():

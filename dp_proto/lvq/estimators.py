@@ -431,9 +431,10 @@ class GLVQ(_LVQBase):
     stopping : {"relative_cost", "lbfgs"}, default "relative_cost"
         When L-BFGS stops. ``"relative_cost"``: once the last ``n_iter_no_change``
         iterations lowered the cost by at most ``tol`` relative to its size
-        (``dp_proto.lvq.training.settled``), that is once the classifier has settled; ``"lbfgs"``: torch's tests on
-        the changes of the cost, the step and the gradient (the rule before dp-proto
-        0.2, which keeps iterating while the parameters still move).
+        (``dp_proto.lvq.training.settled``), that is once the classifier has settled;
+        ``"lbfgs"``: torch's tests on the changes of the cost, the step and the
+        gradient (the rule before dp-proto 0.2, which keeps iterating while the
+        parameters still move).
     n_iter_no_change : int, default 10
         Window of the relative-cost rule, in iterations.
     warm_start : bool, default False
@@ -557,9 +558,10 @@ class GMLVQ(_LVQBase):
     stopping : {"relative_cost", "lbfgs"}, default "relative_cost"
         When L-BFGS stops. ``"relative_cost"``: once the last ``n_iter_no_change``
         iterations lowered the cost by at most ``tol`` relative to its size
-        (``dp_proto.lvq.training.settled``), that is once the classifier has settled; ``"lbfgs"``: torch's tests on
-        the changes of the cost, the step and the gradient (the rule before dp-proto
-        0.2, which keeps iterating while the parameters still move).
+        (``dp_proto.lvq.training.settled``), that is once the classifier has settled;
+        ``"lbfgs"``: torch's tests on the changes of the cost, the step and the
+        gradient (the rule before dp-proto 0.2, which keeps iterating while the
+        parameters still move).
     n_iter_no_change : int, default 10
         Window of the relative-cost rule, in iterations.
     warm_start : bool, default False
@@ -712,9 +714,10 @@ class LGMLVQ(GMLVQ):
     stopping : {"relative_cost", "lbfgs"}, default "relative_cost"
         When L-BFGS stops. ``"relative_cost"``: once the last ``n_iter_no_change``
         iterations lowered the cost by at most ``tol`` relative to its size
-        (``dp_proto.lvq.training.settled``), that is once the classifier has settled; ``"lbfgs"``: torch's tests on
-        the changes of the cost, the step and the gradient (the rule before dp-proto
-        0.2, which keeps iterating while the parameters still move).
+        (``dp_proto.lvq.training.settled``), that is once the classifier has settled;
+        ``"lbfgs"``: torch's tests on the changes of the cost, the step and the
+        gradient (the rule before dp-proto 0.2, which keeps iterating while the
+        parameters still move).
     n_iter_no_change : int, default 10
         Window of the relative-cost rule, in iterations.
     warm_start : bool, default False

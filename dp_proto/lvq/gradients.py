@@ -33,6 +33,8 @@ any gradient of a distance that is zero up to rounding.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
@@ -87,7 +89,7 @@ class DistanceEvaluation:
             if self.kind is GLVQLayer:
                 self.distances = _pairwise_sq(x, layer.prototypes)
             elif self.kind is GMLVQLayer:
-                omega = layer.omega
+                omega = cast(GMLVQLayer, layer).omega
                 self.projections = projections or (x @ omega.T, layer.prototypes @ omega.T)
                 self.distances = _pairwise_sq(*self.projections)
             elif self.kind is LGMLVQLayer:

@@ -111,7 +111,7 @@ class _SparseMixin(SelectorMixin):
     refit: bool
     max_iter: int
     lr: float
-    tol: float
+    tol: float | None  # a float here (default 1e-6); the base class allows None
     transfer_fn: str
     beta: float
     verbose: int
@@ -198,7 +198,7 @@ class _SparseMixin(SelectorMixin):
             penalty=float(self.penalty),
             lr=float(self.lr),
             max_iter=int(self.max_iter),
-            tol=float(self.tol),
+            tol=float(self.tol),  # type: ignore[arg-type]  # a float for the sparse estimators
             transfer_fn=self.transfer_fn,
             beta=float(self.beta),
             progress=bool(self.verbose),

@@ -207,3 +207,11 @@ def test_estimator_callback_can_score_mid_fit_and_stop():
     assert est.n_iter_ == 3 and len(scores) == 3
     with pytest.raises(ValueError, match="callback needs solver='lbfgs'"):
         GMLVQ(solver="adam").fit(X, y, callback=record)
+
+
+def test_private_estimators_take_no_callback():
+    from dp_proto.lvq.private import DPGLVQ
+
+    X, y = load_iris(return_X_y=True)
+    with pytest.raises(ValueError, match="takes no callback"):
+        DPGLVQ(epochs=1, bounds=(0, 8), classes=[0, 1, 2]).fit(X, y, callback=lambda n_iter, cost: None)

@@ -369,8 +369,12 @@ class _DPMixin(_DPReleaseHooks):
         init_events = dp_init_events(n_features, plan.init_epsilon, mechanism=self.init_mechanism, delta=self.delta)
         return (*init_events, dp_sgd_event(plan.noise_multiplier(init_events), plan.sampling_rate, plan.steps))
 
-    def fit(self, X, y):
-        """Private training on ``X (n, d)``, ``y (n,)``; see the class docstring."""
+    def fit(self, X, y, *, callback=None):
+        """Private training on ``X (n, d)``, ``y (n,)``; see the class docstring. No
+        ``callback`` (``ValueError``): code run between DP-SGD steps could read the
+        private data outside the ledger."""
+        if callback is not None:
+            raise ValueError(f"{type(self).__name__}.fit takes no callback: DP-SGD releases only its final model")
         X, y_index = self._fit_input(X, y)
         n, d = X.shape
         plan = self.dp_sgd_plan()  # public settings only
