@@ -308,7 +308,15 @@ def _fit_speed(res: Results, t: dict[str, Any]) -> list[str]:
     ]
     out += table(head_row, rows, right=range(3, 7))
     out += figure(res.folder, "fit_speed.png", "Test accuracy against fit time, first fold, one panel per data set")
-    return out + _fit_speed_warm(p) + _fit_speed_peer(p) + _fit_speed_load(p) + _fit_profile(res, t) + _dp_epoch(res, t)
+    return (
+        out
+        + _fit_speed_warm(p)
+        + _fit_speed_peer(p)
+        + _fit_speed_load(p)
+        + _stopping_calibration(res, t)
+        + _fit_profile(res, t)
+        + _dp_epoch(res, t)
+    )
 
 
 def _fit_speed_warm(p: dict[str, Any]) -> list[str]:
@@ -404,6 +412,21 @@ def _fit_profile(res: Results, t: dict[str, Any]) -> list[str]:
     head += ["iterations / evaluations", "fit (s)", "overhead per iteration (ms)", "old rule: iter. / eval.", "fit (s)"]
     out += table(head, rows, right=range(3, len(head)))
     return out + [f"Torch threads: {p.get('threads', DASH)}. Runner: `{spec['source']}`.", ""]
+
+
+def _stopping_calibration(res: Results, t: dict[str, Any]) -> list[str]:
+    """Issue 28: the relative-cost rule's tol and window against validation accuracy."""
+    title = "How the stopping rule was chosen (validation splits only)"
+    spec, out, p = _stored_section(res, t, "stopping_calibration", title)
+    if p is None:
+        return out
+    rows = []
+    for key, cell in p["results"].items():
+        tol, window = (part.split("=")[1] for part in key.split(","))
+        row = [tol, window, f"{cell['worst_loss']:+.4f}", f"{cell['time_fraction']:.2f}"]
+        rows.append([bold(v, key == p["default"]) for v in row])
+    out += table(["tol", "window", "worst validation loss", "time share"], rows, right=(2, 3))
+    return out + ["**Bold**: the estimators' default.", ""]
 
 
 def _dp_epoch(res: Results, t: dict[str, Any]) -> list[str]:

@@ -290,7 +290,7 @@ def test_report_section_without_and_with_a_stored_run(tmp_path):
     (folder / "results" / "fit_speed.json").write_text(json.dumps(payload), encoding="utf-8")
     res = report.Results(folder)
     text = "\n".join(report.render_lvq(res, spec) + report.metadata(res))
-    assert "No stored run yet" not in text and res.orphans() == []
+    assert "No stored run yet: `python -m benchmarks.lvq.fit_speed" not in text and res.orphans() == []
     assert "| **0.500** | <= 1.5 |" in text  # optdigits GMLVQ fit time: met, bold
     assert "| 12.000 | <= 10 |" in text  # optdigits LGMLVQ fit time: not met, plain
     assert "| 3.33x |" in text  # legacy / default, optdigits LGMLVQ
@@ -329,3 +329,25 @@ def test_dp_epoch_time_quick_run(data_dir, tmp_path, capsys):
     cells = out["results"]["optdigits"]
     assert set(cells) == set(dp_epoch_time.MODELS)
     assert all(set(rates) == {"q=0.01", "q=0.1"} and all(np.isfinite(list(rates.values()))) for rates in cells.values())
+
+
+def test_stopping_calibration_quick_run(data_dir, tmp_path, capsys):
+    from benchmarks.lvq import stopping_calibration as sc
+
+    out_file = tmp_path / "calibration.json"
+    args = ["--data-dir", str(data_dir), "--quick", "--datasets", "optdigits", "segmentation", "--threads", "1"]
+    assert sc.main([*args, "--out", str(out_file)]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out == json.loads(out_file.read_text()) and out["default"] in out["results"]
+    assert len(out["results"]) == len(sc.TOLS) * len(sc.WINDOWS)
+    for cell in out["results"].values():
+        assert 0.0 < cell["time_fraction"] <= 1.0
+        assert all(1 <= n <= out["iterations"][pair] for pair, n in cell["stops"].items())
+
+
+def test_stop_index_uses_the_estimators_rule():
+    from benchmarks.lvq.stopping_calibration import stop_index
+
+    costs = [0.0, -0.5, -0.8, -0.9, -0.9001, -0.9001, -0.9001]
+    assert stop_index(costs, 1e-3, 2) == 5  # iterations 3..5 gain 1e-4 of 0.9
+    assert stop_index(costs, 0.0, 10) == 6  # never settled: the last iteration
