@@ -63,7 +63,8 @@ def test_the_manifest_is_sorted_readable_json(release_dir):
     assert text == json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     assert manifest["format"] == {"name": "dp-proto-release", "version": FORMAT_VERSION}
     assert manifest["dp_proto_version"] == dp_proto.__version__
-    assert manifest["tensors"]["entries"]["prototypes"] == {"dtype": "float64", "shape": [3, 4]}
+    # the model's own tensors, float32 (the estimators' default training dtype)
+    assert manifest["tensors"]["entries"]["prototypes"] == {"dtype": "float32", "shape": [3, 4]}
     assert manifest["public"]["classes"] == {"values": [0, 1, 2], "dtype": np.dtype(np.int64).str}
     assert manifest["public"]["n_features"] == 4
     assert set(manifest["fitted"]) == {"n_iter_", "loss_"}
@@ -84,7 +85,7 @@ def test_an_unknown_model_is_refused(release_dir):
 def test_a_tensor_shape_that_disagrees_with_the_manifest_is_refused(release_dir):
     _edit_manifest(release_dir, lambda m: m["tensors"]["entries"]["prototypes"].update(shape=[4, 4]))
     with pytest.raises(
-        ValueError, match=r"'prototypes' is float64 of shape \(3, 4\).*manifest says float64 of shape \(4, 4\)"
+        ValueError, match=r"'prototypes' is float32 of shape \(3, 4\).*manifest says float32 of shape \(4, 4\)"
     ):
         load_release(release_dir)
 
