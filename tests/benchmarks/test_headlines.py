@@ -4,7 +4,7 @@ no key dropped, none left null that the full run fills.
 
 Only the quick modes that finish in well under a minute run here. The slower ones are
 checked against the same stored files by their own smoke tests (``test_leakage.py``,
-``test_aggregate_accuracy.py``, ``test_anonymizer_tradeoff.py``) through
+``test_aggregate_accuracy.py``, ``test_anonymizer_tradeoff.py``, ``test_llp_accuracy.py``) through
 :func:`stored_headline`; ``benchmarks.dpsgd.accuracy`` and ``benchmarks.lvq.baseline_accuracy``
 have no headline (their quick modes take minutes).
 """
@@ -85,14 +85,6 @@ CHEAP = [
         ["--out", "{tmp}/svdd_speed.json"],
         True,
         id="svdd_speed",
-        marks=pytest.mark.data,
-    ),
-    pytest.param(
-        "llp.accuracy",
-        "llp/results/llp_accuracy.json",
-        ["--json", "{tmp}/llp.json", "--figure", "{tmp}/llp.png"],
-        True,
-        id="llp_accuracy",
         marks=pytest.mark.data,
     ),
 ]

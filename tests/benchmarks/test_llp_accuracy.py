@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmarks.test_headlines import stored_headline
+from tests.benchmarks.test_headlines import assert_same_headline, stored_headline
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = "benchmarks.llp.accuracy"
@@ -51,6 +51,7 @@ def test_quick_run_ends_with_the_documented_json(tmp_path):
     assert list(out)[:3] == ["benchmark", "results", "headline"]
     assert out["benchmark"] == "llp_accuracy"
     assert set(out["headline"]) == HEADLINE_KEYS
+    assert_same_headline(out, "llp/results/llp_accuracy.json")  # two levels deep, every key filled
     assert figure.is_file() and figure.stat().st_size > 10_000
 
     head = out["headline"]
