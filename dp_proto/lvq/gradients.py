@@ -38,22 +38,15 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from dp_proto.lvq.distances import _pairwise_sq
+from dp_proto.lvq.distances import _pairwise_sq, outer_products, quadratic_form_is_cheaper
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 
 __all__ = ["DistanceEvaluation", "outer_products"]
 
 
-def outer_products(x: Tensor) -> Tensor:
-    """``x_i x_i^T`` of every row, flattened: ``(B, d^2)``. Constant over a full-batch fit,
-    so a fit computes it once (``DistanceEvaluation(..., outer=...)``)."""
-    return (x.unsqueeze(2) * x.unsqueeze(1)).flatten(1)
-
-
 def quadratic_layout(layer: LGMLVQLayer) -> bool:
     """Whether ``lomega_distance`` takes the quadratic form for this layer (``d^2 <= W r``)."""
-    n_prototypes, rank, d = layer.omegas.shape
-    return d * d <= n_prototypes * rank
+    return quadratic_form_is_cheaper(layer.omegas)
 
 
 class DistanceEvaluation:
@@ -85,6 +78,7 @@ class DistanceEvaluation:
         self.layer = layer
         self.x = x
         self.kind = type(layer)
+        self.projections: tuple[Tensor, Tensor] | None = None  # GMLVQ: (x Omega^T, w Omega^T)
         with torch.no_grad():
             if self.kind is GLVQLayer:
                 self.distances = _pairwise_sq(x, layer.prototypes)
@@ -145,6 +139,7 @@ class DistanceEvaluation:
         layer = self.layer
         assert isinstance(layer, GMLVQLayer)
         w, omega, x = layer.prototypes, layer.omega, self.x
+        assert self.projections is not None
         u, pw = self.projections
         out: dict[nn.Parameter, Tensor] = {}
         if w in by_param:

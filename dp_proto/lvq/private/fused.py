@@ -125,7 +125,7 @@ def clipped_gradient_sum(
         # distances (B, W) once; the norms and the clipped sum reuse its projections
         evaluation = DistanceEvaluation(layer, features)
         distances = evaluation.distances
-        projections = getattr(evaluation, "projections", None)  # GMLVQ: (x Omega^T, w Omega^T)
+        projections = evaluation.projections  # GMLVQ: (x Omega^T, w Omega^T), else None
         # backprops[i] = dL_i/dD_i: L_i depends on row i of the distances only.
         costs, backprops, winners, coef = glvq_cost_and_gradient(
             distances,
