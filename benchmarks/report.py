@@ -422,11 +422,21 @@ def _stopping_calibration(res: Results, t: dict[str, Any]) -> list[str]:
         return out
     rows = []
     for key, cell in p["results"].items():
-        tol, window = (part.split("=")[1] for part in key.split(","))
-        row = [tol, window, f"{cell['worst_loss']:+.4f}", f"{cell['time_fraction']:.2f}"]
+        rule, tol, window = (part.split("=")[1] for part in key.split(","))
+        marks = [m for m, hit in (("selected", key == p["selected"]), ("default", key == p["default"])) if hit]
+        row = [rule, tol, window, f"{cell['worst_pair_loss']:+.4f}", f"{cell['worst_loss']:+.4f}"]
+        row += [f"{cell['time_fraction']:.2f}", ", ".join(marks)]
         rows.append([bold(v, key == p["default"]) for v in row])
-    out += table(["tol", "window", "worst validation loss", "time share"], rows, right=(2, 3))
-    return out + ["**Bold**: the estimators' default.", ""]
+    head = ["rule", "tol", "window", "worst pair loss (seed mean)", "worst single loss", "time share", ""]
+    out += table(head, rows, right=(3, 4, 5))
+    seeds = ", ".join(str(s) for s in p.get("seeds", []))
+    return out + [
+        f"**Bold**: the estimators' default. Seeds: {seeds}. Selection rule: the fastest candidate whose "
+        f"seed-averaged validation loss is at most {p['max_pair_loss']:g} for every (data set, model) pair "
+        "(fixed before the first five-seed run); where none is, the smallest worst pair loss, the faster on a "
+        "tie (added after that run found none within the bound).",
+        "",
+    ]
 
 
 def _dp_epoch(res: Results, t: dict[str, Any]) -> list[str]:

@@ -339,10 +339,43 @@ def test_stopping_calibration_quick_run(data_dir, tmp_path, capsys):
     assert sc.main([*args, "--out", str(out_file)]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out == json.loads(out_file.read_text()) and out["default"] in out["results"]
-    assert len(out["results"]) == len(sc.TOLS) * len(sc.WINDOWS)
+    assert len(out["results"]) == len(sc.RULES) * len(sc.TOLS) * len(sc.WINDOWS)
+    assert out["seeds"] == [0]  # --quick: the first seed only
     for cell in out["results"].values():
         assert 0.0 < cell["time_fraction"] <= 1.0
-        assert all(1 <= n <= out["iterations"][pair] for pair, n in cell["stops"].items())
+        assert cell["meets"] == (cell["worst_pair_loss"] <= sc.MAX_PAIR_LOSS)
+        assert all(1 <= n <= out["iterations"][pair] for pair, n in cell["pair_stops"].items())
+    assert out["selected"] == sc.select(out["results"])
+    assert out["default_is_selected"] == (out["selected"] == out["default"])
+
+
+def test_calibration_selects_the_fastest_candidate_within_the_loss_bound():
+    from benchmarks.lvq.stopping_calibration import MAX_PAIR_LOSS, select
+
+    cells = {
+        "fast but lossy": {"meets": False, "time_fraction": 0.1, "worst_pair_loss": 10 * MAX_PAIR_LOSS},
+        "slow": {"meets": True, "time_fraction": 0.9, "worst_pair_loss": 0.0},
+        "fast enough": {"meets": True, "time_fraction": 0.3, "worst_pair_loss": MAX_PAIR_LOSS},
+    }
+    assert select(cells) == "fast enough"
+    lossy = {
+        "fast but lossy": cells["fast but lossy"],
+        "slow, less lossy": {"meets": False, "time_fraction": 0.9, "worst_pair_loss": 2 * MAX_PAIR_LOSS},
+        "faster, as lossy": {"meets": False, "time_fraction": 0.5, "worst_pair_loss": 2 * MAX_PAIR_LOSS},
+    }
+    assert select(lossy) == "faster, as lossy"  # none within the bound: the smallest loss, then time
+
+
+def test_accuracy_condition_waits_for_a_new_best_training_accuracy():
+    from benchmarks.lvq.stopping_calibration import accuracy_settled, stop_index
+
+    assert not accuracy_settled([0.5, 0.6, 0.7], 2)  # too few iterations
+    assert accuracy_settled([0.5, 0.7, 0.6, 0.7], 2)  # no new best in the last two
+    assert not accuracy_settled([0.5, 0.7, 0.6, 0.8], 2)
+    costs = [0.0, -0.5, -0.8, -0.9, -0.9001, -0.9001, -0.9001, -0.9001]
+    train_accs = [0.5, 0.6, 0.7, 0.7, 0.8, 0.8, 0.8]
+    assert stop_index(costs, 1e-3, 2) == 5
+    assert stop_index(costs, 1e-3, 2, train_accs) == 7  # the best (0.8) came at iteration 5
 
 
 def test_stop_index_uses_the_estimators_rule():
