@@ -30,7 +30,7 @@ from dp_proto.lvq.init import class_mean_prototypes, make_prototype_labels
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel, forward_in_dtype
 from dp_proto.lvq.release import PublicReleaseHooks, layer_description, model_from_release, model_tensors
-from dp_proto.lvq.training import FitResult, fit_lbfgs, fit_minibatch, resolve_tol
+from dp_proto.lvq.training import DEFAULT_N_ITER_NO_CHANGE, FitResult, fit_lbfgs, fit_minibatch, resolve_tol
 from dp_proto.release import (
     Releasable,
     Release,
@@ -105,7 +105,7 @@ class _LVQBase(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Classif
         beta: float = 1.0,
         tol: float | None = None,
         stopping: str = "relative_cost",
-        n_iter_no_change: int = 10,
+        n_iter_no_change: int = DEFAULT_N_ITER_NO_CHANGE,
         warm_start: bool = False,
         random_state: int | np.random.RandomState | None = None,
         verbose: int = 0,
@@ -426,7 +426,7 @@ class GLVQ(_LVQBase):
     beta : float, default 1.0
         Slope of the sigmoid transfer.
     tol : float or None, default None
-        Tolerance of the L-BFGS stopping rule; None: 1e-3 for ``"relative_cost"``,
+        Tolerance of the L-BFGS stopping rule; None: 3e-4 for ``"relative_cost"``,
         1e-9 for ``"lbfgs"``.
     stopping : {"relative_cost", "lbfgs"}, default "relative_cost"
         When L-BFGS stops. ``"relative_cost"``: once the last ``n_iter_no_change``
@@ -435,7 +435,7 @@ class GLVQ(_LVQBase):
         ``"lbfgs"``: torch's tests on the changes of the cost, the step and the
         gradient (the rule before dp-proto 0.2, which keeps iterating while the
         parameters still move).
-    n_iter_no_change : int, default 10
+    n_iter_no_change : int, default 5
         Window of the relative-cost rule, in iterations.
     warm_start : bool, default False
         Start ``fit`` from the previous fit's prototypes and metric instead of the class
@@ -497,7 +497,7 @@ class GLVQ(_LVQBase):
         beta: float = 1.0,
         tol: float | None = None,
         stopping: str = "relative_cost",
-        n_iter_no_change: int = 10,
+        n_iter_no_change: int = DEFAULT_N_ITER_NO_CHANGE,
         warm_start: bool = False,
         random_state: int | np.random.RandomState | None = None,
         verbose: int = 0,
@@ -553,7 +553,7 @@ class GMLVQ(_LVQBase):
     beta : float, default 1.0
         Slope of the sigmoid transfer.
     tol : float or None, default None
-        Tolerance of the L-BFGS stopping rule; None: 1e-3 for ``"relative_cost"``,
+        Tolerance of the L-BFGS stopping rule; None: 3e-4 for ``"relative_cost"``,
         1e-9 for ``"lbfgs"``.
     stopping : {"relative_cost", "lbfgs"}, default "relative_cost"
         When L-BFGS stops. ``"relative_cost"``: once the last ``n_iter_no_change``
@@ -562,7 +562,7 @@ class GMLVQ(_LVQBase):
         ``"lbfgs"``: torch's tests on the changes of the cost, the step and the
         gradient (the rule before dp-proto 0.2, which keeps iterating while the
         parameters still move).
-    n_iter_no_change : int, default 10
+    n_iter_no_change : int, default 5
         Window of the relative-cost rule, in iterations.
     warm_start : bool, default False
         Start ``fit`` from the previous fit's prototypes and metric instead of the class
@@ -633,7 +633,7 @@ class GMLVQ(_LVQBase):
         beta: float = 1.0,
         tol: float | None = None,
         stopping: str = "relative_cost",
-        n_iter_no_change: int = 10,
+        n_iter_no_change: int = DEFAULT_N_ITER_NO_CHANGE,
         warm_start: bool = False,
         random_state: int | np.random.RandomState | None = None,
         verbose: int = 0,
@@ -709,7 +709,7 @@ class LGMLVQ(GMLVQ):
     beta : float, default 1.0
         Slope of the sigmoid transfer.
     tol : float or None, default None
-        Tolerance of the L-BFGS stopping rule; None: 1e-3 for ``"relative_cost"``,
+        Tolerance of the L-BFGS stopping rule; None: 3e-4 for ``"relative_cost"``,
         1e-9 for ``"lbfgs"``.
     stopping : {"relative_cost", "lbfgs"}, default "relative_cost"
         When L-BFGS stops. ``"relative_cost"``: once the last ``n_iter_no_change``
@@ -718,7 +718,7 @@ class LGMLVQ(GMLVQ):
         ``"lbfgs"``: torch's tests on the changes of the cost, the step and the
         gradient (the rule before dp-proto 0.2, which keeps iterating while the
         parameters still move).
-    n_iter_no_change : int, default 10
+    n_iter_no_change : int, default 5
         Window of the relative-cost rule, in iterations.
     warm_start : bool, default False
         Start ``fit`` from the previous fit's prototypes and metric instead of the class
@@ -780,7 +780,7 @@ class LGMLVQ(GMLVQ):
         beta: float = 1.0,
         tol: float | None = None,
         stopping: str = "relative_cost",
-        n_iter_no_change: int = 10,
+        n_iter_no_change: int = DEFAULT_N_ITER_NO_CHANGE,
         warm_start: bool = False,
         random_state: int | np.random.RandomState | None = None,
         verbose: int = 0,

@@ -23,6 +23,7 @@ from dp_proto.lvq.losses import glvq_cost_and_gradient
 from dp_proto.lvq.model import PrototypeModel
 
 __all__ = [
+    "DEFAULT_N_ITER_NO_CHANGE",
     "DEFAULT_TOL",
     "FitResult",
     "FullBatchCost",
@@ -77,7 +78,11 @@ def parameter_groups(model: PrototypeModel, lr: float, metric_lr_scale: float = 
 Stopping = Literal["relative_cost", "lbfgs"]
 
 #: The default ``tol`` of each stopping rule (``tol=None``).
-DEFAULT_TOL: dict[str, float] = {"relative_cost": 1e-3, "lbfgs": 1e-9}
+DEFAULT_TOL: dict[str, float] = {"relative_cost": 3e-4, "lbfgs": 1e-9}
+
+#: The default window of the relative-cost rule. This and ``DEFAULT_TOL["relative_cost"]``
+#: are what ``python -m benchmarks.lvq.stopping_calibration`` selects on validation splits.
+DEFAULT_N_ITER_NO_CHANGE = 5
 
 #: Line-search evaluations allowed in one L-BFGS iteration (torch's strong-Wolfe default).
 _MAX_LINE_SEARCH = 25
@@ -150,7 +155,7 @@ def minimize_lbfgs(
     max_iter: int,
     tol: float | None = None,
     stopping: Stopping = "lbfgs",
-    n_iter_no_change: int = 10,
+    n_iter_no_change: int = DEFAULT_N_ITER_NO_CHANGE,
     history_size: int = 20,
     progress: bool = False,
     desc: str = "L-BFGS",
@@ -178,7 +183,7 @@ def minimize_lbfgs(
         parameters stop moving. ``"lbfgs"``: torch's tests, the cost, the step or the
         largest gradient entry changing by less than ``tol``. Both end at a point where
         the gradient vanishes.
-    n_iter_no_change : int, default 10
+    n_iter_no_change : int, default 5
         The window of the relative-cost rule.
     progress : bool
         A progress bar over the evaluations on stderr, shown once the fit has run for
@@ -320,7 +325,7 @@ def fit_lbfgs(
     max_iter: int = 500,
     tol: float | None = None,
     stopping: Stopping = "lbfgs",
-    n_iter_no_change: int = 10,
+    n_iter_no_change: int = DEFAULT_N_ITER_NO_CHANGE,
     history_size: int = 20,
     transfer_fn: str = "identity",
     beta: float = 1.0,
