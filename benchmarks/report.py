@@ -424,7 +424,7 @@ def _stopping_calibration(res: Results, t: dict[str, Any]) -> list[str]:
     for key, cell in p["results"].items():
         rule, tol, window = (part.split("=")[1] for part in key.split(","))
         marks = [m for m, hit in (("selected", key == p["selected"]), ("default", key == p["default"])) if hit]
-        row = [rule, tol, window, f"{cell['worst_pair_loss']:+.4f}", f"{cell['worst_loss']:+.4f}"]
+        row = [rule, tol, window, f"{cell['worst_pair_loss']:+.5f}", f"{cell['worst_loss']:+.4f}"]
         row += [f"{cell['time_fraction']:.2f}", ", ".join(marks)]
         rows.append([bold(v, key == p["default"]) for v in row])
     head = ["rule", "tol", "window", "worst pair loss (seed mean)", "worst single loss", "time share", ""]

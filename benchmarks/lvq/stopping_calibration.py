@@ -57,7 +57,7 @@ from tqdm.auto import tqdm
 
 from benchmarks.common import emit_json, load_benchmark_sets, resolve_data_dir, run_metadata
 from dp_proto.lvq import GLVQ, GMLVQ, LGMLVQ
-from dp_proto.lvq.training import DEFAULT_TOL, settled
+from dp_proto.lvq.training import DEFAULT_N_ITER_NO_CHANGE, DEFAULT_TOL, settled
 
 BENCHMARK = "stopping_calibration"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -68,7 +68,7 @@ WINDOWS = (5, 10, 20)
 SEEDS = (0, 1, 2, 3, 4)
 #: The selection rule's bound on every pair's seed-averaged validation loss.
 MAX_PAIR_LOSS = 5e-4
-DEFAULT = ("relative_cost", DEFAULT_TOL["relative_cost"], 10)
+DEFAULT = ("relative_cost", DEFAULT_TOL["relative_cost"], DEFAULT_N_ITER_NO_CHANGE)
 MNIST_ROWS = 10_000
 QUICK_ROWS = 1500
 

@@ -384,3 +384,12 @@ def test_stop_index_uses_the_estimators_rule():
     costs = [0.0, -0.5, -0.8, -0.9, -0.9001, -0.9001, -0.9001]
     assert stop_index(costs, 1e-3, 2) == 5  # iterations 3..5 gain 1e-4 of 0.9
     assert stop_index(costs, 0.0, 10) == 6  # never settled: the last iteration
+
+
+def test_the_estimators_default_is_the_stored_calibrations_selection():
+    """The stored full calibration run selected the rule the estimators use by default."""
+    from benchmarks.lvq.stopping_calibration import DEFAULT, RESULTS_DIR, candidate_key
+
+    stored = json.loads((RESULTS_DIR / "stopping_calibration.json").read_text())
+    assert not stored["quick"] and stored["default"] == candidate_key(*DEFAULT)
+    assert stored["selected"] == stored["default"] and stored["default_is_selected"]
