@@ -11,8 +11,9 @@ iteration, the cost, the training and validation accuracies and the fit's own ti
 (scoring excluded). Each candidate rule then picks the iteration where it would have
 stopped:
 
-* ``cost``: :func:`dp_proto.lvq.training.settled` (the relative-cost rule);
-* ``cost+accuracy``: the same, and no new best training accuracy within the window.
+* ``relative_cost``: :func:`dp_proto.lvq.training.settled` (the estimators' rule);
+* ``relative_cost+train_accuracy``: the same, and no new best training accuracy within
+  the window.
 
 Per candidate the run reports the validation-accuracy loss at the stop against the last
 iteration (per (data set, model) pair, averaged over the seeds; and the worst single fit)
@@ -22,7 +23,7 @@ and the share of the fits' time spent up to the stops.
 rule for every model. The selected candidate is therefore the fastest (smallest time
 share) whose seed-averaged validation loss is at most ``MAX_PAIR_LOSS`` (0.0005) for
 every (data set, model) pair; this bound was fixed before the first five-seed run. That
-run found no candidate within it, the slowest ones included (0.0007 at 86 % of the time:
+run found no candidate within it, the slowest ones included (0.0007 at 85 % of the time:
 the bound lies below the noise of five validation splits), so where none meets it the
 rule falls back to the candidate with the smallest worst pair loss, the faster one on a
 tie (added after that run). The estimators' default is the candidate marked
