@@ -43,11 +43,11 @@ from pathlib import Path
 import numpy as np
 import torch
 from sklearn.decomposition import PCA
-from sklearn.model_selection import StratifiedKFold, train_test_split
+from sklearn.model_selection import StratifiedKFold
 from sklearn.preprocessing import StandardScaler
 
 from benchmarks.common import emit_json, load_benchmark_sets, resolve_data_dir, run_metadata
-from dp_proto.lvq import GLVQ, GMLVQ, LGMLVQ
+from benchmarks.lvq.fit_speed import MODELS, subsample
 from dp_proto.lvq.gradients import DistanceEvaluation
 from dp_proto.lvq.losses import glvq_cost_and_gradient
 from dp_proto.lvq.training import FullBatchCost
@@ -55,7 +55,6 @@ from dp_proto.lvq.training import FullBatchCost
 BENCHMARK = "fit_profile"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DATASETS = ("optdigits", "letter", "mnist")
-MODELS = {"GLVQ": GLVQ, "GMLVQ": GMLVQ, "LGMLVQ": LGMLVQ}
 DTYPES = ("float32", "float64")
 QUICK_ROWS = 3000
 
@@ -77,8 +76,8 @@ def training_fold(
     name: str, X: np.ndarray, y: np.ndarray, rows: int | None, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """The first of 3 stratified training folds, z-scored (and PCA 30 for > 64 features)."""
-    if rows is not None and rows < len(y):
-        X, _, y, _ = train_test_split(X, y, train_size=rows, stratify=y, random_state=seed)
+    if rows is not None:
+        X, y = subsample(X, y, rows, seed)
     train, _ = next(StratifiedKFold(3, shuffle=True, random_state=seed).split(X, y))
     Z = StandardScaler().fit_transform(X[train])
     if Z.shape[1] > 64:

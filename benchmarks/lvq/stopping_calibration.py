@@ -51,19 +51,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from sklearn.decomposition import PCA
 from sklearn.model_selection import StratifiedKFold, train_test_split
-from sklearn.preprocessing import StandardScaler
 from tqdm.auto import tqdm
 
 from benchmarks.common import emit_json, load_benchmark_sets, resolve_data_dir, run_metadata
-from dp_proto.lvq import GLVQ, GMLVQ, LGMLVQ
+from benchmarks.lvq.fit_speed import DATASETS, MODELS, prepare_fold, subsample
 from dp_proto.lvq.training import DEFAULT_N_ITER_NO_CHANGE, DEFAULT_TOL, settled
 
 BENCHMARK = "stopping_calibration"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-DATASETS = ("optdigits", "segmentation", "letter", "mnist")
-MODELS = {"GLVQ": GLVQ, "GMLVQ": GMLVQ, "LGMLVQ": LGMLVQ}
 TOLS = (3e-3, 1e-3, 5e-4, 3e-4, 1e-4, 3e-5)
 WINDOWS = (5, 10, 20)
 SEEDS = (0, 1, 2, 3, 4)
@@ -76,16 +72,13 @@ QUICK_ROWS = 1500
 Trace = dict[str, list[float]]
 
 
-def fitting_and_validation(X: np.ndarray, y: np.ndarray, seed: int) -> tuple[np.ndarray, ...]:
-    """The 80/20 split of the first training fold, z-scored (PCA 30 above 64 features)."""
+def fitting_and_validation(name: str, X: np.ndarray, y: np.ndarray, seed: int) -> tuple[np.ndarray, ...]:
+    """The 80/20 split of the first training fold, z-scored (and PCA 30 for MNIST) as
+    ``fit_speed`` prepares its folds."""
     train, _ = next(StratifiedKFold(3, shuffle=True, random_state=seed).split(X, y))
-    a, b, ya, yb = train_test_split(X[train], y[train], test_size=0.2, stratify=y[train], random_state=seed)
-    scaler = StandardScaler().fit(a)
-    a, b = scaler.transform(a), scaler.transform(b)
-    if a.shape[1] > 64:
-        pca = PCA(30, random_state=seed).fit(a)
-        a, b = pca.transform(a), pca.transform(b)
-    return a, b, ya, yb
+    fitting, validation = train_test_split(train, test_size=0.2, stratify=y[train], random_state=seed)
+    fold = prepare_fold(name, X, y, fitting, validation, seed)
+    return fold["X_train"], fold["X_test"], fold["y_train"], fold["y_test"]
 
 
 def trace(model: str, a, b, ya, yb, *, max_iter: int, seed: int) -> Trace:
@@ -187,9 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.datasets:
             X, y = data[name]
             rows = QUICK_ROWS if args.quick else (MNIST_ROWS if name == "mnist" else None)
-            if rows is not None and rows < len(y):
-                X, _, y, _ = train_test_split(X, y, train_size=rows, stratify=y, random_state=seed)
-            a, b, ya, yb = fitting_and_validation(X, y, seed)
+            if rows is not None:
+                X, y = subsample(X, y, rows, seed)
+            a, b, ya, yb = fitting_and_validation(name, X, y, seed)
             for model in MODELS:
                 traces[seed, f"{name}/{model}"] = trace(model, a, b, ya, yb, max_iter=max_iter, seed=seed)
                 bar.set_postfix_str(f"seed {seed} {name}/{model}", refresh=False)
