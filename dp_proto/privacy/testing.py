@@ -58,6 +58,7 @@ __all__ = [
     "remove_record",
     "adversarial_removals",
     "capture_releases",
+    "sum_movement",
 ]
 
 
@@ -282,6 +283,23 @@ def adversarial_removals(X: Any, y: Any | None = None, *, groups: Any | None = N
         picks.append(int(np.flatnonzero(ga == values[counts.argmax()])[-1]))
         picks.append(int(np.flatnonzero(ga == ga.max())[-1]))
     return list(dict.fromkeys(picks))
+
+
+def sum_movement(
+    release_sum: Callable[[Tensor, Tensor], Tensor],
+    data: tuple[Tensor, Tensor],
+    record: tuple[Tensor, Tensor],
+    bound: float,
+) -> float:
+    """``||S(D + r) - S(D)||_2 / bound`` for a pre-noise sum ``S = release_sum(x, y)``:
+    how far adding ``record = (x_r (1, ...), y_r (1,))`` to ``data = (x (n, ...), y (n,))``
+    moves the quantity *as computed* (in the data's dtype), in units of its declared
+    sensitivity ``bound``. The state search of the test suite (adversarial model states
+    and records) drives this for every clipped sum the library noises."""
+    x, y = data
+    with_record = release_sum(torch.cat([x, record[0]]), torch.cat([y, record[1]]))
+    without = release_sum(x, y)
+    return float(torch.linalg.vector_norm((with_record.double() - without.double()).reshape(-1))) / bound
 
 
 # -- the check --------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from dp_proto.lvq.losses import glvq_cost_and_gradient
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.data_parallel import DataParallel
 from dp_proto.lvq.private.grad_samplers import (
+    glvq_clipping_norms,
     glvq_norm_sample,
     gmlvq_norm_sample,
     lgmlvq_norm_sample,
@@ -163,21 +164,17 @@ def _per_sample_norms(
     projections: tuple[Tensor, Tensor] | None,
     winners: tuple[Tensor, Tensor],
 ) -> dict[nn.Parameter, Tensor]:
-    """Per-sample gradient norms ``(B,)`` of each trainable parameter of the layer.
+    """Per-sample clipping norms ``(B,)`` of each trainable parameter of the layer: the
+    gradient norm, at least ``CANCELLATION_GUARD`` times the record's term magnitude
+    (``dp_proto.lvq.private.grad_samplers``), so that no clipped record's terms in the
+    closed-form sum can outgrow ``C / CANCELLATION_GUARD``.
 
-    GLVQ: ``||g_i||^2 = 4 sum_k G_ik^2 ||x_i - w_k||^2`` over the two winners ``k``
-    (``winners``: their indices and gradient entries, each ``(B, 2)``), with the squared
-    distances recomputed as differences: the distances come from
-    ``|x|^2 - 2 x.w + |w|^2``, whose cancellation could understate a norm and let a
-    clipped gradient exceed ``C``. Other layers: their norm samplers.
+    GLVQ: from the two winners ``k`` (``winners``: their indices and gradient entries,
+    each ``(B, 2)``) with ``x_i - w_k`` formed as differences. Other layers: their norm
+    samplers (GMLVQ reusing the distances' projections).
     """
     if type(layer) is GLVQLayer:
-        if not layer.prototypes.requires_grad:
-            return {}
-        index, coef = winners
-        w = layer.prototypes.index_select(0, index.reshape(-1)).view(*index.shape, -1)  # (B, 2, d)
-        sq = torch.linalg.vector_norm(x.unsqueeze(1) - w, dim=-1).pow(2)  # (B, 2)
-        return {layer.prototypes: 2.0 * (coef.pow(2) * sq).sum(1).sqrt()}
+        return glvq_clipping_norms(layer, x, *winners)
     if projections is not None:
         return gmlvq_norm_sample(cast(GMLVQLayer, layer), [x], backprops, projections)
     return _norm_sampler(layer)(layer, [x], backprops)

@@ -17,9 +17,37 @@ The samplers use this: they gather the ``K`` largest ``|G_ij|`` of every row (``
 the largest number of non-zeros in any row, 2 for GLVQ; any ``G`` is handled exactly),
 so GMLVQ's metric gradient is a sum of ``K`` rank-one terms, built in ``O(B K r d)``.
 
-Norm samplers (Opacus' ghost clipping) return per-sample gradient norms without
-building any ``(B, r, d)`` tensor:
+Norm samplers (Opacus' ghost clipping, the fused engine) return per-sample *clipping
+norms* without building any ``(B, r, d)`` tensor:
 ``||sum_k a_k b_k^T||_F^2 = sum_{k,l} a_k.a_l  b_k.b_l`` costs ``O(B K^2 (r + d))``.
+
+Clipping norms and cancellation
+-------------------------------
+The clipped sum is formed from the clip-weighted ``A = c G`` without per-sample
+vectors: closed forms such as ``A^T x - (A^T 1) w`` (GLVQ) or autograd through the
+distances. Each record then enters the arithmetic through terms of size about
+``m_i = sum_k |G_ik| R_ik`` (its *term magnitude*), while its gradient, their exact
+difference, may be far smaller: a record near two coincident prototypes has
+``|G| ~ 1 / (d+ + d-)`` unbounded and ``x - w ~ 0``. Rounding leaves an error of order
+``u m_i`` (``u`` the unit roundoff), which plain norm clipping never bounds. The
+samplers therefore return ``max(||g_i||, kappa m_i)`` with ``kappa = CANCELLATION_GUARD``,
+so that ``c_i m_i <= C / kappa`` for every clipped record in every model state:
+
+* GLVQ: ``R_ik = 2 (||x_i|| + ||w_k||)``;
+* GMLVQ, with the projections ``u_i = Omega x_i`` and ``p_k = Omega w_k`` as computed
+  (the distances and the closed form share them): prototypes
+  ``2 s (||u_i|| + ||p_k||)``, metric ``2 (||u_i|| + ||p_k||)(||x_i|| + ||w_k||)``, where
+  ``s = sqrt(||Omega||_1 ||Omega||_inf)`` (largest column and row sums of ``|Omega|``)
+  bounds the spectral norms of ``Omega`` and ``|Omega|``;
+* LGMLVQ (its projections are formed differently by the distances and the norms):
+  prototypes ``2 s_k^2 (||x_i|| + ||w_k||)``, metric ``2 s_k (||x_i|| + ||w_k||)^2``, with
+  ``s_k`` of ``Omega_k``.
+
+These bound every term of the closed forms of :mod:`dp_proto.lvq.gradients` and of
+the distance computations (a matrix product's rounding error is at most ``gamma_n``
+times the product of the operands' absolute values). The guard only changes records whose gradient is below
+``kappa`` times its term magnitude (a record within about 1 % of a prototype, relative
+to their norms); the privacy model (docs) states the resulting slack.
 
 Importing this module registers the samplers (``dp_proto.privacy`` imports it).
 """
@@ -33,7 +61,9 @@ from torch import Tensor, nn
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 
 __all__ = [
+    "CANCELLATION_GUARD",
     "winner_terms",
+    "glvq_clipping_norms",
     "glvq_grad_sample",
     "gmlvq_grad_sample",
     "lgmlvq_grad_sample",
@@ -41,6 +71,27 @@ __all__ = [
     "gmlvq_norm_sample",
     "lgmlvq_norm_sample",
 ]
+
+
+CANCELLATION_GUARD = 1e-2
+
+
+def _guarded(norm: Tensor, magnitude: Tensor) -> Tensor:
+    """``max(norm, CANCELLATION_GUARD * magnitude)``, both ``(B,)``."""
+    return torch.maximum(norm, CANCELLATION_GUARD * magnitude)
+
+
+def spectral_bound(omega: Tensor) -> Tensor:
+    """``sqrt(||Omega||_1 ||Omega||_inf)`` of ``omega (..., r, d)``, shape ``(...)``: an
+    upper bound of the spectral norm of ``Omega`` and of ``|Omega|`` (Hoelder), exact for
+    a scaled identity."""
+    absolute = omega.abs()
+    return (absolute.sum(-2).amax(-1) * absolute.sum(-1).amax(-1)).sqrt()
+
+
+def _scales(x: Tensor, prototypes: Tensor, index: Tensor) -> Tensor:
+    """``||x_i|| + ||w_k||`` for the winners ``index (B, K)``, shape ``(B, K)``."""
+    return torch.linalg.vector_norm(x, dim=1)[:, None] + torch.linalg.vector_norm(prototypes, dim=1)[index]
 
 
 def _inputs(layer: GLVQLayer, activations: list[Tensor], backprops: Tensor) -> tuple[Tensor, Tensor]:
@@ -77,13 +128,23 @@ def glvq_grad_sample(layer: GLVQLayer, activations: list[Tensor], backprops: Ten
     return {layer.prototypes: _scatter_rows(grads, index, layer.num_prototypes)}
 
 
-def glvq_norm_sample(layer: GLVQLayer, activations: list[Tensor], backprops: Tensor) -> dict[nn.Parameter, Tensor]:
-    x, g = _inputs(layer, activations, backprops)
+def glvq_clipping_norms(layer: GLVQLayer, x: Tensor, index: Tensor, coef: Tensor) -> dict[nn.Parameter, Tensor]:
+    """Clipping norms ``(B,)`` of the prototypes' per-sample gradients, from the winners
+    ``index (B, K)`` and their entries ``coef (B, K)`` of ``G``: ``||g_i||^2 = 4 sum_k
+    G_ik^2 ||x_i - w_k||^2`` with ``x - w`` formed as differences (no cancellation),
+    guarded by the term magnitudes (module docstring)."""
     if not layer.prototypes.requires_grad:
         return {}
-    index, coef = winner_terms(g)
-    sq = (x[:, None, :] - layer.prototypes[index]).pow(2).sum(-1)  # (B, K); distinct rows
-    return {layer.prototypes: (4.0 * coef.pow(2) * sq).sum(1).sqrt()}
+    w = layer.prototypes
+    sq = (x[:, None, :] - w[index]).pow(2).sum(-1)  # (B, K); distinct rows
+    norm = (4.0 * coef.pow(2) * sq).sum(1).sqrt()
+    magnitude = (2.0 * coef.abs() * _scales(x, w, index)).sum(1)
+    return {w: _guarded(norm, magnitude)}
+
+
+def glvq_norm_sample(layer: GLVQLayer, activations: list[Tensor], backprops: Tensor) -> dict[nn.Parameter, Tensor]:
+    x, g = _inputs(layer, activations, backprops)
+    return glvq_clipping_norms(layer, x, *winner_terms(g))
 
 
 # -- GMLVQ -----------------------------------------------------------------------------
@@ -119,16 +180,22 @@ def gmlvq_norm_sample(
     x, g = _inputs(layer, activations, backprops)
     index, coef, v, p, u, pw = _gmlvq_terms(layer, x, g, projections)
     out: dict[nn.Parameter, Tensor] = {}
+    omega_bound = spectral_bound(layer.omega)
+    # |G_ik| (||Omega x_i|| + ||Omega w_k||): the projections as computed (the closed form reuses them)
+    projected = coef.abs() * (torch.linalg.vector_norm(u, dim=1)[:, None] + torch.linalg.vector_norm(pw, dim=1)[index])
     if layer.prototypes.requires_grad:
         # Omega^T p_k = Omega^T Omega x - Omega^T Omega w_k; the K rows are distinct prototypes
         s = (u @ layer.omega)[:, None, :] - (pw @ layer.omega)[index]  # (B, K, d)
-        out[layer.prototypes] = (4.0 * coef.pow(2) * s.pow(2).sum(-1)).sum(1).sqrt()
+        norm = (4.0 * coef.pow(2) * s.pow(2).sum(-1)).sum(1).sqrt()
+        out[layer.prototypes] = _guarded(norm, 2.0 * omega_bound * projected.sum(1))
     if layer.omega.requires_grad:
         # ||sum_k c_k p_k v_k^T||_F^2 = sum_{k,l} c_k c_l (p_k.p_l)(v_k.v_l)
         pp = p @ p.transpose(1, 2)  # (B, K, K)
         vv = v @ v.transpose(1, 2)
         cc = coef[:, :, None] * coef[:, None, :]
-        out[layer.omega] = (4.0 * cc * pp * vv).sum((1, 2)).clamp_min(0).sqrt()
+        norm = (4.0 * cc * pp * vv).sum((1, 2)).clamp_min(0).sqrt()
+        magnitude = 2.0 * (projected * _scales(x, layer.prototypes, index)).sum(1)
+        out[layer.omega] = _guarded(norm, magnitude)
     return out
 
 
@@ -158,12 +225,17 @@ def lgmlvq_norm_sample(layer: LGMLVQLayer, activations: list[Tensor], backprops:
     x, g = _inputs(layer, activations, backprops)
     index, coef, v, p, omegas = _lgmlvq_terms(layer, x, g)
     out: dict[nn.Parameter, Tensor] = {}
+    omega_bounds = spectral_bound(layer.omegas)[index]  # (B, K)
+    scales = _scales(x, layer.prototypes, index)
+    weighted = coef.abs() * omega_bounds * scales  # |G_ik| s_k (||x_i|| + ||w_k||)
     if layer.prototypes.requires_grad:
         sq = torch.einsum("bkrd,bkr->bkd", omegas, p).pow(2).sum(-1)
-        out[layer.prototypes] = (4.0 * coef.pow(2) * sq).sum(1).sqrt()
+        norm = (4.0 * coef.pow(2) * sq).sum(1).sqrt()
+        out[layer.prototypes] = _guarded(norm, 2.0 * (weighted * omega_bounds).sum(1))
     if layer.omegas.requires_grad:  # distinct prototypes: the rank-one terms do not overlap
         sq = p.pow(2).sum(-1) * v.pow(2).sum(-1)
-        out[layer.omegas] = (4.0 * coef.pow(2) * sq).sum(1).sqrt()
+        norm = (4.0 * coef.pow(2) * sq).sum(1).sqrt()
+        out[layer.omegas] = _guarded(norm, 2.0 * (weighted * scales).sum(1))
     return out
 
 

@@ -15,6 +15,15 @@ from dp_proto.privacy.ledger import PrivacyLedger
 from tests.lvq.private.test_grad_samplers import _model, _reference
 
 
+@pytest.fixture
+def exact_norms(monkeypatch):
+    """Clip by the exact gradient norms (no cancellation guard): the closed forms against
+    a per-sample loop. The guard itself is checked by test_clipped_sum_states."""
+    from dp_proto.lvq.private import grad_samplers
+
+    monkeypatch.setattr(grad_samplers, "CANCELLATION_GUARD", 0.0)
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     st.sampled_from([GLVQLayer, GMLVQLayer, LGMLVQLayer]),
@@ -27,6 +36,14 @@ from tests.lvq.private.test_grad_samplers import _model, _reference
     st.integers(0, 2**31 - 1),
 )
 def test_clipped_sum_matches_clipping_a_per_sample_loop(kind, batch, d, per_class, rank, clip, transfer, seed):
+    from dp_proto.lvq.private import grad_samplers
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(grad_samplers, "CANCELLATION_GUARD", 0.0)
+        _clipped_sum_matches_a_loop(kind, batch, d, per_class, rank, clip, transfer, seed)
+
+
+def _clipped_sum_matches_a_loop(kind, batch, d, per_class, rank, clip, transfer, seed):
     transfer_fn, beta = transfer
     model = _model(kind, d, per_class, rank, seed)
     g = torch.Generator().manual_seed(seed + 1)
@@ -93,7 +110,7 @@ def test_noise_of_one_step_has_std_sigma_c_over_the_expected_batch():
     assert abs(updates.mean().item()) < 4 * expected_std / math.sqrt(updates.numel())
 
 
-def test_fused_and_opacus_engines_take_the_same_noise_free_steps():
+def test_fused_and_opacus_engines_take_the_same_noise_free_steps(exact_norms):
     """Without noise and with full-batch sampling (q = 1) both engines clip and average
     the same per-sample gradients, so their trajectories coincide."""
     g = torch.Generator().manual_seed(3)
@@ -180,12 +197,16 @@ def test_per_parameter_clipping_bounds_each_part_by_c_over_sqrt_p(kind, batch, d
         factor = (bound / (norms + 1e-6)).clamp(max=1.0)
         expected[n] = (factor.reshape(-1, *[1] * (reference[n].dim() - 1)) * reference[n]).sum(0)
     model.zero_grad(set_to_none=True)
-    clipped_gradient_sum(model, x, y, clip, clipping="per_parameter")
+    from dp_proto.lvq.private import grad_samplers
+
+    with pytest.MonkeyPatch.context() as patch:  # exact norms: the guard is checked by test_clipped_sum_states
+        patch.setattr(grad_samplers, "CANCELLATION_GUARD", 0.0)
+        clipped_gradient_sum(model, x, y, clip, clipping="per_parameter")
     for name, p in model.layer.named_parameters():
         torch.testing.assert_close(p.grad, expected[name], atol=1e-9, rtol=1e-7)
 
 
-def test_per_parameter_clipping_engines_agree_without_noise():
+def test_per_parameter_clipping_engines_agree_without_noise(exact_norms):
     g = torch.Generator().manual_seed(4)
     x = torch.randn(30, 4, generator=g, dtype=torch.float64)
     y = torch.randint(0, 3, (30,), generator=g)
