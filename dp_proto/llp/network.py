@@ -340,8 +340,10 @@ def simulate_network(
         ``noise_seed``; ``batch_size`` larger than the time range, or (exact runs
         only; a private run logs it for the curator) than a node's number of
         training windows (all of them would fall into one or two batches); fewer
-        training windows than ``k``; a node whose training batches share none with a
-        neighbour's valid batches.
+        training windows than ``k`` (exact runs with the k-means learner only; a
+        private node trains ``k``-centre models whatever its count, see
+        ``LLPNode.train``); a node whose training batches share none with a
+        neighbour's valid batches (exact runs).
     TypeError
         Both ``config`` and keyword settings, or an unknown setting.
     DataValidationError

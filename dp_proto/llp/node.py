@@ -11,6 +11,12 @@ the label set, epsilon, the clustering and search settings, the seeds);
 3. ``LLPNode.train`` fits its ``c + 1`` labelled clusterings, one per source of
    proportions: its own first, then those it received.
 
+Counts one record can change. In a private run nothing a node does raises, warns or
+changes a shape because of how many windows it has: fewer than ``b`` or ``k``
+windows go to the curator log only, and ``train`` still returns ``c + 1`` models
+with ``k`` centres each (a node with fewer than ``k`` windows, even none, gets the
+fixed procedure of ``LLPNode.train``). An exact run refuses such a node with an error.
+
 ``simulate_network`` (every node in one process) and
 ``run_node`` (one process per node, ``torch.distributed``) both drive
 this class, so a node computes the same thing in both.
@@ -36,12 +42,15 @@ from torch import Tensor
 from dp_proto._neighbours import check_points
 from dp_proto._validation import check_int
 from dp_proto.exceptions import DataValidationError, PrivacyLeakWarning
-from dp_proto.llp.bags import BAG_LOSSES, fit_bag_model
+from dp_proto.llp.assignment import AssignmentResult, local_search
+from dp_proto.llp.bags import BAG_LOSSES, LLPBagModel, _initialised, fit_bag_model
 from dp_proto.llp.grid import BatchGrid
-from dp_proto.llp.model import NodeFit, fit_node_models
+from dp_proto.llp.kmeans import KMeansResult
+from dp_proto.llp.model import LLPNodeModel, NodeFit, fit_node_models
 from dp_proto.llp.proportions import (
     DEFAULT_FLOOR,
     LabelProportions,
+    as_source,
     batch_label_counts,
     check_estimator,
     private_label_proportions,
@@ -404,10 +413,10 @@ class LLPNode:
     Raises
     ------
     ValueError
-        Fewer training windows than ``k`` or ``batch_size`` in an exact run. A private run
-        logs both for the curator instead (an error before the release would depend on
-        single records) and ``train``, which runs after the release, refuses fewer
-        than ``k``.
+        Fewer training windows than ``batch_size``, or (k-means learner) than ``k``, in an
+        exact run. A private run logs both for the curator instead (an error would depend
+        on single records), and ``train`` fits such a node too, with models of the same
+        shapes.
     DataValidationError
         NaN/inf features, labels outside the label set.
     """
@@ -451,12 +460,12 @@ class LLPNode:
             if not config.private:
                 raise ValueError(message)
             curator_log("%s", message)
-        if x.shape[0] < config.k:
+        if config.learner == "kmeans" and x.shape[0] < config.k:
             message = f"{self.name} has {x.shape[0]} training windows, fewer than k={config.k} clusters"
             if not config.private:
                 raise ValueError(message)
-            # Private: the release must not depend on whether one record more or less
-            # crosses k, so the node still releases; train() (local, after the release) refuses.
+            # Private: whether one record more or less crosses k must change nothing the
+            # run shows, so the node releases and trains (train's few-windows procedure).
             curator_log("%s", message)
         self.features, self.labels = x, y
         self.batch_ids = torch.as_tensor(self.grid.batch_ids(t), device=self.device)
@@ -497,18 +506,30 @@ class LLPNode:
 
         The k-means seeding, then the local-search starts, come from
         ``node_generator`` ``(seed, index)``. Call ``release`` first.
+
+        Whatever the number ``m`` of training windows, the k-means learner returns one
+        model per source with ``k`` centres each, and the bag learner one network of
+        the configured size. A node with ``m < k`` windows (possible in a private run
+        only; an exact node refuses it on construction) gets a fixed procedure instead
+        of k-means, so that whether one record more or less crosses ``k`` raises
+        nothing and changes no shape: every window is the centre of a cluster of its
+        own (the k-means optimum, inertia 0) and the other ``k - m`` clusters are empty,
+        their centres copies of the last window's (ties go to the lower index, so they
+        never predict); with no window at all the ``k`` centres are zeros. The clusters
+        are then labelled by the local search as usual; a source that no window of the
+        node can be compared with (no window at all) labels every cluster with its
+        largest total proportion over its valid batches (label 0 without one), loss 0.
+        The bag learner with no window returns its network as initialised from
+        ``node_generator`` (standardisation by mean 0 and scale 1), untrained.
         """
         if self._own is None:
             raise RuntimeError(f"{self.name}: release() comes before train()")
         cfg = self.config
-        if self.features.shape[0] < cfg.k:
-            raise ValueError(
-                f"{self.name} has {self.features.shape[0]} training windows, fewer than k={cfg.k} "
-                "clusters (its proportions were released; its own models cannot be fitted)"
-            )
         sources = [self._own, *(r.to(self.device) for r in received)]
         if cfg.learner == "bag":
             return self._train_bag(sources)
+        if self.features.shape[0] < cfg.k:
+            return self._train_few_windows(sources)
         try:
             return fit_node_models(
                 self.features,
@@ -529,6 +550,13 @@ class LLPNode:
         """The bag learner (``learner="bag"``) on the own source or on all of them; its
         initial weights come from ``node_generator`` ``(seed, index)``."""
         cfg = self.config
+        if self.features.shape[0] == 0:
+            d = self.features.shape[1]
+            zeros, ones = torch.zeros(d, dtype=torch.float32), torch.ones(d, dtype=torch.float32)
+            generator = node_generator(cfg.seed, self.index, self.device)
+            network = _initialised(d, cfg.num_classes, cfg.bag_hidden, zeros, ones, generator).to(self.device)
+            network.eval()
+            return NodeFit([LLPBagModel(network, cfg.num_classes, math.nan)], None, None, [])
         try:
             model = fit_bag_model(
                 self.features,
@@ -542,3 +570,62 @@ class LLPNode:
         except ValueError as err:
             raise type(err)(f"{self.name}: {err}") from err
         return NodeFit([model], None, None, [])
+
+    def _train_few_windows(self, sources: Sequence[LabelProportions]) -> NodeFit:
+        """The k-means learner's models for a node with fewer windows than ``k`` (see
+        ``train``): ``k`` centres, one model per source, the local-search starts from
+        ``node_generator`` ``(seed, index)``."""
+        cfg = self.config
+        x = self.features if self.features.is_floating_point() else self.features.to(torch.float64)
+        m, k, device = x.shape[0], cfg.k, x.device
+        if m:
+            centres = x[torch.arange(k, device=device).clamp(max=m - 1)].clone()
+        else:
+            centres = x.new_zeros((k, x.shape[1]))
+        own_cluster = torch.arange(m, device=device)
+        clustering = KMeansResult(centres, own_cluster, 0.0, 0)
+        cluster_counts = batch_label_counts(own_cluster, self.batch_ids, self.grid.num_batches, k)
+        has_records = cluster_counts.sum(1) > 0
+        generator = node_generator(cfg.seed, self.index, self.device)
+        models, searches = [], []
+        for i, source in enumerate(sources):
+            p, valid = as_source(source)
+            p = p.to(device)
+            weights = None if valid is None else valid.to(device)
+            usable = has_records if weights is None else has_records & (weights > 0)
+            if bool(usable.any()):
+                try:
+                    res = local_search(
+                        cluster_counts,
+                        p,
+                        n_starts=cfg.n_starts,
+                        max_iter=cfg.search_max_iter,
+                        swaps=cfg.swaps,
+                        weights=weights,
+                        generator=generator,
+                    )
+                except ValueError as err:
+                    raise type(err)(f"{self.name}: proportion source {i}: {err}") from err
+            else:
+                res = _uniform_assignment(p, weights, k)
+            searches.append(res)
+            models.append(LLPNodeModel(centres, res.assignment, cfg.num_classes, res.loss))
+        return NodeFit(models, clustering, cluster_counts, searches)
+
+
+def _uniform_assignment(proportions: Tensor, weights: Tensor | None, k: int) -> AssignmentResult:
+    """Every one of ``k`` clusters labelled with the label of the largest total proportion
+    over the batches of positive weight (ties and no such batch: the smallest label); loss 0,
+    as no batch of the node carries weight."""
+    p = torch.as_tensor(proportions).to(torch.float64)
+    rows = p if weights is None else p[weights > 0]
+    label = int(rows.sum(0).argmax()) if rows.shape[0] else 0
+    assignment = torch.full((k,), label, dtype=torch.int64, device=p.device)
+    return AssignmentResult(
+        assignment=assignment,
+        loss=0.0,
+        n_iter=0,
+        converged=True,
+        start_losses=torch.zeros(1, dtype=torch.float64, device=p.device),
+        assignments=assignment[None].clone(),
+    )

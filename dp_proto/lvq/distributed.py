@@ -24,6 +24,9 @@ Node ``i`` makes exactly these ``torch.distributed`` calls:
    ``ok`` is 0 if the node failed before the exchange (its data, its labels outside the
    shared label set, its fit); every node then stops instead of waiting for a model
    that never comes. All nodes must have the same feature count.
+   The label set is public input: a private run takes it from ``classes`` or the
+   estimator's ``classes`` and is refused without one (never read from the labels),
+   and every private node fits all of it, so no node's classes depend on its records.
 2. ``all_gather`` of its model's release (``Release.to_bytes``: the manifest and the
    tensors of ``to_release()``, padded to the longest release, uint8): what the model
    publishes and nothing else. A private node's release is its DP model (prototypes and
@@ -59,6 +62,7 @@ from dp_proto._processes import check_group, gather_status, launch_workers
 from dp_proto.exceptions import DataValidationError
 from dp_proto.lvq.estimators import GMLVQ
 from dp_proto.lvq.federated import merge_models
+from dp_proto.privacy.domain import public_classes
 from dp_proto.release import model_class, release_from_bytes
 
 __all__ = ["FederatedResult", "federated_fit", "launch_federated", "node_estimators", "run_federated_node"]
@@ -114,19 +118,75 @@ def _check_estimator(estimator: Any) -> None:
         raise ValueError("federated merging takes one prototype per class and node: set prototypes_per_class=1")
 
 
-def _label_set(labels: Sequence[np.ndarray], classes: Sequence[Any] | None) -> np.ndarray:
-    """The shared label set: ``classes``, or the union of every node's labels; a node
-    with labels outside it is refused (``_check_node_labels``)."""
-    held = np.unique(np.concatenate([np.asarray(y) for y in labels]))
-    label_set = held if classes is None else np.unique(np.asarray(list(classes)))
-    for i, y in enumerate(labels):
-        _check_node_labels(y, label_set, i)
+def _is_private(estimator: Any) -> bool:
+    """A private LVQ estimator (``DPGMLVQ``, ``DPLGMLVQ``): one that attaches node guarantees."""
+    return callable(getattr(estimator, "attach_node_guarantees", None))
+
+
+def _public_label_set(estimator: GMLVQ, classes: Sequence[Any] | np.ndarray | None, owner: str) -> np.ndarray | None:
+    """The public label set of a private run, from public settings only; None for a
+    non-private estimator.
+
+    A private run takes ``classes``, else the estimator's own ``classes``; with neither it
+    is refused before any data is read: a label set read from the private labels would
+    change when the only record of a class is removed (the merged model's classes, or a
+    node's classes outside the merge's set). ``classes`` and the estimator's ``classes``
+    must agree when both are given.
+    """
+    if not _is_private(estimator):
+        return None
+    own = estimator.get_params(deep=False).get("classes")
+    if classes is None and own is None:
+        raise ValueError(
+            f"{owner}: a private federated run needs the public label set: pass classes=[...] (here or to the "
+            f"estimator); read from the private labels, the label set (and with it the merged model, or an "
+            f"error) would change when the only record of a class is removed"
+        )
+    given = np.asarray(list(classes if classes is not None else own))
+    label_set, _ = public_classes(np.empty(0, dtype=given.dtype), given, owner, warn=False)
+    if classes is not None and own is not None:
+        mine = np.unique(np.asarray(list(own)))
+        if not np.array_equal(mine, label_set):
+            raise ValueError(
+                f"{owner}: classes={label_set.tolist()} and the estimator's classes={mine.tolist()} differ; "
+                "a private federated run has one public label set"
+            )
     return label_set
 
 
-def _check_node_labels(y: np.ndarray, label_set: np.ndarray, rank: int) -> None:
+def _with_label_set(estimator: GMLVQ, label_set: np.ndarray | None) -> GMLVQ:
+    """``estimator`` with ``classes=label_set`` (a private node fits the public label set,
+    so every node model has a prototype for every public class); unchanged if None."""
+    if label_set is None or estimator.get_params(deep=False).get("classes") is not None:
+        return estimator
+    return clone(estimator).set_params(classes=label_set.tolist())
+
+
+def _label_set(labels: Sequence[np.ndarray], classes: Sequence[Any] | None, public: np.ndarray | None) -> np.ndarray:
+    """The shared label set: the ``public`` one of a private run, else ``classes``, else
+    the union of every node's labels; a node with labels outside it is refused
+    (``_check_node_labels``)."""
+    if public is not None:
+        label_set = public
+    else:
+        held = np.unique(np.concatenate([np.asarray(y) for y in labels]))
+        label_set = held if classes is None else np.unique(np.asarray(list(classes)))
+    for i, y in enumerate(labels):
+        _check_node_labels(y, label_set, i, private=public is not None)
+    return label_set
+
+
+def _check_node_labels(y: np.ndarray, label_set: np.ndarray, rank: int, *, private: bool = False) -> None:
+    """Refuse labels outside the shared label set. For a private run the label set is
+    public and such a label breaks the declared domain (as in the private estimators): the
+    message then names no label of the data."""
     outside = np.setdiff1d(np.unique(y), label_set)
     if outside.size:
+        if private:
+            raise DataValidationError(
+                f"node {rank} has labels outside the public label set {label_set.tolist()}; remove those "
+                "records or add the labels to classes"
+            )
         raise DataValidationError(
             f"node {rank} has labels {outside.tolist()} outside the shared label set {label_set.tolist()}"
         )
@@ -169,8 +229,10 @@ def federated_fit(
         The rows of every node (disjoint for the private guarantee), e.g. from
         ``node_splits``.
     classes : sequence, optional
-        The shared label set (default: the union of the labels); a private estimator
-        needs its public ``classes`` anyway.
+        The shared label set. Default: the estimator's ``classes`` for a private
+        estimator, the union of the labels otherwise. A private run needs the public
+        label set here or in the estimator (both given: they must agree), and every
+        node fits it, so every node model has a prototype for every public class.
     omega_rank : int, optional
         ``rank`` of ``merge_models``: rows of the merged Omega (default: full root).
     random_state : int, optional
@@ -179,14 +241,26 @@ def federated_fit(
     Returns
     -------
     FederatedResult
+
+    Raises
+    ------
+    ValueError
+        A private estimator without a public label set (neither ``classes`` nor the
+        estimator's ``classes``) or with two that disagree, checked before any data is
+        read; not an LVQ estimator with one prototype per class.
+    DataValidationError
+        Labels outside the label set (in a private run: outside the public label set,
+        a break of its declared domain; the message names no label of the data).
     """
-    X, y = np.asarray(X), np.asarray(y)
+    _check_estimator(estimator)
+    public = _public_label_set(estimator, classes, "federated_fit")
     if len(nodes) == 0:
         raise ValueError("federated_fit needs at least one node")
+    X, y = np.asarray(X), np.asarray(y)
     parts = [np.asarray(idx) for idx in nodes]
-    label_set = _label_set([y[idx] for idx in parts], classes)
+    label_set = _label_set([y[idx] for idx in parts], classes, public)
     t0 = time.perf_counter()
-    estimators = node_estimators(estimator, len(parts), random_state)
+    estimators = node_estimators(_with_label_set(estimator, public), len(parts), random_state)
     fitted = [node.fit(X[idx], y[idx]) for node, idx in zip(estimators, parts, strict=True)]
     messages = [_release_message(m) for m in fitted]
     t1 = time.perf_counter()
@@ -212,10 +286,13 @@ def run_federated_node(
     Must be called by every rank of an initialised process group (``group``, default the
     default group) of ``world_size`` ranks. ``node_estimator`` is this node's unfitted
     estimator (``node_estimators(...)[rank]`` to match ``federated_fit``); ``label_set``
-    the shared, public label set, the same at every node.
+    the shared, public label set, the same at every node. A private node fits
+    ``label_set`` (its estimator's ``classes``, if given, must be the same set).
 
     Raises
     ------
+    ValueError
+        A private node estimator whose ``classes`` differ from ``label_set``.
     DataValidationError
         This node's labels lie outside ``label_set``, or the nodes have different
         feature counts.
@@ -231,8 +308,10 @@ def run_federated_node(
     n_features = 0
     try:
         _check_estimator(node_estimator)
+        public = _public_label_set(node_estimator, labels, f"run_federated_node (node {rank})")
+        node_estimator = _with_label_set(node_estimator, public)
         X, y = np.asarray(X), np.asarray(y)
-        _check_node_labels(y, labels, rank)
+        _check_node_labels(y, labels, rank, private=public is not None)
         model = node_estimator.fit(X, y)
         n_features = int(model.n_features_in_)
         message = _release_message(model)
@@ -291,7 +370,10 @@ def launch_federated(
         Unfitted template, ``prototypes_per_class=1``.
     node_data : sequence of (X_i, y_i)
     classes : sequence, optional
-        The shared label set (default: the union of the nodes' labels, computed here).
+        The shared label set, as in ``federated_fit``: default the estimator's
+        ``classes`` for a private estimator (which needs a public label set, refused
+        before any data is read otherwise), the union of the nodes' labels (computed
+        here) for a non-private one.
     omega_rank, random_state
         As in ``federated_fit``.
     backend, master_addr, master_port, timeout, num_threads, start_method
@@ -308,20 +390,21 @@ def launch_federated(
     ------
     TypeError, ValueError, DataValidationError
         Bad arguments or data, checked before any process starts: not an LVQ estimator
-        with one prototype per class, nodes with different feature counts, labels
-        outside ``classes``.
+        with one prototype per class, a private estimator without a public label set,
+        nodes with different feature counts, labels outside the label set.
     NodeProcessError
         A node's process failed (its traceback in the message).
     """
     _check_estimator(estimator)
+    public = _public_label_set(estimator, classes, "launch_federated")
     if len(node_data) == 0:
         raise ValueError("launch_federated needs at least one node")
     data = [(np.asarray(X), np.asarray(y)) for X, y in node_data]
     widths = sorted({X.shape[1] if X.ndim == 2 else -1 for X, _ in data})
     if len(widths) != 1 or widths[0] < 1:
         raise DataValidationError(f"every node needs a 2-D feature matrix with one feature count, got {widths}")
-    label_set = _label_set([y for _, y in data], classes)
-    estimators = node_estimators(estimator, len(data), random_state)
+    label_set = _label_set([y for _, y in data], classes, public)
+    estimators = node_estimators(_with_label_set(estimator, public), len(data), random_state)
     results = launch_workers(
         _federated_worker,
         [(est, X, y, label_set, omega_rank) for est, (X, y) in zip(estimators, data, strict=True)],

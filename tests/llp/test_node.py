@@ -143,7 +143,7 @@ def test_node_drops_windows_outside_the_grid_and_checks_its_data():
 
 def test_a_private_node_with_fewer_windows_than_k_still_releases(caplog):
     """Whether a node has k windows can hang on one record: a private node releases either
-    way (same shape, same ledger) and only its local fit, after the release, refuses."""
+    way (same shape, same ledger) and trains models of the same shapes (k centres)."""
     import logging
 
     data = _node(0)
@@ -155,8 +155,9 @@ def test_a_private_node_with_fewer_windows_than_k_still_releases(caplog):
     enough = LLPNode(0, data, dataclasses.replace(config, k=4))
     assert release.proportions.shape == enough.release().proportions.shape
     assert node.ledger.events == enough.ledger.events
-    with pytest.raises(ValueError, match="fewer than k=400 clusters .*proportions were released"):
-        node.train([])
+    fit = node.train([release])
+    assert [tuple(m.centres.shape) for m in fit.models] == [(400, 2), (400, 2)]
+    assert tuple(fit.cluster_counts.shape) == (20, 400)
 
 
 def test_simulate_network_accepts_a_config_or_keywords_alike():
