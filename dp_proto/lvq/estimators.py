@@ -56,6 +56,9 @@ class ValidatedClassifierMixin:
 
     classes_: np.ndarray
 
+    #: Rows a fit needs; a private fit takes 0 (how many records it holds is private).
+    _min_fit_samples = 1
+
     def _check_X(self, X, *, reset: bool, y=None):
         try:
             out = (
@@ -66,7 +69,7 @@ class ValidatedClassifierMixin:
                     reset=reset,
                     dtype=np.float64,
                     ensure_all_finite=False,
-                    ensure_min_samples=1,
+                    ensure_min_samples=self._min_fit_samples,
                 )
                 if y is not None
                 else validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite=False)

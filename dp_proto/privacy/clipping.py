@@ -49,5 +49,6 @@ def clip_box(x: Tensor, low: float | Tensor = -1.0, high: float | Tensor = 1.0) 
         raise ValueError("clip_box needs low <= high")
     if x.is_floating_point() and bool(torch.isnan(x).any()):
         raise ValueError("x contains NaN; it cannot be clipped into a box")
-    outside = ((x < low_t) | (x > high_t)).reshape(x.shape[0], -1).any(dim=1) if x.dim() else (x < low_t) | (x > high_t)
+    beyond = (x < low_t) | (x > high_t)
+    outside = beyond.flatten(1).any(dim=1) if x.dim() > 1 else beyond
     return ClipResult(torch.maximum(torch.minimum(x, high_t), low_t), int(outside.sum()))

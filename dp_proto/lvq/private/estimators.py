@@ -164,6 +164,8 @@ class _DPReleaseHooks:
 class _DPMixin(_DPReleaseHooks):
     """Replaces ``fit`` of a non-private estimator by DP initialisation + DP-SGD."""
 
+    _min_fit_samples = 0  # an empty data set fits too: the record count is private
+
     # parameters the estimators set in __init__ (annotations only, for the type checker)
     solver: str
     dtype: str
