@@ -44,7 +44,7 @@ from sklearn.utils.validation import check_is_fitted
 from dp_proto.privacy.calibration import optional_epsilon
 from dp_proto.privacy.curator import curator_attach, curator_log
 from dp_proto.privacy.domain import public_classes
-from dp_proto.privacy.events import PureEvent
+from dp_proto.privacy.events import NonPrivateEvent, PrivacyEvent, PureEvent
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import laplace_mechanism
 from dp_proto.privacy.randomness import (
@@ -567,6 +567,24 @@ class PrivateSVMWeight(_RFFSVMBase):
     supports and equilibrium points*. Master's thesis, Seoul National University.
     """
 
+    def planned_privacy_events(self, n_features: int) -> tuple[PrivacyEvent, ...]:
+        """The release ``fit`` makes, from public settings only (``DPPipeline`` checks it
+        against its budget before anything is fitted): the ``K`` noisy weight vectors, whose
+        sensitivity needs the public label set ``classes``. Without privacy
+        (``epsilon=None``: exact weights) one ``non_private`` event."""
+        self._validate_params()
+        eps = self._private_epsilon()
+        if eps is None:
+            return (NonPrivateEvent(name="svm_weight/non_private"),)
+        if self.classes is None:
+            raise ValueError(
+                "PrivateSVMWeight plans its release before reading the data from the public label set: pass "
+                "classes=[...]"
+            )
+        num_classes = len(np.unique(np.asarray(self.classes)))
+        l2 = svm_sensitivity(float(self.c_over_n), float(self.tol))
+        return (PureEvent(eps, name="svm_weight", sensitivity=num_classes * math.sqrt(int(self.num_features)) * l2),)
+
     def fit(self, X, y):
         """Train on ``X (n, d)``, ``y (n,)`` and release the noisy weights."""
         weights = self._fit_weights(X, y)
@@ -674,6 +692,16 @@ class PrivateSVMOutput(_RFFSVMBase):
     Park (2022). *Differentially private multi-class classification using kernel
     supports and equilibrium points*. Master's thesis, Seoul National University.
     """
+
+    def planned_privacy_events(self, n_features: int) -> tuple[PrivacyEvent, ...]:
+        """None: ``fit`` releases nothing (the exact weights stay with the publisher); every
+        answered query is an ``epsilon``-DP release charged to the ledger when it is asked
+        (in a ``DPPipeline``, to the pipeline's). Without privacy (``epsilon=None``: exact
+        answers) one ``non_private`` event."""
+        self._validate_params()
+        if self._private_epsilon() is None:
+            return (NonPrivateEvent(name="svm_output/non_private"),)
+        return ()
 
     def fit(self, X, y):
         """Train the exact (non-private) weights on ``X (n, d)``, ``y (n,)``; nothing is released."""

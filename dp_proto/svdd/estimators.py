@@ -48,7 +48,7 @@ from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.privacy.calibration import optional_epsilon
 from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.domain import public_classes
-from dp_proto.privacy.events import NonPrivateEvent
+from dp_proto.privacy.events import DiscreteLaplaceEvent, NonPrivateEvent, PrivacyEvent, PureEvent
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import noisy_count
 from dp_proto.privacy.randomness import check_noise_seed, noise_generator
@@ -73,6 +73,7 @@ from dp_proto.svdd.grid import (
     sparse_noisy_histogram,
 )
 from dp_proto.svdd.private import (
+    centre_sensitivity,
     full_box_centre,
     noisy_cell_counts,
     private_quantile,
@@ -214,6 +215,11 @@ class _SVDDBase(Releasable, BaseEstimator):
 
     def _new_ledger(self) -> PrivacyLedger:
         return self.ledger if self.ledger is not None else PrivacyLedger()
+
+    def _planned_centre(self, epsilon: float) -> PrivacyEvent:
+        """The event of the centre's release at ``epsilon`` (``release_centre``)."""
+        sensitivity = centre_sensitivity(float(self.c_over_n), int(self.num_features), tol=self.tol)
+        return PureEvent(epsilon, name="svdd/centre", sensitivity=sensitivity)
 
     def score_samples(self, X) -> np.ndarray:
         """``-f^(x) = -||phi(x) - a^||^2`` for ``X (m, d)``: higher means more inside the support."""
@@ -509,14 +515,32 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
         self.dtype = dtype
         self.ledger = ledger
 
-    def fit(self, X, y=None) -> PrivateSVDD:
-        """Fit on ``X (n, d)``; ``y`` is ignored."""
+    def _check_params(self) -> None:
         self._check_common()
-        private = _is_private(self.epsilon)
         if not 0 < self.centre_fraction < 1:
             raise ValueError(f"centre_fraction must lie in (0, 1), got {self.centre_fraction!r}")
         if not 0 < self.contamination < 1:
             raise ValueError(f"contamination must lie in (0, 1), got {self.contamination!r}")
+
+    def planned_privacy_events(self, n_features: int) -> tuple[PrivacyEvent, ...]:
+        """The releases ``fit`` makes, from public settings only (``DPPipeline`` checks them
+        against its budget before anything is fitted): the centre with ``centre_fraction *
+        epsilon`` and the radius with the rest; one ``non_private`` event for
+        ``epsilon=None``. ``n_features`` does not enter (the releases live in the feature
+        space)."""
+        self._check_params()
+        if not _is_private(self.epsilon):
+            return (NonPrivateEvent(name="svdd/non_private"),)
+        eps_centre = self.centre_fraction * self.epsilon
+        return (
+            self._planned_centre(eps_centre),
+            PureEvent(self.epsilon - eps_centre, name="svdd/radius", sensitivity=1.0),
+        )
+
+    def fit(self, X, y=None) -> PrivateSVDD:
+        """Fit on ``X (n, d)``; ``y`` is ignored."""
+        self._check_params()
+        private = _is_private(self.epsilon)
         X = self._as_tensor(X, fitting=True)
         gen = self._generator()
         noise = self._noise_generator() if private else None
@@ -873,6 +897,44 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
             raise ValueError(f"false_cells must be > 0, got {self.false_cells!r}")
         if not self.grid_ratio > 0:
             raise ValueError(f"grid_ratio must be > 0, got {self.grid_ratio!r}")
+
+    def planned_privacy_events(self, n_features: int) -> tuple[PrivacyEvent, ...]:
+        """The releases ``fit`` makes on ``n_features`` features, from public settings only
+        (``DPPipeline`` checks them against its budget before anything is fitted): the
+        centre, the noisy record count (``starts="auto"``, or ``n_starts="auto"`` with random
+        starts) and the votes. Under ``starts="auto"`` with a cube size, whether the votes go
+        to the grid or to random starts depends on the noisy count, so they are planned as a
+        generic ``epsilon``-DP release, which bounds both. ``epsilon=None`` plans a
+        ``non_private`` event, and so does ``starts="training"`` (before its two releases)."""
+        self._check_params()
+        mode = self._start_mode()
+        if not _is_private(self.epsilon):
+            return (NonPrivateEvent(name="svdd/non_private"),)
+        if mode == "training":
+            return (
+                NonPrivateEvent(name="svdd/training_starts"),
+                self._planned_centre(self.epsilon),
+                DiscreteLaplaceEvent(self.epsilon, grid_steps=1, name="svdd/votes", sensitivity=1.0),
+            )
+        needs_count = mode == "auto" or (self.n_starts == "auto" and mode in ("normal", "uniform"))
+        eps_centre = self.centre_fraction * self.epsilon
+        eps_count = self.count_fraction * self.epsilon if needs_count else None
+        eps_votes = self.epsilon - eps_centre - (eps_count or 0.0)
+        events: list[PrivacyEvent] = [self._planned_centre(eps_centre)]
+        if eps_count is not None:
+            events.append(DiscreteLaplaceEvent(eps_count, grid_steps=1, name="svdd/record_count", sensitivity=1.0))
+        if mode == "auto" and (
+            (self.grid_step is None and self.r_max is None) or self._public_grid(n_features).num_cells > MAX_CELLS
+        ):
+            mode = "normal"  # what _auto_mode decides without the count
+        if mode == "grid":
+            self._public_grid(n_features)  # refuses a grid without a cube size before the data are read
+            events.append(PureEvent(eps_votes, name="svdd/grid_votes", sensitivity=1.0))
+        elif mode == "auto":
+            events.append(PureEvent(eps_votes, name="svdd/votes", sensitivity=1.0))
+        else:  # noisy_cell_counts
+            events.append(DiscreteLaplaceEvent(eps_votes, grid_steps=1, name="svdd/votes", sensitivity=1.0))
+        return tuple(events)
 
     def _choose_n_starts(self, n_hat: float | None, c: int, eps_votes: float | None) -> int:
         """``n_starts`` as given, or the ``"auto"`` rule on the (noisy) record count ``n_hat``."""

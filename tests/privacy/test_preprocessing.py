@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import FunctionTransformer
 
 from dp_proto.exceptions import DataValidationError, PrivacyBudgetExceededError
-from dp_proto.lvq.private import DPGLVQ
+from dp_proto.lvq.private import DPGLVQ, SubsampleAggregateGLVQ
 from dp_proto.privacy import SharedLedger
-from dp_proto.privacy.preprocessing import DPPCA, DPPipeline, DPStandardScaler
+from dp_proto.privacy.preprocessing import DPPCA, DPPipeline, DPStandardScaler, PublicMap
 from dp_proto.privacy.testing import adversarial_removals, neighbour_check
 
 
@@ -62,6 +65,48 @@ def test_a_whole_pipeline_passes_the_neighbour_check():
     report = neighbour_check(release, (X, y), removals=[*adversarial_removals(X, y), 0], curator_only=("curator_",))
     report.assert_ok()
     assert report.releases[:2] == ["dp_standard_scaler", "dp_pca_second_moment"]
+
+
+def test_a_model_fitted_without_noise_cannot_be_built_into_a_private_pipeline():
+    """The configuration the pipeline refuses releases a model that moves with every
+    record (the neighbour check flags its coef_); refused, it releases nothing at all."""
+    X, y = _data(n=30, d=3)
+    steps = lambda: [  # noqa: E731
+        ("scale", DPStandardScaler(bounds=(-3, 7), epsilon=0.5)),
+        ("clf", LogisticRegression()),
+    ]
+    removals = [0, 5, 17]
+    leaky = neighbour_check(
+        lambda X, y: Pipeline(steps()).fit(X, y), (X, y), removals=removals, curator_only=("curator_",)
+    )
+    assert len(leaky.violations) == len(removals) and all("coef_" in v for v in leaky.violations)
+
+    with pytest.raises(TypeError, match="'clf' \\(LogisticRegression\\) is neither private nor declared public"):
+        DPPipeline(steps(), budget=(1.0, 1e-5))
+    refused = neighbour_check(
+        lambda X, y: DPPipeline(steps(), budget=(1.0, 1e-5)).fit(X, y), (X, y), removals=removals
+    ).assert_ok()
+    assert refused.releases == []  # the same refusal on every neighbour, before any release
+
+
+def test_a_pipeline_with_a_public_map_and_subsample_and_aggregate_passes_the_neighbour_check():
+    X, y = _data(n=30, d=3)
+
+    def release(X, y):
+        steps = [
+            ("tanh", PublicMap(FunctionTransformer(np.tanh))),
+            ("scale", DPStandardScaler(bounds=(-1, 1), epsilon=1.0)),
+            ("saa", SubsampleAggregateGLVQ(num_bins=4, epsilon=1.0, bounds=(-3, 3), classes=[0, 1], epochs=2)),
+        ]
+        return DPPipeline(steps, budget=(3.0, 1e-5)).fit(X, y)
+
+    report = neighbour_check(release, (X, y), removals=[*adversarial_removals(X, y), 0], curator_only=("curator_",))
+    report.assert_ok()
+    assert report.releases == ["dp_standard_scaler", "saa"]
+    pipe = release(X, y)
+    # the release of the step without a ledger parameter is on the pipeline's ledger too
+    assert [e.name for e in pipe.ledger_.events] == ["dp_standard_scaler", "saa"]
+    assert pipe.step_roles_ == {"tanh": "public map", "scale": "private", "saa": "private"}
 
 
 def test_the_scaler_estimates_mean_and_deviation():

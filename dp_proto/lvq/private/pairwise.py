@@ -463,6 +463,11 @@ class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
         events.append(SubsampledGaussianEvent(sigma_p, qp, count=Tp, name="platt/dp_sgd"))
         return events, sigma, sigma_p
 
+    def planned_privacy_events(self, n_features: int) -> tuple[PrivacyEvent, ...]:
+        """The releases ``fit`` makes on ``n_features`` features (``privacy_plan``'s events;
+        ``DPPipeline`` checks them against its budget before anything is fitted)."""
+        return tuple(self.privacy_plan(n_features)[0])
+
     # -- fit ---------------------------------------------------------------------------
     def fit(self, X, y) -> DPPairwiseGMLVQ:
         """Private fit on ``X (n, d)``, ``y (n,)``; see the class docstring."""

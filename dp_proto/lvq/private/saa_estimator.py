@@ -18,10 +18,12 @@ from dp_proto.lvq.estimators import GLVQ
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.coa import coa_glvq
 from dp_proto.lvq.private.estimators import FIT_SCOPE, _DPMixin
-from dp_proto.lvq.private.saa import subsample_and_aggregate
+from dp_proto.lvq.private.saa import saa_sensitivity, subsample_and_aggregate
 from dp_proto.privacy.calibration import check_delta, check_epsilon
 from dp_proto.privacy.curator import curator_attach, curator_log
+from dp_proto.privacy.events import ApproxEvent, PrivacyEvent
 from dp_proto.privacy.ledger import PrivacyLedger
+from dp_proto.privacy.mechanisms import plan_gaussian
 from dp_proto.privacy.randomness import noise_generator
 from dp_proto.release import register_model
 
@@ -196,6 +198,25 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
             raise ValueError(f"radius must be > 0 or None, got {self.radius!r}")
         check_epsilon(self.epsilon)
         check_delta(self.delta, allow_zero=False)
+
+    def planned_privacy_events(self, n_features: int) -> tuple[PrivacyEvent, ...]:
+        """The release ``fit`` makes on ``n_features`` features, from public settings only
+        (``DPPipeline`` checks it against its budget before anything is fitted): the
+        discrete Gaussian release of the bins' mean, whose sensitivity needs the number of
+        prototypes and so the public label set ``classes``, or the centre of attention's
+        ``(epsilon, delta)`` release."""
+        self._validate_params()
+        if self.aggregation == "centre_of_attention":
+            return (ApproxEvent(self.epsilon, self.delta, name="coa"),)
+        if self.classes is None:
+            raise ValueError(
+                "SubsampleAggregateGLVQ plans its release before reading the data from the public label set: "
+                "pass classes=[...]"
+            )
+        num_prototypes = sum(self._prototype_counts(np.unique(np.asarray(self.classes))))
+        sensitivity = saa_sensitivity(num_prototypes, n_features, radius=self.radius)
+        event = plan_gaussian(self.epsilon, self.delta, sensitivity, num_prototypes * n_features, name="saa").event
+        return () if event is None else (event,)
 
     def fit(self, X, y):
         """Private training on ``X (n, d)``, ``y (n,)``; see the class docstring."""
