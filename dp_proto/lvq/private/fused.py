@@ -51,13 +51,24 @@ from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.randomness import fresh_generator
 from dp_proto.privacy.testing import intercept
 
-__all__ = ["clipped_gradient_sum", "dp_sgd_step", "poisson_batch_index", "fit_dp_sgd_fused", "check_fusable"]
+__all__ = [
+    "CLIPPED_SUM_SLACK",
+    "clipped_gradient_sum",
+    "dp_sgd_step",
+    "poisson_batch_index",
+    "fit_dp_sgd_fused",
+    "check_fusable",
+]
 
 # Most specific class first (GMLVQLayer and LGMLVQLayer subclass GLVQLayer).
 _NORM_SAMPLERS = ((LGMLVQLayer, lgmlvq_norm_sample), (GMLVQLayer, gmlvq_norm_sample), (GLVQLayer, glvq_norm_sample))
 
 # Opacus' guard in the clip factor C / (norm + 1e-6).
 _NORM_GUARD = 1e-6
+
+#: Relative slack ``s`` of a full-batch step's declared sensitivity ``C (1 + s)`` in the
+#: neighbour check: rounding of the clipped sum as computed (docs/privacy-model.md).
+CLIPPED_SUM_SLACK = {torch.float32: 1e-4, torch.float64: 1e-9}
 
 
 def _norm_sampler(layer: GLVQLayer):
@@ -244,6 +255,7 @@ def fit_dp_sgd_fused(
                 beta=beta,
                 check_labels=False,
                 data_parallel=dp,
+                full_batch=sampling_rate >= 1.0 and dp is None,
             )
             post_step()  # renormalisation, iterate averaging: post-processing
             total += costs.detach().sum()
@@ -314,10 +326,16 @@ def dp_sgd_step(
     beta: float = 1.0,
     check_labels: bool = True,
     data_parallel: DataParallel | None = None,
+    full_batch: bool = False,
 ) -> Tensor:
     """One DP-SGD step on the (Poisson-sampled) batch ``x (B, ...)``, ``y (B,)``: clipped
     gradient sum, ``N(0, noise_std^2)`` per coordinate, division by ``expected_batch``,
     ``optimizer.step()``. Returns the per-sample costs ``(B,)`` (curator diagnostics).
+
+    ``full_batch=True`` (sampling rate 1: the batch is the whole data set) declares the
+    clipped sum's sensitivity ``max_grad_norm (1 + CLIPPED_SUM_SLACK)`` in l2 to the
+    neighbour check (``dp_proto.privacy.testing``), which then checks every step; a
+    subsampled step's batch differs between neighbours and declares none.
 
     With ``data_parallel``, ``x`` is this rank's part of the batch: rank 0 adds the
     noise to its partial sum and one all-reduce gives every rank the noisy total."""
@@ -345,7 +363,11 @@ def dp_sgd_step(
                 device=summed.device,
             )
 
-        noisy = intercept("dp_sgd", summed, None, None, draw)  # subsampled: checked per step elsewhere
+        if full_batch:
+            bound = max_grad_norm * (1.0 + CLIPPED_SUM_SLACK.get(summed.dtype, CLIPPED_SUM_SLACK[torch.float32]))
+            noisy = intercept("dp_sgd", summed, bound, "l2", draw)
+        else:  # subsampled: the clipped sums are checked on their own (test_clipped_sum_states)
+            noisy = intercept("dp_sgd", summed, None, None, draw)
         if data_parallel is not None:  # sum_ranks (partial sum [+ noise on rank 0])
             noisy = data_parallel.all_reduce_sum(noisy, what="the all-reduce of the noisy gradient sum")
         offset = 0
