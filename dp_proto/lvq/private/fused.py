@@ -73,13 +73,22 @@ CLIPPED_SUM_SLACK = {torch.float32: 1e-4, torch.float64: 1e-9}
 
 def _norm_sampler(layer: GLVQLayer):
     for cls, sampler in _NORM_SAMPLERS:
-        if isinstance(layer, cls):
+        if type(layer) is cls:
             return sampler
     raise TypeError(f"no closed-form norm sampler for {type(layer).__name__}")  # pragma: no cover
 
 
 def check_fusable(model: PrototypeModel) -> None:
-    """``ValueError`` unless every trainable parameter of ``model`` is in its layer."""
+    """``ValueError`` unless the layer is a ``GLVQLayer``, ``GMLVQLayer`` or
+    ``LGMLVQLayer`` (exactly: a subclass may compute another distance, whose per-sample
+    gradient norms the closed forms do not know) and every trainable parameter of
+    ``model`` is in it."""
+    if type(model.layer) not in (GLVQLayer, GMLVQLayer, LGMLVQLayer):
+        raise ValueError(
+            f"the fused DP-SGD engine knows the per-sample gradient norms of GLVQLayer, GMLVQLayer and "
+            f"LGMLVQLayer only, not of {type(model.layer).__name__} (its distance may differ). Use "
+            "engine='opacus' (per-sample gradients of the layer's own forward)."
+        )
     layer_params = {id(p) for p in model.layer.parameters()}
     outside = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in layer_params]
     if outside:

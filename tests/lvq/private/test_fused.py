@@ -158,6 +158,27 @@ def test_trainable_backbone_is_refused_and_auto_falls_back_to_opacus():
     check_fusable(model)
 
 
+class _ScaledDistanceLayer(GLVQLayer):
+    """A user's layer with its own distance (100 times the squared Euclidean one)."""
+
+    def forward(self, x):
+        return 100.0 * super().forward(x)
+
+
+def test_a_layer_subclass_with_its_own_distance_is_not_fused():
+    """The closed-form norms are the three layers' own: under this subclass's distance they
+    understated every gradient norm 100 times, so a gradient of up to 100 C went unclipped."""
+    model = PrototypeModel(_ScaledDistanceLayer(2, 2, dtype=torch.float64), [0, 1])
+    with pytest.raises(ValueError, match="engine='opacus'"):
+        check_fusable(model)
+    with pytest.raises(TypeError, match="no closed-form norm sampler"):
+        clipped_gradient_sum(model, torch.zeros(3, 2, dtype=torch.float64), torch.tensor([0, 1, 0]), 1.0)
+    x = torch.randn(40, 2, dtype=torch.float64)
+    y = torch.randint(0, 2, (40,))
+    result, _ = _fit(model, x, y, sigma=1.0, steps=2, engine="auto")  # Opacus' own per-sample gradients
+    assert result.steps == 2
+
+
 @pytest.mark.slow
 def test_both_engines_spend_what_was_calibrated():
     """The estimators pass q = 1/k; both engines must sample at exactly that rate, so
