@@ -2,13 +2,25 @@
 
 Every sampler takes ``generator`` (a ``torch.Generator``) or ``secure_mode=True`` (bits from
 ``os.urandom``; the generator must then be None). ``generator=None`` draws from a
-fresh generator seeded with 64 bits of operating-system entropy
-(``fresh_generator``), never from torch's global
-generator, which seeding a run makes predictable. Samples are drawn in float64 and cast
-to the requested dtype.
+fresh generator whose whole state comes from ``os.urandom`` (``fresh_generator``),
+never from torch's global generator, which seeding a run makes predictable. Samples are
+drawn in float64 and cast to the requested dtype.
 
 Tails
 -----
+The discrete samplers (``geometric_noise``, ``discrete_laplace_noise``,
+``discrete_gaussian_noise``) have unbounded tails for every scale they accept
+(``0 < scale <= 2^50``): a geometric variable is assembled from an inverse CDF over its
+first values and a fresh start beyond them (memorylessness), and every Bernoulli
+``exp(-g)`` coin, however small its probability, is a product of coins of probability at
+least ``exp(-8)``. Every integer can come out, with the probability the pmf gives it
+(up to the rounding below), so a discrete Laplace release is ``epsilon``-DP at every
+epsilon; a sampler of the form ``floor(log(u) / log(p))`` on 53-bit uniforms stops near
+``37 scale`` (it returns only 0 below ``scale = 1/37``), which leaves a delta of about
+``1e-16`` and, for a shift larger than that bound, an infinite privacy loss. The
+outputs are int64: at ``scale = 2^50`` a value beyond ``2^62`` has probability
+``exp(-4096)``.
+
 Gaussian noise is drawn by Box-Muller from 53-bit uniforms in float64, so its largest
 attainable value is ``sqrt(2 ln 2^54) ~ 8.65`` standard deviations (tail mass beyond:
 below 1e-17). torch's float32 ``randn`` stops near 5.77 (24-bit uniforms): the outputs
@@ -26,25 +38,27 @@ adversary who sees the full-precision output may learn the input. Two defences h
 * ``discrete_laplace_noise`` samples integers (a two-sided geometric
   distribution). A mechanism that rounds its value to a public grid and adds
   ``grid * discrete_laplace`` (see ``laplace_mechanism(..., grid=...)``) has
-  outputs on the grid only, so there are no input-dependent gaps. The sampler
-  still uses floating-point logarithms to draw geometric variables, so its
-  probabilities are exact only up to double rounding (about 1e-16 relative),
-  which is far below any epsilon used in practice.
+  outputs on the grid only, so there are no input-dependent gaps.
 * ``discrete_gaussian_noise`` samples the discrete Gaussian by rejection from the
   discrete Laplace (Canonne, Kamath & Steinke 2020, Alg. 3);
   ``gaussian_mechanism(..., grid=...)`` adds ``grid`` times it to the value rounded to
-  the grid (the default), with the same float64 caveat for its acceptance test.
+  the grid (the default).
 * Secure mode draws 53-bit uniform variates from ``os.urandom`` and never from a
   seedable PRNG, so noise cannot be reproduced from a leaked seed.
 
-Why not OpenDP's exact sampler: ``benchmarks/privacy/noise_samplers.py`` compares this
-discrete Laplace sampler with OpenDP's ``make_laplace`` on integers (exact rational
-arithmetic in Rust). Both fit the exact pmf (chi-square p 0.3-0.9 at 10^6 draws), and
-OpenDP takes 120-200 times as long per draw (7-14 us against 24-96 ns on the 2-core
-machine); it also cannot be seeded (no reproducible tests), draws only on the CPU and
-would add a dependency. The remaining inexactness here, double rounding in one logarithm
-(about 1e-16 relative in each probability), is far below any delta in use, so this
-sampler is the default.
+What remains inexact in the discrete samplers is double rounding: each uniform
+decides, by a comparison ``u < pr`` or an inverse CDF with float64 logarithms and
+exponentials, between outcomes of probability at least ``exp(-2) / 512`` (about
+``2.6e-4``), so the 53-bit lattice of the uniforms and the rounding of the boundaries
+leave every realised probability within a relative error of about ``1e-12`` of the exact
+one (the discrete Gaussian's acceptance probability ``exp(-g)`` also carries the
+rounding of ``g``: about ``1e-16 g`` relative). No value has probability zero, so the
+privacy loss of a discrete release exceeds its epsilon by at most a few times ``1e-12``.
+
+Exact samplers with rational arithmetic exist (OpenDP's ``make_laplace`` and
+``make_gaussian`` on integers); they cannot be seeded (no reproducible tests), draw on
+the CPU only and would add a dependency. The privacy benchmarks (``benchmarks/privacy``)
+compare their speed and fit with these samplers.
 
 Use the seeded path for experiments and tests; use ``secure_mode=True`` (and a grid
 for Laplace releases) when releasing to untrusted parties.
@@ -91,7 +105,8 @@ def uniform_open(
     ``os.urandom`` (``secure_mode``): ``(k + 0.5) / 2^53``, ``k`` a uniform 53-bit integer. A
     generator: torch's float64 ``rand`` (``k / 2^53``, the same 53 random bits) with
     ``k = 0`` moved to ``2^-54``. Either way the smallest value is ``2^-54``, which bounds
-    the Gaussian sampler's largest output at ``sqrt(2 ln 2^54) ~ 8.65`` sigma."""
+    the Gaussian sampler's largest output at ``sqrt(2 ln 2^54) ~ 8.65`` sigma (the
+    discrete samplers have no such bound)."""
     shape = _shape(shape)
     n = math.prod(shape)
     if secure_mode:
@@ -163,11 +178,11 @@ def discrete_laplace_noise(
     """I.i.d. discrete Laplace integers: ``P(k) proportional to exp(-|k| / scale)``, int64.
 
     Drawn as the difference of two geometric variables with success probability
-    ``1 - exp(-1/scale)``. Adding it to an integer-valued query of sensitivity
-    ``s`` gives ``(s / scale)``-DP (Canonne, Kamath & Steinke 2020).
+    ``1 - exp(-1/scale)`` (``geometric_noise``: unbounded tails). Adding it to an
+    integer-valued query of sensitivity ``s`` gives ``(s / scale)``-DP (Canonne, Kamath &
+    Steinke 2020). ``0 < scale <= 2^50`` (larger scales would overflow int64).
     """
-    if not scale > 0:
-        raise ValueError(f"discrete Laplace scale must be > 0, got {scale!r}")
+    _check_scale(scale, "discrete Laplace scale")
     geometric = geometric_noise((2, *_shape(shape)), scale, generator=generator, secure_mode=secure_mode, device=device)
     return geometric[0] - geometric[1]
 
@@ -182,12 +197,41 @@ def geometric_noise(
     device: torch.device | str | None = None,
 ) -> Tensor:
     """I.i.d. geometric integers ``P(G = k) = (1 - p) p^k``, ``k >= 0``, ``p = exp(-1/scale)``,
-    int64: ``floor(log(u) / log(p))`` from 53-bit uniforms (double rounding in the
-    logarithm only)."""
-    if not scale > 0:
-        raise ValueError(f"geometric scale must be > 0, got {scale!r}")
-    u = uniform_open(shape, generator=generator, secure_mode=secure_mode, device=device)
-    return torch.floor(torch.log(u) / (-1.0 / scale)).to(torch.int64)
+    int64, with unbounded tails; ``0 < scale <= 2^50``.
+
+    ``G = H 2^b + R`` with ``H`` and ``R`` independent (the pmf factorises over the
+    binary digits of ``G``), ``b >= 0`` chosen per ``scale`` to use the fewest uniforms
+    (``b = 0``, no ``R``, below ``scale`` about 950):
+
+    * ``H``, geometric with ``P(H >= h) = exp(-h 2^b / scale)``, has no upper limit
+      (``_count``): the inverse CDF ``floor(-log(u) scale / 2^b)`` over its first values,
+      as deep as every outcome keeps a probability of at least ``exp(-2) / 512``, and,
+      beyond that depth, a fresh start (memorylessness); below ``scale`` about 0.12,
+      where even ``P(H >= 1)`` is smaller, ``H`` counts exact-tailed
+      ``Bernoulli(exp(-1 / scale))`` coins (``_bernoulli_exp``);
+    * ``R``, the ``b`` low binary digits, comes in independent groups of at most 9
+      digits, each drawn from one uniform by the inverse CDF of its truncated geometric
+      law (``_digits``).
+
+    Floating point: every uniform decides between outcomes of probability at least
+    ``exp(-2) / 512`` (about ``2.6e-4``), so the 53-bit lattice of the uniforms and double
+    rounding in the logarithms leave each realised probability within a relative error
+    of about ``1e-12`` of the exact one, at every distance from zero: no value has
+    probability zero and none is cut off.
+    """
+    _check_scale(scale, "geometric scale")
+    shape = _shape(shape)
+    if generator is None and not secure_mode:
+        generator = fresh_generator(device)  # one fresh generator for all of this call's draws
+    draw = _uniform_source(generator, secure_mode, device)
+    n = math.prod(shape)
+    low, depth = _plan(scale)
+    out = _count(float(2**low) / scale, depth, n, draw) << low
+    at = 0
+    for width in _groups(low):
+        out += _digits(draw(n), at, width, scale) << at
+        at += width
+    return out.reshape(shape)
 
 
 @renamed_keyword("secure", "secure_mode")
@@ -203,25 +247,176 @@ def discrete_gaussian_noise(
 
     Rejection sampling from the discrete Laplace law (Canonne, Kamath & Steinke 2020,
     Alg. 3): with ``t = floor(sigma) + 1``, a discrete Laplace ``Y`` of scale ``t`` is kept
-    with probability ``exp(-(|Y| - sigma^2 / t)^2 / (2 sigma^2))``; about 1.3 to 1.6
-    candidates per kept value. As in ``discrete_laplace_noise``, the geometric draws
-    and the acceptance test use float64 logarithms and exponentials, exact up to double
-    rounding (about 1e-16 relative in each probability). Vectorised: candidates are drawn
-    in batches on ``device`` until every slot is filled.
+    with probability ``exp(-g)``, ``g = (|Y| - sigma^2 / t)^2 / (2 sigma^2)``; about 1.3
+    to 1.6 candidates per kept value. The candidates have unbounded tails
+    (``geometric_noise``) and the acceptance is an exact-tailed ``Bernoulli(exp(-g))``
+    (``_bernoulli_exp``), so no value far out is lost. Floating point: relative errors of
+    about ``1e-12`` in the candidates' and the coins' probabilities (as in
+    ``geometric_noise``), plus the rounding of ``g`` (about ``1e-16 g`` relative in the
+    acceptance probability). ``0 < sigma < 2^50``. Vectorised: candidates are drawn in
+    batches on ``device`` until every slot is filled.
     """
-    if not sigma > 0:
-        raise ValueError(f"discrete Gaussian sigma must be > 0, got {sigma!r}")
+    if not 0 < sigma < _MAX_SCALE:
+        raise ValueError(f"discrete Gaussian sigma must be > 0 and below 2^50 (int64 outputs), got {sigma!r}")
     shape = _shape(shape)
     n = math.prod(shape)
     t = math.floor(sigma) + 1
+    if generator is None and not secure_mode:
+        generator = fresh_generator(device)  # one fresh generator for all of this call's draws
+    draw = _uniform_source(generator, secure_mode, device)
     centre, two_var = sigma * sigma / t, 2.0 * sigma * sigma
     chunks: list[Tensor] = []
     filled = 0
     while filled < n or not chunks:
         batch = int(1.7 * (n - filled)) + 16
         y = discrete_laplace_noise(batch, t, generator=generator, secure_mode=secure_mode, device=device)
-        u = uniform_open(batch, generator=generator, secure_mode=secure_mode, device=device)
-        kept = y[u < torch.exp(-((y.abs().to(torch.float64) - centre) ** 2) / two_var)][: n - filled]
+        accept = _bernoulli_exp((y.abs().to(torch.float64) - centre) ** 2 / two_var, batch, draw)
+        kept = y[accept][: n - filled]
         chunks.append(kept)  # on the draws' device (the generator's when device is None)
         filled += kept.numel()
     return torch.cat(chunks).reshape(shape)
+
+
+# -- exact-tailed building blocks ---------------------------------------------------------------
+# Every uniform below decides between outcomes of probability at least _MIN_OUTCOME: the
+# 53-bit lattice of the uniforms (2^-53 per boundary) and the rounding of the boundaries
+# then cost each probability a relative error of about 1e-12 at most.
+_GROUP_BITS = 9
+_MIN_OUTCOME = math.exp(-2.0) / 2**_GROUP_BITS  # ~2.6e-4
+_CHUNK = 8.0  # exp(-8) ~ 3.4e-4 >= _MIN_OUTCOME; a power of two: gamma - 8 floor(gamma / 8) is exact
+_EXP_MINUS_CHUNK = math.exp(-_CHUNK)
+_MAX_SCALE = float(2**50)
+
+
+def _check_scale(scale: float, what: str) -> None:
+    if not 0 < scale <= _MAX_SCALE:
+        raise ValueError(f"{what} must be > 0 and at most 2^50 (int64 outputs), got {scale!r}")
+
+
+def _uniform_source(generator: torch.Generator | None, secure_mode: bool, device):
+    """``draw(k)``: ``k`` uniforms from ``uniform_open`` (looked up at each call, so a
+    test may replace it)."""
+
+    def draw(k: int) -> Tensor:
+        return uniform_open(k, generator=generator, secure_mode=secure_mode, device=device)
+
+    return draw
+
+
+def _depth(gamma: float) -> int:
+    """The largest ``T`` such that ``min(H, T)``, ``P(H >= h) = exp(-gamma h)``, has only
+    outcomes of probability at least ``_MIN_OUTCOME``: ``exp(-gamma k) (1 - exp(-gamma))``
+    for ``k < T`` and ``exp(-gamma T)``. 0 when even ``T = 1`` has a smaller one."""
+    step = -math.expm1(-gamma)
+    if step < _MIN_OUTCOME or gamma > -math.log(_MIN_OUTCOME):
+        return 0
+    return math.floor(min(1.0 + math.log(step / _MIN_OUTCOME) / gamma, -math.log(_MIN_OUTCOME) / gamma))
+
+
+def _groups(bits: int) -> list[int]:
+    """``bits`` split into as few groups of at most ``_GROUP_BITS`` as possible, of
+    nearly equal widths, lowest group first."""
+    count = -(-bits // _GROUP_BITS)
+    return [bits // count + (1 if j < bits % count else 0) for j in range(count)] if bits else []
+
+
+def _plan(scale: float) -> tuple[int, int]:
+    """``(b, T)`` for ``geometric_noise``: the low digits ``b`` drawn in groups and the
+    depth ``T`` of ``H``'s inverse CDF (0: ``Bernoulli`` trials), for the least expected
+    work per value (a uniform per group, one for ``H`` and about three per fresh start). ``b > 0`` only with ``2^b / scale <= 2``, so every group has
+    outcomes of probability at least ``exp(-2) / 2^9``."""
+    best: tuple[float, int, int] | None = None
+    for low in range(0, 52):
+        gamma = float(2**low) / scale
+        if low > 0 and gamma > 2.0:
+            break
+        depth = _depth(gamma)
+        if depth == 0 and gamma < 1.0:
+            continue  # H's first outcomes too fine for one uniform: more digits in groups
+        restart = math.exp(-gamma * depth) if depth else 0.0
+        cost = 1.0 + 3.0 * restart / (1.0 - restart) + len(_groups(low))  # a fresh start: ~3 uniforms' time
+        if best is None or cost < best[0] - 1e-9:
+            best = (cost, low, depth)
+    assert best is not None  # low = 0 qualifies unless 1/scale < 2.6e-4; then low <= 50 does
+    return best[1], best[2]
+
+
+def _bernoulli_exp(gamma: float | Tensor, n: int, draw) -> Tensor:
+    """``n`` independent booleans, each True with probability ``exp(-gamma)`` (``gamma >= 0``,
+    a float or a float64 tensor of ``n`` values; infinity gives False).
+
+    Exact-tailed for every ``gamma``: with ``j = floor(gamma / 8)``,
+    ``exp(-gamma) = exp(-8)^j exp(-(gamma - 8 j))``, drawn as one
+    ``Bernoulli(exp(-(gamma - 8 j)))`` and ``j`` ``Bernoulli(exp(-8))`` trials, the
+    trials run on the survivors only and stop when none is left (a huge ``gamma`` costs
+    a few rounds). Each is ``u < pr`` with ``pr >= exp(-8)``: relative error about
+    ``1e-12`` (Canonne, Kamath & Steinke 2020, Alg. 1, with uniforms in place of exact
+    rational coins)."""
+    if isinstance(gamma, Tensor):
+        trials = torch.floor(gamma / _CHUNK)
+        alive = draw(n) < torch.exp(trials * _CHUNK - gamma)  # infinity: nan, never True
+        idx = (alive & (trials > 0)).nonzero().squeeze(1)
+        left = trials[idx]
+        while idx.numel():
+            ok = draw(idx.numel()) < _EXP_MINUS_CHUNK
+            alive[idx[~ok]] = False
+            idx, left = idx[ok], left[ok] - 1.0
+            more = left > 0
+            idx, left = idx[more], left[more]
+        return alive
+    if math.isinf(gamma):
+        return draw(n) < 0.0  # False everywhere, on the draws' device
+    whole = math.floor(gamma / _CHUNK)
+    alive = draw(n) < math.exp(whole * _CHUNK - gamma)
+    if whole == 0:
+        return alive
+    idx = alive.nonzero().squeeze(1)
+    for _ in range(whole):
+        if not idx.numel():
+            break
+        idx = idx[draw(idx.numel()) < _EXP_MINUS_CHUNK]
+    alive.zero_()
+    alive[idx] = True
+    return alive
+
+
+def _count(gamma: float, depth: int, n: int, draw) -> Tensor:
+    """``n`` independent int64 counts with ``P(H >= h) = exp(-gamma h)``, no upper limit.
+
+    ``depth`` ``T >= 1`` (``_depth``): ``min(H, T) = min(floor(-log(u) / gamma), T)`` from
+    one uniform, and when it reaches ``T`` (probability ``exp(-gamma T)``) the count goes
+    on afresh (memorylessness). ``T = 0``: ``H`` counts the successes of
+    ``Bernoulli(exp(-gamma))`` (``_bernoulli_exp``) before the first failure, on the slots
+    still counting."""
+    if depth == 0:
+        ok = _bernoulli_exp(gamma, n, draw)
+        count = ok.to(torch.int64)
+        idx = ok.nonzero().squeeze(1)
+        while idx.numel():
+            idx = idx[_bernoulli_exp(gamma, idx.numel(), draw)]
+            count[idx] += 1
+        return count
+    step = _truncated_count(draw(n), gamma, depth)
+    count = step.to(torch.int64)
+    idx = (step == depth).nonzero().squeeze(1)
+    while idx.numel():
+        step = _truncated_count(draw(idx.numel()), gamma, depth)
+        count[idx] += step.to(torch.int64)
+        idx = idx[step == depth]
+    return count
+
+
+def _truncated_count(u: Tensor, gamma: float, depth: int) -> Tensor:
+    """``min(floor(-log(u) / gamma), depth)`` (float64): ``k < depth`` with probability
+    ``exp(-gamma k) (1 - exp(-gamma))``, ``depth`` with probability ``exp(-gamma depth)``."""
+    return torch.floor(torch.log(u) / -gamma).clamp_(max=depth)
+
+
+def _digits(v: Tensor, low: int, width: int, scale: float) -> Tensor:
+    """The group of ``width`` binary digits of ``R`` from bit ``low`` (int64, in
+    ``[0, 2^width)``) from uniforms ``v``: ``P(D = d)`` proportional to ``r^d``,
+    ``r = exp(-2^low / scale)``, by the inverse CDF
+    ``floor(log(1 - v (1 - r^(2^width))) / log r)``."""
+    log_ratio = -float(2**low) / scale
+    mass = -math.expm1(-float(2 ** (low + width)) / scale)  # 1 - r^(2^width), in (0, 1 - exp(-2)]
+    return torch.floor(torch.log1p(v * -mass) / log_ratio).clamp_(0, 2**width - 1).to(torch.int64)
