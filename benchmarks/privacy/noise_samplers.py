@@ -4,10 +4,11 @@ Float-safe releases (issue 20) add integer noise ``P(k) ~ exp(-|k| / b)`` to val
 public grid. Two samplers can draw it:
 
 * ``dp_proto``: :func:`dp_proto.privacy.noise.discrete_laplace_noise`, the difference of
-  two geometric variables ``floor(log(u) / log(p))`` from 53-bit uniforms, vectorised in
-  torch on the tensor's device, from a generator (fresh operating-system entropy by
-  default, seeded for reproducible tests) or ``os.urandom``. Its probabilities are exact
-  up to double rounding in the logarithm (about 1e-16 relative).
+  two geometric variables with unbounded tails (an inverse CDF over branches of
+  probability at least about 2.6e-4, a fresh start beyond them), vectorised in torch on
+  the tensor's device, from a generator (fresh operating-system entropy by default,
+  seeded for reproducible tests) or ``os.urandom``. Each outcome's probability is within
+  about 1e-12 relative of the pmf.
 * ``opendp``: OpenDP's ``make_laplace`` on integers (Rust, exact rational arithmetic,
   the operating system's CSPRNG; CPU only, cannot be seeded), if the ``opendp`` package
   is installed (``pip install opendp``; not a dependency of dp-proto).
@@ -15,7 +16,7 @@ public grid. Two samplers can draw it:
 The discrete Gaussian ``P(k) ~ exp(-k^2 / 2 sigma^2)`` (float-safe Gaussian releases)
 likewise: ``dp_proto_gaussian`` is :func:`dp_proto.privacy.noise.discrete_gaussian_noise`
 (rejection from the discrete Laplace, Canonne, Kamath & Steinke 2020, Alg. 3, vectorised,
-float64 acceptance test), ``opendp_gaussian`` OpenDP's ``make_gaussian`` on integers.
+an exact-tailed Bernoulli acceptance), ``opendp_gaussian`` OpenDP's ``make_gaussian`` on integers.
 
 For each scale the script draws ``n`` values with each sampler, times it, and tests the
 goodness of fit to the exact pmf (chi-square over ``|k| <= 3 scale`` plus the two tails).

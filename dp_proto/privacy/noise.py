@@ -21,12 +21,13 @@ epsilon; a sampler of the form ``floor(log(u) / log(p))`` on 53-bit uniforms sto
 outputs are int64: at ``scale = 2^50`` a value beyond ``2^62`` has probability
 ``exp(-4096)``.
 
-Gaussian noise is drawn by Box-Muller from 53-bit uniforms in float64, so its largest
-attainable value is ``sqrt(2 ln 2^54) ~ 8.65`` standard deviations (tail mass beyond:
-below 1e-17). torch's float32 ``randn`` stops near 5.77 (24-bit uniforms): the outputs
-of a neighbouring data set can then fall outside the support, and the delta of a
-Gaussian release is understated (about 1e-6 at epsilon 1). Never draw privacy noise
-in float32.
+Gaussian noise is drawn by Box-Muller in float64 with an exponential radius
+``r^2 / 2 ~ Exp(1)`` whose tail is unbounded (``-log u`` below 8, a fresh start beyond:
+``_exponential``), so every value is attainable; the logarithm of a single 53-bit
+uniform would stop at ``sqrt(2 ln 2^54) ~ 8.65`` standard deviations. torch's float32
+``randn`` stops near 5.77 (24-bit uniforms): the outputs of a neighbouring data set can
+then fall outside the support, and the delta of a Gaussian release is understated
+(about 1e-6 at epsilon 1). Never draw privacy noise in float32.
 
 Floating-point caveat
 ---------------------
@@ -104,9 +105,8 @@ def uniform_open(
 
     ``os.urandom`` (``secure_mode``): ``(k + 0.5) / 2^53``, ``k`` a uniform 53-bit integer. A
     generator: torch's float64 ``rand`` (``k / 2^53``, the same 53 random bits) with
-    ``k = 0`` moved to ``2^-54``. Either way the smallest value is ``2^-54``, which bounds
-    the Gaussian sampler's largest output at ``sqrt(2 ln 2^54) ~ 8.65`` sigma (the
-    discrete samplers have no such bound)."""
+    ``k = 0`` moved to ``2^-54``. Either way the smallest value is ``2^-54``; the samplers
+    built on it reach beyond that bound by drawing again (see Tails above)."""
     shape = _shape(shape)
     n = math.prod(shape)
     if secure_mode:
@@ -151,16 +151,19 @@ def gaussian_noise(
 ) -> Tensor:
     """I.i.d. ``N(0, std^2)`` by Box-Muller on 53-bit uniforms (see Tails above), from
     ``generator`` (fresh entropy for None) or ``os.urandom`` (``secure_mode``). Each pair of
-    uniforms gives two independent normals (``r cos t``, ``r sin t``). The radius, which
-    carries the tails, is computed in float64; the angle's cosine and sine in the output
-    dtype when that is narrower (the angle only rotates, it cannot cut a tail)."""
+    uniforms gives two independent normals (``r cos t``, ``r sin t``); ``r^2 / 2`` is an
+    ``Exp(1)`` variate with an unbounded tail (a rare fresh draw for values beyond 8). The
+    radius, which carries the tails, is computed in float64; the angle's cosine and sine
+    in the output dtype when that is narrower (the angle only rotates, it cannot cut a
+    tail)."""
     if not std >= 0:
         raise ValueError(f"Gaussian std must be >= 0, got {std!r}")
     shape = _shape(shape)
     n = math.prod(shape)
     work = torch.float64 if dtype == torch.float64 else torch.float32
     u = uniform_open((2, (n + 1) // 2), secure_mode=secure_mode, generator=generator, device=device)
-    radius = torch.sqrt(-2.0 * torch.log(u[0])).mul_(std).to(work)
+    exponential = _exponential(u[0], _uniform_source(generator, secure_mode, device))
+    radius = torch.sqrt(2.0 * exponential).mul_(std).to(work)
     angle = ((2.0 * math.pi) * u[1]).to(work)
     z = torch.cat([radius * torch.cos(angle), radius * torch.sin(angle)])[:n].reshape(shape)
     return z.to(dtype)
@@ -301,6 +304,25 @@ def _uniform_source(generator: torch.Generator | None, secure_mode: bool, device
         return uniform_open(k, generator=generator, secure_mode=secure_mode, device=device)
 
     return draw
+
+
+def _exponential(u: Tensor, draw) -> Tensor:
+    """``Exp(1)`` variates ``(k,)`` with unbounded tails from uniforms ``u (k,)``:
+    ``-log u`` where ``u > exp(-8)`` (values below 8, probability ratios exact to about
+    ``2^-53 e^8 ~ 3e-13``), and ``8 + Exp(1)`` from fresh uniforms (``draw``) for the
+    rest, by memorylessness (``P(E > 8) = exp(-8)``, and ``E - 8`` given ``E > 8`` is
+    ``Exp(1)``). The float64 logarithm of one 53-bit uniform alone stops at ``37.4``."""
+    out = torch.log(u).neg_()
+    tail = (u <= _EXP_MINUS_CHUNK).nonzero().squeeze(1)
+    if tail.numel():
+        out[tail] = _CHUNK
+    while tail.numel():
+        fresh = draw(tail.numel()).to(out.device)
+        again = fresh <= _EXP_MINUS_CHUNK
+        out[tail[~again]] -= torch.log(fresh[~again])
+        out[tail[again]] += _CHUNK
+        tail = tail[again]
+    return out
 
 
 def _depth(gamma: float) -> int:

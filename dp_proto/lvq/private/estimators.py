@@ -544,8 +544,8 @@ class DPGLVQ(_DPMixin, GLVQ):
         membership from a generator seeded by it). The Opacus engine needs Opacus'
         ``torchcsprng`` package for this.
     noise_seed : int or None, default None
-        None: noise and Poisson sampling from a generator seeded with 64 bits of fresh
-        operating-system entropy. An int reproduces the private fit exactly, for tests
+        None: noise and Poisson sampling from a generator whose whole state comes from
+        fresh operating-system entropy (``dp_proto.privacy.randomness``). An int reproduces the private fit exactly, for tests
         and benchmarks: it warns ``PrivacyLeakWarning`` and the ledger's summary says
         ``"noise": "reproducible"`` (whoever knows the seed can remove the noise).
     ledger : SharedLedger, optional
@@ -779,8 +779,8 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         membership from a generator seeded by it). The Opacus engine needs Opacus'
         ``torchcsprng`` package for this.
     noise_seed : int or None, default None
-        None: noise and Poisson sampling from a generator seeded with 64 bits of fresh
-        operating-system entropy. An int reproduces the private fit exactly, for tests
+        None: noise and Poisson sampling from a generator whose whole state comes from
+        fresh operating-system entropy (``dp_proto.privacy.randomness``). An int reproduces the private fit exactly, for tests
         and benchmarks: it warns ``PrivacyLeakWarning`` and the ledger's summary says
         ``"noise": "reproducible"`` (whoever knows the seed can remove the noise).
     ledger : SharedLedger, optional
@@ -1045,8 +1045,8 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         membership from a generator seeded by it). The Opacus engine needs Opacus'
         ``torchcsprng`` package for this.
     noise_seed : int or None, default None
-        None: noise and Poisson sampling from a generator seeded with 64 bits of fresh
-        operating-system entropy. An int reproduces the private fit exactly, for tests
+        None: noise and Poisson sampling from a generator whose whole state comes from
+        fresh operating-system entropy (``dp_proto.privacy.randomness``). An int reproduces the private fit exactly, for tests
         and benchmarks: it warns ``PrivacyLeakWarning`` and the ledger's summary says
         ``"noise": "reproducible"`` (whoever knows the seed can remove the noise).
     ledger : SharedLedger, optional

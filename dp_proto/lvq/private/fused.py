@@ -360,7 +360,7 @@ def dp_sgd_step(
         grads = [_grad(p) for p in params]
         summed = torch.cat([g.reshape(-1) for g in grads])
 
-        def draw() -> Tensor:  # float64 Box-Muller noise (tails to ~8.6 sigma), then cast
+        def draw() -> Tensor:  # float64 Box-Muller noise (unbounded tails), then cast
             if noise_std == 0 or (data_parallel is not None and not data_parallel.draws_noise):
                 return summed.clone()
             return summed + gaussian_noise(
