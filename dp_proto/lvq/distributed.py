@@ -62,7 +62,6 @@ from dp_proto._processes import check_group, gather_status, launch_workers
 from dp_proto.exceptions import DataValidationError
 from dp_proto.lvq.estimators import GMLVQ
 from dp_proto.lvq.federated import merge_models
-from dp_proto.privacy.domain import public_classes
 from dp_proto.release import model_class, release_from_bytes
 
 __all__ = ["FederatedResult", "federated_fit", "launch_federated", "node_estimators", "run_federated_node"]
@@ -143,7 +142,11 @@ def _public_label_set(estimator: GMLVQ, classes: Sequence[Any] | np.ndarray | No
             f"error) would change when the only record of a class is removed"
         )
     given = np.asarray(list(classes if classes is not None else own))
-    label_set, _ = public_classes(np.empty(0, dtype=given.dtype), given, owner, warn=False)
+    label_set = np.unique(given)
+    if given.ndim != 1 or len(label_set) != len(given) or len(label_set) < 2:
+        raise ValueError(
+            f"{owner}: classes must be a 1-D list of distinct labels, at least 2 public classes, got {given.tolist()}"
+        )
     if classes is not None and own is not None:
         mine = np.unique(np.asarray(list(own)))
         if not np.array_equal(mine, label_set):
