@@ -85,11 +85,25 @@ class DPSGDResult:
     opacus_epsilon: float | None = None
 
 
-def _glvq_criterion(model: PrototypeModel, transfer_fn: str, beta: float):
-    def criterion(distances: Tensor, targets: Tensor) -> Tensor:
-        return model.loss(distances, targets, transfer_fn=transfer_fn, beta=beta)  # type: ignore[arg-type]
+class _GLVQCriterion:
+    """The GLVQ cost of ``model`` as a criterion ``(distances (B, W), targets (B,)) ->
+    loss``, reduced as its ``reduction`` says ("mean" by default). Opacus' ghost
+    clipping sets ``reduction = "none"`` to get per-sample losses: a criterion that
+    ignored it would hand Opacus one batch mean, and the noised sum would be the mean
+    clip factor times the unclipped gradient sum instead of a clipped sum."""
 
-    return criterion
+    def __init__(self, model: PrototypeModel, transfer_fn: str, beta: float) -> None:
+        self.model, self.transfer_fn, self.beta = model, transfer_fn, beta
+        self.reduction = "mean"
+
+    def __call__(self, distances: Tensor, targets: Tensor) -> Tensor:
+        return self.model.loss(
+            distances,
+            targets,
+            transfer_fn=self.transfer_fn,  # type: ignore[arg-type]
+            beta=self.beta,
+            reduction=self.reduction,  # type: ignore[arg-type]
+        )
 
 
 def fit_dp_sgd(
@@ -245,7 +259,7 @@ def fit_dp_sgd(
         # replaces that noise with ours (fresh entropy, or os.urandom in secure mode).
         warnings.filterwarnings("ignore", message="Secure RNG turned off")
         privacy_engine = PrivacyEngine(accountant="rdp", secure_mode=secure_mode)
-    criterion = _glvq_criterion(model, transfer_fn, beta)
+    criterion = _GLVQCriterion(model, transfer_fn, beta)
     kwargs: dict = {"criterion": criterion} if grad_sample_mode == "ghost" else {}
     clip_bound = _opacus_clip_bound(model, max_grad_norm, clipping, grad_sample_mode, kwargs)
     made = privacy_engine.make_private(

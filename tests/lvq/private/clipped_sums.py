@@ -16,28 +16,14 @@ from opacus import GradSampleModule
 from opacus.grad_sample import GradSampleModuleFastGradientClipping
 from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping
 from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
-from torch import Tensor, nn
+from torch import Tensor
 
-from dp_proto.lvq.losses import glvq_loss
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the samplers)
+from dp_proto.lvq.private.dpsgd import _GLVQCriterion
 from dp_proto.lvq.private.fused import clipped_gradient_sum
 
 ENGINES = ("fused", "fused_per_parameter", "hooks", "functorch", "ghost")
-
-
-class GLVQCriterion(nn.Module):
-    """The summed GLVQ cost as an Opacus criterion (ghost clipping needs ``reduction``)."""
-
-    def __init__(self, labels: Tensor, transfer_fn: str, beta: float) -> None:
-        super().__init__()
-        self.labels, self.transfer_fn, self.beta = labels, transfer_fn, beta
-        self.reduction = "sum"
-
-    def forward(self, distances: Tensor, y: Tensor) -> Tensor:
-        return glvq_loss(
-            distances, y, self.labels, transfer_fn=self.transfer_fn, beta=self.beta, reduction=self.reduction
-        )  # type: ignore[arg-type]
 
 
 def engine_sum(
@@ -59,7 +45,8 @@ def engine_sum(
             p.grad = torch.zeros_like(p)
         clipped_gradient_sum(model, x, y, max_grad_norm, clipping=clipping, transfer_fn=transfer_fn, beta=beta)
         return torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])
-    criterion = GLVQCriterion(model.prototype_labels, transfer_fn, beta)
+    criterion = _GLVQCriterion(model, transfer_fn, beta)  # the library's own (ghost sets its reduction)
+    criterion.reduction = "sum"
     base = torch.optim.SGD(params, lr=0.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
