@@ -26,18 +26,32 @@ Whole trainers (issue 20), each with a deliberately broken variant the audit mus
   claim from the ledger) with a canary; ``broken_dp_sgd``: the noise scaled by 1/50
   under the same claim.
 
+One DP-SGD step of each engine, white box, from a worst-case state
+(``dp_proto.lvq.private.audit.dp_sgd_step_audit_setup``): ``step_<engine>_<layer>_<canary>_eps<E>``
+for the engines ``fused``, ``hooks`` and ``ghost`` of ``fit_dp_sgd``, GLVQ / GMLVQ / LGMLVQ
+layers in float32, with prototypes of classes 0 and 1 both at the corner (1, 1), 40 class-0
+records at (-1, -1) and a class-0 canary on the coincident pair (``pair``) or at the centre
+(``centre``, where its clipped contribution is largest: exactly C for a correct engine); one
+full-batch step (q = 1) at the noise multiplier calibrated to epsilon E in (1, 2, 4, 8), claimed
+at the epsilon the ledger certifies for it (delta 1e-5); statistic: the noisy clipped sum's
+projection on the direction of the pre-noise difference. ``..._before_fix``: the engine before
+commit 87dfabc (``CANCELLATION_GUARD`` patched to 0.0), which moved by 40 C on the pair.
+
 An honest mechanism must give a lower bound below its claim (up to the 5 % chance the
 confidence allows); a bound above the claim is a detected violation.
 
 Usage::
 
     python -m benchmarks.privacy.audit                      # defaults, a few minutes
-    python -m benchmarks.privacy.audit --quick              # fewer trials, same rows, about a minute
-    python -m benchmarks.privacy.audit --trials 200000 --init-trials 5000 --seed 1
+    python -m benchmarks.privacy.audit --quick              # fewer trials, same rows, about 20 s
+    python -m benchmarks.privacy.audit --trials 200000 --init-trials 5000 --step-trials 1000000 --seed 1
 
 Ends with one JSON line::
 
     {"benchmark": "privacy_audit", "results": {NAME: {"claimed": EPS, "audited_lower_bound": LB, ...}}, ...}
+
+(the step rows add ``engine``, ``layer``, ``canary``, ``before_fix``, ``target_epsilon``,
+``noise_multiplier`` and ``movement``: ``||S(D1) - S(D0)|| / C`` of the pre-noise sums).
 """
 
 from __future__ import annotations
@@ -51,7 +65,13 @@ from tqdm import tqdm
 
 from benchmarks.common import emit_json, machine_description
 from dp_proto.llp.audit import llp_release_audit_setup
-from dp_proto.lvq.private.audit import dp_init_audit_setup, dp_sgd_audit_setup, saa_audit_setup
+from dp_proto.lvq.private.audit import (
+    StepAuditSetup,
+    dp_init_audit_setup,
+    dp_sgd_audit_setup,
+    dp_sgd_step_audit_setup,
+    saa_audit_setup,
+)
 from dp_proto.privacy.audit import (
     AuditSetup,
     gaussian_audit_setup,
@@ -61,11 +81,18 @@ from dp_proto.privacy.audit import (
 BENCHMARK = "privacy_audit"
 EPSILONS = (0.5, 1.0, 2.0)
 GAUSSIAN_DELTA = 1e-5
+#: The per-step audits: epsilons the noise multiplier is calibrated to, engines, layers.
+STEP_EPSILONS = (1.0, 2.0, 4.0, 8.0)
+STEP_ENGINES = ("fused", "hooks", "ghost")
+STEP_LAYERS = ("glvq", "gmlvq", "lgmlvq")
+#: (canary, before_fix) of the rows of each engine and layer
+STEP_VARIANTS = (("pair", False), ("centre", False), ("pair", True))
 
 
 def build_setups() -> list[tuple[AuditSetup, str, str]]:
     """(setup, description, trial kind) for every audited release; the trial kind picks
-    ``--trials`` (vectorised), ``--init-trials`` or ``--trainer-trials`` (one run each)."""
+    ``--trials`` (vectorised), ``--init-trials`` or ``--trainer-trials`` (one run each), or
+    ``--step-trials`` (the vectorised per-step audits)."""
     setups: list[tuple[AuditSetup, str, str]] = []
     for eps in EPSILONS:
         setups.append((laplace_audit_setup(eps), "laplace_mechanism, count", "vector"))
@@ -104,6 +131,21 @@ def build_setups() -> list[tuple[AuditSetup, str, str]]:
                 kind,
             )
         )
+    return setups + build_step_setups()
+
+
+def build_step_setups() -> list[tuple[AuditSetup, str, str]]:
+    """The per-step audits: engine x layer x (canary, before the fix) x epsilon."""
+    setups: list[tuple[AuditSetup, str, str]] = []
+    for engine in STEP_ENGINES:
+        for layer in STEP_LAYERS:
+            for canary, before_fix in STEP_VARIANTS:
+                what = f"{'BEFORE FIX: ' if before_fix else ''}{engine} step, {layer.upper()}, canary {canary}"
+                for eps in STEP_EPSILONS:
+                    setup = dp_sgd_step_audit_setup(
+                        eps, engine=engine, layer=layer, canary=canary, before_fix=before_fix
+                    )
+                    setups.append((setup, what, "step"))
     return setups
 
 
@@ -129,7 +171,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=2_000,
         help="trials per data set for the whole trainers (one fit each; default 2000)",
     )
-    p.add_argument("--quick", action="store_true", help="fewer trials (20000 / 1000 / 300), the same rows and keys")
+    p.add_argument(
+        "--step-trials",
+        type=int,
+        default=10_000_000,
+        help="trials per data set for the per-step DP-SGD audits (vectorised; default 1e7)",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="fewer trials (20000 / 1000 / 300 / 100000), the same rows and keys"
+    )
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--seed", type=int, default=0, help="seed of every audit (reproducible)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
@@ -140,7 +190,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.quick:
-        args.trials, args.init_trials, args.trainer_trials = 20_000, 1_000, 300
+        args.trials, args.init_trials, args.trainer_trials, args.step_trials = 20_000, 1_000, 300, 100_000
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     setups = build_setups()
@@ -148,7 +198,12 @@ def main(argv: list[str] | None = None) -> int:
     with tqdm(setups, desc=BENCHMARK, unit="audit", file=sys.stderr, dynamic_ncols=True) as bar:
         for setup, what, kind in bar:
             bar.set_postfix_str(setup.name)
-            n = {"vector": args.trials, "init": args.init_trials, "trainer": args.trainer_trials}[kind]
+            n = {
+                "vector": args.trials,
+                "init": args.init_trials,
+                "trainer": args.trainer_trials,
+                "step": args.step_trials,
+            }[kind]
             t0 = time.perf_counter()
             r = setup.audit(n, confidence=args.confidence, generator_seed=args.seed)
             seconds = time.perf_counter() - t0
@@ -162,11 +217,21 @@ def main(argv: list[str] | None = None) -> int:
                 "violation_detected": violated,
                 "seconds": round(seconds, 2),
             }
+            if isinstance(setup, StepAuditSetup):
+                results[setup.name].update(
+                    engine=setup.engine,
+                    layer=setup.layer,
+                    canary=setup.canary,
+                    before_fix=setup.before_fix,
+                    target_epsilon=setup.target_epsilon,
+                    noise_multiplier=round(setup.noise_multiplier, 6),
+                    movement=round(setup.movement, 6),
+                )
             rows.append((setup.name, what, setup.claimed_epsilon, setup.delta, n, r, violated))
     elapsed = time.perf_counter() - start
 
     header = (
-        f"{'name':<30} {'mechanism':<34} {'claimed':>7} {'delta':>6} {'trials':>9} "
+        f"{'name':<34} {'mechanism':<40} {'claimed':>7} {'delta':>6} {'trials':>9} "
         f"{'lower bound':>11} {'LB/claim':>8} {'estimate':>8}  verdict"
     )
     print(f"\nPrivacy audit: {args.confidence:.0%} lower bounds on epsilon (trials per data set)")
@@ -175,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, what, eps, delta, n, r, violated in rows:
         verdict = "VIOLATION (lower bound > claim)" if violated else "ok (below claim)"
         print(
-            f"{name:<30} {what:<34} {eps:>7g} {delta:>6g} {n:>9d} {r.epsilon_lower_bound:>11.3f} "
+            f"{name:<34} {what:<40} {eps:>7g} {delta:>6g} {n:>9d} {r.epsilon_lower_bound:>11.3f} "
             f"{r.epsilon_lower_bound / eps:>8.2f} {r.epsilon_estimate:>8.3f}  {verdict}"
         )
     print(f"\n{elapsed:.1f} s on {machine_description()}\n")
@@ -189,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             "trials": args.trials,
             "init_trials": args.init_trials,
             "trainer_trials": args.trainer_trials,
+            "step_trials": args.step_trials,
             "quick": args.quick,
             "elapsed_s": round(elapsed, 1),
             "machine": machine_description(),

@@ -1,22 +1,43 @@
 """Audit setups of the private LVQ trainers (``dp_proto.privacy.audit.audit_epsilon``):
 the DP initialisation, subsample-and-aggregate end to end and DP-SGD, each with a canary
-record at the corner of the public domain."""
+record at the corner of the public domain; and a white-box audit of one DP-SGD step of
+each engine from a worst-case model state (``dp_sgd_step_audit_setup``)."""
 
 from __future__ import annotations
+
+import contextlib
+import copy
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from dp_proto.lvq.layers import GLVQLayer
+from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
+from dp_proto.lvq.private import grad_samplers
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes
 from dp_proto.lvq.private.dpsgd import fit_dp_sgd
 from dp_proto.lvq.private.saa_estimator import SubsampleAggregateGLVQ
 from dp_proto.privacy.audit import AuditSetup, trial_noise_seed, without_leak_warning
+from dp_proto.privacy.dpsgd_plan import calibrate_noise_multiplier
 from dp_proto.privacy.ledger import PrivacyLedger, dp_sgd_event
+from dp_proto.privacy.noise import gaussian_noise
+from dp_proto.privacy.testing import capture_releases
 
-__all__ = ["dp_init_audit_setup", "saa_audit_setup", "dp_sgd_audit_setup"]
+__all__ = [
+    "dp_init_audit_setup",
+    "saa_audit_setup",
+    "dp_sgd_audit_setup",
+    "dp_sgd_step_audit_setup",
+    "StepAuditSetup",
+    "step_pre_noise_sum",
+    "STEP_ENGINES",
+    "STEP_LAYERS",
+    "STEP_CANARIES",
+]
 
 
 def dp_init_audit_setup(epsilon: float, *, dim: int = 1, n_records: int = 50, coordinate: int = 0) -> AuditSetup:
@@ -135,3 +156,214 @@ def dp_sgd_audit_setup(
 
     name = f"dp_sgd_sigma{noise_multiplier:g}" if noise_factor == 1.0 else f"broken_dp_sgd_noise_x{noise_factor:g}"
     return AuditSetup(name, claimed, delta, mechanism, d0, d1, statistic=float)
+
+
+# -- one DP-SGD step of each engine, white box, from a worst-case state ------------------
+#: Engines of ``fit_dp_sgd``: ``"fused"`` (``engine="fused"``) and Opacus'
+#: ``grad_sample_mode`` under ``engine="opacus"``.
+STEP_ENGINES = ("fused", "hooks", "ghost", "functorch")
+STEP_LAYERS = {"glvq": GLVQLayer, "gmlvq": GMLVQLayer, "lgmlvq": LGMLVQLayer}
+#: ``"pair"``: the canary on the two coincident prototypes; ``"centre"``: at the domain's
+#: centre, where its clipped contribution is largest (see ``dp_sgd_step_audit_setup``).
+STEP_CANARIES = ("pair", "centre")
+
+
+@contextlib.contextmanager
+def _cancellation_guard(value: float | None) -> Iterator[None]:
+    """``grad_samplers.CANCELLATION_GUARD`` set to ``value`` inside the block (None: unchanged)."""
+    if value is None:
+        yield
+        return
+    old = grad_samplers.CANCELLATION_GUARD
+    grad_samplers.CANCELLATION_GUARD = value
+    try:
+        yield
+    finally:
+        grad_samplers.CANCELLATION_GUARD = old
+
+
+def _corner_state(layer: str, dim: int, dtype: torch.dtype) -> PrototypeModel:
+    """Prototypes of classes 0 and 1 both at the corner ``(1, ..., 1)`` of ``[-1, 1]^dim``;
+    the layer's default metric (identity; GMLVQ normalised to trace 1)."""
+    module = STEP_LAYERS[layer](dim, 2, prototypes=torch.ones(2, dim, dtype=dtype), dtype=dtype)
+    return PrototypeModel(module, [0, 1])
+
+
+def step_pre_noise_sum(
+    engine: str,
+    model: PrototypeModel,
+    x: Tensor,
+    y: Tensor,
+    *,
+    max_grad_norm: float = 1.0,
+    transfer_fn: str = "sigmoid",
+    beta: float = 16.0,
+    cancellation_guard: float | None = None,
+) -> Tensor:
+    """The clipped gradient sum ``(P,)`` that ``fit_dp_sgd`` noises in one full-batch step
+    (``sampling_rate=1``) of ``engine`` on ``(x, y)``, from a copy of ``model``, in the
+    model's dtype.
+
+    White box: it runs the real ``fit_dp_sgd`` for one step and reads the pre-noise sum
+    off the engine's ``"dp_sgd"`` release (``dp_proto.privacy.testing.intercept``, which
+    both engines pass it through: one concatenated sum for the fused engine, one per
+    parameter for Opacus). ``cancellation_guard`` overrides
+    ``grad_samplers.CANCELLATION_GUARD`` for the run (0.0: the engine before the fix).
+    """
+    if engine not in STEP_ENGINES:
+        raise ValueError(f"engine must be one of {STEP_ENGINES}, got {engine!r}")
+    model = copy.deepcopy(model)
+    dtype = model.layer.prototypes.dtype
+    with _cancellation_guard(cancellation_guard), capture_releases() as recorder, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module=r"opacus\.")  # Opacus' notices on its own set-up
+        without_leak_warning(  # a seeded run on purpose: its noise is discarded
+            lambda: fit_dp_sgd(
+                model,
+                x,
+                y,
+                ledger=PrivacyLedger(),
+                noise_multiplier=1.0,
+                sampling_rate=1.0,
+                max_grad_norm=max_grad_norm,
+                steps=1,
+                expected_batch_size=float(max(x.shape[0], 1)),
+                engine="fused" if engine == "fused" else "opacus",
+                grad_sample_mode="hooks" if engine == "fused" else engine,
+                generator=torch.Generator().manual_seed(0),
+                transfer_fn=transfer_fn,
+                beta=beta,
+            )
+        )
+    parts = [r.pre_noise for r in recorder.releases if r.name == "dp_sgd" and r.pre_noise is not None]
+    if not parts:  # pragma: no cover - every engine releases its sum through intercept
+        raise RuntimeError(f"the {engine} engine released no pre-noise sum")
+    return torch.cat([p.reshape(-1) for p in parts]).to(dtype)  # recorded in float64: exact
+
+
+@dataclass(frozen=True)
+class StepAuditSetup(AuditSetup):
+    """``AuditSetup`` of one DP-SGD step, with what the report shows beside the bound."""
+
+    engine: str = ""
+    layer: str = ""
+    canary: str = ""
+    before_fix: bool = False
+    #: the epsilon ``sigma`` is calibrated to (the claim is what the ledger certifies for it)
+    target_epsilon: float = 0.0
+    #: ``sigma`` calibrated to ``target_epsilon``
+    noise_multiplier: float = 0.0
+    #: ``||S(D1) - S(D0)|| / C`` of the pre-noise sums (the statistic's mean shift in units of C)
+    movement: float = 0.0
+
+
+def dp_sgd_step_audit_setup(
+    epsilon: float,
+    *,
+    engine: str = "fused",
+    layer: str = "glvq",
+    canary: str = "pair",
+    before_fix: bool = False,
+    delta: float = 1e-5,
+    max_grad_norm: float = 1.0,
+    n_records: int = 40,
+    dim: int = 2,
+    transfer_fn: str = "sigmoid",
+    beta: float = 16.0,
+    dtype: torch.dtype = torch.float32,
+    batch: int = 50_000,
+) -> StepAuditSetup:
+    """One full-batch DP-SGD step of ``engine`` on a ``layer`` model in a worst-case
+    state, audited white box: a lower bound on the step's epsilon to hold against its
+    claim.
+
+    State (public, fixed): prototypes of classes 0 and 1 both at the corner ``(1, ..., 1)``
+    of ``[-1, 1]^dim`` (float32 by default, the DP estimators' dtype; their transfer, the
+    sigmoid with slope 16). ``D0``: ``n_records`` class-0 records at the opposite corner.
+    ``D1``: ``D0`` plus a class-0 canary, ``canary=``
+
+    * ``"pair"``: on the coincident pair, where the GLVQ derivatives grow like
+      ``1 / (d+ + d-)`` while the record's gradient is 0: engines whose clipped sum is
+      formed from clip-weighted derivatives must not let its huge terms through (the
+      review's counterexample: 20-40 C in float32 before the fix);
+    * ``"centre"``: the origin. Its gradient (GLVQ: norm 4 C) is clipped to ``C``: on the
+      segment from the pair to ``D0`` the computed contribution is largest there (nearer
+      the pair the cancellation guard shrinks it, on the pair it is 0), so a correct
+      engine moves by exactly ``C`` and the audit meets a Gaussian mechanism of
+      sensitivity ``C``: the strongest canary a correct engine admits.
+
+    Mechanism: the engine's pre-noise clipped sum ``S(D)`` (``step_pre_noise_sum``: the
+    real ``fit_dp_sgd`` step, one run per data set, cached: at ``q = 1`` the sum is
+    deterministic) plus ``N(0, (sigma C)^2)`` on every coordinate from the library's
+    ``gaussian_noise`` in the sum's dtype, as both engines add it; ``batch`` trials per
+    call. Statistic (white box): the noisy sum's projection on the unit direction of
+    ``S(D1) - S(D0)`` (any fixed direction if they are equal).
+
+    Claim: ``sigma = calibrate_noise_multiplier(epsilon, delta, 1.0, 1)`` and the
+    epsilon the ledger certifies for that one step
+    (``PrivacyLedger.epsilon_of([dp_sgd_event(sigma, 1.0, 1)], delta)``, at most
+    ``epsilon``). ``before_fix=True`` is the engine before commit 87dfabc
+    (``grad_samplers.CANCELLATION_GUARD`` patched to 0.0 while the step runs) under the
+    same claim.
+    """
+    if engine not in STEP_ENGINES:
+        raise ValueError(f"engine must be one of {STEP_ENGINES}, got {engine!r}")
+    if canary not in STEP_CANARIES:
+        raise ValueError(f"canary must be one of {STEP_CANARIES}, got {canary!r}")
+    if layer not in STEP_LAYERS:
+        raise ValueError(f"layer must be one of {tuple(STEP_LAYERS)}, got {layer!r}")
+    sigma = calibrate_noise_multiplier(epsilon, delta, 1.0, 1)
+    claimed = PrivacyLedger.epsilon_of([dp_sgd_event(sigma, 1.0, 1)], delta)
+    std = sigma * max_grad_norm
+    model = _corner_state(layer, dim, dtype)
+    x0 = -torch.ones(n_records, dim, dtype=dtype)
+    y0 = torch.zeros(n_records, dtype=torch.long)
+    record = torch.ones(1, dim, dtype=dtype) if canary == "pair" else torch.zeros(1, dim, dtype=dtype)
+    d0 = (x0, y0)
+    d1 = (torch.cat([x0, record]), torch.cat([y0, torch.zeros(1, dtype=torch.long)]))
+    guard = 0.0 if before_fix else None
+
+    def pre_noise(dataset: tuple[Tensor, Tensor]) -> Tensor:
+        return step_pre_noise_sum(
+            engine,
+            model,
+            *dataset,
+            max_grad_norm=max_grad_norm,
+            transfer_fn=transfer_fn,
+            beta=beta,
+            cancellation_guard=guard,
+        )
+
+    sums: list[tuple[tuple[Tensor, Tensor], Tensor]] = [(d0, pre_noise(d0)), (d1, pre_noise(d1))]
+    difference = sums[1][1].double() - sums[0][1].double()
+    length = float(torch.linalg.vector_norm(difference))
+    direction = difference / length if length > 0 else torch.eye(difference.numel(), dtype=torch.float64)[0]
+
+    def mechanism(dataset: tuple[Tensor, Tensor], generator: torch.Generator, size: int) -> Tensor:
+        summed = next((s for d, s in sums if d is dataset), None)
+        if summed is None:
+            summed = pre_noise(dataset)
+            sums.append((dataset, summed))
+        noise = gaussian_noise((size, summed.numel()), std, generator=generator, dtype=summed.dtype)
+        return summed + noise  # (size, P): the noisy clipped sum of each trial
+
+    def statistic(outputs: Tensor) -> Tensor:
+        return outputs.double() @ direction
+
+    name = f"step_{engine}_{layer}_{canary}_eps{epsilon:g}" + ("_before_fix" if before_fix else "")
+    return StepAuditSetup(
+        name,
+        claimed,
+        delta,
+        mechanism,
+        d0,
+        d1,
+        statistic,
+        batch=batch,
+        engine=engine,
+        layer=layer,
+        canary=canary,
+        before_fix=before_fix,
+        target_epsilon=float(epsilon),
+        noise_multiplier=sigma,
+        movement=length / max_grad_norm,
+    )
