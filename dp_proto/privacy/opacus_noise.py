@@ -15,7 +15,12 @@ Opacus' variants, per-layer and ghost clipping included):
   entropy unless the caller passes one (reproducible: see
   ``dp_proto.privacy.randomness``), or ``os.urandom`` with ``secure_mode=True``;
 * ``expected_batch_size`` set to the caller's public value;
-* every step's noisy sum passes through ``dp_proto.privacy.testing.intercept``.
+* every step's noisy sum passes through ``dp_proto.privacy.testing.intercept``;
+* a record whose per-sample gradient has a NaN or infinite entry contributes zero to the
+  clipped sum (Opacus' clip factor ``C / (norm + 1e-6)`` is NaN for it, and ``0 * inf`` is
+  NaN, so one record with finite but extreme inputs, e.g. features of 1e38 in float32,
+  made the whole step NaN: a release that shows whether the batch held such a record).
+  Ghost clipping (no per-sample gradients) is not covered.
 
 It also silences, once, torch's notice that a full backward hook fires on a module
 whose inputs need no gradient (``quiet_opacus_hook_notice``): Opacus' per-sample hooks
@@ -119,6 +124,35 @@ def _all_reduce_grads(self) -> None:
         offset += g.numel()
 
 
+def _drop_non_finite_records(self) -> None:
+    """Zero the per-sample gradients of every record with a NaN or infinite entry in any
+    parameter, so that it contributes zero to the clipped sum and every record at most
+    ``C`` (a finite row's clip factor is Opacus' own). No-op without per-sample
+    gradients (ghost clipping) and for an empty batch."""
+    params = list(self.params)
+    if not params or any(getattr(p, "grad_sample", None) is None for p in params):
+        return
+    flat = [self._get_flat_grad_sample(p) for p in params]
+    if flat[0].shape[0] == 0:
+        return
+    finite = torch.stack([torch.isfinite(g.reshape(g.shape[0], -1)).all(1).to(flat[0].device) for g in flat]).all(0)
+    if bool(finite.all()):
+        return
+    for p, g in zip(params, flat, strict=True):
+        keep = finite.to(g.device).reshape((-1,) + (1,) * (g.dim() - 1))
+        p.grad_sample = torch.where(keep, g, torch.zeros((), dtype=g.dtype, device=g.device))
+
+
+def _sound_clip_and_accumulate(base: type[DPOptimizer]):
+    """``base``'s ``clip_and_accumulate`` after ``_drop_non_finite_records``."""
+
+    def clip_and_accumulate(self) -> None:
+        _drop_non_finite_records(self)
+        base.clip_and_accumulate(self)
+
+    return clip_and_accumulate
+
+
 _SOUND_CLASSES: dict[type, type] = {}
 
 
@@ -128,7 +162,12 @@ def _sound_class(base: type) -> type:
         _SOUND_CLASSES[base] = type(
             f"Sound{base.__name__}",
             (base,),
-            {"add_noise": _sound_add_noise, "_dp_proto_sound": True, "_sound_data_parallel": None},
+            {
+                "add_noise": _sound_add_noise,
+                "clip_and_accumulate": _sound_clip_and_accumulate(base),
+                "_dp_proto_sound": True,
+                "_sound_data_parallel": None,
+            },
         )
     return _SOUND_CLASSES[base]
 
@@ -144,8 +183,9 @@ def make_noise_sound(
     data_parallel: DataParallel | None = None,
 ) -> DPOptimizer:
     """Make ``optimizer`` (an Opacus ``DPOptimizer``) draw float64 noise from fresh
-    entropy (or ``generator``, or ``os.urandom`` with ``secure_mode``) and divide by the
-    public ``expected_batch_size``. Returns the same object; idempotent.
+    entropy (or ``generator``, or ``os.urandom`` with ``secure_mode``), divide by the
+    public ``expected_batch_size`` and drop records whose per-sample gradient is not
+    finite (they contribute zero). Returns the same object; idempotent.
 
     ``data_parallel`` (``dp_proto.privacy.data_parallel``): this rank's clipped sum is
     all-reduced over the ranks, the noise drawn on rank 0 only, so the step is that of

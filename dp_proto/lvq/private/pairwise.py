@@ -131,7 +131,18 @@ def pair_partners(n_classes: int, device: torch.device | str | None = None) -> t
 
 
 def _clip_factor(norms: Tensor, max_grad_norm: float) -> Tensor:
-    return (max_grad_norm / (norms + _NORM_GUARD)).clamp(max=1.0)
+    """``min(1, C / (norm + 1e-6))`` per record, and 0 for a record whose norm is not
+    finite: a NaN or infinite gradient entry (a score or distance that overflowed in an
+    adversarial model state) would otherwise make the whole sum NaN, a release that shows
+    whether the data hold such a record. Use with ``_clipped``, which zeroes those rows."""
+    return torch.where(torch.isfinite(norms), (max_grad_norm / (norms + _NORM_GUARD)).clamp(max=1.0), 0.0)
+
+
+def _clipped(grad: Tensor, factor: Tensor) -> Tensor:
+    """``grad (B, ...) * factor (B,)`` with the rows of factor 0 exactly 0 (``0 * nan`` is
+    nan): every record contributes at most ``C`` in l2, a non-finite one nothing."""
+    factor = factor.reshape(factor.shape + (1,) * (grad.dim() - 1))
+    return torch.where(factor > 0, grad * factor, torch.zeros((), dtype=grad.dtype, device=grad.device))
 
 
 def pairwise_clipped_gradient_sum(
@@ -155,7 +166,8 @@ def pairwise_clipped_gradient_sum(
     the returned sum by at most ``max_grad_norm`` in l2 (over all ``K`` pairs together).
     Distances are computed from differences ``x - w`` (no cancellation that could
     understate a norm). Exact per-record gradients: the gathered parameters of a row
-    depend on that record only.
+    depend on that record only. A record whose gradient is not finite (distances that
+    overflow under a huge ``Omega``) contributes zero.
     """
     pair_of, side_of = partners
     K, _, d = prototypes.shape
@@ -178,8 +190,8 @@ def pairwise_clipped_gradient_sum(
     with torch.no_grad():
         norms = (gw.pow(2).flatten(1).sum(1) + gom.pow(2).flatten(1).sum(1)).sqrt()
         factor = _clip_factor(norms, max_grad_norm)
-        gw = gw * factor[:, None, None, None]
-        gom = gom * factor[:, None, None, None]
+        gw = _clipped(gw, factor)
+        gom = _clipped(gom, factor)
         flat = pair.reshape(-1)
         sum_w = torch.zeros_like(prototypes).index_add_(0, flat, gw.reshape(-1, 2, d))
         sum_om = torch.zeros_like(omegas).index_add_(0, flat, gom.reshape(-1, *omegas.shape[1:]))
@@ -202,7 +214,8 @@ def platt_clipped_gradient_sum(
     ``c - 1`` pairs of a record's class are read); ``targets = (t_pos (K,), t_neg (K,))``
     public. A record's gradient on pair ``k`` is ``(t - r)(h, 1)`` (norm at most
     ``sqrt(2)`` for ``|h| <= 1``); over its ``c - 1`` pairs it is clipped jointly to
-    ``max_grad_norm``, the l2 sensitivity of the sum.
+    ``max_grad_norm``, the l2 sensitivity of the sum. A record with a NaN score (a pair
+    model whose distances overflow) contributes zero.
     """
     pair_of, side_of = partners
     B = scores.shape[0]
@@ -217,10 +230,10 @@ def platt_clipped_gradient_sum(
     g = t - r  # d nll / d f, f = a h + b
     ga, gb = g * h, g
     norms = (ga.pow(2).sum(1) + gb.pow(2).sum(1)).sqrt()
-    factor = _clip_factor(norms, max_grad_norm)[:, None]
+    factor = _clip_factor(norms, max_grad_norm)
     flat = pair.reshape(-1)
-    sum_a = torch.zeros_like(a).index_add_(0, flat, (ga * factor).reshape(-1))
-    sum_b = torch.zeros_like(b).index_add_(0, flat, (gb * factor).reshape(-1))
+    sum_a = torch.zeros_like(a).index_add_(0, flat, _clipped(ga, factor).reshape(-1))
+    sum_b = torch.zeros_like(b).index_add_(0, flat, _clipped(gb, factor).reshape(-1))
     return sum_a, sum_b, norms
 
 

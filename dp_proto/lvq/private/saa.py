@@ -229,6 +229,10 @@ def fit_glvq_bins(
     if epochs < 0 or batch_size < 1 or not lr > 0:
         raise ValueError("need epochs >= 0, batch_size >= 1 and lr > 0")
     prototype_labels = prototype_labels.to(x.device)
+    if x.shape[0] == 0:
+        # No record (the neighbour of a one-record data set): every bin is empty and its
+        # padding points at row 0, which must exist (masked out, it is never read as data).
+        x, y = x.new_zeros(1, x.shape[1]), y.new_zeros(1)
     index, mask = _padded_bins(bins.to(x.device), num_bins)
     width = math.ceil(index.shape[1] / batch_size) * batch_size  # every slice exactly batch_size wide
     index = torch.nn.functional.pad(index, (0, width - index.shape[1]))
