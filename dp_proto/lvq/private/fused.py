@@ -130,10 +130,13 @@ def clipped_gradient_sum(
         Check that every target has a prototype (a host sync per call; the training
         loop checks once up front and passes False).
 
+    A record whose distances or norms overflow (features far beyond any public bound)
+    contributes zero: a NaN in one row would otherwise make the whole sum NaN.
+
     Returns
     -------
-    (joint per-sample gradient norms before clipping ``(B,)``, per-sample costs ``(B,)``),
-    both detached.
+    (joint per-sample clipping norms ``(B,)``, not finite for a record that contributes
+    zero; per-sample costs ``(B,)``), both detached.
     """
     if clipping not in CLIPPING_MODES:
         raise ValueError(f"clipping must be one of {CLIPPING_MODES}, got {clipping!r}")
@@ -161,6 +164,13 @@ def clipped_gradient_sum(
         if not norms_by_param:
             return distances.new_zeros(distances.shape[0]), costs
         norms = torch.stack(list(norms_by_param.values()), 0).pow(2).sum(0).sqrt()
+        overflowed = ~torch.isfinite(norms)  # a record whose distances overflow: it contributes 0
+        if bool(overflowed.any()):
+            features = torch.where(overflowed[:, None], 0.0, features)
+            backprops = torch.where(overflowed[:, None], 0.0, backprops)
+            norms = torch.where(overflowed, math.inf, norms)  # clip factor C / inf = 0
+            norms_by_param = {p: torch.where(overflowed, math.inf, n) for p, n in norms_by_param.items()}
+            evaluation = DistanceEvaluation(layer, features)  # no inf left for a zero weight to meet
         if clipping == "joint":
             factor = (max_grad_norm / (norms + _NORM_GUARD)).clamp(max=1.0)
             weights = {p: backprops * factor[:, None] for p in norms_by_param}

@@ -219,3 +219,27 @@ def test_pairwise_clipped_sum_moves_at_most_its_bound(state, dtype):
     record = (state["record"][0].to(dtype), state["record"][1])
     ratio = sum_movement(clipped, (x, y), record, 1.0)
     assert ratio <= 1.0 + SLACK[dtype], ratio
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+@pytest.mark.parametrize("engine", ["fused", "fused_per_parameter"])
+def test_a_record_whose_distances_overflow_contributes_zero(engine, layer, dtype):
+    """``fit_dp_sgd`` takes raw tensors: a record of 1e19 (float32) or 1e300 (float64)
+    overflows its distances, and its NaN row made the whole sum NaN (a release showing
+    whether the batch held it). It now contributes zero."""
+    big = 1e19 if dtype == torch.float32 else 1e300
+    gen = torch.Generator().manual_seed(0)
+    for d in (2, 3):
+        state = {
+            "d": d,
+            "labels": [0, 1],
+            "prototypes": torch.rand(2, d, generator=gen, dtype=torch.float64) * 2 - 1,
+            "omega": "identity",
+            "rank": d,
+            "gen_seed": 0,
+            "x": torch.rand(20, d, generator=gen, dtype=torch.float64) * 2 - 1,
+            "y": torch.randint(0, 2, (20,), generator=gen),
+            "record": (torch.full((1, d), big, dtype=torch.float64), torch.tensor([0])),
+        }
+        _check(state, engine, layer, dtype, "sigmoid")
