@@ -902,7 +902,8 @@ def _step_audit(p: dict[str, Any], t: dict[str, Any]) -> list[str]:
             verdict = "VIOLATION"
         else:
             verdict = "VIOLATION at eps " + ", ".join(f"{e:g}" for e in flagged)
-        wanted = spec["expected"]["before_fix"][engine] if before_fix else spec["expected"]["honest"]
+        before = spec["expected"]["before_fix"]
+        wanted = before.get(f"{engine}_{layer}", before[engine]) if before_fix else spec["expected"]["honest"]
         expected = "ok" if wanted == "ok" else "VIOLATION"
         cells = []
         for e in epsilons:

@@ -41,7 +41,6 @@ from dp_proto.lvq.losses import glvq_cost_and_gradient
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.data_parallel import DataParallel
 from dp_proto.lvq.private.grad_samplers import (
-    glvq_clipping_norms,
     glvq_norm_sample,
     gmlvq_norm_sample,
     lgmlvq_norm_sample,
@@ -160,12 +159,14 @@ def clipped_gradient_sum(
             beta=beta,
             return_winners=True,
         )
-        norms_by_param = _per_sample_norms(layer, features, backprops, projections, (winners, coef))
+        if type(layer) is GLVQLayer:
+            return _glvq_clipped_sum(layer, features, winners, coef, max_grad_norm), costs
+        norms_by_param = _per_sample_norms(layer, features, backprops, projections)
         if not norms_by_param:
             return distances.new_zeros(distances.shape[0]), costs
         norms = torch.stack(list(norms_by_param.values()), 0).pow(2).sum(0).sqrt()
-        overflowed = ~torch.isfinite(norms)  # a record whose distances overflow: it contributes 0
-        if bool(overflowed.any()):
+        if not bool(torch.isfinite(norms).all()):  # a record whose distances overflow contributes 0
+            overflowed = ~torch.isfinite(norms)
             features = torch.where(overflowed[:, None], 0.0, features)
             backprops = torch.where(overflowed[:, None], 0.0, backprops)
             norms = torch.where(overflowed, math.inf, norms)  # clip factor C / inf = 0
@@ -187,24 +188,49 @@ def clipped_gradient_sum(
     return norms, costs
 
 
+def _glvq_clipped_sum(layer: GLVQLayer, x: Tensor, index: Tensor, coef: Tensor, max_grad_norm: float) -> Tensor:
+    """GLVQ's clipped sum from explicit per-record vectors, accumulated into
+    ``prototypes.grad``; returns the per-sample gradient norms ``(B,)`` (not finite for a
+    record that contributes zero).
+
+    Record ``i``'s gradient is ``-2 G_ik (x_i - w_k)`` at its two winners ``k``
+    (``index``, ``coef``: ``(B, 2)``), on two distinct rows of the prototypes: formed
+    from the differences and clipped by their own norm, so no cancellation can hide a
+    large term (the guard of the closed forms is not needed), and one ``index_add`` of
+    ``(2B, d)`` rows replaces the dense ``(W, B) @ (B, d)`` product.
+    """
+    w = layer.prototypes
+    if not w.requires_grad:
+        return x.new_zeros(x.shape[0])
+    flat = index.reshape(-1)
+    diff = x.unsqueeze(1) - w.index_select(0, flat).view(*index.shape, -1)  # (B, 2, d)
+    norms = 2.0 * torch.linalg.vector_norm(coef * torch.linalg.vector_norm(diff, dim=-1), dim=1)
+    factor = (max_grad_norm / (norms + _NORM_GUARD)).clamp(max=1.0)
+    weight = torch.where(torch.isfinite(norms), factor, 0.0)[:, None] * coef
+    weight = torch.where(weight.isfinite(), weight * -2.0, 0.0)  # a NaN row (overflow) adds nothing
+    update = (weight.unsqueeze(2) * diff).reshape(-1, diff.shape[-1])
+    grad = torch.zeros_like(w).index_add_(0, flat, update)
+    if w.grad is None:
+        w.grad = grad
+    else:
+        w.grad.add_(grad)
+    return norms
+
+
 def _per_sample_norms(
     layer: GLVQLayer,
     x: Tensor,
     backprops: Tensor,
     projections: tuple[Tensor, Tensor] | None,
-    winners: tuple[Tensor, Tensor],
 ) -> dict[nn.Parameter, Tensor]:
     """Per-sample clipping norms ``(B,)`` of each trainable parameter of the layer: the
     gradient norm, at least ``CANCELLATION_GUARD`` times the record's term magnitude
     (``dp_proto.lvq.private.grad_samplers``), so that no clipped record's terms in the
     closed-form sum can outgrow ``C / CANCELLATION_GUARD``.
 
-    GLVQ: from the two winners ``k`` (``winners``: their indices and gradient entries,
-    each ``(B, 2)``) with ``x_i - w_k`` formed as differences. Other layers: their norm
-    samplers (GMLVQ reusing the distances' projections).
+    GMLVQ reuses the distances' projections; LGMLVQ: its norm sampler (GLVQ takes
+    ``_glvq_clipped_sum``).
     """
-    if type(layer) is GLVQLayer:
-        return glvq_clipping_norms(layer, x, *winners)
     if projections is not None:
         return gmlvq_norm_sample(cast(GMLVQLayer, layer), [x], backprops, projections)
     return _norm_sampler(layer)(layer, [x], backprops)

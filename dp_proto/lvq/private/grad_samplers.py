@@ -33,7 +33,7 @@ difference, may be far smaller: a record near two coincident prototypes has
 samplers therefore return ``max(||g_i||, kappa m_i)`` with ``kappa = CANCELLATION_GUARD``,
 so that ``c_i m_i <= C / kappa`` for every clipped record in every model state:
 
-* GLVQ: ``R_ik = 2 (||x_i|| + ||w_k||)``;
+* GLVQ: ``R_ik = 2 (||x_i - w_k|| + 2 ||w_k||) >= 2 (||x_i|| + ||w_k||)``;
 * GMLVQ, with the projections ``u_i = Omega x_i`` and ``p_k = Omega w_k`` as computed
   (the distances and the closed form share them): prototypes
   ``2 s (||u_i|| + ||p_k||)``, metric ``2 (||u_i|| + ||p_k||)(||x_i|| + ||w_k||)``, where
@@ -136,9 +136,13 @@ def glvq_clipping_norms(layer: GLVQLayer, x: Tensor, index: Tensor, coef: Tensor
     if not layer.prototypes.requires_grad:
         return {}
     w = layer.prototypes
-    sq = (x[:, None, :] - w[index]).pow(2).sum(-1)  # (B, K); distinct rows
-    norm = (4.0 * coef.pow(2) * sq).sum(1).sqrt()
-    magnitude = (2.0 * coef.abs() * _scales(x, w, index)).sum(1)
+    flat = index.reshape(-1)
+    winners = w.index_select(0, flat).view(*index.shape, -1)  # (B, K, d); distinct rows
+    distance = torch.linalg.vector_norm(x.unsqueeze(1) - winners, dim=-1)  # (B, K)
+    norm = 2.0 * torch.linalg.vector_norm(coef * distance, dim=1)
+    # ||x_i|| + ||w_k|| <= ||x_i - w_k|| + 2 ||w_k||: no pass over x beyond the differences
+    scales = torch.linalg.vector_norm(w, dim=1).index_select(0, flat).view(index.shape).mul_(2.0).add_(distance)
+    magnitude = 2.0 * (coef.abs() * scales).sum(1)
     return {w: _guarded(norm, magnitude)}
 
 

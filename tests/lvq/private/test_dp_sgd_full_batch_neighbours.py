@@ -32,9 +32,12 @@ def _check(cls, seed):
 @pytest.mark.filterwarnings("ignore::dp_proto.exceptions.PrivacyLeakWarning")
 @pytest.mark.parametrize("cls", [DPGLVQ, DPGMLVQ, DPLGMLVQ])
 def test_the_corner_record_moves_each_full_batch_step_by_at_most_c(cls, monkeypatch):
-    with monkeypatch.context() as patch:  # the engine before the fix: find a seed it fails on
+    # A noise seed whose DP initialisation reaches the state: the one on which the engine
+    # before the fix fails (DPGMLVQ's closed form; DPGLVQ's sum is now formed per record,
+    # without the guard). The initialisation draws the same noise for every class.
+    with monkeypatch.context() as patch:
         patch.setattr(grad_samplers, "CANCELLATION_GUARD", 0.0)
-        seed = next((s for s in range(60) if not _check(cls, s).ok), None)
+        seed = next((s for s in range(60) if not _check(DPGMLVQ, s).ok), None)
     assert seed is not None, "no initialisation put both prototypes on the corner in 60 fits"
     report = _check(cls, seed)
     report.assert_ok()

@@ -31,8 +31,15 @@ from dp_proto.privacy.testing import capture_releases
 LAYERS = sorted(STEP_LAYERS)
 #: Engines whose clipped sum is bounded in every state.
 SOUND = ("fused", "hooks", "functorch", "ghost")
-#: Engines that formed the clipped sum from clip-weighted derivatives before the fix.
+#: Engines that form the clipped sum from clip-weighted derivatives (the guard's path);
+#: the fused engine's GLVQ sum is built from explicit per-record vectors instead.
 GUARDED = ("fused", "ghost")
+
+
+def _guarded(engine: str, layer: str) -> bool:
+    return engine in GUARDED and (engine, layer) != ("fused", "glvq")
+
+
 TRIALS = 20_000
 
 
@@ -53,8 +60,7 @@ def test_honest_step_audit_stays_below_the_claim(engine, layer, canary):
     assert result.epsilon_lower_bound < setup.claimed_epsilon, setup.name
 
 
-@pytest.mark.parametrize("layer", LAYERS)
-@pytest.mark.parametrize("engine", GUARDED)
+@pytest.mark.parametrize(("engine", "layer"), [(e, layer) for e in GUARDED for layer in LAYERS if _guarded(e, layer)])
 def test_engine_before_the_fix_is_caught(engine, layer):
     setup = dp_sgd_step_audit_setup(2.0, engine=engine, layer=layer, canary="pair", before_fix=True)
     assert setup.name == f"step_{engine}_{layer}_pair_eps2_before_fix"
@@ -99,7 +105,7 @@ def test_the_centre_is_where_the_clipped_contribution_is_largest(layer):
     centre = movement(1.0)
     others = [movement(t) for t in (0.0, 0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.2, 1.5, 1.9)]
     assert max(others) <= centre + 1e-4
-    assert others[0] < 1e-4 < others[1] < centre  # the guard shrinks it near the pair
+    assert others[0] < 1e-4 < others[1] <= centre + 1e-4  # the guard may shrink it near the pair
 
 
 def test_the_mechanism_is_the_fused_engines_noisy_step():
@@ -162,6 +168,6 @@ def test_benchmark_grid_at_quick_trials(epsilon):
                 setup = dp_sgd_step_audit_setup(epsilon, engine=engine, layer=layer, canary=canary)
                 assert setup.audit(100_000, generator_seed=0).epsilon_lower_bound < setup.claimed_epsilon
     for engine in GUARDED:
-        for layer in LAYERS:
+        for layer in filter(lambda layer: _guarded(engine, layer), LAYERS):
             setup = dp_sgd_step_audit_setup(epsilon, engine=engine, layer=layer, before_fix=True)
             assert setup.audit(100_000, generator_seed=0).epsilon_lower_bound > setup.claimed_epsilon
