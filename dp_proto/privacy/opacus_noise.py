@@ -144,9 +144,20 @@ def _drop_non_finite_records(self) -> None:
 
 
 def _sound_clip_and_accumulate(base: type[DPOptimizer]):
-    """``base``'s ``clip_and_accumulate`` after ``_drop_non_finite_records``."""
+    """``base``'s ``clip_and_accumulate``; if the clipped sum came out non-finite (a record
+    with a NaN or infinite per-sample gradient: its clip factor is NaN), the sum is
+    restored and formed again after ``_drop_non_finite_records``. The common case costs
+    one finiteness check of the ``(P,)`` sums, not of the ``(B, P)`` per-sample gradients."""
 
     def clip_and_accumulate(self) -> None:
+        params = list(self.params)
+        saved = [None if getattr(p, "summed_grad", None) is None else p.summed_grad.clone() for p in params]
+        base.clip_and_accumulate(self)
+        sums = [p.summed_grad for p in params if getattr(p, "summed_grad", None) is not None]
+        if not sums or bool(torch.stack([torch.isfinite(s).all() for s in sums]).all()):
+            return
+        for p, before in zip(params, saved, strict=True):
+            p.summed_grad = before
         _drop_non_finite_records(self)
         base.clip_and_accumulate(self)
 
