@@ -27,14 +27,6 @@ NODE_LOCAL = ("models", "fits", "seconds")  # each node's own models, never sent
 SMALL = 1  # the node with exactly k windows
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _records(small_windows: int = K):
     """Three nodes, flattened to one row per record ``(node, features, label, time)``:
     nodes 0 and 2 with one window per slot, node 1 with ``small_windows`` windows."""

@@ -14,7 +14,6 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 import torch.distributed as dist
 from sklearn.datasets import load_wine
 from sklearn.preprocessing import scale
@@ -26,14 +25,6 @@ from dp_proto.lvq.private import DPGMLVQ, DPLGMLVQ
 from dp_proto.privacy.testing import adversarial_removals, neighbour_check
 
 SETTINGS = dict(epsilon=1.0, bounds=(-4.0, 4.0), sampling_rate=0.2, epochs=1)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _data():

@@ -43,14 +43,6 @@ def _guarded(engine: str, layer: str) -> bool:
 TRIALS = 20_000
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("layer", LAYERS)
 @pytest.mark.parametrize("engine", SOUND)
 @pytest.mark.parametrize("canary", ["pair", "centre"])
