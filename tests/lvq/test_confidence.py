@@ -583,10 +583,10 @@ def test_private_estimator_certificate_in_input_units(dp_fit, iris, norm):
     z = torch.as_tensor(X, dtype=DT) @ jac.T + b
     r_model = certified_radius(est.model_, z, theta).numpy()
     if norm == "lambda":
-        np.testing.assert_allclose(r, r_model)
+        np.testing.assert_allclose(r, r_model, rtol=1e-6)  # the two paths round differently
     else:  # divided by ||Omega J||_2 = sqrt(lambda_max(J^T Lambda J))
         scale = np.linalg.norm(_omega(est).numpy() @ jac.numpy(), 2)
-        np.testing.assert_allclose(r, r_model / scale)
+        np.testing.assert_allclose(r, r_model / scale, rtol=1e-6)
     labels, _ = predict_with_reject(est, X, theta)
     assert np.array_equal(labels, est.predict(X))
     Xa, ra = X[keep], r[keep] * (1 - 1e-9)
