@@ -23,7 +23,7 @@ import warnings
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
@@ -35,17 +35,19 @@ from dp_proto.lvq.layers import GLVQLayer
 from dp_proto.lvq.losses import glvq_loss
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the GLVQ layer's sampler)
+from dp_proto.lvq.private.fused import CLIPPED_SUM_SLACK
 from dp_proto.privacy.opacus_noise import make_noise_sound
 from dp_proto.privacy.testing import capture_releases, sum_movement
+from tests._search import state_search
 
-SLACK = 1e-4  # float32
+SLACK = CLIPPED_SUM_SLACK[torch.float32]
 TASKS = ("regular", "private", "encoder", "branches")  # the DP tasks (TASK_PARTS less "simultaneous")
 TRAINED = {"regular": ("encoder", "regular_head"), "private": ("private_head",)}
 TRAINED.update({"encoder": ("encoder",), "branches": ("regular_head", "private_head")})
 SCALES = (0.0, 1.0, 1e3, 1e10, 1e19, 1e30, 1e37, 3e38)
 D_IN, NUM_REGULAR, NUM_PRIVATE = 5, 3, 4
-FAST = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-DEEP = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+FAST = state_search(25)
+DEEP = state_search(300, deep=True)
 
 
 def _module(weights: str, prior: str, lam: float, clip: float, seed: int) -> DPAnonymizerModule:

@@ -46,22 +46,24 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from dp_proto.llp import LLPConfig, LLPNode
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes
+from dp_proto.lvq.private.fused import CLIPPED_SUM_SLACK
 from dp_proto.lvq.private.saa import aggregate_bin_models, fit_glvq_bins
 from dp_proto.privacy.mechanisms import noisy_histogram, noisy_majority_vote
 from dp_proto.privacy.preprocessing import DPPCA, DPStandardScaler
 from dp_proto.privacy.testing import Release, capture_releases, remove_record
 from dp_proto.svdd import PrivateSVDD, PrivateSVDDClassifier
 from dp_proto.svdd.baselines import PrivateSVMOutput, PrivateSVMWeight
+from tests._search import state_search
 
-SLACK = {torch.float32: 1e-4, torch.float64: 1e-9}
+SLACK = CLIPPED_SUM_SLACK
 DTYPES = pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
-FAST = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-DEEP = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+FAST = state_search(25)
+DEEP = state_search(300, deep=True)
 
 
 # -- the harness ------------------------------------------------------------------------
@@ -335,7 +337,7 @@ def vote_states(draw):
 
 
 @DTYPES
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@state_search(10)
 @given(state=vote_states())
 def test_svdd_votes_move_at_most_one_count(state, dtype):
     _check_svdd_votes(state, dtype)
@@ -343,7 +345,7 @@ def test_svdd_votes_move_at_most_one_count(state, dtype):
 
 @pytest.mark.slow
 @DTYPES
-@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@state_search(100, deep=True)
 @given(state=vote_states())
 def test_svdd_votes_state_search_deep(state, dtype):
     _check_svdd_votes(state, dtype)
@@ -451,7 +453,7 @@ def _check_svm(state, dtype: torch.dtype) -> dict[str, float]:
 
 
 @DTYPES
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@state_search(15)
 @given(state=svm_states())
 def test_svm_weights_and_outputs_move_at_most_their_sensitivity(state, dtype):
     _check_svm(state, dtype)
@@ -459,7 +461,7 @@ def test_svm_weights_and_outputs_move_at_most_their_sensitivity(state, dtype):
 
 @pytest.mark.slow
 @DTYPES
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@state_search(150, deep=True)
 @given(state=svm_states())
 def test_svm_state_search_deep(state, dtype):
     _check_svm(state, dtype)

@@ -20,16 +20,18 @@ import math
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
+from dp_proto.lvq.private.fused import CLIPPED_SUM_SLACK
 from dp_proto.lvq.private.pairwise import pair_partners, pairwise_clipped_gradient_sum
 from dp_proto.privacy.testing import sum_movement
+from tests._search import state_search
 from tests.lvq.private.clipped_sums import ENGINES, engine_sum
 
-SLACK = {torch.float32: 1e-4, torch.float64: 1e-9}
+SLACK = CLIPPED_SUM_SLACK
 LAYERS = {"glvq": GLVQLayer, "gmlvq": GMLVQLayer, "lgmlvq": LGMLVQLayer}
 OFFSETS = (0.0, 1e-12, 1e-9, 1e-6, 1e-3, 1e-1)
 OMEGAS = ("identity", "random", "rank_deficient", "zero", "tiny", "huge", "near_singular")
@@ -129,8 +131,8 @@ def _check(state, engine, layer, dtype, transfer, clip=1.0):
     assert math.isfinite(ratio) and ratio <= 1.0 + SLACK[dtype], (engine, layer, dtype, transfer, ratio)
 
 
-FAST = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-DEEP = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+FAST = state_search(25)
+DEEP = state_search(300, deep=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
@@ -197,7 +199,7 @@ def test_near_coincident_pair_with_a_batch_of_500(layer, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@state_search(40)
 @given(state=states())
 def test_pairwise_clipped_sum_moves_at_most_its_bound(state, dtype):
     """The one-versus-one models' sum (``DPPairwiseGMLVQ``), a record's gradient clipped

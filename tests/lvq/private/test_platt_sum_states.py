@@ -21,10 +21,11 @@ import math
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from dp_proto.lvq.pairwise import class_pairs, pairwise_scores
+from dp_proto.lvq.private.fused import CLIPPED_SUM_SLACK
 from dp_proto.lvq.private.pairwise import (
     PLATT_A_RANGE,
     PLATT_B_RANGE,
@@ -33,11 +34,12 @@ from dp_proto.lvq.private.pairwise import (
     platt_clipped_gradient_sum,
 )
 from dp_proto.privacy.testing import sum_movement
+from tests._search import state_search
 
-SLACK = {torch.float32: 1e-4, torch.float64: 1e-9}
+SLACK = CLIPPED_SUM_SLACK
 DTYPES = pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
-FAST = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-DEEP = settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+FAST = state_search(25)
+DEEP = state_search(400, deep=True)
 
 SCORES = (1.0, -1.0, 0.0, 1e-12, -1e-12, 1.0 + 1e-7, -1.0 - 1e-7, 0.5, 1e30, -1e30, math.inf, -math.inf, math.nan)
 A_VALUES = (*PLATT_A_RANGE, -4.0, -1.0)
