@@ -545,8 +545,9 @@ class DPGLVQ(_DPMixin, GLVQ):
         ``torchcsprng`` package for this.
     noise_seed : int or None, default None
         None: noise and Poisson sampling from a generator whose whole state comes from
-        fresh operating-system entropy (``dp_proto.privacy.randomness``). An int reproduces the private fit exactly, for tests
-        and benchmarks: it warns ``PrivacyLeakWarning`` and the ledger's summary says
+        fresh operating-system entropy (``dp_proto.privacy.randomness``). An int
+        reproduces the private fit exactly, for tests and benchmarks: it warns
+        ``PrivacyLeakWarning`` and the ledger's summary says
         ``"noise": "reproducible"`` (whoever knows the seed can remove the noise).
     ledger : SharedLedger, optional
         A budget shared by several fits (model selection: ``cross_val_score``,
@@ -780,8 +781,9 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         ``torchcsprng`` package for this.
     noise_seed : int or None, default None
         None: noise and Poisson sampling from a generator whose whole state comes from
-        fresh operating-system entropy (``dp_proto.privacy.randomness``). An int reproduces the private fit exactly, for tests
-        and benchmarks: it warns ``PrivacyLeakWarning`` and the ledger's summary says
+        fresh operating-system entropy (``dp_proto.privacy.randomness``). An int
+        reproduces the private fit exactly, for tests and benchmarks: it warns
+        ``PrivacyLeakWarning`` and the ledger's summary says
         ``"noise": "reproducible"`` (whoever knows the seed can remove the noise).
     ledger : SharedLedger, optional
         A budget shared by several fits (model selection: ``cross_val_score``,
@@ -1046,8 +1048,9 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         ``torchcsprng`` package for this.
     noise_seed : int or None, default None
         None: noise and Poisson sampling from a generator whose whole state comes from
-        fresh operating-system entropy (``dp_proto.privacy.randomness``). An int reproduces the private fit exactly, for tests
-        and benchmarks: it warns ``PrivacyLeakWarning`` and the ledger's summary says
+        fresh operating-system entropy (``dp_proto.privacy.randomness``). An int
+        reproduces the private fit exactly, for tests and benchmarks: it warns
+        ``PrivacyLeakWarning`` and the ledger's summary says
         ``"noise": "reproducible"`` (whoever knows the seed can remove the noise).
     ledger : SharedLedger, optional
         A budget shared by several fits (model selection: ``cross_val_score``,
