@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from dp_proto.svdd.rowwise import ordered_sq_distances
+
 __all__ = ["nearest_index", "group_hypercubes"]
 
 _CHUNK_ELEMENTS = 1 << 24
@@ -23,12 +25,13 @@ def _chunks(n: int, k: int):
 
 def nearest_index(points: Tensor, refs: Tensor) -> Tensor:
     """Index of the nearest row of ``refs (k, d)`` (Euclidean) for every row of
-    ``points (n, d)``: shape ``(n,)``, int64. Ties go to the lower index."""
+    ``points (n, d)``: shape ``(n,)``, int64. Ties go to the lower index. A point's
+    index depends on that point and ``refs`` alone, not on the other points."""
     if refs.shape[0] == 0:
         raise ValueError("refs is empty: there is no point to be nearest to")
     out = torch.empty(points.shape[0], dtype=torch.int64, device=points.device)
     for sl in _chunks(points.shape[0], refs.shape[0]):
-        out[sl] = torch.cdist(points[sl], refs).argmin(1)
+        out[sl] = ordered_sq_distances(points[sl], refs).argmin(1)
     return out
 
 

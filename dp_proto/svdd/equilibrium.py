@@ -14,6 +14,11 @@ Phase II runs the gradient dynamics ``dx/dt = -grad f(x)`` from many starting po
 once (one ``(m, d)`` tensor), with the schedule of Park 2022 (a fixed learning rate, divided
 by 5 for the last 20 % of the iterations), merges end points closer than a tolerance
 into equilibrium points and maps every start to its equilibrium point (its basin).
+
+The support function, its gradient and so the dynamics of a point are rounded
+independently of the other points evaluated with it (``dp_proto.svdd.rowwise``): a
+record's score and end point do not depend on the batch, which the private releases of
+``dp_proto.svdd.estimators`` rely on.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import torch
 from torch import Tensor
 
 from dp_proto.svdd.features import RandomFourierFeatures
+from dp_proto.svdd.rowwise import ordered_matmul, ordered_row_sum
 
 __all__ = ["support_function", "support_gradient", "descend", "merge_points", "Equilibria", "find_equilibria"]
 
@@ -38,16 +44,16 @@ def _split_centre(features: RandomFourierFeatures, centre: Tensor) -> tuple[Tens
 def support_function(features: RandomFourierFeatures, centre: Tensor, x: Tensor) -> Tensor:
     """``f(x) = ||phi(x) - a||^2`` for ``x (m, d)``: shape ``(m,)``."""
     phi = features(x)
-    return (phi - centre.to(phi)).square().sum(-1)
+    return ordered_row_sum((phi - centre.to(phi)).square())
 
 
 def support_gradient(features: RandomFourierFeatures, centre: Tensor, x: Tensor) -> Tensor:
     """``grad f(x)`` for ``x (m, d)`` in closed form: shape ``(m, d)``, cost ``O(m d F)``."""
     a_cos, a_sin = _split_centre(features, centre)
     w = features.frequencies.to(x)
-    p = x @ w  # (m, F/2)
+    p = ordered_matmul(x, w)  # (m, F/2)
     inner = a_sin.to(x) * torch.cos(p) - a_cos.to(x) * torch.sin(p)
-    return -2.0 * math.sqrt(2.0 / features.num_features) * inner @ w.T
+    return -2.0 * math.sqrt(2.0 / features.num_features) * ordered_matmul(inner, w.T)
 
 
 def descend(

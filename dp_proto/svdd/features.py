@@ -18,6 +18,8 @@ import math
 import torch
 from torch import nn
 
+from dp_proto.svdd.rowwise import ordered_matmul
+
 __all__ = ["RandomFourierFeatures", "rbf_kernel"]
 
 
@@ -57,6 +59,10 @@ class RandomFourierFeatures(nn.Module):
     ``(d, F/2)``) drawn i.i.d. from ``N(0, 2 gamma I_d)``. Cosine and sine of the same
     frequency sit next to each other, in the order of eq. 4.5 (feature ``2j`` is
     ``cos(rho_j^T x)``, feature ``2j + 1`` is ``sin(rho_j^T x)``, up to the factor).
+
+    Every row of the output is rounded independently of the other rows and of the
+    batch size (``dp_proto.svdd.rowwise``), so a record's features do not depend on
+    which other records are mapped with it.
 
     Properties: ``phi(x) . phi(y)`` is an unbiased estimate of ``k(x, y)`` whose error
     shrinks like ``1 / sqrt(F)``; ``||phi(x)|| = 1`` exactly (so ``kappa = 1``).
@@ -133,7 +139,7 @@ class RandomFourierFeatures(nn.Module):
                 f"expected inputs with last dimension in_features={self.in_features}, got shape {tuple(x.shape)}"
             )
         w = self.frequencies
-        proj = x.to(dtype=w.dtype) @ w  # (..., F/2)
+        proj = ordered_matmul(x.to(dtype=w.dtype), w)  # (..., F/2), row-independent rounding
         pairs = torch.stack((torch.cos(proj), torch.sin(proj)), dim=-1)  # (..., F/2, 2)
         return pairs.flatten(-2) * math.sqrt(2.0 / self.num_features)
 
