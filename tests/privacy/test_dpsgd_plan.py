@@ -109,3 +109,23 @@ def test_budgeted_steps_reserve_and_record_stop_cleanly():
     assert not steps.record(1) and ledger.events[0].count == 3  # stopped stays stopped
     with pytest.raises(TypeError, match="no epochs to iterate"):
         iter(BudgetedEpochs(ledger, sigma, 0.3)).__next__()
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 2.0, 8.0])
+@pytest.mark.parametrize("epochs", [1, 50])
+def test_calibration_is_tight_and_takes_few_compositions(monkeypatch, epsilon, epochs):
+    """The search composes a handful of times (a cold calibration stays well under a
+    second), and the ledger's own finer accountant certifies at most the target and at
+    least 99 % of it."""
+    from dp_proto.privacy import dpsgd_plan
+    from dp_proto.privacy.events import LaplaceEvent
+
+    prior = (LaplaceEvent(noise_multiplier=5.5 / epsilon, name="init"),)
+    calls = []
+    composed = dpsgd_plan._total_epsilon
+    monkeypatch.setattr(dpsgd_plan, "_total_epsilon", lambda *a, **k: calls.append(a) or composed(*a, **k))
+    steps = sgd_steps(epochs, 0.01)
+    sigma = dpsgd_plan._calibrate_cached.__wrapped__(epsilon, 1e-5, 0.01, steps, prior, "pld", 1e-3)
+    assert len(calls) <= 8
+    spent = PrivacyLedger.epsilon_of([*prior, dp_sgd_event(sigma, 0.01, steps)], 1e-5)
+    assert 0.99 * epsilon <= spent <= epsilon
