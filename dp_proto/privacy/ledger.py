@@ -69,7 +69,13 @@ def renyi_epsilon(events: Sequence[PrivacyEvent], delta: float) -> float:
 
 
 def _renyi_epsilons(events: Sequence[PrivacyEvent], deltas: Sequence[float]) -> np.ndarray:
-    """``renyi_epsilon`` of ``events`` at each of ``deltas``, composing once."""
+    """``renyi_epsilon`` of ``events`` at each of ``deltas``, composing once (memoised: a
+    calibration asks for the same releases before its DP-SGD steps again and again)."""
+    return _renyi_epsilons_cached(tuple(events), tuple(float(d) for d in deltas)).copy()
+
+
+@functools.lru_cache(maxsize=256)
+def _renyi_epsilons_cached(events: tuple[PrivacyEvent, ...], deltas: tuple[float, ...]) -> np.ndarray:
     acc = rdp.RdpAccountant()
     with _quiet_absl():  # orders that do not converge are skipped, which is valid
         for e in events:
@@ -221,6 +227,8 @@ class PrivacyLedger:
         self._composed: OrderedDict[tuple, pld.PrivacyLossDistribution] = OrderedDict()
         self._epsilons: OrderedDict[tuple, float] = OrderedDict()
         self._total_pld: pld.PrivacyLossDistribution | None = None  # PLD of self._events
+        # PLD grid of every composition (epsilon_of may ask for a coarser, cheaper one)
+        self._discretization = PLD_DISCRETISATION
         # (new events, PLD of self._events + them) of the last composition, valid until
         # self._events changes
         self._last_composed: tuple[tuple[PrivacyEvent, ...], Any] | None = None
@@ -341,10 +349,12 @@ class PrivacyLedger:
             return self._composed[shared_key]
         if self._total_pld is None:
             for e in (e for e in self._events if e.has_pld):
-                self._total_pld = e.to_pld() if self._total_pld is None else self._total_pld.compose(e.to_pld())
+                one = e.to_pld(self._discretization)
+                self._total_pld = one if self._total_pld is None else self._total_pld.compose(one)
         total = self._total_pld
         for e in (e for e in new if e.has_pld):
-            total = e.to_pld() if total is None else total.compose(e.to_pld())
+            one = e.to_pld(self._discretization)
+            total = one if total is None else total.compose(one)
         self._last_composed = (key, total)
         self._composed[shared_key] = total
         while len(self._composed) > _COMPOSED_CACHE_SIZE:
@@ -556,18 +566,8 @@ def _release_epsilon(event: PrivacyEvent) -> float:
 @functools.lru_cache(maxsize=512)
 def _epsilon_of(events: tuple[PrivacyEvent, ...], delta: float, accountant: str, discretization: float) -> float:
     """``PrivacyLedger.epsilon_of``, memoised (a pure function of immutable values)."""
-    if (
-        accountant == "pld"
-        and discretization != PLD_DISCRETISATION
-        and all(e.has_pld or not e.is_private for e in events)
-    ):
-        if not events or not all(e.is_private for e in events):
-            return 0.0 if not events else math.inf
-        total = events[0].to_pld(discretization)
-        for e in events[1:]:
-            total = total.compose(e.to_pld(discretization))
-        return float(min(pld_epsilons(total, (delta,))[0], _basic_epsilon(events)))
     ledger = PrivacyLedger(accountant=accountant)  # type: ignore[arg-type]
+    ledger._discretization = discretization
     ledger._events = list(events)
     return ledger._epsilon((), delta)
 
