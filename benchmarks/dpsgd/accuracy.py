@@ -3,7 +3,7 @@
 Protocol (Brinkrolf 2023, Section 3.5 / App. B; one prototype per class):
 
 * ``delta = 1e-5``, sampling rate ``q = 0.01``, clipping norm ``C = 0.5``, ``E = 50``
-  epochs, budget split ``epsilon1 = 0.2 epsilon`` (DP class-mean initialisation) and
+  epochs, budget split ``epsilon1 = 0.2 epsilon`` (DP class-mean initialisation, Laplace) and
   ``0.8 epsilon`` for DP-SGD; ``epsilon`` in {0.25, 0.75, 1, 1.5, 2.5, 5};
 * 5-times repeated stratified 5-fold cross-validation
   (``RepeatedStratifiedKFold(n_splits=5, n_repeats=5, random_state=seed)``);
@@ -100,6 +100,7 @@ SAMPLING_RATE = 0.01
 MAX_GRAD_NORM = 0.5
 EPOCHS = 50
 INIT_FRACTION = 0.2
+INIT_MECHANISM = "laplace"
 PCA_DIM = 30
 
 #: Brinkrolf (2023), Table B.1: misclassification rate, mean (std), 5x5-fold CV.
@@ -216,6 +217,7 @@ def make_private(
         max_grad_norm=MAX_GRAD_NORM,
         epochs=EPOCHS,
         init_fraction=INIT_FRACTION,
+        init_mechanism=INIT_MECHANISM,
         calibration=calibration,
         bounds=(-bound, bound),
         classes=classes,

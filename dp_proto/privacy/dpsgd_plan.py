@@ -281,12 +281,14 @@ def noise_multiplier_for(
 
     ``calibration="ledger"``: ``calibrate_noise_multiplier`` on the whole run;
     ``"paper"``: ``paper_noise_multiplier`` with ``epsilon2 = epsilon`` minus the
-    prior events' epsilon (basic composition, as in Brinkrolf, Göpfert & Hammer (2019)).
+    prior events' epsilon (basic composition, as in Brinkrolf, Göpfert & Hammer (2019);
+    at ``delta`` when a prior event is not pure).
     """
     if calibration == "ledger":
         return calibrate_noise_multiplier(epsilon, delta, sampling_rate, steps, prior_events=prior_events)
     if calibration == "paper":
-        prior = PrivacyLedger.epsilon_of(prior_events, 0.0) if prior_events else 0.0
+        pure = all(e.pure_epsilon is not None for e in prior_events)
+        prior = PrivacyLedger.epsilon_of(prior_events, 0.0 if pure else delta) if prior_events else 0.0
         return paper_noise_multiplier(epsilon - prior, delta, sampling_rate, steps)
     raise ValueError(f"calibration must be 'ledger' or 'paper', got {calibration!r}")
 

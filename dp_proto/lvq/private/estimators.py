@@ -509,11 +509,14 @@ class DPGLVQ(_DPMixin, GLVQ):
         (``DPSGDPlan``).
     init_fraction : float, default 0.2
         Share of epsilon spent on the DP class-mean initialisation.
-    init_mechanism : {"laplace", "gaussian"}, default "laplace"
-        The noise of the initialisation's class sums: Laplace on their l1 sensitivity
-        ``d`` (Brinkrolf 2023), or the Gaussian mechanism on their l2 sensitivity
-        ``sqrt(d)`` at the run's ``delta``, far less noise per coordinate when ``d`` is
-        large (thousands of features); the ledger composes either exactly.
+    init_mechanism : {"gaussian", "laplace"}, default "gaussian"
+        The noise of the initialisation's class sums: the Gaussian mechanism on their l2
+        sensitivity ``sqrt(d)`` at the run's ``delta``, or Laplace on their l1 sensitivity
+        ``d`` (Brinkrolf 2023), which puts far more noise on each coordinate as ``d``
+        grows; the ledger composes either exactly. Below an epsilon of about 0.01 the
+        ledger's PLD grid over-estimates the Gaussian mechanism's share; use
+        ``"laplace"`` there. Why the default: ``benchmarks/dpsgd/RESULTS.md``
+        ("Defaults").
     calibration : {"ledger", "paper"}, default "ledger"
         ``"ledger"``: the smallest noise multiplier for which the ledger certifies the
         whole run at ``(epsilon, delta)``. ``"paper"``: the noise multiplier of
@@ -659,7 +662,7 @@ class DPGLVQ(_DPMixin, GLVQ):
         max_grad_norm=0.5,
         epochs=50,
         init_fraction=0.2,
-        init_mechanism="laplace",
+        init_mechanism="gaussian",
         calibration="ledger",
         bounds=None,
         classes=None,
@@ -739,11 +742,14 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         (``DPSGDPlan``).
     init_fraction : float, default 0.2
         Share of epsilon spent on the DP class-mean initialisation.
-    init_mechanism : {"laplace", "gaussian"}, default "laplace"
-        The noise of the initialisation's class sums: Laplace on their l1 sensitivity
-        ``d`` (Brinkrolf 2023), or the Gaussian mechanism on their l2 sensitivity
-        ``sqrt(d)`` at the run's ``delta``, far less noise per coordinate when ``d`` is
-        large (thousands of features); the ledger composes either exactly.
+    init_mechanism : {"gaussian", "laplace"}, default "gaussian"
+        The noise of the initialisation's class sums: the Gaussian mechanism on their l2
+        sensitivity ``sqrt(d)`` at the run's ``delta``, or Laplace on their l1 sensitivity
+        ``d`` (Brinkrolf 2023), which puts far more noise on each coordinate as ``d``
+        grows; the ledger composes either exactly. Below an epsilon of about 0.01 the
+        ledger's PLD grid over-estimates the Gaussian mechanism's share; use
+        ``"laplace"`` there. Why the default: ``benchmarks/dpsgd/RESULTS.md``
+        ("Defaults").
     calibration : {"ledger", "paper"}, default "ledger"
         ``"ledger"``: the smallest noise multiplier for which the ledger certifies the
         whole run at ``(epsilon, delta)``. ``"paper"``: the noise multiplier of
@@ -921,7 +927,7 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         max_grad_norm=0.5,
         epochs=50,
         init_fraction=0.2,
-        init_mechanism="laplace",
+        init_mechanism="gaussian",
         calibration="ledger",
         bounds=None,
         classes=None,
@@ -1011,11 +1017,14 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         (``DPSGDPlan``).
     init_fraction : float, default 0.2
         Share of epsilon spent on the DP class-mean initialisation.
-    init_mechanism : {"laplace", "gaussian"}, default "laplace"
-        The noise of the initialisation's class sums: Laplace on their l1 sensitivity
-        ``d`` (Brinkrolf 2023), or the Gaussian mechanism on their l2 sensitivity
-        ``sqrt(d)`` at the run's ``delta``, far less noise per coordinate when ``d`` is
-        large (thousands of features); the ledger composes either exactly.
+    init_mechanism : {"gaussian", "laplace"}, default "gaussian"
+        The noise of the initialisation's class sums: the Gaussian mechanism on their l2
+        sensitivity ``sqrt(d)`` at the run's ``delta``, or Laplace on their l1 sensitivity
+        ``d`` (Brinkrolf 2023), which puts far more noise on each coordinate as ``d``
+        grows; the ledger composes either exactly. Below an epsilon of about 0.01 the
+        ledger's PLD grid over-estimates the Gaussian mechanism's share; use
+        ``"laplace"`` there. Why the default: ``benchmarks/dpsgd/RESULTS.md``
+        ("Defaults").
     calibration : {"ledger", "paper"}, default "ledger"
         ``"ledger"``: the smallest noise multiplier for which the ledger certifies the
         whole run at ``(epsilon, delta)``. ``"paper"``: the noise multiplier of
@@ -1180,7 +1189,7 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         max_grad_norm=0.5,
         epochs=50,
         init_fraction=0.2,
-        init_mechanism="laplace",
+        init_mechanism="gaussian",
         calibration="ledger",
         bounds=None,
         classes=None,
