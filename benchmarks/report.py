@@ -524,7 +524,7 @@ def render_dpsgd(res: Results, t: dict[str, Any]) -> list[str]:
     ]
     rows = [[cal, *[num(v) for v in cells.values()]] for cal, cells in sorted(certified.items())]
     out += table(["calibration", *[eps_label(e) for e in spec["epsilons"]]], rows, right=range(1, 7))
-    return out + _dpsgd_speed(res, t) + _private_pipelines(res, t)
+    return out + _dpsgd_speed(res, t) + _defaults_study(res, t) + _dpsgd_peers(res, t) + _private_pipelines(res, t)
 
 
 def _dpsgd_speed(res: Results, t: dict[str, Any]) -> list[str]:
@@ -551,6 +551,84 @@ def _dpsgd_speed(res: Results, t: dict[str, Any]) -> list[str]:
         oom = "ran out of memory" if p["headline"]["functorch_out_of_memory"] else "did not run out of memory"
         out += [f"functorch {oom} (peak RSS {max(p['peak_rss_mib_so_far']['gmlvq_d784'].values()):.0f} MiB).", ""]
     return out
+
+
+def _defaults_study(res: Results, t: dict[str, Any]) -> list[str]:
+    """Which settings the private LVQ estimators default to: validation accuracy of each
+    variant on development splits, mean over the sets."""
+    spec = t["defaults_study"]
+    out = ["### Defaults: the study on development splits", ""] + bullets(spec["notes"])
+    for name in spec["files"]:
+        p = res.get(name)
+        if p is None:
+            out += [f"No stored run `{name}` yet: `{spec['command']}`.", ""]
+            continue
+        r, eps = p["results"], [f"{e:g}" for e in p["settings"]["epsilons"]]
+        for model, ranks in r["mean_rank"].items():
+            rows = []
+            for v in sorted(ranks, key=ranks.get):
+                accs = [f"{r['mean_over_sets'][model][v][e]:.3f}" for e in eps]
+                rows.append([v, *accs, f"{ranks[v]:.2f}", f"{r['mean_fit_s'][model][v]:.1f}"])
+            head = ["variant", *[f"validation accuracy, {eps_label(e)}" for e in eps], "mean rank", "fit s"]
+            out += [f"{model}, mean over {len(p['settings']['sets'])} sets:", ""]
+            out += table(head, rows, right=range(1, len(eps) + 3))
+    return out
+
+
+def _dpsgd_peers(res: Results, t: dict[str, Any]) -> list[str]:
+    """The prototype models against plain Opacus DP-SGD at equal epsilon (full run, else the quick one)."""
+    spec = t["peers"]
+    out = ["### Against plain DP-SGD: the peer a user would pick instead", ""] + bullets(spec["notes"])
+    p = res.get("dpsgd_peers.json")
+    quick = p is None
+    p = p or res.get("dpsgd_peers_quick.json")
+    if p is None:
+        return out + [f"No stored run yet: `{spec['command']}`.", ""]
+    if quick:
+        out += ["Only the `--quick` run is stored (one fold, two sets, two epsilons).", ""]
+    acc, fit_s, gaps = p["results"]["accuracy"], p["results"]["fit_s"], p["results"]["gap_pt"]
+    prototypes = spec["prototype_models"]
+    rows = []
+    for s in p["settings"]["sets"]:
+        for e in gaps[s]:
+            ours = max(prototypes, key=lambda m: acc[s].get(m, {}).get(e, -1.0))
+            theirs = max((m for m in acc[s] if m not in prototypes and e in acc[s][m]), key=lambda m: acc[s][m][e])
+            rows.append([
+                s, e, f"{ours} {acc[s][ours][e]:.3f}", f"{theirs} {acc[s][theirs][e]:.3f}", f"{gaps[s][e]:+.1f}",
+                f"{fit_s[s][ours][e]:.1f} / {fit_s[s][theirs][e]:.1f}",
+            ])  # fmt: skip
+    folds = f"{p['settings']['folds_run']} of {p['settings']['folds']} folds"
+    out += [f"Mean test accuracy over {folds}; gap in points (best prototype model minus best peer); fit seconds.", ""]
+    out += table(
+        ["set", "epsilon", "best prototype model", "best peer", "gap (pt)", "fit s (ours / peer)"], rows, right=(4,)
+    )
+    rows = []
+    for s in p["settings"]["sets"]:
+        nonprivate = [f"{m} {acc[s][m]['nonprivate']:.3f}" for m in spec["nonprivate_models"] if m in acc[s]]
+        rows.append([s, *nonprivate])
+    out += ["Non-private references on the same folds:", ""] + table(["set", *spec["nonprivate_models"]], rows)
+    h = p["headline"]
+    rows = []
+    for key, target in spec["targets"].items():
+        value = h.get(key)
+        measured = DASH if value is None else f"{value:g}"
+        rows.append(
+            [
+                target["label"],
+                measured,
+                f"{target['op']} {target['value']:g}",
+                DASH if value is None else _met(value, target),
+            ]
+        )
+    out += (
+        ["Headline:", ""]
+        + source(spec["source"], paper=False)
+        + table(["quantity", "measured", "target", ""], rows, right=(1, 2))
+    )
+    out += figure(
+        res.folder, Path(p["figure"]).name, "Test accuracy against epsilon: prototype models and plain DP-SGD peers"
+    )
+    return out + bullets(p.get("notes", []))
 
 
 def _private_pipelines(res: Results, t: dict[str, Any]) -> list[str]:
