@@ -24,6 +24,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from dp_proto._threads import fit_threads, step_work
 from dp_proto._validation import check_finite_rows, check_labels_known, torch_dtype
 from dp_proto.exceptions import DataValidationError
 from dp_proto.lvq.init import class_mean_prototypes, make_prototype_labels
@@ -220,7 +221,10 @@ class _LVQBase(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Classif
             else:
                 layer.prototypes.copy_(class_mean_prototypes(x_t, y_t, labels, generator=generator))
         self.model_ = PrototypeModel(layer, labels)
-        result = self._train(x_t, y_t, generator, callback=callback)
+        minibatch = getattr(self, "solver", None) in ("sgd", "adam")  # the sparse estimators are full-batch
+        rows = min(X.shape[0], int(self.batch_size)) if minibatch else X.shape[0]
+        with fit_threads(step_work(rows, self.model_), self.device):
+            result = self._train(x_t, y_t, generator, callback=callback)
         self.n_iter_ = result.n_iter
         self.loss_ = result.final_loss
         self.loss_curve_ = result.losses

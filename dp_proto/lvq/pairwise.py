@@ -44,6 +44,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 from torch import Tensor, nn
 
+from dp_proto._threads import fit_threads
 from dp_proto._validation import torch_dtype
 from dp_proto.exceptions import DataValidationError
 from dp_proto.lvq.coupling import COUPLING_METHODS, couple, pairs_to_matrix
@@ -699,6 +700,12 @@ class PairwiseGMLVQ(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Cl
         names = [f"classes ({self.classes_[i]!r}, {self.classes_[j]!r})" for i, j in self.pairs_.tolist()]
         return fit_platt(scores, labels, pair_names=names)
 
+    def _pairs_work(self, rows: float, n_classes: int, n_features: int) -> float:
+        """Work per training step of the pair models (``dp_proto._threads.step_work``'s
+        measure): ``rows`` times the ``K (2 + r) d`` parameters of the ``K`` pairs."""
+        pairs, r = n_classes * (n_classes - 1) // 2, n_features if self.rank is None else int(self.rank)
+        return float(rows) * pairs * (2 + r) * n_features
+
     # -- API ---------------------------------------------------------------------------
     def fit(self, X, y) -> PairwiseGMLVQ:
         """Split, train the pair models, fit the Platt sigmoids; ``X (n, d)``, ``y (n,)``."""
@@ -720,7 +727,8 @@ class PairwiseGMLVQ(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Cl
         y_t = torch.as_tensor(y_index, dtype=torch.long, device=self.device)
         self.pairs_ = class_pairs(c).numpy()
 
-        result = self._fit_pairs(x_t[train], y_t[train], c)
+        with fit_threads(self._pairs_work(len(train), c, X.shape[1]), self.device):
+            result = self._fit_pairs(x_t[train], y_t[train], c)
         if not result.converged:
             warnings.warn(
                 f"{type(self).__name__}: L-BFGS stopped at max_iter={self.max_iter} iterations without "
@@ -739,7 +747,8 @@ class PairwiseGMLVQ(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Cl
         x_cal = x_t[calibrate]
         scores = pairwise_scores(x_cal, result.prototypes, result.omegas)
         labels = pair_membership(y_t[calibrate], result.pairs)
-        platt = self._fit_calibration(scores, labels)
+        with fit_threads(2 * scores.numel(), self.device):  # rows x the 2 K sigmoid parameters
+            platt = self._fit_calibration(scores, labels)
         self.platt_a_ = platt.a.cpu().numpy()
         self.platt_b_ = platt.b.cpu().numpy()
         return self

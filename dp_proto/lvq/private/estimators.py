@@ -29,6 +29,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 
 from dp_proto._deprecation import REMOVAL
+from dp_proto._threads import fit_threads, step_work
 from dp_proto._validation import torch_dtype
 from dp_proto.exceptions import DomainWarning
 from dp_proto.lvq.estimators import GLVQ, GMLVQ, LGMLVQ
@@ -421,31 +422,32 @@ class _DPMixin(_DPReleaseHooks):
         q = plan.sampling_rate
         expected_batch = plan.expected_batch_size(float(init.noisy_counts.sum()))
         sigma = plan.noise_multiplier(ledger.events)
-        result = fit_dp_sgd(
-            self.model_,
-            x_t,
-            y_t,
-            ledger=ledger,
-            noise_multiplier=sigma,
-            sampling_rate=q,
-            max_grad_norm=self.max_grad_norm,
-            steps=plan.steps,
-            lr=self.lr,
-            optimizer=self.solver,
-            metric_lr_scale=getattr(self, "metric_lr_scale", 1.0),
-            group_lasso=float(getattr(self, "group_lasso", 0.0)),
-            average_last=self.average_last,
-            clipping=self.clipping,
-            engine=self.engine,
-            grad_sample_mode=self.grad_sample_mode,
-            generator=None if self.secure_mode else generator,
-            expected_batch_size=expected_batch,
-            secure_mode=self.secure_mode,
-            transfer_fn=self.transfer_fn,
-            beta=self.beta,
-            delta=self.delta,
-            progress=bool(self.verbose),
-        )
+        with fit_threads(step_work(expected_batch, self.model_), self.device):
+            result = fit_dp_sgd(
+                self.model_,
+                x_t,
+                y_t,
+                ledger=ledger,
+                noise_multiplier=sigma,
+                sampling_rate=q,
+                max_grad_norm=self.max_grad_norm,
+                steps=plan.steps,
+                lr=self.lr,
+                optimizer=self.solver,
+                metric_lr_scale=getattr(self, "metric_lr_scale", 1.0),
+                group_lasso=float(getattr(self, "group_lasso", 0.0)),
+                average_last=self.average_last,
+                clipping=self.clipping,
+                engine=self.engine,
+                grad_sample_mode=self.grad_sample_mode,
+                generator=None if self.secure_mode else generator,
+                expected_batch_size=expected_batch,
+                secure_mode=self.secure_mode,
+                transfer_fn=self.transfer_fn,
+                beta=self.beta,
+                delta=self.delta,
+                progress=bool(self.verbose),
+            )
         self.noise_multiplier_ = sigma
         self.sampling_rate_ = q
         self.expected_batch_size_ = expected_batch

@@ -66,6 +66,7 @@ import torch
 from sklearn.utils.multiclass import check_classification_targets
 from torch import Tensor
 
+from dp_proto._threads import fit_threads
 from dp_proto._validation import torch_dtype
 from dp_proto.exceptions import DomainWarning
 from dp_proto.lvq.coupling import COUPLING_METHODS
@@ -548,7 +549,9 @@ class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
 
         self._train_share = train_share
         ledger.spend(events[2])  # the pairs' steps, spent before they run
-        result = self._fit_pairs(x_t[train], y_t[train], c)
+        rows = float(self.sampling_rate) * train_share * float(self._noisy_counts.sum())  # released counts
+        with fit_threads(self._pairs_work(rows, c, d), self.device):
+            result = self._fit_pairs(x_t[train], y_t[train], c)
         self._store_pairs(result)
 
         if self.calibration == "dp":
@@ -557,7 +560,9 @@ class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
             scores = pairwise_scores(x_t[calibrate], result.prototypes, result.omegas)
             labels = pair_membership(y_t[calibrate], result.pairs)
             self._calibration_y = y_t[calibrate]
-            platt = self._fit_calibration(scores, labels)
+            rows = float(self.platt_sampling_rate) * f * float(self._noisy_counts.sum())
+            with fit_threads(rows * 2 * len(self.pairs_), self.device):  # the 2 K sigmoid parameters
+                platt = self._fit_calibration(scores, labels)
         else:
             X_pub, y_pub = self.public_calibration
             platt = self._public_platt(X_pub, y_pub, result)
