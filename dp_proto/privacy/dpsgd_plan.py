@@ -89,7 +89,7 @@ _MAX_EVALUATIONS = 40
 
 
 def _search_discretization(target_epsilon: float) -> float:
-    """PLD grid of the calibration search: relative to the target (``1e-4 epsilon``),
+    """PLD grid of the calibration search: relative to the target (``1e-3 epsilon``),
     between the ledger's ``1e-4`` and ``1e-3``. Any grid gives a valid (pessimistic)
     bound; a coarser one is cheaper to build."""
     return min(max(PLD_DISCRETISATION, 1e-3 * target_epsilon), 1e-3)
@@ -175,7 +175,7 @@ def calibrate_noise_multiplier(
     ``(target_epsilon, delta)``-DP according to the ledger's accountant.
 
     A safeguarded secant search in ``log sigma`` from a central-limit guess, each step one
-    composition by the accountant; with PLDs on a grid of ``1e-4 epsilon`` (between the
+    composition by the accountant; with PLDs on a grid of ``1e-3 epsilon`` (between the
     ledger's ``1e-4`` and ``1e-3``), a valid pessimistic bound, so the ledger's own,
     finer composition certifies at most the target. It stops once the run spends at
     least ``1 - rtol`` of the target. Below sigma = 0.4 (epsilons of about 12 and
