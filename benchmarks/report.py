@@ -604,7 +604,7 @@ def _dpsgd_peers(res: Results, t: dict[str, Any]) -> list[str]:
     )
     rows = []
     for s in p["settings"]["sets"]:
-        nonprivate = [f"{m} {acc[s][m]['nonprivate']:.3f}" for m in spec["nonprivate_models"] if m in acc[s]]
+        nonprivate = [f"{acc[s][m]['nonprivate']:.3f}" if m in acc[s] else DASH for m in spec["nonprivate_models"]]
         rows.append([s, *nonprivate])
     out += ["Non-private references on the same folds:", ""] + table(["set", *spec["nonprivate_models"]], rows)
     h = p["headline"]
