@@ -168,9 +168,14 @@ class DistanceEvaluation:
                     m = s - cross - cross.transpose(1, 2) + col[:, None, None] * (w.unsqueeze(2) * w.unsqueeze(1))
                     out[omegas] = 2.0 * omegas @ m
             return out
+        shared: tuple[Tensor, Tensor, Tensor] | None = None  # (A, Y, s) of the last weights
         for p, a in by_param.items():
-            y = self.diff * a.unsqueeze(2)  # (B, W, r)
-            s = y.sum(0)  # (W, r)
+            if shared is not None and shared[0] is a:  # the same weights for both parameters
+                y, s = shared[1], shared[2]
+            else:
+                y = self.diff * a.unsqueeze(2)  # (B, W, r)
+                s = y.sum(0)  # (W, r)
+                shared = (a, y, s)
             if p is w:
                 out[w] = -2.0 * torch.einsum("wr,wrd->wd", s, omegas)
             else:

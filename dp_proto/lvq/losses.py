@@ -24,6 +24,7 @@ __all__ = [
     "glvq_mu",
     "glvq_loss",
     "glvq_cost_and_gradient",
+    "glvq_cost_and_winners",
     "transfer",
     "wtac",
     "TRANSFER_FUNCTIONS",
@@ -67,6 +68,20 @@ def glvq_margins(distances: Tensor, targets: Tensor, prototype_labels: Tensor, *
         If a target class has no prototype, or every prototype has the target's
         class (then there is no ``w-``).
     """
+    _check_shapes(distances, targets, prototype_labels)
+    prototype_labels = prototype_labels.to(distances.device)
+    targets = targets.to(distances.device)
+    same = targets[:, None] == prototype_labels[None, :]  # (B, W)
+    if check and distances.shape[0] > 0:  # check=False: the caller validated the labels
+        _check_labels(same, targets)
+    inf = torch.tensor(float("inf"), dtype=distances.dtype, device=distances.device)
+    d_plus, index_plus = torch.where(same, distances, inf).min(1)
+    d_minus, index_minus = torch.where(same, inf, distances).min(1)
+    mu = (d_plus - d_minus) / (d_plus + d_minus).clamp_min(_EPS)
+    return GLVQMargins(mu, d_plus, d_minus, index_plus, index_minus)
+
+
+def _check_shapes(distances: Tensor, targets: Tensor, prototype_labels: Tensor) -> None:
     if distances.dim() != 2:
         raise ValueError(f"expected distances of shape (B, W), got {tuple(distances.shape)}")
     if targets.shape != (distances.shape[0],):
@@ -75,20 +90,16 @@ def glvq_margins(distances: Tensor, targets: Tensor, prototype_labels: Tensor, *
         raise ValueError(
             f"expected prototype_labels of shape ({distances.shape[1]},), got {tuple(prototype_labels.shape)}"
         )
-    prototype_labels = prototype_labels.to(distances.device)
-    targets = targets.to(distances.device)
-    same = targets[:, None] == prototype_labels[None, :]  # (B, W)
-    if check and distances.shape[0] > 0:  # check=False: the caller validated the labels
-        if not bool(same.any(1).all()):
-            missing = torch.unique(targets[~same.any(1)]).tolist()
-            raise ValueError(f"no prototype carries the target class(es) {missing}")
-        if bool(same.all(1).any()):
-            raise ValueError("GLVQ needs prototypes of at least two classes")
-    inf = torch.tensor(float("inf"), dtype=distances.dtype, device=distances.device)
-    d_plus, index_plus = torch.where(same, distances, inf).min(1)
-    d_minus, index_minus = torch.where(same, inf, distances).min(1)
-    mu = (d_plus - d_minus) / (d_plus + d_minus).clamp_min(_EPS)
-    return GLVQMargins(mu, d_plus, d_minus, index_plus, index_minus)
+
+
+def _check_labels(same: Tensor, targets: Tensor) -> None:
+    """``ValueError`` unless every row of ``same (B, W)`` (target class == prototype class)
+    has a prototype of its class and one of another class (host syncs)."""
+    if not bool(same.any(1).all()):
+        missing = torch.unique(targets.to(same.device)[~same.any(1)]).tolist()
+        raise ValueError(f"no prototype carries the target class(es) {missing}")
+    if bool(same.all(1).any()):
+        raise ValueError("GLVQ needs prototypes of at least two classes")
 
 
 def glvq_mu(distances: Tensor, targets: Tensor, prototype_labels: Tensor) -> Tensor:
@@ -161,25 +172,67 @@ def glvq_cost_and_gradient(
     ``dmu/dd+ = 2 d- / s^2`` and ``dmu/dd- = -2 d+ / s^2`` (both times ``Phi'(mu)``).
     ``check=False`` skips the label checks of ``glvq_margins`` (no host sync).
     ``return_winners=True`` also returns the winners' indices ``(B, 2)`` (``w+``,
-    ``w-``) and their gradient entries ``(B, 2)``.
+    ``w-``) and their gradient entries ``(B, 2)`` (``glvq_cost_and_winners``).
     """
-    m = glvq_margins(distances, targets, prototype_labels, check=check)
-    s = m.d_plus + m.d_minus
-    clamped = s <= _EPS  # mu = (d+ - d-) / _EPS there: derivatives +-1/_EPS
-    s2 = s.clamp_min(_EPS).pow(2)
-    g_plus = torch.where(clamped, 1.0 / _EPS, 2.0 * m.d_minus / s2)
-    g_minus = torch.where(clamped, -1.0 / _EPS, -2.0 * m.d_plus / s2)
-    cost = transfer(m.mu, transfer_fn, beta)
-    if transfer_fn == "sigmoid":  # Phi' = beta Phi (1 - Phi)
-        slope = beta * cost * (1.0 - cost)
-        g_plus, g_minus = slope * g_plus, slope * g_minus
-    grad = torch.zeros_like(distances)
-    rows = torch.arange(distances.shape[0], device=distances.device)
-    grad[rows, m.index_plus] = g_plus
-    grad[rows, m.index_minus] = g_minus
+    cost, index, coef = glvq_cost_and_winners(
+        distances, targets, prototype_labels, transfer_fn=transfer_fn, beta=beta, check=check
+    )
+    grad = torch.zeros_like(distances).scatter_(1, index, coef)  # the two winners are distinct
     if return_winners:
-        return cost, grad, torch.stack([m.index_plus, m.index_minus], 1), torch.stack([g_plus, g_minus], 1)
+        return cost, grad, index, coef
     return cost, grad
+
+
+def glvq_cost_and_winners(
+    distances: Tensor,
+    targets: Tensor,
+    prototype_labels: Tensor,
+    *,
+    transfer_fn: Transfer = "identity",
+    beta: float = 1.0,
+    check: bool = True,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The GLVQ cost and its gradient in sparse form: per-sample costs ``Phi(mu_i)``
+    ``(B,)``, the winners' indices ``(B, 2)`` (``w+``, ``w-``: distinct prototypes) and the
+    non-zero entries ``(G_i+, G_i-)`` ``(B, 2)`` of ``G = dPhi(mu)/dD``
+    (``glvq_cost_and_gradient`` gives the dense ``(B, W)`` matrix).
+
+    With ``s = d+ + d-`` clamped at ``1e-12``: ``mu = (d+ - d-) / s``,
+    ``G_i+ = 2 d- / s^2`` and ``G_i- = -2 d+ / s^2`` (``+-1e12`` where ``s`` is clamped),
+    times ``Phi'(mu_i)``. ``check=False`` skips the label checks (no host sync).
+    """
+    _check_shapes(distances, targets, prototype_labels)
+    same = targets.to(distances.device)[:, None] == prototype_labels.to(distances.device)[None, :]  # (B, W)
+    if check and distances.shape[0] > 0:
+        _check_labels(same, targets)
+    d_plus, index_plus = torch.where(same, distances, torch.inf).min(1)
+    d_minus, index_minus = torch.where(same, torch.inf, distances).min(1)
+    s = d_plus + d_minus
+    clamped = s <= _EPS  # mu = (d+ - d-) / _EPS there: derivatives +-1/_EPS
+    s = s.clamp_min(_EPS)
+    mu = (d_plus - d_minus) / s
+    signs, at_clamp = _winner_constants(distances.dtype, distances.device)
+    coef = torch.stack([d_minus, d_plus], 1).mul_(signs).div_(s.pow(2)[:, None])  # (2 d-, -2 d+) / s^2
+    coef = torch.where(clamped[:, None], at_clamp, coef)
+    cost = transfer(mu, transfer_fn, beta)
+    if transfer_fn == "sigmoid":  # Phi' = beta Phi (1 - Phi)
+        coef = (beta * cost * (1.0 - cost))[:, None] * coef
+    return cost, torch.stack([index_plus, index_minus], 1), coef
+
+
+_WINNER_CONSTANTS: dict[tuple[torch.dtype, torch.device], tuple[Tensor, Tensor]] = {}
+
+
+def _winner_constants(dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+    """``(2, -2)`` and ``(1e12, -1e12)`` (the derivatives where ``d+ + d-`` is clamped) as
+    ``(2,)`` tensors of ``dtype`` on ``device``, made once."""
+    key = (dtype, device)
+    if key not in _WINNER_CONSTANTS:
+        _WINNER_CONSTANTS[key] = (
+            torch.tensor([2.0, -2.0], dtype=dtype, device=device),
+            torch.tensor([1.0 / _EPS, -1.0 / _EPS], dtype=dtype, device=device),
+        )
+    return _WINNER_CONSTANTS[key]
 
 
 def wtac(distances: Tensor, prototype_labels: Tensor) -> Tensor:

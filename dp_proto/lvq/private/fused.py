@@ -14,12 +14,14 @@ runs the *same* DP-SGD step (Abadi et al. 2016, as in Opacus with Poisson sampli
    ``dp_proto.lvq.private.grad_samplers``; no ``(B, r, d)`` tensor is built), clip
    factors ``min(1, C / (norm + 1e-6))`` jointly over all parameters, or per parameter
    with ``C / sqrt(P)`` each (``clipping="per_parameter"``, same sensitivity ``C``);
-4. the *clipped sum* ``sum_i c_i grad L_i = sum_ij c_i G_ij grad D_ij`` in closed form
-   (``dp_proto.lvq.gradients``: a few matrix products; autograd through the layer for
-   other layer types). ``L_i``
-   depends on row ``i`` of the distances only, so this is exact (ghost clipping);
-5. Gaussian noise ``N(0, (sigma C)^2)`` on every coordinate of the sum, division by the
-   expected batch size ``q n``, and an optimizer step (post-processing).
+4. the *clipped sum* ``sum_i c_i grad L_i = sum_ij c_i G_ij grad D_ij`` in closed form,
+   reusing the distances' projections (GLVQ: from explicit per-record vectors; GMLVQ:
+   three products of the batch's size with ``Omega``, the distances' included;
+   LGMLVQ: ``dp_proto.lvq.gradients``). ``L_i`` depends on row ``i`` of the distances
+   only, so this is exact (ghost clipping);
+5. Gaussian noise ``N(0, (sigma C)^2)`` on every coordinate of the sum (the library's
+   float64 Box-Muller sampler, ``add_gaussian_noise``), division by the expected batch
+   size ``q n``, and an optimizer step (post-processing).
 
 Its privacy accounting is that of Opacus' with the same ``(sigma, q, T)``: the ledger
 records ``T`` Poisson-subsampled Gaussian steps. It needs a model whose trainable
@@ -30,20 +32,20 @@ trainable backbone needs Opacus' samplers (``engine="opacus"``).
 from __future__ import annotations
 
 import math
-from typing import cast
 
 import torch
 from torch import Tensor, nn
 
-from dp_proto.lvq.gradients import DistanceEvaluation
+from dp_proto.lvq.distances import _pairwise_sq
+from dp_proto.lvq.gradients import DistanceEvaluation, quadratic_layout
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
-from dp_proto.lvq.losses import glvq_cost_and_gradient
+from dp_proto.lvq.losses import glvq_cost_and_winners
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.data_parallel import DataParallel
 from dp_proto.lvq.private.grad_samplers import (
-    glvq_norm_sample,
-    gmlvq_norm_sample,
-    lgmlvq_norm_sample,
+    gmlvq_clipping_norms,
+    lgmlvq_clipping_norms,
+    winner_differences,
 )
 from dp_proto.privacy.dpsgd_plan import BudgetedEpochs
 from dp_proto.privacy.noise import gaussian_noise
@@ -55,12 +57,11 @@ __all__ = [
     "clipped_gradient_sum",
     "dp_sgd_step",
     "poisson_batch_index",
+    "add_gaussian_noise",
+    "NOISE_CHUNK",
     "fit_dp_sgd_fused",
     "check_fusable",
 ]
-
-# Most specific class first (GMLVQLayer and LGMLVQLayer subclass GLVQLayer).
-_NORM_SAMPLERS = ((LGMLVQLayer, lgmlvq_norm_sample), (GMLVQLayer, gmlvq_norm_sample), (GLVQLayer, glvq_norm_sample))
 
 # Opacus' guard in the clip factor C / (norm + 1e-6).
 _NORM_GUARD = 1e-6
@@ -68,13 +69,6 @@ _NORM_GUARD = 1e-6
 #: Relative slack ``s`` of a full-batch step's declared sensitivity ``C (1 + s)`` in the
 #: neighbour check: rounding of the clipped sum as computed (docs/privacy-model.md).
 CLIPPED_SUM_SLACK = {torch.float32: 1e-4, torch.float64: 1e-9}
-
-
-def _norm_sampler(layer: GLVQLayer):
-    for cls, sampler in _NORM_SAMPLERS:
-        if type(layer) is cls:
-            return sampler
-    raise TypeError(f"no closed-form norm sampler for {type(layer).__name__}")  # pragma: no cover
 
 
 def check_fusable(model: PrototypeModel) -> None:
@@ -139,48 +133,11 @@ def clipped_gradient_sum(
     """
     if clipping not in CLIPPING_MODES:
         raise ValueError(f"clipping must be one of {CLIPPING_MODES}, got {clipping!r}")
-    layer = model.layer
     with torch.no_grad():
-        features = model.features(x).reshape(x.shape[0], layer.in_features).to(layer.prototypes.dtype)
-        if features.shape[0] == 0:
-            empty = features.new_zeros(0)
-            return empty, empty
-        # distances (B, W) once; the norms and the clipped sum reuse its projections
-        evaluation = DistanceEvaluation(layer, features)
-        distances = evaluation.distances
-        projections = evaluation.projections  # GMLVQ: (x Omega^T, w Omega^T), else None
-        # backprops[i] = dL_i/dD_i: L_i depends on row i of the distances only.
-        costs, backprops, winners, coef = glvq_cost_and_gradient(
-            distances,
-            y,
-            model.prototype_labels,
-            check=check_labels,
-            transfer_fn=transfer_fn,  # type: ignore[arg-type]
-            beta=beta,
-            return_winners=True,
+        sums, norms, costs = _clipped_sums(
+            model, x, y, max_grad_norm, clipping=clipping, transfer_fn=transfer_fn, beta=beta, check_labels=check_labels
         )
-        if type(layer) is GLVQLayer:
-            return _glvq_clipped_sum(layer, features, winners, coef, max_grad_norm), costs
-        norms_by_param = _per_sample_norms(layer, features, backprops, projections)
-        if not norms_by_param:
-            return distances.new_zeros(distances.shape[0]), costs
-        norms = torch.stack(list(norms_by_param.values()), 0).pow(2).sum(0).sqrt()
-        if not bool(torch.isfinite(norms).all()):  # a record whose distances overflow contributes 0
-            overflowed = ~torch.isfinite(norms)
-            features = torch.where(overflowed[:, None], 0.0, features)
-            backprops = torch.where(overflowed[:, None], 0.0, backprops)
-            norms = torch.where(overflowed, math.inf, norms)  # clip factor C / inf = 0
-            norms_by_param = {p: torch.where(overflowed, math.inf, n) for p, n in norms_by_param.items()}
-            evaluation = DistanceEvaluation(layer, features)  # no inf left for a zero weight to meet
-        if clipping == "joint":
-            factor = (max_grad_norm / (norms + _NORM_GUARD)).clamp(max=1.0)
-            weights = {p: backprops * factor[:, None] for p in norms_by_param}
-        else:
-            bound = max_grad_norm / math.sqrt(len(norms_by_param))
-            weights = {
-                p: backprops * (bound / (n + _NORM_GUARD)).clamp(max=1.0)[:, None] for p, n in norms_by_param.items()
-            }
-        for param, grad in evaluation.gradients(weights).items():
+        for param, grad in sums.items():
             if param.grad is None:
                 param.grad = grad
             else:
@@ -188,52 +145,221 @@ def clipped_gradient_sum(
     return norms, costs
 
 
-def _glvq_clipped_sum(layer: GLVQLayer, x: Tensor, index: Tensor, coef: Tensor, max_grad_norm: float) -> Tensor:
-    """GLVQ's clipped sum from explicit per-record vectors, accumulated into
-    ``prototypes.grad``; returns the per-sample gradient norms ``(B,)`` (not finite for a
-    record that contributes zero).
-
-    Record ``i``'s gradient is ``-2 G_ik (x_i - w_k)`` at its two winners ``k``
-    (``index``, ``coef``: ``(B, 2)``), on two distinct rows of the prototypes: formed
-    from the differences and clipped by their own norm, so no cancellation can hide a
-    large term (the guard of the closed forms is not needed), and one ``index_add`` of
-    ``(2B, d)`` rows replaces the dense ``(W, B) @ (B, d)`` product.
-    """
-    w = layer.prototypes
-    if not w.requires_grad:
-        return x.new_zeros(x.shape[0])
-    flat = index.reshape(-1)
-    diff = x.unsqueeze(1) - w.index_select(0, flat).view(*index.shape, -1)  # (B, 2, d)
-    norms = 2.0 * torch.linalg.vector_norm(coef * torch.linalg.vector_norm(diff, dim=-1), dim=1)
-    factor = (max_grad_norm / (norms + _NORM_GUARD)).clamp(max=1.0)
-    weight = torch.where(torch.isfinite(norms), factor, 0.0)[:, None] * coef
-    weight = torch.where(weight.isfinite(), weight * -2.0, 0.0)  # a NaN row (overflow) adds nothing
-    update = (weight.unsqueeze(2) * diff).reshape(-1, diff.shape[-1])
-    grad = torch.zeros_like(w).index_add_(0, flat, update)
-    if w.grad is None:
-        w.grad = grad
-    else:
-        w.grad.add_(grad)
-    return norms
-
-
-def _per_sample_norms(
-    layer: GLVQLayer,
+def _clipped_sums(
+    model: PrototypeModel,
     x: Tensor,
-    backprops: Tensor,
-    projections: tuple[Tensor, Tensor] | None,
-) -> dict[nn.Parameter, Tensor]:
-    """Per-sample clipping norms ``(B,)`` of each trainable parameter of the layer: the
-    gradient norm, at least ``CANCELLATION_GUARD`` times the record's term magnitude
-    (``dp_proto.lvq.private.grad_samplers``), so that no clipped record's terms in the
-    closed-form sum can outgrow ``C / CANCELLATION_GUARD``.
+    y: Tensor,
+    max_grad_norm: float,
+    *,
+    clipping: str,
+    transfer_fn: str,
+    beta: float,
+    check_labels: bool,
+) -> tuple[dict[nn.Parameter, Tensor], Tensor, Tensor]:
+    """The clipped sum per trainable parameter of the layer (none for an empty batch),
+    the joint clipping norms ``(B,)`` and the per-sample costs ``(B,)`` (no autograd).
 
-    GMLVQ reuses the distances' projections; LGMLVQ: its norm sampler (GLVQ takes
-    ``_glvq_clipped_sum``).
+    The distances ``(B, W)`` are computed once; the norms and the sum reuse their
+    projections. ``G = dL_i/dD_i`` is kept sparse, as the winners ``(B, 2)`` and their
+    entries: ``L_i`` depends on row ``i`` of the distances only, so the clip-weighted
+    sum is exact (ghost clipping). One host sync: whether every norm, and every term the
+    sum reads, is finite; if not, records with non-finite norms get weight zero and the
+    non-finite terms (which then meet only zero weights) are set to zero.
     """
-    if projections is not None:
-        return gmlvq_norm_sample(cast(GMLVQLayer, layer), [x], backprops, projections)
-    return _norm_sampler(layer)(layer, [x], backprops)
+    layer = model.layer
+    features = model.features(x).reshape(x.shape[0], layer.in_features).to(layer.prototypes.dtype)
+    if features.shape[0] == 0:
+        empty = features.new_zeros(0)
+        return {}, empty, empty
+    terms_class = _TERMS.get(type(layer))
+    if terms_class is None:
+        raise TypeError(f"no closed-form norm sampler for {type(layer).__name__}")
+    terms = terms_class(layer, features)  # the distances, and what the norms and sums reuse
+    costs, index, coef = glvq_cost_and_winners(
+        terms.distances,
+        y,
+        model.prototype_labels,
+        check=check_labels,
+        transfer_fn=transfer_fn,  # type: ignore[arg-type]
+        beta=beta,
+    )
+    if not any(p.requires_grad for p in layer.parameters()):
+        return {}, features.new_zeros(features.shape[0]), costs
+    norms_by_param = terms.norms(index, coef)
+    norm_list = list(norms_by_param.values())
+    if len(norm_list) == 1:
+        norms = norm_list[0]
+    else:
+        norms = torch.stack(norm_list, 0).pow(2).sum(0).sqrt()
+    if clipping == "joint":
+        factor = (max_grad_norm / (norms + _NORM_GUARD)).clamp(max=1.0)
+        weights = dict.fromkeys(norms_by_param, coef * factor[:, None])  # one tensor for all
+    else:
+        bound = max_grad_norm / math.sqrt(len(norms_by_param))
+        weights = {p: coef * (bound / (n + _NORM_GUARD)).clamp(max=1.0)[:, None] for p, n in norms_by_param.items()}
+    finite = torch.isfinite(norms).all()
+    extra = terms.finite()
+    if not bool(finite if extra is None else finite & extra):  # the one host sync
+        contributes = torch.isfinite(norms)[:, None]
+        weights = {p: torch.where(contributes, a, 0.0) for p, a in weights.items()}
+        terms.sanitize()
+    return terms.sums(weights), norms, costs
+
+
+def _finite(t: Tensor) -> Tensor:
+    """``t`` with its non-finite entries set to zero."""
+    return torch.where(torch.isfinite(t), t, 0.0)
+
+
+def _dense(values: Tensor, index: Tensor, num_prototypes: int) -> Tensor:
+    """``(B, W)`` zeros with ``values (B, K)`` at the winners ``index (B, K)`` (distinct per row)."""
+    return values.new_zeros(values.shape[0], num_prototypes).scatter_(1, index, values)
+
+
+class _GLVQTerms:
+    """GLVQ's clipped sum from explicit per-record vectors: record ``i``'s gradient is
+    ``-2 G_ik (x_i - w_k)`` at its two winners ``k``, on two distinct rows of the
+    prototypes; formed from the differences and clipped by their own norm, so no
+    cancellation can hide a large term (the guard of the closed forms is not needed),
+    and one ``index_add`` of ``(2B, d)`` rows replaces the dense ``(W, B) @ (B, d)``
+    product."""
+
+    def __init__(self, layer: GLVQLayer, x: Tensor):
+        self.w, self.x = layer.prototypes, x
+        self.distances = _pairwise_sq(x, self.w)  # as the layer's forward
+        self.diff: Tensor | None = None
+
+    def norms(self, index: Tensor, coef: Tensor) -> dict[nn.Parameter, Tensor]:
+        if not self.w.requires_grad:
+            return {}
+        self.index = index
+        self.diff = winner_differences(self.x, self.w, index)  # (B, K, d)
+        return {self.w: 2.0 * torch.linalg.vector_norm(coef * torch.linalg.vector_norm(self.diff, dim=-1), dim=1)}
+
+    def finite(self) -> Tensor | None:
+        return None  # only the winners' explicit terms: finite with their norms
+
+    def sanitize(self) -> None:
+        if self.diff is not None:
+            self.diff = _finite(self.diff)
+
+    def sums(self, weights: dict[nn.Parameter, Tensor]) -> dict[nn.Parameter, Tensor]:
+        if self.diff is None or not self.w.requires_grad:
+            return {}
+        update = self.diff.mul_(weights[self.w].unsqueeze(2)).flatten(0, 1)  # in place: the norms are taken
+        return {self.w: torch.zeros_like(self.w).index_add_(0, self.index.reshape(-1), update, alpha=-2.0)}
+
+
+class _GMLVQTerms:
+    """GMLVQ with the distances' projections ``u = x Omega^T``, ``Omega w``:
+
+    * prototypes: ``-2 sum_ik A_ik Omega^T p_ik = -2 (A^T Z - a * Z_w)`` with
+      ``Z = u Omega``, ``Z_w = (Omega w) Omega`` (their norms' explicit differences
+      come from the same products), ``a = A^T 1``;
+    * Omega: ``2 sum_ik A_ik p_ik v_ik^T = 2 (u^T V - (Omega w)^T (A^T x - a * w))``,
+      ``V_i = sum_k A_ik v_ik`` from the explicit differences ``v_ik = x_i - w_k``.
+
+    Every term is bounded by the term magnitudes of the clipping norms
+    (``dp_proto.lvq.private.grad_samplers``)."""
+
+    def __init__(self, layer: GMLVQLayer, x: Tensor):
+        self.layer, self.x = layer, x
+        self.u, self.pw = x @ layer.omega.T, layer.prototypes @ layer.omega.T  # (B, r), (W, r)
+        self.distances = _pairwise_sq(self.u, self.pw)  # as the layer's forward (omega_distance)
+        self.v: Tensor | None = None
+        self.metric: tuple[Tensor, Tensor] | None = None
+
+    def norms(self, index: Tensor, coef: Tensor) -> dict[nn.Parameter, Tensor]:
+        omega, w = self.layer.omega, self.layer.prototypes
+        self.index = index
+        v = p = self.u.new_zeros(0)
+        if omega.requires_grad:
+            self.v = v = winner_differences(self.x, w, index)  # (B, K, d)
+            p = winner_differences(self.u, self.pw, index)  # (B, K, r)
+        if w.requires_grad:
+            self.metric = (self.u @ omega, self.pw @ omega)  # Omega^T Omega x (B, d), Omega^T Omega w (W, d)
+        return gmlvq_clipping_norms(self.layer, self.x, index, coef, v, p, (self.u, self.pw), self.metric)
+
+    def finite(self) -> Tensor | None:
+        # the prototypes' rows enter the products whether or not they are winners
+        check = torch.isfinite(self.pw).all()
+        if self.metric is not None:
+            check = check & torch.isfinite(self.metric[1]).all()
+        return check
+
+    def sanitize(self) -> None:
+        self.x, self.u, self.pw = _finite(self.x), _finite(self.u), _finite(self.pw)
+        if self.v is not None:
+            self.v = _finite(self.v)
+        if self.metric is not None:
+            self.metric = (_finite(self.metric[0]), _finite(self.metric[1]))
+
+    def sums(self, weights: dict[nn.Parameter, Tensor]) -> dict[nn.Parameter, Tensor]:
+        layer, out = self.layer, {}
+        w, omega, n_prototypes = layer.prototypes, layer.omega, layer.num_prototypes
+        if self.metric is not None:
+            z, zw = self.metric
+            a = _dense(weights[w] * -2.0, self.index, n_prototypes)  # (B, W)
+            out[w] = (a.T @ z).sub_(a.sum(0)[:, None] * zw)
+        if self.v is not None:
+            a2 = weights[omega] * 2.0  # (B, K)
+            a = _dense(a2, self.index, n_prototypes)
+            per_record = torch.bmm(a2.unsqueeze(1), self.v).squeeze(1)  # (B, d): sum_k A_ik v_ik
+            per_prototype = (a.T @ self.x).sub_(a.sum(0)[:, None] * w)  # (W, d): sum_i A_ik (x_i - w_k)
+            out[omega] = (self.u.T @ per_record).addmm_(self.pw.T, per_prototype, alpha=-1.0)
+        return out
+
+
+class _LGMLVQTerms:
+    """LGMLVQ: the projections ``p_ik = Omega_k (x_i - w_k)`` of the distances (their
+    ``(B, W, r)`` differences; for few features, where the distances take the quadratic
+    form, from the gathered ``Omega_k``), ``Omega_k^T p_ik`` for the prototypes' norms
+    (one ``(W, B, r) @ (W, r, d)`` product: the cost of the distances' projection, and no
+    ``(B, K, r, d)`` gather), and the closed-form sums of ``DistanceEvaluation``."""
+
+    def __init__(self, layer: LGMLVQLayer, x: Tensor):
+        self.layer, self.x = layer, x
+        self.evaluation = DistanceEvaluation(layer, x)
+        self.distances = self.evaluation.distances
+
+    def norms(self, index: Tensor, coef: Tensor) -> dict[nn.Parameter, Tensor]:
+        omegas, w = self.layer.omegas, self.layer.prototypes
+        self.index = index
+        v = winner_differences(self.x, w, index)  # (B, K, d)
+        back_sq = None
+        if quadratic_layout(self.layer):
+            gathered = omegas.detach()[index]  # (B, K, r, d); few features
+            p = torch.einsum("bkrd,bkd->bkr", gathered, v)
+            if w.requires_grad:
+                back_sq = torch.einsum("bkrd,bkr->bkd", gathered, p).pow(2).sum(-1)
+        else:
+            diff = self.evaluation.diff  # (B, W, r)
+            p = diff.gather(1, index.unsqueeze(2).expand(-1, -1, diff.shape[2]))  # (B, K, r)
+            if w.requires_grad:
+                back = torch.bmm(diff.transpose(0, 1), omegas.detach())  # (W, B, d): Omega_j^T p_ij
+                back_sq = back.pow(2).sum(-1).T.gather(1, index)
+        return lgmlvq_clipping_norms(self.layer, self.x, index, coef, v, p, back_sq)
+
+    def finite(self) -> Tensor | None:
+        # every (record, prototype) term enters the closed forms; the distances show them all
+        return torch.isfinite(self.evaluation.distances).all()
+
+    def sanitize(self) -> None:
+        evaluation = self.evaluation
+        evaluation.x = _finite(evaluation.x)
+        for name in ("diff", "outer", "lambdas", "lambda_w"):
+            if hasattr(evaluation, name):
+                setattr(evaluation, name, _finite(getattr(evaluation, name)))
+
+    def sums(self, weights: dict[nn.Parameter, Tensor]) -> dict[nn.Parameter, Tensor]:
+        dense: dict[nn.Parameter, Tensor] = {}
+        for p, a in weights.items():  # joint clipping: one dense matrix, which the closed forms share
+            same = [dense[q] for q in dense if weights[q] is a]
+            dense[p] = same[0] if same else _dense(a, self.index, self.layer.num_prototypes)
+        return self.evaluation.gradients(dense)
+
+
+_TERMS: dict[type, type] = {GLVQLayer: _GLVQTerms, GMLVQLayer: _GMLVQTerms, LGMLVQLayer: _LGMLVQTerms}
 
 
 def fit_dp_sgd_fused(
@@ -322,11 +448,50 @@ def _check_targets(y: Tensor, prototype_labels: Tensor) -> None:
         raise ValueError("GLVQ needs prototypes of at least two classes")
 
 
-def _grad(param: Tensor) -> Tensor:
-    """``param.grad``, which the step allocated (zeros) before the clipped sum."""
-    if param.grad is None:
-        raise RuntimeError("the DP-SGD step's gradient buffer is missing")
-    return param.grad
+#: Coordinates per call of the Gaussian sampler in ``add_gaussian_noise`` (even: Box-Muller
+#: pairs): its float64 temporaries stay near a MiB, reused by the allocator from step to
+#: step instead of being mapped afresh (page faults) for every step's whole gradient.
+NOISE_CHUNK = 1 << 17
+
+
+def add_gaussian_noise(
+    summed: Tensor, std: float, *, generator: torch.Generator | None = None, secure_mode: bool = False
+) -> Tensor:
+    """``summed + N(0, std^2)`` on every coordinate of the 1-d ``summed``, as a new tensor.
+
+    The noise is ``dp_proto.privacy.noise.gaussian_noise`` (float64 Box-Muller, unbounded
+    tails), drawn in consecutive chunks of ``NOISE_CHUNK`` coordinates from the same
+    generator (or the operating system's entropy): its coordinates are i.i.d., so the
+    chunks together have exactly the distribution of one call, and up to ``NOISE_CHUNK``
+    coordinates they are the same draw.
+    """
+    if summed.numel() <= NOISE_CHUNK:
+        noise = gaussian_noise(
+            summed.shape, std, generator=generator, secure_mode=secure_mode, dtype=summed.dtype, device=summed.device
+        )
+        return noise.add_(summed)  # summed + noise: the sampler's tensor is this call's own
+    noisy = torch.empty_like(summed)
+    for start in range(0, summed.numel(), NOISE_CHUNK):
+        part = summed[start : start + NOISE_CHUNK]
+        noise = gaussian_noise(
+            part.shape, std, generator=generator, secure_mode=secure_mode, dtype=summed.dtype, device=summed.device
+        )
+        torch.add(part, noise, out=noisy[start : start + NOISE_CHUNK])
+    return noisy
+
+
+def _zero_other_grads(optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> None:
+    """``optimizer.zero_grad(set_to_none=False)`` for every parameter but ``params``
+    (whose gradients the step overwrites)."""
+    skip = {id(p) for p in params}
+    for group in optimizer.param_groups:
+        for q in group["params"]:
+            if q.grad is not None and id(q) not in skip:
+                if q.grad.grad_fn is not None:
+                    q.grad.detach_()
+                else:
+                    q.grad.requires_grad_(False)
+                q.grad.zero_()
 
 
 def poisson_batch_index(
@@ -384,29 +549,24 @@ def dp_sgd_step(
 
     With ``data_parallel``, ``x`` is this rank's part of the batch: rank 0 adds the
     noise to its partial sum and one all-reduce gives every rank the noisy total."""
+    if clipping not in CLIPPING_MODES:
+        raise ValueError(f"clipping must be one of {CLIPPING_MODES}, got {clipping!r}")
     params = [p for p in model.layer.parameters() if p.requires_grad]
-    optimizer.zero_grad(set_to_none=False)
-    for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    _, costs = clipped_gradient_sum(
-        model, x, y, max_grad_norm, clipping=clipping, transfer_fn=transfer_fn, beta=beta, check_labels=check_labels
-    )
+    _zero_other_grads(optimizer, params)  # the layer's gradients are overwritten below
     with torch.no_grad():
-        grads = [_grad(p) for p in params]
-        summed = torch.cat([g.reshape(-1) for g in grads])
+        sums, _, costs = _clipped_sums(
+            model, x, y, max_grad_norm, clipping=clipping, transfer_fn=transfer_fn, beta=beta, check_labels=check_labels
+        )
+        parts = [sums[p].reshape(-1) if p in sums else p.new_zeros(p.numel()) for p in params]
+        if len(parts) == 1:  # already flat: no copy
+            summed = parts[0]
+        else:
+            summed = torch.cat(parts) if parts else model.layer.prototypes.new_zeros(0)
 
         def draw() -> Tensor:  # float64 Box-Muller noise (unbounded tails), then cast
             if noise_std == 0 or (data_parallel is not None and not data_parallel.draws_noise):
                 return summed.clone()
-            return summed + gaussian_noise(
-                summed.shape,
-                noise_std,
-                generator=generator,
-                secure_mode=secure_mode,
-                dtype=summed.dtype,
-                device=summed.device,
-            )
+            return add_gaussian_noise(summed, noise_std, generator=generator, secure_mode=secure_mode)
 
         if full_batch:
             bound = max_grad_norm * (1.0 + CLIPPED_SUM_SLACK.get(summed.dtype, CLIPPED_SUM_SLACK[torch.float32]))
@@ -416,8 +576,12 @@ def dp_sgd_step(
         if data_parallel is not None:  # sum_ranks (partial sum [+ noise on rank 0])
             noisy = data_parallel.all_reduce_sum(noisy, what="the all-reduce of the noisy gradient sum")
         offset = 0
-        for p, g in zip(params, grads, strict=True):
-            g.copy_(noisy[offset : offset + p.numel()].view_as(p)).div_(expected_batch)
+        for p in params:
+            part = noisy[offset : offset + p.numel()].view_as(p)
+            if p.grad is None:
+                p.grad = part / expected_batch
+            else:
+                torch.div(part, expected_batch, out=p.grad)
             offset += p.numel()
     optimizer.step()
     return costs

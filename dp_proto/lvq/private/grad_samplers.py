@@ -38,14 +38,16 @@ so that ``c_i m_i <= C / kappa`` for every clipped record in every model state:
   (the distances and the closed form share them): prototypes
   ``2 s (||u_i|| + ||p_k||)``, metric ``2 (||u_i|| + ||p_k||)(||x_i|| + ||w_k||)``, where
   ``s = sqrt(||Omega||_1 ||Omega||_inf)`` (largest column and row sums of ``|Omega|``)
-  bounds the spectral norms of ``Omega`` and ``|Omega|``;
-* LGMLVQ (its projections are formed differently by the distances and the norms):
-  prototypes ``2 s_k^2 (||x_i|| + ||w_k||)``, metric ``2 s_k (||x_i|| + ||w_k||)^2``, with
-  ``s_k`` of ``Omega_k``.
+  bounds the spectral norms of ``Omega`` and ``|Omega|`` (so also the terms
+  ``Omega^T u_i`` and ``Omega^T p_k`` of the prototypes' sum);
+* LGMLVQ (Opacus' samplers form the projections differently from the distances; the
+  fused engine reuses the distances'): prototypes ``2 s_k^2 (||x_i|| + ||w_k||)``, metric
+  ``2 s_k (||x_i|| + ||w_k||)^2``, with ``s_k`` of ``Omega_k``.
 
-These bound every term of the closed forms of :mod:`dp_proto.lvq.gradients` and of
-the distance computations (a matrix product's rounding error is at most ``gamma_n``
-times the product of the operands' absolute values). The guard only changes records whose gradient is below
+These bound every term of the closed forms of :mod:`dp_proto.lvq.gradients`, of the
+fused engine's sums (:mod:`dp_proto.lvq.private.fused`) and of the distance
+computations (a matrix product's rounding error is at most ``gamma_n`` times the
+product of the operands' absolute values). The guard only changes records whose gradient is below
 ``kappa`` times its term magnitude (a record within about 1 % of a prototype, relative
 to their norms); the privacy model (docs) states the resulting slack.
 
@@ -69,6 +71,10 @@ __all__ = [
     "lgmlvq_grad_sample",
     "glvq_norm_sample",
     "gmlvq_norm_sample",
+    "gmlvq_clipping_norms",
+    "lgmlvq_clipping_norms",
+    "winner_differences",
+    "spectral_bound",
     "lgmlvq_norm_sample",
 ]
 
@@ -108,6 +114,13 @@ def winner_terms(backprops: Tensor) -> tuple[Tensor, Tensor]:
     k = max(min(nnz, backprops.shape[1]), 1)
     index = backprops.abs().topk(k, dim=1).indices
     return index, backprops.gather(1, index)
+
+
+def winner_differences(x: Tensor, rows: Tensor, index: Tensor) -> Tensor:
+    """``x_i - rows_k`` for the winners ``index (B, K)``: explicit differences ``(B, K, m)``
+    of ``x (B, m)`` and ``rows (W, m)`` (one gather, then subtracted in place), detached."""
+    gathered = rows.detach().index_select(0, index.reshape(-1)).view(*index.shape, rows.shape[1])
+    return torch.sub(x.detach().unsqueeze(1), gathered, out=gathered)
 
 
 def _scatter_rows(values: Tensor, index: Tensor, num_rows: int) -> Tensor:
@@ -159,10 +172,8 @@ def _gmlvq_terms(
     ``(B, K, r)``, plus the projections ``u = Omega x`` ``(B, r)`` and ``Omega w``
     ``(W, r)`` (projecting once instead of per winner; passed in if already computed)."""
     index, coef = winner_terms(g)
-    v = x[:, None, :] - layer.prototypes[index]  # (B, K, d)
     u, pw = projections if projections is not None else (x @ layer.omega.T, layer.prototypes @ layer.omega.T)
-    p = u[:, None, :] - pw[index]  # (B, K, r)
-    return index, coef, v, p, u, pw
+    return index, coef, winner_differences(x, layer.prototypes, index), winner_differences(u, pw, index), u, pw
 
 
 def gmlvq_grad_sample(layer: GMLVQLayer, activations: list[Tensor], backprops: Tensor) -> dict[nn.Parameter, Tensor]:
@@ -183,21 +194,51 @@ def gmlvq_norm_sample(
 ) -> dict[nn.Parameter, Tensor]:
     x, g = _inputs(layer, activations, backprops)
     index, coef, v, p, u, pw = _gmlvq_terms(layer, x, g, projections)
+    return gmlvq_clipping_norms(layer, x, index, coef, v, p, (u, pw))
+
+
+def gmlvq_clipping_norms(
+    layer: GMLVQLayer,
+    x: Tensor,
+    index: Tensor,
+    coef: Tensor,
+    v: Tensor,
+    p: Tensor,
+    projections: tuple[Tensor, Tensor],
+    metric_projections: tuple[Tensor, Tensor] | None = None,
+) -> dict[nn.Parameter, Tensor]:
+    """Clipping norms ``(B,)`` of GMLVQ's per-sample gradients (module docstring), from
+    the winners ``index (B, K)`` and their entries ``coef (B, K)`` of ``G``, the
+    differences ``v = x_i - w_k`` ``(B, K, d)`` and ``p = u_i - Omega w_k`` ``(B, K, r)``, and
+    the projections ``(u = x Omega^T (B, r), Omega w (W, r))`` that the distances used.
+
+    ``metric_projections``: ``(u Omega (B, d), (Omega w) Omega (W, d))``, i.e.
+    ``Omega^T Omega x`` and ``Omega^T Omega w``, when the caller has them (the fused
+    engine reuses them for the prototypes' clipped sum); computed here otherwise, and
+    only if the prototypes are trainable.
+    """
+    u, pw = projections
     out: dict[nn.Parameter, Tensor] = {}
     omega_bound = spectral_bound(layer.omega)
     # |G_ik| (||Omega x_i|| + ||Omega w_k||): the projections as computed (the closed form reuses them)
     projected = coef.abs() * (torch.linalg.vector_norm(u, dim=1)[:, None] + torch.linalg.vector_norm(pw, dim=1)[index])
     if layer.prototypes.requires_grad:
-        # Omega^T p_k = Omega^T Omega x - Omega^T Omega w_k; the K rows are distinct prototypes
-        s = (u @ layer.omega)[:, None, :] - (pw @ layer.omega)[index]  # (B, K, d)
-        norm = (4.0 * coef.pow(2) * s.pow(2).sum(-1)).sum(1).sqrt()
+        # Omega^T p_k = Omega^T Omega x - Omega^T Omega w_k, as explicit differences; the K rows are distinct
+        z, zw = metric_projections if metric_projections is not None else (u @ layer.omega, pw @ layer.omega)
+        s = winner_differences(z, zw, index)  # (B, K, d)
+        norm = 2.0 * torch.linalg.vector_norm(coef * torch.linalg.vector_norm(s, dim=-1), dim=1)
         out[layer.prototypes] = _guarded(norm, 2.0 * omega_bound * projected.sum(1))
     if layer.omega.requires_grad:
         # ||sum_k c_k p_k v_k^T||_F^2 = sum_{k,l} c_k c_l (p_k.p_l)(v_k.v_l)
         pp = p @ p.transpose(1, 2)  # (B, K, K)
         vv = v @ v.transpose(1, 2)
         cc = coef[:, :, None] * coef[:, None, :]
-        norm = (4.0 * cc * pp * vv).sum((1, 2)).clamp_min(0).sqrt()
+        # The cross terms can cancel: add the rounding error of this sum, at most
+        # (r + d + 2 K^2 + 8) u M^2 with M = sum_k 2 |c_k| ||p_k|| ||v_k||, so the
+        # computed norm is never below the exact one.
+        explicit = 2.0 * (coef.abs() * torch.linalg.vector_norm(p, dim=-1) * torch.linalg.vector_norm(v, dim=-1))
+        rounding = (p.shape[-1] + v.shape[-1] + 2 * coef.shape[1] ** 2 + 8) * torch.finfo(p.dtype).eps
+        norm = ((4.0 * cc * pp * vv).sum((1, 2)).clamp_min(0) + rounding * explicit.sum(1).pow(2)).sqrt()
         magnitude = 2.0 * (projected * _scales(x, layer.prototypes, index)).sum(1)
         out[layer.omega] = _guarded(norm, magnitude)
     return out
@@ -228,13 +269,26 @@ def lgmlvq_grad_sample(layer: LGMLVQLayer, activations: list[Tensor], backprops:
 def lgmlvq_norm_sample(layer: LGMLVQLayer, activations: list[Tensor], backprops: Tensor) -> dict[nn.Parameter, Tensor]:
     x, g = _inputs(layer, activations, backprops)
     index, coef, v, p, omegas = _lgmlvq_terms(layer, x, g)
+    back = torch.einsum("bkrd,bkr->bkd", omegas, p).pow(2).sum(-1) if layer.prototypes.requires_grad else None
+    return lgmlvq_clipping_norms(layer, x, index, coef, v, p, back)
+
+
+def lgmlvq_clipping_norms(
+    layer: LGMLVQLayer, x: Tensor, index: Tensor, coef: Tensor, v: Tensor, p: Tensor, back_sq: Tensor | None
+) -> dict[nn.Parameter, Tensor]:
+    """Clipping norms ``(B,)`` of LGMLVQ's per-sample gradients (module docstring), from
+    the winners ``index (B, K)`` and their entries ``coef (B, K)`` of ``G``, the
+    differences ``v = x_i - w_k`` ``(B, K, d)``, the projections ``p = Omega_k (x_i - w_k)``
+    ``(B, K, r)`` and ``back_sq = ||Omega_k^T p_ik||^2`` ``(B, K)`` (needed only if the
+    prototypes are trainable)."""
     out: dict[nn.Parameter, Tensor] = {}
     omega_bounds = spectral_bound(layer.omegas)[index]  # (B, K)
     scales = _scales(x, layer.prototypes, index)
     weighted = coef.abs() * omega_bounds * scales  # |G_ik| s_k (||x_i|| + ||w_k||)
     if layer.prototypes.requires_grad:
-        sq = torch.einsum("bkrd,bkr->bkd", omegas, p).pow(2).sum(-1)
-        norm = (4.0 * coef.pow(2) * sq).sum(1).sqrt()
+        if back_sq is None:
+            raise ValueError("back_sq is needed when the prototypes are trainable")
+        norm = (4.0 * coef.pow(2) * back_sq).sum(1).sqrt()
         out[layer.prototypes] = _guarded(norm, 2.0 * (weighted * omega_bounds).sum(1))
     if layer.omegas.requires_grad:  # distinct prototypes: the rank-one terms do not overlap
         sq = p.pow(2).sum(-1) * v.pow(2).sum(-1)
