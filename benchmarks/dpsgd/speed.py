@@ -432,6 +432,10 @@ def profile(model_name: str, X: Tensor, y: Tensor, args: argparse.Namespace) -> 
         batches = [next(it) for _ in range(args.profile_steps)]
         with tprofile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
             for xb, yb in batches:
+                if mode == "dp_fused":  # one call: sampling aside, the whole step
+                    with record_function("## step.dp_sgd_step+normalize"):
+                        setup.step(xb, yb)
+                    continue
                 with record_function("## step.zero_grad"):
                     setup.optimizer.zero_grad()
                 with record_function("## step.forward+loss"):
