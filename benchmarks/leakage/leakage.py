@@ -285,6 +285,7 @@ def train_dp_sgd(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
             max_grad_norm=setup.dp_clip,
             epochs=setup.dp_epochs,
             init_fraction=setup.dp_init_fraction,
+            init_mechanism="laplace",  # Brinkrolf (2023), as dp_sgd_from_pieces
             bounds=setup.bounds,
             solver="sgd",
             lr=setup.dp_lr,
