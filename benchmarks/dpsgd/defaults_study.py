@@ -52,6 +52,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "average last 0.5": {"average_last": 0.5},
     "metric lr x0.3": {"metric_lr_scale": 0.3},
     "adam lr 0.01": {"solver": "adam", "lr": 0.01},
+    # capacity: several prototypes per class (copies of the noisy class mean, jittered)
+    "2 prototypes per class": {"prototypes_per_class": 2},
+    "3 prototypes per class": {"prototypes_per_class": 3},
     # second stage: the step size scaled with the sampling rate, with the first stage's winners
     "q 0.03, lr 0.15": {"sampling_rate": 0.03, "lr": 0.15},
     "q 0.1, lr 0.5": {"sampling_rate": 0.1, "lr": 0.5},
