@@ -229,7 +229,8 @@ def cold_calibration_seconds(epsilons: tuple[float, ...], d: int = 40) -> dict[s
 
     out = {}
     for eps in epsilons:
-        for cache in (dpsgd_plan._calibrate_cached, ledger._epsilon_of, events._event_pld):
+        caches = (dpsgd_plan._calibrate_cached, ledger._epsilon_of, ledger._renyi_epsilons_cached, events._event_pld)
+        for cache in caches:
             cache.cache_clear()
         est = DPGMLVQ(epsilon=eps, delta=DELTA, bounds=(-1.0, 1.0), classes=[0, 1])
         start = time.perf_counter()
