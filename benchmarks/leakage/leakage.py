@@ -292,6 +292,7 @@ def train_dp_sgd(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
             transfer_fn="identity",
             classes=np.unique(setup.labels),
             noise_seed=seed,
+            dtype="float32",  # as dp_sgd_from_pieces and the stored results
         ).fit(X, y)
     return Fit(
         model.prototypes_,

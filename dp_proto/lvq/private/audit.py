@@ -277,7 +277,7 @@ def dp_sgd_step_audit_setup(
     claim.
 
     State (public, fixed): prototypes of classes 0 and 1 both at the corner ``(1, ..., 1)``
-    of ``[-1, 1]^dim`` (float32 by default, the DP estimators' dtype; their transfer, the
+    of ``[-1, 1]^dim`` (float32 by default, where the bound is measured rather than proved; the estimators' transfer, the
     sigmoid with slope 16). ``D0``: ``n_records`` class-0 records at the opposite corner.
     ``D1``: ``D0`` plus a class-0 canary, ``canary=``
 

@@ -1,7 +1,8 @@
 """End to end: a full-batch DP-SGD fit passes the neighbour check step by step.
 
-The audit's counterexample: ``DPGLVQ`` with its default engine, dtype and DP
-initialisation on 30 class-0 records at 0.95 in the public domain (-1, 1), label set
+The audit's counterexample: ``DPGLVQ`` with its default engine, the Laplace DP
+initialisation and float32 (all then the defaults; float32 is the harder dtype), on 30
+class-0 records at 0.95 in the public domain (-1, 1), label set
 [0, 1], and one more record at the corner 1. In about one fit in six the noisy DP
 initialisation puts both prototypes on that corner; the corner record then sat on two
 coincident prototypes of different classes and moved the float32 clipped sum by 30 C.
@@ -20,10 +21,18 @@ X = np.vstack([np.full((30, 1), 0.95), [[1.0]]])
 Y = np.zeros(31, dtype=int)
 
 
-def _check(cls, seed):
+def _check(cls, seed, dtype="float32"):
     def release(X_, y_):
         return cls(
-            epsilon=1.0, delta=1e-5, bounds=(-1, 1), classes=[0, 1], sampling_rate=1.0, epochs=1, noise_seed=seed
+            epsilon=1.0,
+            delta=1e-5,
+            bounds=(-1, 1),
+            classes=[0, 1],
+            sampling_rate=1.0,
+            epochs=1,
+            noise_seed=seed,
+            dtype=dtype,
+            init_mechanism="laplace",
         ).fit(X_, y_)
 
     return neighbour_check(release, (X, Y), removals=[30], curator_only=("curator_",))
@@ -39,6 +48,7 @@ def test_the_corner_record_moves_each_full_batch_step_by_at_most_c(cls, monkeypa
         patch.setattr(grad_samplers, "CANCELLATION_GUARD", 0.0)
         seed = next((s for s in range(60) if not _check(DPGMLVQ, s).ok), None)
     assert seed is not None, "no initialisation put both prototypes on the corner in 60 fits"
-    report = _check(cls, seed)
-    report.assert_ok()
-    assert "dp_sgd" in report.max_ratio and report.max_ratio["dp_sgd"] <= 1.0 + 1e-4
+    for dtype, slack in (("float32", 1e-4), ("float64", 1e-9)):
+        report = _check(cls, seed, dtype)
+        report.assert_ok()
+        assert "dp_sgd" in report.max_ratio and report.max_ratio["dp_sgd"] <= 1.0 + slack
