@@ -90,8 +90,9 @@ from benchmarks.common import emit_json, machine_description, resolve_data_dir
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.losses import glvq_loss
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.lvq.private.fused import dp_sgd_step, poisson_batch_index
+from dp_proto.lvq.private.fused import dp_sgd_step
 from dp_proto.privacy.opacus_noise import make_noise_sound
+from dp_proto.privacy.sampling import poisson_batch_index
 
 BENCHMARK = "dpsgd_speed"
 MODELS = ("glvq_d784", "gmlvq_d784", "lgmlvq_d30")

@@ -29,6 +29,7 @@ from dp_proto.privacy.curator import curator_log
 from dp_proto.privacy.data_parallel import DataParallel
 from dp_proto.privacy.domain import public_classes
 from dp_proto.privacy.randomness import check_noise_seed, fresh_generator, seeded_generator
+from dp_proto.privacy.sampling import PoissonDataLoader
 
 __all__ = ["ArrayDataModule", "Scaling", "poisson_seed", "resumed_seed", "route_opacus_notices"]
 
@@ -94,7 +95,7 @@ class ArrayDataModule(L.LightningDataModule):
     batch_size : int or None
         ``None`` gives one full batch (for L-BFGS).
     sampling_rate : float, optional
-        For DP-SGD: the training loader is Opacus' Poisson-sampling ``DPDataLoader``
+        For DP-SGD: the training loader is a ``dp_proto.privacy.PoissonDataLoader``
         (every record in every batch independently with this probability);
         ``batch_size`` is then ignored for training. Its sampling coins come from a
         generator seeded with fresh operating-system entropy (a new one for every
@@ -248,8 +249,6 @@ class ArrayDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         if self.sampling_rate is not None:
-            from opacus.data_loader import DPDataLoader
-
             self.setup()
             route_opacus_notices()
             coins = fresh_generator() if self._sampling_seed is None else self._seeded_coins()
@@ -258,7 +257,7 @@ class ArrayDataModule(L.LightningDataModule):
             if world_size > 1:  # this rank's shard, sampled at the global rate with coins of its own
                 data = Subset(data, range(rank, len(data), world_size))
                 coins = DataParallel(None, rank, world_size, torch.device("cpu")).sampling_generator(coins, "cpu")
-            loader = DPDataLoader(data, sample_rate=self.sampling_rate, generator=coins)
+            loader = PoissonDataLoader(data, self.sampling_rate, generator=coins)
             loader.data_parallel_shard = (rank, world_size)  # type: ignore[attr-defined]  (checked by the DP modules)
             return loader
         return self._loader("train", shuffle=self.batch_size is not None)

@@ -5,7 +5,7 @@ is ``(epsilon, delta)``-DP for the training set under add/remove one record, so 
 released encoder and regular branch are too (post-processing). Every training step of
 every phase is one Poisson-subsampled Gaussian step recorded in the ledger:
 
-* records enter a step independently with probability ``q`` (Opacus' ``DPDataLoader``);
+* records enter a step independently with probability ``q`` (``dp_proto.privacy.PoissonDataLoader``, float64 coins);
 * the per-sample gradients (Opacus' ``GradSampleModule``) of the parameters updated in
   that step, and only those, are clipped jointly to ``C`` and get ``N(0, (sigma C)^2)``
   noise: frozen parameters are neither read through their gradients nor noised, so the
@@ -408,7 +408,6 @@ def fit_dp_anonymizer(
         counts, a public prior without ``expected_batch_size``.
     """
     import lightning as L
-    from opacus.data_loader import DPDataLoader
     from torch.utils.data import TensorDataset
 
     from dp_proto.anonymizer.training import training_labels
@@ -422,6 +421,7 @@ def fit_dp_anonymizer(
     from dp_proto.privacy.dpsgd_plan import DPSGDPlan
     from dp_proto.privacy.mechanisms import noisy_histogram
     from dp_proto.privacy.randomness import fresh_generator, noise_generator, seeded_generator
+    from dp_proto.privacy.sampling import PoissonDataLoader
 
     sampling_rate = renamed_argument(
         "fit_dp_anonymizer", "sampling_rate", sampling_rate, "sample_rate", module_kwargs.pop("sample_rate", None)
@@ -527,7 +527,7 @@ def fit_dp_anonymizer(
     # or a stream of their own derived from noise_seed.
     route_opacus_notices()
     coins = fresh_generator() if noise_seed is None else seeded_generator(poisson_seed(noise_seed), warn=False)
-    loader = DPDataLoader(TensorDataset(x, regular, private), sample_rate=plan.sampling_rate, generator=coins)
+    loader = PoissonDataLoader(TensorDataset(x, regular, private), plan.sampling_rate, generator=coins)
     fit = train_module(
         module,
         loader,

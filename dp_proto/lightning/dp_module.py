@@ -21,6 +21,7 @@ from dp_proto.privacy.ledger import PrivacyLedger, dp_sgd_event
 from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.opacus_noise import check_expected_batch_size, make_noise_sound
 from dp_proto.privacy.randomness import noise_source
+from dp_proto.privacy.sampling import PoissonBatchSampler
 
 __all__ = [
     "DPLVQModule",
@@ -35,15 +36,16 @@ def check_poisson_loader(loader, sampling_rate: float) -> None:
 
     The noise multiplier was calibrated for Poisson-subsampled steps at ``q``; a shuffled
     loader, or a Poisson loader at another rate, would make the ledger's epsilon wrong.
+    Opacus' ``DPDataLoader`` is refused too: its float32 coins round ``q`` up.
     Raises ``ValueError`` before any step runs (the check reads public settings only)."""
     sampler = getattr(loader, "batch_sampler", None)
-    rate = getattr(sampler, "sample_rate", None)
-    if rate is None:
+    if not isinstance(sampler, PoissonBatchSampler):
         raise ValueError(
-            f"DP-SGD needs a Poisson-sampling training loader (Opacus' DPDataLoader, e.g. from "
-            f"ArrayDataModule(sampling_rate=q)): the privacy accounting assumes it; got "
-            f"{type(loader).__name__} with batch sampler {type(sampler).__name__}"
+            f"DP-SGD needs a Poisson-sampling training loader with float64 coins "
+            f"(dp_proto.privacy.PoissonDataLoader, e.g. from ArrayDataModule(sampling_rate=q)): the privacy "
+            f"accounting assumes it; got {type(loader).__name__} with batch sampler {type(sampler).__name__}"
         )
+    rate = sampler.sample_rate
     if not math.isclose(float(rate), float(sampling_rate), rel_tol=1e-12):
         raise ValueError(
             f"the training loader samples at rate {float(rate):g} but the module's noise was calibrated "

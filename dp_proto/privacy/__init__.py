@@ -66,6 +66,7 @@ from dp_proto.privacy.noise import (
     laplace_noise,
 )
 from dp_proto.privacy.preprocessing import DPPCA, DPPipeline, DPStandardScaler
+from dp_proto.privacy.sampling import PoissonDataLoader
 
 __all__ = [
     "PrivacyLedger",
@@ -112,6 +113,7 @@ __all__ = [
     "calibrate_noise_multiplier",
     "paper_noise_multiplier",
     "sgd_steps",
+    "PoissonDataLoader",
 ]
 
 # Private LVQ training moved to dp_proto.lvq.private (issue 21); the old names still work

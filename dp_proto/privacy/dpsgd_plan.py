@@ -6,8 +6,8 @@ class-mean initialisation, or the anonymizer's private prior), then ``T`` Poisso
 Gaussian steps at rate ``q`` whose noise multiplier is calibrated so that the whole run is
 ``(epsilon, delta)``-DP. Everything here is public: it never looks at the data.
 
-Steps. One epoch is ``int(1 / q)`` steps -- the number of batches Opacus' Poisson loader
-(``DPDataLoader``) yields per pass, so a Lightning epoch and an estimator's epoch are the
+Steps. One epoch is ``int(1 / q)`` steps -- the number of batches the Poisson loader
+(``dp_proto.privacy.PoissonDataLoader``, as Opacus' ``DPDataLoader``) yields per pass, so a Lightning epoch and an estimator's epoch are the
 same -- and ``epochs`` epochs are ``T = ceil(epochs * int(1 / q))`` steps (``epochs`` may
 be fractional).
 """

@@ -6,7 +6,6 @@ resumes a DP run written by another process with the privacy spend continuing.""
 import numpy as np
 import pytest
 import torch
-from opacus.data_loader import DPDataLoader
 from torch import nn
 from torch.utils.data import TensorDataset
 
@@ -16,6 +15,7 @@ from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lightning.anonymizer import AnonymizerModule, anonymizer_from_spec, describe_anonymizer
 from dp_proto.lightning.datamodule import resumed_seed
 from dp_proto.lightning.dp_anonymizer import DPAnonymizerModule
+from dp_proto.privacy import PoissonDataLoader
 from dp_proto.privacy.events import PrivacyEvent
 from dp_proto.privacy.ledger import PrivacyLedger, dp_sgd_event
 from dp_proto.privacy.randomness import fresh_generator, noise_generator
@@ -34,7 +34,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-from opacus.data_loader import DPDataLoader
+from dp_proto.privacy import PoissonDataLoader
 from torch.utils.data import DataLoader, TensorDataset
 
 from dp_proto.anonymizer import Anonymizer
@@ -81,7 +81,7 @@ dp = DPAnonymizerModule(
     toggle_steps=5,
     lr=0.05,
 )
-loader = DPDataLoader(TensorDataset(x, y, s), sample_rate=0.1, generator=fresh_generator())
+loader = PoissonDataLoader(TensorDataset(x, y, s), 0.1, generator=fresh_generator())
 trainer("dp").fit(dp, loader)
 
 # non-private, with a CNN encoder (records as 1x4x5 images) and dropout
@@ -132,7 +132,7 @@ def _anonymizer():
 
 def _loader(n=200):
     x, y, s = _task()
-    return DPDataLoader(TensorDataset(x[:n], y[:n], s[:n]), sample_rate=Q, generator=fresh_generator())
+    return PoissonDataLoader(TensorDataset(x[:n], y[:n], s[:n]), Q, generator=fresh_generator())
 
 
 # -- what a checkpoint holds ----------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the closed-form samplers)
 from dp_proto.lvq.private.data_parallel import DataParallel
-from dp_proto.lvq.private.fused import CLIPPING_MODES, check_fusable, fit_dp_sgd_fused
+from dp_proto.lvq.private.fused import CLIPPING_MODES, FUSABLE_LAYERS, check_fusable, finite_records, fit_dp_sgd_fused
 from dp_proto.lvq.sparse import check_penalty, check_sparsifiable, metric_parameter, sparsify_step_
 from dp_proto.lvq.training import parameter_groups
 from dp_proto.privacy.dpsgd_plan import (  # the recipe and its calibration live in the privacy core
@@ -55,6 +55,7 @@ from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger, dp_sgd_event
 from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.opacus_noise import check_expected_batch_size, make_noise_sound
 from dp_proto.privacy.randomness import fresh_generator
+from dp_proto.privacy.sampling import PoissonDataLoader
 
 __all__ = [
     "sgd_steps",
@@ -196,7 +197,6 @@ def fit_dp_sgd(
         one machine). ``expected_batch_size`` is the global one (``q`` times all records).
     """
     from opacus import PrivacyEngine
-    from opacus.data_loader import DPDataLoader
 
     engine = _check_settings(model, max_grad_norm, noise_multiplier, engine, metric_lr_scale, average_last, clipping)
     data_parallel = _join_data_parallel(engine, process_group, x.device) if distributed else None
@@ -247,12 +247,12 @@ def fit_dp_sgd(
         return result
     if secure_mode:
         _check_torchcsprng()
-    # Poisson sampling at exactly q (Opacus' make_private(poisson_sampling=True) would
-    # use 1 / len(loader), which depends on the private n).
+    # Poisson sampling at exactly q, float64 coins (Opacus' make_private(poisson_sampling=True)
+    # would use 1 / len(loader), which depends on the private n, and float32 coins).
     # Sampling coins: the run's generator, or in secure mode a generator seeded from
     # os.urandom (never torch's global generator, which seeding a run makes predictable).
-    loader = DPDataLoader(
-        TensorDataset(x, y), sample_rate=sampling_rate, generator=fresh_generator() if secure_mode else generator
+    loader = PoissonDataLoader(
+        TensorDataset(x, y), sampling_rate, generator=fresh_generator() if secure_mode else generator
     )
     with warnings.catch_warnings():
         # Opacus warns that its own noise is not from a secure RNG; make_noise_sound below
@@ -281,12 +281,15 @@ def fit_dp_sgd(
     make_noise_sound(dp_opt, expected_batch_size=expected_batch_size, generator=generator, secure_mode=secure_mode)
     q = float(dp_loader.sample_rate)  # = sampling_rate
     private_model.train()
+    drop_non_finite = grad_sample_mode == "ghost" and type(model.layer) in FUSABLE_LAYERS
     epochs = BudgetedEpochs(ledger, noise_multiplier, q, steps, progress=progress)  # int(1 / q) steps each
     for epoch_steps in epochs:
         total, count = 0.0, 0
         for i, (xb, yb) in enumerate(dp_loader):
             if i >= epoch_steps:
                 break
+            if drop_non_finite:  # no per-sample gradients to drop them from later
+                xb, yb = _finite_batch(model, xb, yb, transfer_fn, beta)
             dp_opt.zero_grad(set_to_none=True)
             loss = criterion(private_model(xb), yb)
             loss.backward()
@@ -304,6 +307,12 @@ def fit_dp_sgd(
         average.release()
         sparsify()
     return result
+
+
+def _finite_batch(model: PrototypeModel, x: Tensor, y: Tensor, transfer_fn: str, beta: float) -> tuple[Tensor, Tensor]:
+    """The batch without the records whose clipping norm is not finite (they contribute zero)."""
+    keep = finite_records(model, x, y, transfer_fn=transfer_fn, beta=beta)
+    return (x, y) if bool(keep.all()) else (x[keep], y[keep])
 
 
 def _check_settings(

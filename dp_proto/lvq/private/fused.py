@@ -32,6 +32,7 @@ trainable backbone needs Opacus' samplers (``engine="opacus"``).
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -50,13 +51,13 @@ from dp_proto.lvq.private.grad_samplers import (
 from dp_proto.privacy.dpsgd_plan import BudgetedEpochs
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.randomness import fresh_generator
+from dp_proto.privacy.sampling import poisson_batch_index
 from dp_proto.privacy.testing import intercept
 
 __all__ = [
     "CLIPPED_SUM_SLACK",
     "clipped_gradient_sum",
     "dp_sgd_step",
-    "poisson_batch_index",
     "add_gaussian_noise",
     "NOISE_CHUNK",
     "fit_dp_sgd_fused",
@@ -71,12 +72,16 @@ _NORM_GUARD = 1e-6
 CLIPPED_SUM_SLACK = {torch.float32: 1e-4, torch.float64: 1e-9}
 
 
+#: The layer types (exactly) whose per-sample clipping norms and clipped sums the closed forms know.
+FUSABLE_LAYERS = (GLVQLayer, GMLVQLayer, LGMLVQLayer)
+
+
 def check_fusable(model: PrototypeModel) -> None:
     """``ValueError`` unless the layer is a ``GLVQLayer``, ``GMLVQLayer`` or
     ``LGMLVQLayer`` (exactly: a subclass may compute another distance, whose per-sample
     gradient norms the closed forms do not know) and every trainable parameter of
     ``model`` is in it."""
-    if type(model.layer) not in (GLVQLayer, GMLVQLayer, LGMLVQLayer):
+    if type(model.layer) not in FUSABLE_LAYERS:
         raise ValueError(
             f"the fused DP-SGD engine knows the per-sample gradient norms of GLVQLayer, GMLVQLayer and "
             f"LGMLVQLayer only, not of {type(model.layer).__name__} (its distance may differ). Use "
@@ -166,11 +171,47 @@ def _clipped_sums(
     sum reads, is finite; if not, records with non-finite norms get weight zero and the
     non-finite terms (which then meet only zero weights) are set to zero.
     """
+    evaluated = _record_norms(model, x, y, transfer_fn=transfer_fn, beta=beta, check_labels=check_labels)
+    terms, coef, norms_by_param, norms = evaluated.terms, evaluated.coef, evaluated.norms_by_param, evaluated.norms
+    if terms is None or coef is None:
+        return {}, norms, evaluated.costs
+    if clipping == "joint":
+        factor = (max_grad_norm / (norms + _NORM_GUARD)).clamp(max=1.0)
+        weights = dict.fromkeys(norms_by_param, coef * factor[:, None])  # one tensor for all
+    else:
+        bound = max_grad_norm / math.sqrt(len(norms_by_param))
+        weights = {p: coef * (bound / (n + _NORM_GUARD)).clamp(max=1.0)[:, None] for p, n in norms_by_param.items()}
+    finite = torch.isfinite(norms).all()
+    extra = terms.finite()
+    if not bool(finite if extra is None else finite & extra):  # the one host sync
+        contributes = torch.isfinite(norms)[:, None]
+        weights = {p: torch.where(contributes, a, 0.0) for p, a in weights.items()}
+        terms.sanitize()
+    return terms.sums(weights), norms, evaluated.costs
+
+
+class _RecordNorms(NamedTuple):
+    """A batch's terms (None for an empty batch or a frozen layer), costs ``(B,)``, cost
+    derivatives at the winners ``(B, 2)``, clipping norms per parameter and jointly ``(B,)``."""
+
+    terms: Any
+    costs: Tensor
+    coef: Tensor | None
+    norms_by_param: dict[nn.Parameter, Tensor]
+    norms: Tensor
+
+
+def _record_norms(
+    model: PrototypeModel, x: Tensor, y: Tensor, *, transfer_fn: str, beta: float, check_labels: bool
+) -> _RecordNorms:
+    """Every record's clipping norm (``dp_proto.lvq.private.grad_samplers``): its
+    gradient's norm or, when larger, ``kappa`` times the size of its terms; not finite
+    for a record whose gradient or terms are not."""
     layer = model.layer
     features = model.features(x).reshape(x.shape[0], layer.in_features).to(layer.prototypes.dtype)
     if features.shape[0] == 0:
         empty = features.new_zeros(0)
-        return {}, empty, empty
+        return _RecordNorms(None, empty, None, {}, empty)
     terms_class = _TERMS.get(type(layer))
     if terms_class is None:
         raise TypeError(f"no closed-form norm sampler for {type(layer).__name__}")
@@ -184,26 +225,26 @@ def _clipped_sums(
         beta=beta,
     )
     if not any(p.requires_grad for p in layer.parameters()):
-        return {}, features.new_zeros(features.shape[0]), costs
+        return _RecordNorms(None, costs, None, {}, features.new_zeros(features.shape[0]))
     norms_by_param = terms.norms(index, coef)
     norm_list = list(norms_by_param.values())
     if len(norm_list) == 1:
         norms = norm_list[0]
     else:
         norms = torch.stack(norm_list, 0).pow(2).sum(0).sqrt()
-    if clipping == "joint":
-        factor = (max_grad_norm / (norms + _NORM_GUARD)).clamp(max=1.0)
-        weights = dict.fromkeys(norms_by_param, coef * factor[:, None])  # one tensor for all
-    else:
-        bound = max_grad_norm / math.sqrt(len(norms_by_param))
-        weights = {p: coef * (bound / (n + _NORM_GUARD)).clamp(max=1.0)[:, None] for p, n in norms_by_param.items()}
-    finite = torch.isfinite(norms).all()
-    extra = terms.finite()
-    if not bool(finite if extra is None else finite & extra):  # the one host sync
-        contributes = torch.isfinite(norms)[:, None]
-        weights = {p: torch.where(contributes, a, 0.0) for p, a in weights.items()}
-        terms.sanitize()
-    return terms.sums(weights), norms, costs
+    return _RecordNorms(terms, costs, coef, norms_by_param, norms)
+
+
+def finite_records(
+    model: PrototypeModel, x: Tensor, y: Tensor, *, transfer_fn: str = "identity", beta: float = 1.0
+) -> Tensor:
+    """``(B,)`` bool: the records of ``x (B, ...)``, ``y (B,)`` whose clipping norm is
+    finite, i.e. whose gradient and every term through which they enter the clipped sum
+    are finite (no autograd). The engines without per-sample gradients (Opacus' ghost
+    clipping) train on these only, so that a record with extreme inputs contributes
+    zero instead of turning the noisy sum into NaN."""
+    with torch.no_grad():
+        return torch.isfinite(_record_norms(model, x, y, transfer_fn=transfer_fn, beta=beta, check_labels=False).norms)
 
 
 def _finite(t: Tensor) -> Tensor:
@@ -492,32 +533,6 @@ def _zero_other_grads(optimizer: torch.optim.Optimizer, params: list[nn.Paramete
                 else:
                     q.grad.requires_grad_(False)
                 q.grad.zero_()
-
-
-def poisson_batch_index(
-    n: int, sampling_rate: float, generator: torch.Generator | None, device: torch.device | str
-) -> Tensor:
-    """Indices ``(B,)`` of a Poisson sample: each of ``n`` records independently with
-    probability ``q = sampling_rate`` (``B`` varies, and may be 0).
-
-    Drawn as a Bernoulli process in ``O(q n)`` rather than ``O(n)``: the gaps between
-    successive members are i.i.d. geometric, ``P(gap = k) = (1 - q)^(k-1) q``
-    (``Tensor.geometric_``); the same distribution as ``rand(n) < q``.
-    """
-    if sampling_rate >= 1.0:
-        return torch.arange(n, device=device)
-    gen_device = generator.device if generator is not None else torch.device(device)
-    chunks, last, expected = [], -1.0, sampling_rate * n
-    while True:
-        k = max(int(expected + 6.0 * math.sqrt(expected + 1.0)) + 8, 16)
-        gaps = torch.empty(k, dtype=torch.float64, device=gen_device).geometric_(sampling_rate, generator=generator)
-        positions = torch.cumsum(gaps, 0).add_(last)  # exact: integers far below 2^53
-        end = float(positions[-1])
-        chunks.append(positions[positions < n])
-        if end >= n:  # the process has run past the last record
-            break
-        last, expected = end, sampling_rate * (n - 1 - end)
-    return (chunks[0] if len(chunks) == 1 else torch.cat(chunks)).to(device=device, dtype=torch.long)
 
 
 def dp_sgd_step(

@@ -82,7 +82,6 @@ from dp_proto.lvq.pairwise import (
 )
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes, dp_init_events
 from dp_proto.lvq.private.estimators import DP_RELEASE_WITHHELD, FIT_SCOPE, _DPReleaseHooks
-from dp_proto.lvq.private.fused import poisson_batch_index
 from dp_proto.privacy.curator import curator_attach
 from dp_proto.privacy.domain import PublicBoundsScaler, public_classes
 from dp_proto.privacy.dpsgd_plan import calibrate_noise_multiplier, check_dp_sgd_settings, sgd_steps
@@ -91,6 +90,7 @@ from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger, SharedLedger, c
 from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.randomness import fresh_generator, noise_generator
+from dp_proto.privacy.sampling import poisson_batch_index
 from dp_proto.privacy.testing import intercept, per_record_coins
 from dp_proto.release import register_model
 

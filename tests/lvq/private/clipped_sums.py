@@ -20,7 +20,7 @@ from torch import Tensor
 
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the samplers)
-from dp_proto.lvq.private.dpsgd import _GLVQCriterion
+from dp_proto.lvq.private.dpsgd import _finite_batch, _GLVQCriterion
 from dp_proto.lvq.private.fused import clipped_gradient_sum
 
 ENGINES = ("fused", "fused_per_parameter", "hooks", "functorch", "ghost")
@@ -50,7 +50,8 @@ def engine_sum(
     base = torch.optim.SGD(params, lr=0.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if engine == "ghost":
+        if engine == "ghost":  # as fit_dp_sgd: records whose clipping norm is not finite are left out
+            x, y = _finite_batch(model, x, y, transfer_fn, beta)
             gsm = GradSampleModuleFastGradientClipping(
                 model, batch_first=True, loss_reduction="sum", max_grad_norm=max_grad_norm, use_ghost_clipping=True
             )

@@ -225,11 +225,12 @@ def test_pairwise_clipped_sum_moves_at_most_its_bound(state, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("layer", sorted(LAYERS))
-@pytest.mark.parametrize("engine", ["fused", "fused_per_parameter"])
+@pytest.mark.parametrize("engine", ["fused", "fused_per_parameter", "ghost"])
 def test_a_record_whose_distances_overflow_contributes_zero(engine, layer, dtype):
     """``fit_dp_sgd`` takes raw tensors: a record of 1e19 (float32) or 1e300 (float64)
     overflows its distances, and its NaN row made the whole sum NaN (a release showing
-    whether the batch held it). It now contributes zero."""
+    whether the batch held it). It now contributes zero (ghost clipping, which has no
+    per-sample gradients, leaves it out of the batch)."""
     big = 1e19 if dtype == torch.float32 else 1e300
     gen = torch.Generator().manual_seed(0)
     for d in (2, 3):

@@ -11,7 +11,7 @@ from sklearn.datasets import load_digits, load_iris, load_wine
 from sklearn.model_selection import train_test_split
 
 from dp_proto.exceptions import DataValidationError, DomainWarning, PrivacyLeakWarning
-from dp_proto.lvq import GMLVQ, GMLVQLayer, PrototypeModel, class_mean_prototypes
+from dp_proto.lvq import GMLVQ, GLVQLayer, GMLVQLayer, LGMLVQLayer, PrototypeModel, class_mean_prototypes
 from dp_proto.lvq.private import (
     DPGLVQ,
     DPGMLVQ,
@@ -64,6 +64,35 @@ def test_calibration_meets_the_target_tightly():
     assert rdp_sigma < paper_noise_multiplier(0.8, 1e-5, 0.01, 5000)  # the paper's sigma is conservative here
     with pytest.raises(ValueError, match="initialisation alone spends"):
         calibrate_noise_multiplier(0.15, 1e-5, 0.01, 100, prior_events=prior)
+
+
+@pytest.mark.parametrize("grad_sample_mode", ["hooks", "ghost"])
+@pytest.mark.parametrize("layer", [GLVQLayer, GMLVQLayer, LGMLVQLayer])
+def test_an_overflowing_record_leaves_the_opacus_step_finite(grad_sample_mode, layer):
+    """``fit_dp_sgd`` takes raw tensors: a record of 1e30 overflows its float32 distances.
+    Ghost clipping, which has no per-sample gradients to drop it from, made every
+    parameter NaN; the record is now left out of its batch, as the other engines give it
+    weight zero."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(30, 3, generator=gen) * 2 - 1
+    y = torch.arange(30) % 2
+    x[5] = 1e30
+    model = PrototypeModel(layer(3, 2), [0, 1])
+    fit_dp_sgd(
+        model,
+        x,
+        y,
+        ledger=PrivacyLedger(),
+        noise_multiplier=1.0,
+        sampling_rate=1.0,
+        max_grad_norm=1.0,
+        expected_batch_size=30,
+        steps=2,
+        engine="opacus",
+        grad_sample_mode=grad_sample_mode,
+        generator=torch.Generator().manual_seed(1),
+    )
+    assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
 def _iris():

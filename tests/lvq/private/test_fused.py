@@ -254,7 +254,7 @@ def test_per_parameter_clipping_engines_agree_without_noise(exact_norms):
 
 def test_poisson_batches_have_the_bernoulli_distribution():
     """Membership frequency q per record, batch size ~ Binomial(n, q), independent pairs."""
-    from dp_proto.lvq.private.fused import poisson_batch_index
+    from dp_proto.privacy.sampling import poisson_batch_index
 
     n, q, draws = 50, 0.1, 20_000
     g = torch.Generator().manual_seed(0)
