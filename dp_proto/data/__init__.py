@@ -92,7 +92,6 @@ Class merging (``dp_proto.data.loaders.uci``) and subsampling (``dp_proto.data.s
     A class-stratified random subset of the rows (original order kept).
 """
 
-from dp_proto._deprecation import moved_names
 from dp_proto.data.bundled import BUNDLED_NAMES, load_bundled
 from dp_proto.data.download import (
     DEFAULT_MNIST_MIRROR,
@@ -178,9 +177,6 @@ from dp_proto.data.synthetic.toy import (
     three_moons,
     two_gaussians_with_outlier,
 )
-
-#: ``time_batches`` is the LLP protocol's batch grid now (``dp_proto.llp.grid``).
-__getattr__ = moved_names(__name__, {"time_batches": "dp_proto.llp.grid"})
 
 __all__ = [
     "FLOW_BIN_EDGES",

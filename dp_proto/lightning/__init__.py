@@ -14,16 +14,9 @@ Adapters only: the experiment runners (``run_experiment``, the config loader) li
 ``dp_proto.experiments``.
 """
 
-from dp_proto._deprecation import moved_names
 from dp_proto.lightning.callbacks import PrivacySpendCallback, StderrProgressBar
 from dp_proto.lightning.datamodule import ArrayDataModule
 from dp_proto.lightning.dp_module import DPLVQModule
 from dp_proto.lightning.module import LVQModule
 
 __all__ = ["ArrayDataModule", "DPLVQModule", "PrivacySpendCallback", "StderrProgressBar", "LVQModule"]
-
-# The experiment runner moved to dp_proto.experiments.lvq (issue 21); the old names still
-# work for one release, with a DeprecationWarning.
-__getattr__ = moved_names(
-    __name__, dict.fromkeys(("DEFAULT_CONFIG", "load_config", "run_experiment"), "dp_proto.experiments.lvq")
-)

@@ -17,7 +17,6 @@ the centre of attention and the ``DPGLVQ``-family estimators) lives in
 ``dp_proto.lvq.private``.
 """
 
-from dp_proto._deprecation import moved_names
 from dp_proto.privacy.audit import AuditResult, audit_epsilon
 from dp_proto.privacy.calibration import (
     analytic_gaussian_delta,
@@ -115,24 +114,3 @@ __all__ = [
     "sgd_steps",
     "PoissonDataLoader",
 ]
-
-# Private LVQ training moved to dp_proto.lvq.private (issue 21); the old names still work
-# for one release, with a DeprecationWarning.
-__getattr__ = moved_names(
-    __name__,
-    dict.fromkeys(
-        (
-            "DPGLVQ",
-            "DPGMLVQ",
-            "DPLGMLVQ",
-            "SubsampleAggregateGLVQ",
-            "subsample_and_aggregate",
-            "saa_sensitivity",
-            "coa_glvq",
-            "DPInitResult",
-            "dp_class_mean_prototypes",
-            "fit_dp_sgd",
-        ),
-        "dp_proto.lvq.private",
-    ),
-)

@@ -61,7 +61,6 @@ import torch
 from scipy.stats import beta
 from torch import Tensor
 
-from dp_proto._deprecation import moved_names
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.privacy.mechanisms import gaussian_mechanism, laplace_mechanism
 
@@ -379,14 +378,3 @@ def without_leak_warning(fit: Callable[[], Any]) -> Any:
     with warnings.catch_warnings():  # the audit opts in to reproducible noise on purpose
         warnings.simplefilter("ignore", PrivacyLeakWarning)
         return fit()
-
-
-# Setups of model trainers moved beside the models (issue 21); the old names still work
-# for one release, with a DeprecationWarning.
-__getattr__ = moved_names(
-    __name__,
-    {
-        **dict.fromkeys(("dp_init_audit_setup", "saa_audit_setup", "dp_sgd_audit_setup"), "dp_proto.lvq.private.audit"),
-        "llp_release_audit_setup": "dp_proto.llp.audit",
-    },
-)

@@ -4,9 +4,9 @@
 ``anonymizer`` <- ``lightning`` (adapters) <- ``experiments`` (configs and runners) <-
 ``cli``; ``data``, ``features`` (data-independent feature extractors) and the helpers of
 ``base`` sit beside the core (only the experiments load data sets). Every ``import`` statement of the package, including those
-inside functions, is checked against :data:`ALLOWED`. Deprecated aliases import by name
-(:mod:`dp_proto._deprecation`), not by an import statement, and are not edges; so does
-``dp_proto.release.load_release``, which imports the module of the model a release names.
+inside functions, is checked against :data:`ALLOWED`. ``dp_proto.release.load_release``
+imports the module of the model a release names by name, not by an import statement: that
+is not an edge.
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 task with a known label dependence (``.entangled``) and a set with planted feature
 relevance (``.relevance``)."""
 
-from dp_proto._deprecation import moved_names
 from dp_proto.data.synthetic.entangled import (
     EntangledTask,
     entangled_label_joint,
@@ -41,15 +40,3 @@ __all__ = [
     "FEATURE_KINDS",
     "feature_relevance_set",
 ]
-
-# The shuttle helpers and the subsampler lived in the old module dp_proto.data.synthetic.
-__getattr__ = moved_names(
-    __name__,
-    {
-        "SHUTTLE_CLASS_NAMES": "dp_proto.data.loaders.uci",
-        "SHUTTLE_3CLASS_MAPPING": "dp_proto.data.loaders.uci",
-        "merge_classes": "dp_proto.data.loaders.uci",
-        "load_shuttle_3class": "dp_proto.data.loaders.uci",
-        "stratified_subsample": "dp_proto.data.sampling",
-    },
-)

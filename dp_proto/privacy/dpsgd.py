@@ -1,5 +1,0 @@
-"""Deprecated: moved to ``dp_proto.lvq.private.dpsgd`` (this path is removed in the next release)."""
-
-from dp_proto._deprecation import alias_module
-
-alias_module(__name__, "dp_proto.lvq.private.dpsgd")
