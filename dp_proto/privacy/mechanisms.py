@@ -29,7 +29,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dp_proto._deprecation import renamed_keyword
 from dp_proto.privacy.calibration import (
     analytic_gaussian_sigma,
     check_delta,
@@ -130,7 +129,6 @@ def _record(ledger: PrivacyLedger | None, event: PrivacyEvent) -> None:
         ledger.spend(event)
 
 
-@renamed_keyword("secure", "secure_mode")
 def noise_rng(
     ledger: PrivacyLedger | None,
     generator: torch.Generator | None,
@@ -153,7 +151,6 @@ def noise_rng(
     return generator
 
 
-@renamed_keyword("secure", "secure_mode")
 def laplace_mechanism(
     value: Tensor,
     l1_sensitivity: float,
@@ -390,7 +387,6 @@ def plan_gaussian(
     return GaussianPlan(multiplier * steps * grid, float(grid), steps, event)
 
 
-@renamed_keyword("secure", "secure_mode")
 def gaussian_mechanism(
     value: Tensor,
     l2_sensitivity: float,
@@ -479,7 +475,6 @@ def gaussian_mechanism(
     return intercept(name, value, sens, "l2", draw_discrete)
 
 
-@renamed_keyword("secure", "secure_mode")
 def noisy_histogram(
     labels: Tensor,
     num_bins: int,
@@ -529,7 +524,6 @@ def noisy_histogram(
     )
 
 
-@renamed_keyword("secure", "secure_mode")
 def noisy_count(
     n: int | Tensor,
     epsilon: float,
@@ -559,7 +553,6 @@ def noisy_count(
     return float(out[0])
 
 
-@renamed_keyword("secure", "secure_mode")
 def report_noisy_max(
     counts: Tensor,
     epsilon: float,
@@ -605,7 +598,6 @@ def report_noisy_max(
     return intercept(name, counts, 1.0, "l1", draw)
 
 
-@renamed_keyword("secure", "secure_mode")
 def noisy_majority_vote(
     votes: Tensor,
     num_classes: int,

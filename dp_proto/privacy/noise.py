@@ -74,7 +74,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dp_proto._deprecation import renamed_keyword
 from dp_proto.privacy.randomness import fresh_generator
 
 __all__ = [
@@ -93,7 +92,6 @@ def _shape(shape) -> tuple[int, ...]:
     return (int(shape),) if isinstance(shape, int) else tuple(int(s) for s in shape)
 
 
-@renamed_keyword("secure", "secure_mode")
 def uniform_open(
     shape,
     *,
@@ -121,7 +119,6 @@ def uniform_open(
     return u.clamp_min_(0.5 / _TWO_POW_53).to(device)  # k = 0 -> 2^-54; every other k / 2^53 as drawn
 
 
-@renamed_keyword("secure", "secure_mode")
 def laplace_noise(
     shape,
     scale: float,
@@ -139,7 +136,6 @@ def laplace_noise(
     return (scale * (torch.log(u[1]) - torch.log(u[0]))).to(dtype)
 
 
-@renamed_keyword("secure", "secure_mode")
 def gaussian_noise(
     shape,
     std: float,
@@ -169,7 +165,6 @@ def gaussian_noise(
     return z.to(dtype)
 
 
-@renamed_keyword("secure", "secure_mode")
 def discrete_laplace_noise(
     shape,
     scale: float,
@@ -190,7 +185,6 @@ def discrete_laplace_noise(
     return geometric[0] - geometric[1]
 
 
-@renamed_keyword("secure", "secure_mode")
 def geometric_noise(
     shape,
     scale: float,
@@ -237,7 +231,6 @@ def geometric_noise(
     return out.reshape(shape)
 
 
-@renamed_keyword("secure", "secure_mode")
 def discrete_gaussian_noise(
     shape,
     sigma: float,

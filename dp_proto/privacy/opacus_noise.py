@@ -34,7 +34,6 @@ import warnings
 import torch
 from opacus.optimizers.optimizer import DPOptimizer, _check_processed_flag, _mark_as_processed
 
-from dp_proto._deprecation import renamed_keyword
 from dp_proto.privacy.data_parallel import DataParallel
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.randomness import fresh_generator
@@ -183,7 +182,6 @@ def _sound_class(base: type) -> type:
     return _SOUND_CLASSES[base]
 
 
-@renamed_keyword("secure", "secure_mode")
 def make_noise_sound(
     optimizer: DPOptimizer,
     *,

@@ -37,7 +37,6 @@ from typing import Literal
 import numpy as np
 import torch
 
-from dp_proto._deprecation import renamed_keyword
 from dp_proto.exceptions import PrivacyLeakWarning
 
 __all__ = [
@@ -199,7 +198,6 @@ def noise_generator(
     return seeded_generator(noise_seed, device, owner=owner)
 
 
-@renamed_keyword("secure", "secure_mode")
 def noise_source(generator: torch.Generator | None, secure_mode: bool = False) -> NoiseSource:
     """What a sampler called with ``generator`` / ``secure_mode`` draws from."""
     if secure_mode:

@@ -45,7 +45,6 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from dp_proto._deprecation import renamed_keyword
 from dp_proto.lvq.private.saa import (
     bin_prototype_labels,
     project_to_domain,
@@ -129,7 +128,6 @@ class COAResult(NamedTuple):
     t0: int
 
 
-@renamed_keyword("secure", "secure_mode")
 def centre_of_attention_mechanism(
     points: Tensor,
     epsilon: float,
@@ -182,7 +180,6 @@ def centre_of_attention_mechanism(
     return COAResult(intercept(name, centre, None, None, draw), t0)
 
 
-@renamed_keyword("secure", "secure_mode")
 def coa_bin_models(
     bin_models: Tensor,
     epsilon: float,
@@ -225,7 +222,6 @@ def coa_bin_models(
     return prototypes, result
 
 
-@renamed_keyword("secure", "secure_mode")
 def coa_glvq(
     x: Tensor,
     y: Tensor,

@@ -33,7 +33,6 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from dp_proto._deprecation import renamed_keyword
 from dp_proto.lvq.init import make_prototype_labels
 from dp_proto.privacy.calibration import check_epsilon
 from dp_proto.privacy.clipping import clip_box
@@ -75,7 +74,6 @@ class DPInitResult(NamedTuple):
     num_clipped: int
 
 
-@renamed_keyword("secure", "secure_mode")
 def dp_init_events(
     n_features: int,
     epsilon: float,

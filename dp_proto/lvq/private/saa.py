@@ -40,7 +40,6 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from dp_proto._deprecation import renamed_keyword
 from dp_proto.lvq.init import make_prototype_labels
 from dp_proto.lvq.losses import glvq_loss
 from dp_proto.privacy.calibration import check_delta, check_epsilon
@@ -65,7 +64,6 @@ __all__ = [
 ]
 
 
-@renamed_keyword("secure", "secure_mode")
 def assign_bins(
     n: int,
     num_bins: int,
@@ -360,7 +358,6 @@ def bin_prototype_labels(
     return labels
 
 
-@renamed_keyword("secure", "secure_mode")
 def train_bin_models(
     x: Tensor,
     y: Tensor,
@@ -398,7 +395,6 @@ def train_bin_models(
     return project_to_domain(trained, low, high, radius), bins
 
 
-@renamed_keyword("secure", "secure_mode")
 def aggregate_bin_models(
     bin_models: Tensor,
     epsilon: float,
@@ -462,7 +458,6 @@ class SAAResult(NamedTuple):
     empty_bins: int
 
 
-@renamed_keyword("secure", "secure_mode")
 def subsample_and_aggregate(
     x: Tensor,
     y: Tensor,
