@@ -84,8 +84,8 @@ __all__ = [
 
 # Arguments of AnonymizerModule and its DP subclass that are never hyperparameters: the
 # networks, the prior (a buffer of the state_dict), a DP subclass's ledger and noise generator
-# (whose state would replay the noise), and ``sample_rate`` (the deprecated name of ``sampling_rate``).
-_NOT_HPARAMS = ("anonymizer", "prior", "ledger", "generator", "noise_generator", "sample_rate")
+# (whose state would replay the noise).
+_NOT_HPARAMS = ("anonymizer", "prior", "ledger", "generator")
 _HEAD_KEYS = ("regular_head", "private_head")
 
 

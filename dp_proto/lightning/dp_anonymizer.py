@@ -55,7 +55,7 @@ import torch
 from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 
-from dp_proto._deprecation import REMOVAL, renamed_argument
+from dp_proto._deprecation import REMOVAL
 from dp_proto.anonymizer.losses import check_labels, per_record_objective
 from dp_proto.anonymizer.training import TASK_PARTS, check_prior, dp_task_loss
 from dp_proto.anonymizer.validation import (
@@ -127,10 +127,6 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
         (the ledger records it). Never saved as a hyperparameter.
     secure_mode : bool, default False
         Noise from ``os.urandom``.
-    sample_rate : float, optional
-        Deprecated name of ``sampling_rate`` (warns ``DeprecationWarning``).
-    noise_generator : torch.Generator, optional
-        Deprecated name of ``generator`` (warns ``DeprecationWarning``).
     **kwargs
         The other parameters of ``AnonymizerModule`` (``mode="toggle"`` only).
     """
@@ -144,20 +140,14 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
         ledger: PrivacyLedger | None = None,
         noise_multiplier: float,
         max_grad_norm: float,
-        sampling_rate: float | None = None,
+        sampling_rate: float,
         expected_batch_size: float,
         generator: torch.Generator | None = None,
         secure_mode: bool = False,
-        sample_rate: float | None = None,
-        noise_generator: torch.Generator | None = None,
         **kwargs,
     ) -> None:
         if kwargs.get("mode", "toggle") != "toggle":
             raise ValueError("DP training supports mode='toggle' only (one parameter set and one loss per step)")
-        sampling_rate = renamed_argument(
-            "DPAnonymizerModule", "sampling_rate", sampling_rate, "sample_rate", sample_rate, required=True
-        )
-        generator = renamed_argument("DPAnonymizerModule", "generator", generator, "noise_generator", noise_generator)
         self.check_dp_settings(noise_multiplier, max_grad_norm, sampling_rate, generator, secure_mode)
         super().__init__(anonymizer, prior, num_regular, **kwargs)  # hparams: no ledger, no generator
         self.set_dp_settings(
@@ -345,8 +335,7 @@ def fit_dp_anonymizer(
     delta : float
         Target delta in ``(0, 1)``.
     sampling_rate : float, optional
-        Poisson rate ``q`` in ``(0, 1]`` of every step (default 0.05); ``sample_rate``
-        is its deprecated old name.
+        Poisson rate ``q`` in ``(0, 1]`` of every step (default 0.05).
     max_grad_norm : float, default 1.0
         Per-record clipping norm ``C > 0``.
     num_regular, num_private : int, optional
@@ -423,9 +412,6 @@ def fit_dp_anonymizer(
     from dp_proto.privacy.randomness import fresh_generator, noise_generator, seeded_generator
     from dp_proto.privacy.sampling import PoissonDataLoader
 
-    sampling_rate = renamed_argument(
-        "fit_dp_anonymizer", "sampling_rate", sampling_rate, "sample_rate", module_kwargs.pop("sample_rate", None)
-    )
     check_fit_settings(
         lam=lam,
         adversarial_epochs=adversarial_epochs,

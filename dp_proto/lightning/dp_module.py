@@ -9,7 +9,6 @@ import torch
 from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 
-from dp_proto._deprecation import renamed_argument
 from dp_proto.lightning.callbacks import restore_ledger, save_ledger
 from dp_proto.lightning.datamodule import resumed_seed
 from dp_proto.lightning.module import LVQModule
@@ -207,11 +206,6 @@ class EpochBudgetMixin:
         if dp is not None:  # one run, one ledger: every rank spent the same steps
             dp.check_same(["steps_recorded"], [float(self.steps_recorded)])
 
-    @property
-    def sample_rate(self) -> float:
-        """Deprecated name of ``sampling_rate`` (read-only)."""
-        return self.sampling_rate
-
     def reserve_epoch_steps(self) -> None:
         """Check the epoch's steps against the budget (nothing is recorded here); if they
         do not fit, no step of the epoch runs and training stops cleanly."""
@@ -303,7 +297,7 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         Per-sample clipping norm ``C`` over all trainable parameters jointly.
     sampling_rate : float
         The Poisson rate ``q`` of the training loader (recorded in the ledger; checked against
-        the loader before the first step). ``sample_rate`` is its deprecated old name.
+        the loader before the first step).
     expected_batch_size : float
         The **public** normaliser of the noisy gradient sum (Opacus divides by
         ``q * len(dataset)``, which depends on the private ``n``). Pass a public value,
@@ -311,11 +305,11 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         ``q * max(sum of the DP initialisation's noisy class counts, 1)``).
     optimizer, lr : see ``LVQModule`` (``lbfgs`` is not available for DP-SGD).
     generator : torch.Generator, optional
-        (Old name: ``noise_generator``.) None (the default): fresh operating-system entropy. A generator of
-        ``noise_generator`` with a ``noise_seed`` (or
-        a caller's own, which warns ``PrivacyLeakWarning``) makes the noise
-        reproducible; the ledger then records ``"noise": "reproducible"``. Resuming
-        from a checkpoint re-seeds such a generator (see ``EpochBudgetMixin``).
+        None (the default): fresh operating-system entropy. A generator of
+        ``noise_generator`` with a ``noise_seed`` (or a caller's own, which warns
+        ``PrivacyLeakWarning``) makes the noise reproducible; the ledger then records
+        ``"noise": "reproducible"``. Resuming from a checkpoint re-seeds such a generator
+        (see ``EpochBudgetMixin``).
     secure_mode : bool
         Noise read from ``os.urandom`` directly.
     """
@@ -327,22 +321,16 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         ledger: PrivacyLedger | None = None,
         noise_multiplier: float,
         max_grad_norm: float,
-        sampling_rate: float | None = None,
+        sampling_rate: float,
         expected_batch_size: float,
         optimizer: str = "sgd",
         lr: float = 0.05,
         generator: torch.Generator | None = None,
         secure_mode: bool = False,
-        sample_rate: float | None = None,
-        noise_generator: torch.Generator | None = None,
         **kwargs,
     ) -> None:
         if optimizer == "lbfgs":
             raise ValueError("DP-SGD needs a first-order optimizer ('sgd' or 'adam'), not 'lbfgs'")
-        sampling_rate = renamed_argument(
-            "DPLVQModule", "sampling_rate", sampling_rate, "sample_rate", sample_rate, required=True
-        )
-        generator = renamed_argument("DPLVQModule", "generator", generator, "noise_generator", noise_generator)
         self.check_dp_settings(noise_multiplier, max_grad_norm, sampling_rate, generator, secure_mode)
         super().__init__(model, optimizer=optimizer, lr=lr, **kwargs)  # hparams: no ledger, no generator
         self.set_dp_settings(

@@ -24,8 +24,7 @@ from dp_proto.plotting import prototype_grid, relevance_image
 __all__ = ["LVQModule", "describe_model", "model_from_spec", "plain_hparams", "plain_value"]
 
 # Arguments of LVQModule and its DP subclasses that are never saved as hyperparameters.
-# (``sample_rate``: the deprecated name of ``sampling_rate``, which holds its value.)
-_NOT_HPARAMS = ("model", "display_transform", "ledger", "generator", "noise_generator", "sample_rate")
+_NOT_HPARAMS = ("model", "display_transform", "ledger", "generator")
 
 _LAYER_KINDS: dict[type, str] = {GLVQLayer: "glvq", GMLVQLayer: "gmlvq", LGMLVQLayer: "lgmlvq"}
 _LAYER_CLASSES = {kind: cls for cls, kind in _LAYER_KINDS.items()}

@@ -139,22 +139,21 @@ def _loader(n=200):
 def test_a_dp_anonymizer_checkpoint_holds_plain_data_only(tmp_path):
     with pytest.warns(PrivacyLeakWarning):
         generator = noise_generator(3)  # the worst case: reproducible noise
-    with pytest.warns(DeprecationWarning, match="sample_rate"):
-        module = DPAnonymizerModule(
-            _anonymizer(),
-            torch.full((8,), 1 / 8),
-            np.int64(4),
-            ledger=PrivacyLedger(budget=(50.0, DELTA)),
-            noise_multiplier=np.float64(SIGMA),
-            max_grad_norm=np.float32(1.0),
-            sample_rate=np.float64(Q),  # the deprecated name: its value is saved as sampling_rate only
-            expected_batch_size=np.float64(5.0),
-            generator=generator,
-            lam=np.float64(2.0),
-            toggle_steps=3,
-            pretrain_regular_epochs=1,
-            pretrain_private_epochs=0,
-        )
+    module = DPAnonymizerModule(
+        _anonymizer(),
+        torch.full((8,), 1 / 8),
+        np.int64(4),
+        ledger=PrivacyLedger(budget=(50.0, DELTA)),
+        noise_multiplier=np.float64(SIGMA),
+        max_grad_norm=np.float32(1.0),
+        sampling_rate=np.float64(Q),
+        expected_batch_size=np.float64(5.0),
+        generator=generator,
+        lam=np.float64(2.0),
+        toggle_steps=3,
+        pretrain_regular_epochs=1,
+        pretrain_private_epochs=0,
+    )
     cpu_trainer(1, ckpt_dir=tmp_path).fit(module, _loader(50))
     checkpoint = torch.load(tmp_path / "last.ckpt")  # torch's default: weights_only=True
     assert set(checkpoint) >= {
@@ -169,7 +168,7 @@ def test_a_dp_anonymizer_checkpoint_holds_plain_data_only(tmp_path):
     for key in ("hyper_parameters", "privacy_ledger", "privacy_ledger_origins", "dp_sgd"):
         assert is_plain(checkpoint[key]), key
     hparams = checkpoint["hyper_parameters"]
-    assert not {"anonymizer", "prior", "ledger", "generator", "noise_generator", "sample_rate"} & set(hparams)
+    assert not {"anonymizer", "prior", "ledger", "generator"} & set(hparams)
     assert type(hparams["noise_multiplier"]) is float and type(hparams["num_regular"]) is int
     assert hparams["sampling_rate"] == Q and hparams["toggle_steps"] == 3 and hparams["lam"] == 2.0
     assert hparams["anonymizer_spec"]["encoder"] == describe_anonymizer(module.anonymizer)["encoder"]

@@ -140,8 +140,8 @@ def test_no_generator_in_hparams_or_checkpoints_and_checkpoints_load(tmp_path):
     ledger = PrivacyLedger()
     with pytest.warns(PrivacyLeakWarning):
         generator = noise_generator(3)  # the worst case: a reproducible generator is passed
-    module = _module(ledger, noise_generator=generator)
-    assert "noise_generator" not in module.hparams and "ledger" not in module.hparams
+    module = _module(ledger, generator=generator)
+    assert "generator" not in module.hparams and "ledger" not in module.hparams
     assert not has_generator_state(dict(module.hparams))
     logger = TensorBoardLogger(tmp_path, name="run", version=0)
     _trainer(ledger, 1, tmp_path, logger=logger).fit(module, datamodule=_data())
