@@ -41,9 +41,7 @@ from the checkpoint's.
 
 Result: ``fit_dp_anonymizer`` returns an ``AnonymizerFit`` like ``fit_anonymizer``,
 with the run's ledger as ``fit.ledger``; ``fit.save_release(path)`` publishes the
-encoder with the ledger (``dp_proto.anonymizer.release.DPAnonymizerEncoder``). The old
-``fit, ledger = fit_dp_anonymizer(...)`` still works for one release, with a
-``DeprecationWarning``.
+encoder with the ledger (``dp_proto.anonymizer.release.DPAnonymizerEncoder``).
 """
 
 from __future__ import annotations
@@ -55,7 +53,6 @@ import torch
 from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 
-from dp_proto._deprecation import REMOVAL
 from dp_proto.anonymizer.losses import check_labels, per_record_objective
 from dp_proto.anonymizer.training import TASK_PARTS, check_prior, dp_task_loss
 from dp_proto.anonymizer.validation import (
@@ -206,51 +203,6 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
         self.anonymizer.requires_grad_(True)
 
 
-class _PairUnpackingFit(AnonymizerFit):
-    """The ``AnonymizerFit`` of ``fit_dp_anonymizer`` that, for one release, also unpacks
-    and indexes as the old pair ``(fit, ledger)`` (with a ``DeprecationWarning``).
-    Everything else is ``AnonymizerFit``'s: fields, methods, ``isinstance``, ``repr``."""
-
-    __slots__ = ()
-
-    @staticmethod
-    def _warn() -> None:
-        warnings.warn(
-            "fit_dp_anonymizer now returns an AnonymizerFit, as fit_anonymizer does, with the ledger as "
-            f"fit.ledger; using it as the pair `fit, ledger = ...` will be removed in {REMOVAL}",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-
-    def __iter__(self):
-        self._warn()
-        return iter((self._plain(), self.ledger))
-
-    def __getitem__(self, index):
-        if isinstance(index, int):  # the old pair: [0] the fit, [1] the ledger
-            self._warn()
-            return (self._plain(), self.ledger)[index]
-        return tuple.__getitem__(self, index)
-
-    def _plain(self) -> AnonymizerFit:
-        return AnonymizerFit._make(tuple.__iter__(self))
-
-    def _replace(self, **changes: Any) -> AnonymizerFit:  # type: ignore[override]
-        return self._plain()._replace(**changes)
-
-    def _asdict(self) -> dict[str, Any]:
-        return self._plain()._asdict()
-
-    def __getnewargs__(self) -> tuple:
-        return tuple(tuple.__iter__(self))
-
-    def __reduce__(self):
-        return (AnonymizerFit._make, (tuple(tuple.__iter__(self)),))
-
-    def __repr__(self) -> str:
-        return repr(self._plain())
-
-
 def check_dp_fit_settings(
     *,
     epsilon: float,
@@ -384,9 +336,7 @@ def fit_dp_anonymizer(
     -------
     AnonymizerFit
         As ``fit_anonymizer``'s, with ``ledger`` set to the run's ``PrivacyLedger``;
-        ``save_release(path)`` publishes the encoder with the ledger. Unpacking it as the
-        old pair ``fit, ledger = fit_dp_anonymizer(...)`` works for one release, with a
-        ``DeprecationWarning``.
+        ``save_release(path)`` publishes the encoder with the ledger.
 
     Raises
     ------
@@ -524,4 +474,4 @@ def fit_dp_anonymizer(
         enable_progress_bar=enable_progress_bar,
         use_distributed_sampler=False,
     )
-    return _PairUnpackingFit._make(fit._replace(ledger=ledger))
+    return fit._replace(ledger=ledger)

@@ -7,7 +7,6 @@ carries the ledger. Nothing in a release is a pickle, a generator or a seed.
 """
 
 import json
-import pickle
 import warnings
 
 import numpy as np
@@ -210,19 +209,9 @@ def test_an_architecture_that_does_not_fit_the_tensors_is_refused(tmp_path):
         dp_proto.load_release(path)
 
 
-def test_the_old_pair_still_unpacks_with_a_deprecation_warning(dp_fitted):
+def test_the_dp_fit_is_an_anonymizer_fit_with_the_ledger(dp_fitted):
     fit, _ = dp_fitted
-    assert isinstance(fit, AnonymizerFit) and fit.ledger is not None
-    with pytest.warns(DeprecationWarning, match="fit.ledger"):
-        old_fit, ledger = fit
-    assert type(old_fit) is AnonymizerFit and ledger is fit.ledger and old_fit.module is fit.module
-    with pytest.warns(DeprecationWarning, match="fit.ledger"):
-        assert fit[1] is fit.ledger
-    assert repr(fit).startswith("AnonymizerFit(")
-    assert set(fit._asdict()) == set(AnonymizerFit._fields)
-    assert type(fit._replace(chosen=0)) is AnonymizerFit
-    light = type(fit)._make(fit._replace(module=None, trainer=None))
-    assert type(pickle.loads(pickle.dumps(light))) is AnonymizerFit  # not unpacked as the pair
+    assert type(fit) is AnonymizerFit and fit.ledger is not None
 
 
 @pytest.mark.slow
