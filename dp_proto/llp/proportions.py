@@ -37,13 +37,11 @@ post-processing. See ``dp_proto.privacy.noise``.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from dp_proto._deprecation import REMOVAL
 from dp_proto.exceptions import DataValidationError
 from dp_proto.privacy.calibration import check_epsilon
 from dp_proto.privacy.curator import curator_log
@@ -72,18 +70,7 @@ ESTIMATORS = ("clipped", "unbiased")
 
 
 def check_estimator(estimator: str) -> str:
-    """``estimator`` checked against ``ESTIMATORS``.
-
-    The old name ``"seed"`` of ``"clipped"`` is accepted for one release with a
-    ``DeprecationWarning``.
-    """
-    if estimator == "seed":
-        warnings.warn(
-            f"estimator='seed' is now called 'clipped'; the old name will be removed in {REMOVAL}",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        return "clipped"
+    """``estimator`` checked against ``ESTIMATORS``."""
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
     return estimator

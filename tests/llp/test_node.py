@@ -75,8 +75,6 @@ def test_config_checks_and_normalises_its_settings():
     ]:
         with pytest.raises(ValueError, match=match):
             LLPConfig(**{"batch_size": 8, "k": 4, **bad})
-    with pytest.warns(DeprecationWarning, match="'clipped'"):
-        assert LLPConfig(batch_size=8, k=4, estimator="seed").estimator == "clipped"
     with pytest.raises(ValueError, match="time_range"):
         LLPConfig(batch_size=8, k=4).grid  # noqa: B018
 

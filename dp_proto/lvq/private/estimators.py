@@ -28,7 +28,6 @@ import torch
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 
-from dp_proto._deprecation import REMOVAL
 from dp_proto._threads import fit_threads, step_work
 from dp_proto._validation import torch_dtype
 from dp_proto.exceptions import DomainWarning
@@ -342,16 +341,6 @@ class _DPMixin(_DPReleaseHooks):
         check_classification_targets(y)
         self.classes_, y_index = public_classes(y, self.classes, type(self).__name__)
         return X, y_index
-
-    @property
-    def sample_rate_(self) -> float:
-        """Deprecated name of ``sampling_rate_``."""
-        warnings.warn(
-            f"sample_rate_ is now called sampling_rate_; the old name will be removed in {REMOVAL}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.sampling_rate_
 
     def dp_sgd_plan(self) -> DPSGDPlan:
         """The run's public recipe: ledger, steps and noise multiplier (checks the settings)."""
