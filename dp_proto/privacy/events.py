@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import warnings
 from abc import ABCMeta, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -87,26 +86,8 @@ _REGISTRY: dict[str, type[PrivacyEvent]] = {}
 _LEGACY_FIELDS = ("noise_multiplier", "epsilon", "sampling_rate", "delta", "grid_steps")
 
 
-class _EventType(ABCMeta):
-    """Metaclass that keeps the old constructor, ``PrivacyEvent("laplace", ...)``, working
-    for one release: it warns and builds the typed event."""
-
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        if cls is PrivacyEvent:
-            warnings.warn(
-                "PrivacyEvent(kind, ...) is deprecated: build the typed event (LaplaceEvent, PureEvent, "
-                "...) or use PrivacyEvent.from_dict",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            if args:
-                kwargs = {"kind": args[0], **kwargs}
-            return PrivacyEvent.from_dict(kwargs)
-        return super().__call__(*args, **kwargs)
-
-
 @dataclass(frozen=True, kw_only=True)
-class PrivacyEvent(metaclass=_EventType):
+class PrivacyEvent(metaclass=ABCMeta):
     """One release, or ``count`` identical releases, of one mechanism (abstract).
 
     Every event is an immutable dataclass; the subclasses add the parameters of their
