@@ -123,8 +123,7 @@ __all__ = [
 ]
 
 # Nodes as separate processes exchanging proportions through torch.distributed
-# (dp_proto.llp.distributed, imported on first use so that
-# ``python -m dp_proto.llp.distributed`` does not find it imported already).
+# (dp_proto.llp.distributed, imported on first use).
 _DISTRIBUTED_NAMES = (
     "NodeProcessError",
     "NodeResult",

@@ -80,7 +80,6 @@ if that address is unusable). Only localhost is involved.
 
 from __future__ import annotations
 
-import sys
 import time as _time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -512,18 +511,3 @@ def as_network_result(results: Sequence[NodeResult]) -> NetworkResult:
         seconds=seconds,
         config=first.config,
     )
-
-
-if __name__ == "__main__":
-    # The old entry point, kept for one release: the command is ``dp-proto llp`` now (the
-    # command line sits above the algorithms, so it is imported by name, not by statement).
-    import importlib
-    import warnings
-
-    warnings.warn(
-        "python -m dp_proto.llp.distributed is now `dp-proto llp --distributed`; the old "
-        "entry point will be removed in the release after 0.1",
-        DeprecationWarning,
-        stacklevel=1,
-    )
-    sys.exit(importlib.import_module("dp_proto.cli").main(["llp", "--distributed", *sys.argv[1:]]))
