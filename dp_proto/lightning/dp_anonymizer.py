@@ -53,7 +53,7 @@ import torch
 from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 
-from dp_proto.anonymizer.losses import check_labels, per_record_objective
+from dp_proto.anonymizer.losses import check_labels
 from dp_proto.anonymizer.training import TASK_PARTS, check_prior, dp_task_loss
 from dp_proto.anonymizer.validation import (
     as_records,
@@ -68,13 +68,7 @@ from dp_proto.lightning.dp_module import EpochBudgetMixin
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.opacus_noise import check_expected_batch_size
 
-__all__ = [
-    "DPAnonymizerModule",
-    "AnonymizerFit",
-    "fit_dp_anonymizer",
-    "per_record_objective",
-]  # per_record_objective: moved to
-# dp_proto.anonymizer.losses, re-exported
+__all__ = ["DPAnonymizerModule", "AnonymizerFit", "fit_dp_anonymizer"]
 
 
 class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):

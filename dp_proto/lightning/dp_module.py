@@ -16,18 +16,13 @@ from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the closed-form samplers)
 from dp_proto.privacy.data_parallel import DataParallel
 from dp_proto.privacy.dpsgd_plan import BudgetedEpochs
-from dp_proto.privacy.ledger import PrivacyLedger, dp_sgd_event
+from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.opacus_noise import check_expected_batch_size, make_noise_sound
 from dp_proto.privacy.randomness import noise_source
 from dp_proto.privacy.sampling import PoissonBatchSampler
 
-__all__ = [
-    "DPLVQModule",
-    "EpochBudgetMixin",
-    "check_poisson_loader",
-    "dp_sgd_event",
-]  # dp_sgd_event: re-exported from dp_proto.privacy
+__all__ = ["DPLVQModule", "EpochBudgetMixin", "check_poisson_loader"]
 
 
 def check_poisson_loader(loader, sampling_rate: float) -> None:

@@ -9,13 +9,10 @@ import torch
 
 from dp_proto.anonymizer import Anonymizer
 from dp_proto.anonymizer.evaluation import encode
+from dp_proto.anonymizer.losses import per_record_objective
 from dp_proto.data import make_entangled_task
 from dp_proto.exceptions import PrivacyLeakWarning
-from dp_proto.lightning.dp_anonymizer import (
-    DPAnonymizerModule,
-    fit_dp_anonymizer,
-    per_record_objective,
-)
+from dp_proto.lightning.dp_anonymizer import DPAnonymizerModule, fit_dp_anonymizer
 from dp_proto.privacy.ledger import PrivacyLedger
 
 
