@@ -20,7 +20,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "dp_proto"
 
-BASE = "base"  # dp_proto/__init__, exceptions, _validation, _neighbours, _deprecation, _processes, _threads, release
+BASE = "base"  # dp_proto/__init__, exceptions, _validation, _neighbours, _processes, _threads, release
 ALLOWED: dict[str, set[str]] = {
     BASE: set(),
     "privacy": {BASE},
@@ -59,7 +59,6 @@ def component(module: str) -> str:
         "exceptions",
         "_validation",
         "_neighbours",
-        "_deprecation",
         "_processes",
         "_threads",
         "release",
