@@ -513,7 +513,7 @@ class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
         x_t = torch.as_tensor(Z, dtype=tdtype, device=self.device)
         y_t = torch.as_tensor(y_index, dtype=torch.long, device=self.device)
         ledger = PrivacyLedger(budget=(float(self.epsilon), float(self.delta)), default_delta=float(self.delta))
-        generator = noise_generator(self.noise_seed, owner=type(self).__name__)
+        generator: torch.Generator | None = noise_generator(self.noise_seed, owner=type(self).__name__)
         generator = noise_rng(ledger, None if self.secure_mode else generator, self.secure_mode, None, "dp_sgd")
         self._generator = generator
         self._sampling_gen = fresh_generator() if self.secure_mode else generator
