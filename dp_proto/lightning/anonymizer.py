@@ -21,6 +21,7 @@ encoder (``dp_proto.anonymizer.release``).
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -607,7 +608,14 @@ def check_fit_settings(
 
 def check_module_settings(module_kwargs: dict[str, Any]) -> None:
     """The ``AnonymizerModule`` settings among ``module_kwargs``, checked by name before
-    any data is read (the module checks them again when it is built)."""
+    any data is read (the module checks them again when it is built); ``TypeError`` for a
+    name the module does not take."""
+    taken_by_fit = {"self", "anonymizer", "prior", "num_regular", "anonymizer_spec", "lam"}
+    taken_by_fit |= {"pretrain_regular_epochs", "pretrain_private_epochs"}  # the fit functions' own settings
+    known = set(inspect.signature(AnonymizerModule.__init__).parameters) - taken_by_fit
+    unknown = sorted(set(module_kwargs) - known)
+    if unknown:
+        raise TypeError(f"unknown AnonymizerModule setting(s) {unknown}; it takes {sorted(known)}")
     for name in ("lr", "encoder_lr"):
         if name in module_kwargs:
             check_positive(name, module_kwargs[name])

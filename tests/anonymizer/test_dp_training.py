@@ -196,3 +196,22 @@ def test_empty_poisson_batches_still_take_their_step():
     )
     assert sum(e.count for e in fit.ledger.events) == int(1 / 0.02)  # most of the 50 batches are empty
     assert all(torch.isfinite(p).all() for p in fit.module.anonymizer.parameters())
+
+
+@pytest.mark.parametrize("private", [True, False])
+def test_an_unknown_module_setting_is_refused_before_any_data_is_read(private, monkeypatch):
+    """``sample_rate=`` (not a setting) used to pass into the module and fail only when it
+    was built, after the private prior had been drawn."""
+    from dp_proto.lightning.anonymizer import fit_anonymizer
+    from dp_proto.privacy import mechanisms
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("data read before the settings were checked")
+
+    monkeypatch.setattr(mechanisms, "noisy_histogram", must_not_run)  # the private prior
+    x, y, s = _task(50)
+    with pytest.raises(TypeError, match="unknown AnonymizerModule setting.*sample_rate"):
+        if private:
+            fit_dp_anonymizer(x, y, s, epsilon=1.0, delta=1e-5, sampling_rate=0.1, sample_rate=0.1)
+        else:
+            fit_anonymizer(x, y, s, sample_rate=0.1)
