@@ -15,14 +15,13 @@ Subpackages (imports run one way: ``privacy`` <- models <- ``lightning`` <- ``cl
 
 from typing import TYPE_CHECKING, Any
 
+from dp_proto._version import __version__
 from dp_proto.exceptions import (
     DataValidationError,
     DomainWarning,
     PrivacyBudgetExceededError,
     PrivacyLeakWarning,
 )
-
-__version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from dp_proto.release import load_release

@@ -51,6 +51,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from dp_proto._version import __version__
+
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
@@ -330,8 +332,6 @@ class Release:
 
     def manifest(self, sha256: str | None = None) -> dict[str, Any]:
         """The JSON manifest (``sha256``: the digest of ``model.safetensors``)."""
-        from dp_proto import __version__
-
         tensors = {}
         for name, array in self.tensors.items():
             array = np.asarray(array)

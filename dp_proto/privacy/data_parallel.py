@@ -1,7 +1,7 @@
 """The process group of a data-parallel DP-SGD run: one Poisson sample, one noise draw.
 
 Both DP-SGD engines train across processes the same way (the fused engine,
-``dp_proto.lvq.private.data_parallel``; Opacus inside Lightning's DDP strategy,
+``dp_proto.lvq.private.launch``; Opacus inside Lightning's DDP strategy,
 ``dp_proto.privacy.opacus_noise.make_noise_sound(data_parallel=...)``):
 
 * every rank holds a disjoint shard of the records and samples it at the *global*

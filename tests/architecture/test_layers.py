@@ -20,7 +20,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "dp_proto"
 
-BASE = "base"  # dp_proto/__init__, exceptions, _validation, _neighbours, _processes, _threads, release
+BASE = "base"  # dp_proto/__init__, exceptions, _validation, _neighbours, _processes, _threads, _version, release
 ALLOWED: dict[str, set[str]] = {
     BASE: set(),
     "privacy": {BASE},
@@ -61,6 +61,7 @@ def component(module: str) -> str:
         "_neighbours",
         "_processes",
         "_threads",
+        "_version",
         "release",
         "__init__",
         "__version__",
@@ -165,3 +166,69 @@ def test_model_free_packages_load_neither_opacus_nor_lightning():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def module_edges() -> dict[str, set[str]]:
+    """Module -> the ``dp_proto`` modules its ``import`` statements name (those inside
+    functions too). ``from package import submodule`` is an edge to the submodule;
+    ``from package import name`` one to the package's ``__init__``."""
+    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    edges: dict[str, set[str]] = {m: set() for m in paths}
+    for module, path in paths.items():
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                edges[module].update(a.name for a in node.names if a.name in paths)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = module.split(".") if is_package else module.split(".")[:-1]
+                    base = base[: len(base) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                submodules = {f"{target}.{a.name}" for a in node.names} & set(paths)
+                edges[module] |= submodules
+                if len(submodules) < len(node.names) and target in paths:
+                    edges[module].add(target)
+    return edges
+
+
+def import_circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_the_import_graph_has_no_circles():
+    assert import_circles(module_edges()) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_circles(edges) == [["a", "b", "c"]]

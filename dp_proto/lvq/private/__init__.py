@@ -3,7 +3,8 @@
 * ``.dp_init`` -- DP class-mean initialisation (Laplace on the class sums and counts).
 * ``.dpsgd`` -- DP-SGD (Abadi et al. 2016) for any ``PrototypeModel``,
   by the fused engine of ``.fused`` (closed-form per-sample gradients,
-  ``.grad_samplers``) or by Opacus; the noise multiplier is calibrated by the ledger.
+  ``.grad_samplers``) or by Opacus; the noise multiplier is calibrated by the ledger;
+  ``.launch`` -- ``launch_dp_sgd``, one process per shard of the records.
 * ``.saa`` -- subsample-and-aggregate over disjoint bins; ``.coa`` -- the centre
   of attention aggregation.
 * ``.estimators`` -- ``DPGLVQ``, ``DPGMLVQ``, ``DPLGMLVQ`` (scikit-learn API) and
@@ -15,7 +16,6 @@ ledger). Importing this package loads Opacus.
 """
 
 from dp_proto.lvq.private.coa import coa_glvq
-from dp_proto.lvq.private.data_parallel import DataParallelError, launch_dp_sgd
 from dp_proto.lvq.private.dp_init import DPInitResult, dp_class_mean_prototypes
 from dp_proto.lvq.private.dpsgd import (
     calibrate_noise_multiplier,
@@ -24,9 +24,11 @@ from dp_proto.lvq.private.dpsgd import (
     sgd_steps,
 )
 from dp_proto.lvq.private.estimators import DPGLVQ, DPGMLVQ, DPLGMLVQ
+from dp_proto.lvq.private.launch import launch_dp_sgd
 from dp_proto.lvq.private.pairwise import DPPairwiseGMLVQ
 from dp_proto.lvq.private.saa import saa_sensitivity, subsample_and_aggregate
 from dp_proto.lvq.private.saa_estimator import SubsampleAggregateGLVQ
+from dp_proto.privacy.data_parallel import DataParallelError
 
 __all__ = [
     "DPGLVQ",

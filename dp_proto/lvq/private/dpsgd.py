@@ -38,10 +38,10 @@ from torch.utils.data import TensorDataset
 from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the closed-form samplers)
-from dp_proto.lvq.private.data_parallel import DataParallel
 from dp_proto.lvq.private.fused import CLIPPING_MODES, FUSABLE_LAYERS, check_fusable, finite_records, fit_dp_sgd_fused
 from dp_proto.lvq.sparse import check_penalty, check_sparsifiable, metric_parameter, sparsify_step_
 from dp_proto.lvq.training import parameter_groups
+from dp_proto.privacy.data_parallel import DataParallel
 from dp_proto.privacy.dpsgd_plan import (  # the recipe and its calibration live in the privacy core
     BudgetedEpochs,
     calibrate_noise_multiplier,
@@ -193,7 +193,7 @@ def fit_dp_sgd(
         rank with that rank's disjoint shard ``(x, y)``, the same public settings and the
         same ``ledger`` state; every rank samples its shard at the global rate ``q``, rank 0
         adds the noise once, one all-reduce gives every rank the same update
-        (``dp_proto.lvq.private.data_parallel``; ``launch_dp_sgd`` starts the processes on
+        (``dp_proto.lvq.private.launch``; ``launch_dp_sgd`` starts the processes on
         one machine). ``expected_batch_size`` is the global one (``q`` times all records).
     """
     from opacus import PrivacyEngine

@@ -42,12 +42,12 @@ from dp_proto.lvq.gradients import DistanceEvaluation, quadratic_layout
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.losses import glvq_cost_and_winners
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.lvq.private.data_parallel import DataParallel
 from dp_proto.lvq.private.grad_samplers import (
     gmlvq_clipping_norms,
     lgmlvq_clipping_norms,
     winner_differences,
 )
+from dp_proto.privacy.data_parallel import DataParallel
 from dp_proto.privacy.dpsgd_plan import BudgetedEpochs
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.randomness import fresh_generator
@@ -427,7 +427,7 @@ def fit_dp_sgd_fused(
 ):
     """The training loop of ``dp_proto.lvq.private.fit_dp_sgd`` with ``engine="fused"``
     (call that function; this one expects its validated arguments). With
-    ``data_parallel``, ``(x, y)`` is this rank's shard (``dp_proto.lvq.private.data_parallel``)."""
+    ``data_parallel``, ``(x, y)`` is this rank's shard (``dp_proto.lvq.private.launch``)."""
     check_fusable(model)
     n = x.shape[0]
     _check_targets(y, model.prototype_labels)  # once here, not at every step

@@ -17,7 +17,7 @@ from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import DataParallelError, fit_dp_sgd, launch_dp_sgd
-from dp_proto.lvq.private.data_parallel import DataParallel
+from dp_proto.privacy.data_parallel import DataParallel
 from dp_proto.privacy.ledger import PrivacyLedger
 
 pytestmark = pytest.mark.filterwarnings("ignore::dp_proto.exceptions.PrivacyLeakWarning")

@@ -1,4 +1,4 @@
-"""Data-parallel DP-SGD for prototype layers: one Poisson sample, one noise draw, many processes.
+"""Launching data-parallel DP-SGD for prototype layers: one Poisson sample, one noise draw, many processes.
 
 Every rank of a ``torch.distributed`` process group holds a disjoint shard of the
 training records. One step of ``fit_dp_sgd(..., distributed=True)`` (fused engine) is
@@ -45,10 +45,12 @@ from torch import Tensor
 
 from dp_proto._processes import launch_workers, to_cpu
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.privacy.data_parallel import DataParallel, DataParallelError
+from dp_proto.lvq.private.dpsgd import fit_dp_sgd
+from dp_proto.privacy.data_parallel import DataParallelError
 from dp_proto.privacy.ledger import PrivacyLedger
+from dp_proto.privacy.randomness import noise_generator
 
-__all__ = ["DataParallel", "DataParallelError", "launch_dp_sgd"]
+__all__ = ["launch_dp_sgd"]
 
 
 # --------------------------------------------------------------------------- launcher
@@ -62,9 +64,6 @@ def _dp_sgd_worker(
     noise_seed: int | None,
     fit_kwargs: dict[str, Any],
 ) -> tuple[PrototypeModel, Any, PrivacyLedger]:
-    from dp_proto.lvq.private.dpsgd import fit_dp_sgd  # noqa: PLC0415 (dpsgd imports this module)
-    from dp_proto.privacy.randomness import noise_generator  # noqa: PLC0415
-
     generator = None if noise_seed is None else noise_generator(noise_seed, x.device, owner="launch_dp_sgd")
     result = fit_dp_sgd(model, x, y, ledger=ledger, generator=generator, distributed=True, **fit_kwargs)
     return to_cpu(model), result, ledger
