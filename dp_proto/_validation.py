@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import math
+import numbers
+from typing import Any
+
 import numpy as np
 import torch
 
 from dp_proto.exceptions import DataValidationError
 
-__all__ = ["TORCH_DTYPES", "check_finite_rows", "check_labels_known", "format_indices", "torch_dtype"]
+__all__ = [
+    "TORCH_DTYPES",
+    "as_real",
+    "check_finite_rows",
+    "check_labels_known",
+    "check_nonnegative",
+    "check_positive",
+    "check_unit_interval",
+    "format_indices",
+    "torch_dtype",
+]
 
 #: The ``dtype`` option of the estimators, by name.
 TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -19,6 +33,41 @@ def torch_dtype(name: str) -> torch.dtype:
         return TORCH_DTYPES[name]
     except (KeyError, TypeError):
         raise ValueError(f"dtype must be 'float32' or 'float64', got {name!r}") from None
+
+
+def as_real(name: str, value: Any) -> float:
+    """``value`` (a real number or a one-element tensor, not a bool) as a float."""
+    if hasattr(value, "numel") and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    return float(value)
+
+
+def check_positive(name: str, value: Any) -> float:
+    """``value`` as a finite float ``> 0`` (an epsilon, a scale, a learning rate)."""
+    number = as_real(name, value)
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return number
+
+
+def check_nonnegative(name: str, value: Any) -> float:
+    """``value`` as a finite float ``>= 0`` (a weight decay, a noise level)."""
+    number = as_real(name, value)
+    if not (math.isfinite(number) and number >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return number
+
+
+def check_unit_interval(name: str, value: Any, *, low: str = "(", high: str = ")") -> float:
+    """``value`` in the interval from 0 to 1 with the given brackets, e.g. ``[0, 1)``."""
+    number = as_real(name, value)
+    above = number >= 0 if low == "[" else number > 0
+    below = number <= 1 if high == "]" else number < 1
+    if not (above and below):
+        raise ValueError(f"{name} must lie in {low}0, 1{high}, got {value!r}")
+    return number
 
 
 def format_indices(indices: np.ndarray, limit: int = 10) -> str:

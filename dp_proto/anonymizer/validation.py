@@ -8,8 +8,6 @@ Rates, learning rates and epoch counts are range-checked by name (``ValueError``
 
 from __future__ import annotations
 
-import math
-import numbers
 from typing import Any
 
 import numpy as np
@@ -22,10 +20,7 @@ from dp_proto.exceptions import DataValidationError
 __all__ = [
     "as_records",
     "check_count",
-    "check_nonnegative",
-    "check_positive",
     "check_seed",
-    "check_unit_interval",
     "check_anonymizer",
 ]
 
@@ -72,40 +67,6 @@ def as_records(x: Any, name: str = "x") -> Tensor:
     if not bool(torch.isfinite(records).all()):
         check_finite_rows(records.cpu().numpy(), name)  # raises, naming the rows
     return records
-
-
-def _real(value: Any, name: str) -> float:
-    if hasattr(value, "numel") and value.numel() == 1:  # a one-element tensor
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a real number, got {value!r}")
-    return float(value)
-
-
-def check_positive(name: str, value: Any) -> float:
-    """``value`` as a finite float ``> 0`` (a learning rate, a clipping norm)."""
-    number = _real(value, name)
-    if not (math.isfinite(number) and number > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return number
-
-
-def check_nonnegative(name: str, value: Any) -> float:
-    """``value`` as a finite float ``>= 0`` (lambda, a weight decay, a noise multiplier)."""
-    number = _real(value, name)
-    if not (math.isfinite(number) and number >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return number
-
-
-def check_unit_interval(name: str, value: Any, *, low: str = "(", high: str = ")") -> float:
-    """``value`` in the interval from 0 to 1 with the given brackets, e.g. ``[0, 1)``."""
-    number = _real(value, name)
-    above = number >= 0 if low == "[" else number > 0
-    below = number <= 1 if high == "]" else number < 1
-    if not (above and below):
-        raise ValueError(f"{name} must lie in {low}0, 1{high}, got {value!r}")
-    return number
 
 
 def check_count(name: str, value: Any, minimum: int = 0) -> int:

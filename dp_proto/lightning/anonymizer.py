@@ -32,6 +32,7 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
+from dp_proto._validation import check_nonnegative, check_positive, check_unit_interval
 from dp_proto.anonymizer import evaluation
 from dp_proto.anonymizer.losses import (
     check_labels,
@@ -51,15 +52,7 @@ from dp_proto.anonymizer.training import (
     task_loss,
     training_labels,
 )
-from dp_proto.anonymizer.validation import (
-    as_records,
-    check_anonymizer,
-    check_count,
-    check_nonnegative,
-    check_positive,
-    check_seed,
-    check_unit_interval,
-)
+from dp_proto.anonymizer.validation import as_records, check_anonymizer, check_count, check_seed
 from dp_proto.lightning.callbacks import StderrProgressBar
 from dp_proto.lightning.module import plain_hparams
 

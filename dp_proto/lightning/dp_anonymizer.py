@@ -53,15 +53,10 @@ import torch
 from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 
+from dp_proto._validation import check_nonnegative, check_positive, check_unit_interval
 from dp_proto.anonymizer.losses import check_labels
 from dp_proto.anonymizer.training import TASK_PARTS, check_prior, dp_task_loss
-from dp_proto.anonymizer.validation import (
-    as_records,
-    check_count,
-    check_nonnegative,
-    check_positive,
-    check_unit_interval,
-)
+from dp_proto.anonymizer.validation import as_records, check_count
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lightning.anonymizer import AnonymizerFit, AnonymizerModule
 from dp_proto.lightning.dp_module import EpochBudgetMixin

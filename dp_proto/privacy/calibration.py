@@ -10,8 +10,9 @@ import numbers
 
 from scipy.special import log_ndtr
 
+from dp_proto._validation import as_real, check_positive
+
 __all__ = [
-    "check_positive",
     "check_epsilon",
     "check_sampling_rate",
     "optional_epsilon",
@@ -24,31 +25,14 @@ __all__ = [
 ]
 
 
-def _as_real(value, name: str) -> float:
-    """A Python float from an int, float, numpy scalar or one-element tensor."""
-    if hasattr(value, "numel") and value.numel() == 1:  # a 0-d or one-element tensor
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a real number, got {value!r}")
-    return float(value)
-
-
-def check_positive(value: float, name: str) -> float:
-    """``value`` must be a finite number > 0 (an epsilon, a noise multiplier, a scale)."""
-    number = _as_real(value, name)
-    if not math.isfinite(number) or number <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return number
-
-
 def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
     """``epsilon`` must be a finite number > 0."""
-    return check_positive(epsilon, name)
+    return check_positive(name, epsilon)
 
 
 def check_sampling_rate(sampling_rate: float, name: str = "sampling_rate") -> float:
     """A Poisson sampling rate ``q`` must lie in ``(0, 1]``."""
-    value = _as_real(sampling_rate, name)
+    value = as_real(name, sampling_rate)
     if not 0 < value <= 1:
         raise ValueError(f"{name} must lie in (0, 1], got {sampling_rate!r}")
     return value
@@ -65,7 +49,7 @@ def optional_epsilon(epsilon, name: str = "epsilon") -> float | None:
 
 def check_delta(delta: float, name: str = "delta", *, allow_zero: bool = True) -> float:
     """``delta`` must lie in ``[0, 1)`` (``(0, 1)`` with ``allow_zero=False``)."""
-    value = _as_real(delta, name)
+    value = as_real(name, delta)
     if not math.isfinite(value) or value < 0 or value >= 1 or (value == 0 and not allow_zero):
         interval = "[0, 1)" if allow_zero else "(0, 1)"
         raise ValueError(f"{name} must lie in {interval}, got {delta!r}")
@@ -74,7 +58,7 @@ def check_delta(delta: float, name: str = "delta", *, allow_zero: bool = True) -
 
 def check_sensitivity(sensitivity: float, name: str = "sensitivity") -> float:
     """``sensitivity`` must be a finite number >= 0."""
-    value = _as_real(sensitivity, name)
+    value = as_real(name, sensitivity)
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be a finite number >= 0, got {sensitivity!r}")
     return value

@@ -40,12 +40,8 @@ from dp_accounting import dp_event as dpe
 from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld
 
-from dp_proto.privacy.calibration import (
-    check_delta,
-    check_epsilon,
-    check_positive,
-    check_sampling_rate,
-)
+from dp_proto._validation import check_positive
+from dp_proto.privacy.calibration import check_delta, check_epsilon, check_sampling_rate
 
 __all__ = [
     "PrivacyEvent",
@@ -258,7 +254,7 @@ class _NoiseMultiplierEvent(PrivacyEvent):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._set("noise_multiplier", check_positive(self.noise_multiplier, f"{self.kind} event noise_multiplier"))
+        self._set("noise_multiplier", check_positive(f"{self.kind} event noise_multiplier", self.noise_multiplier))
 
     def _parameters(self) -> list[str]:
         return [f"noise multiplier {self.noise_multiplier:.4g}"]

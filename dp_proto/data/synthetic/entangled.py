@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dp_proto.data._checks import RandomState, _check_count, _check_positive, _rng
+from dp_proto._validation import check_nonnegative
+from dp_proto.data._checks import RandomState, _check_count, _rng
 
 __all__ = ["EntangledTask", "entangled_label_joint", "make_entangled_task"]
 
@@ -169,8 +170,8 @@ def make_entangled_task(
             f"dim must be >= num_regular + num_private = {num_regular + num_private} to hold "
             f"the two orthogonal subspaces, got dim={dim}"
         )
-    signal = _check_positive("signal", signal, allow_zero=True)
-    noise = _check_positive("noise", noise, allow_zero=True)
+    signal = check_nonnegative("signal", signal)
+    noise = check_nonnegative("noise", noise)
     try:
         rng = _rng(seed)
     except (TypeError, ValueError) as exc:

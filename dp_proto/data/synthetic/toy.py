@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dp_proto.data._checks import RandomState, _check_count, _check_positive, _rng
+from dp_proto._validation import check_nonnegative, check_positive
+from dp_proto.data._checks import RandomState, _check_count, _rng
 
 __all__ = [
     "OUTLIER_MEANS",
@@ -145,7 +146,7 @@ def noisy_xor(
     """
     n = _check_count("n_per_cluster", n_per_cluster, minimum=1)
     extra = _check_count("extra_bottom_left", extra_bottom_left)
-    std = _check_positive("std", std)
+    std = check_positive("std", std)
     rng = _rng(random_state)
     counts = [n, n, n, n + extra]  # XOR_CENTERS order ends with bottom-left
     parts = [
@@ -221,7 +222,7 @@ def three_gaussians(
     y : ndarray of shape (3 * n_per_class,), dtype int64
     """
     n = _check_count("n_per_class", n_per_class, minimum=1)
-    scale = _check_positive("scale", scale, allow_zero=True)
+    scale = check_nonnegative("scale", scale)
     means = three_gaussians_means(n_features, scale)
     rng = _rng(random_state)
     X = rng.standard_normal((3 * n, means.shape[1])) + np.repeat(means, n, axis=0)
@@ -266,7 +267,7 @@ def three_moons(
     y : ndarray of shape (n_samples,), dtype int64
     """
     n_samples = _check_count("n_samples", n_samples, minimum=3)
-    noise = _check_positive("noise", noise, allow_zero=True)
+    noise = check_nonnegative("noise", noise)
     rng = _rng(random_state)
     counts = [n_samples // 3 + (k < n_samples % 3) for k in range(3)]
     parts = []
