@@ -34,9 +34,8 @@ from pathlib import Path
 
 __all__ = ["main", "DEMO_CONFIG", "DEMO_DP_CONFIG"]
 
-# The non-private reference: GMLVQ on the bundled 8x8 digits, minibatch Adam. lr 0.01
-# was chosen on a validation split of the training data (0.003: 0.922, 0.01: 0.928,
-# 0.03: 0.894).
+# The non-private reference: GMLVQ on the bundled 8x8 digits, minibatch Adam (how the
+# settings of both demo configs were chosen: docs/getting-started.md, "The demo").
 DEMO_CONFIG = {
     "seed": 0,
     "data": {"source": "bundled", "name": "digits", "batch_size": 64},
@@ -46,10 +45,7 @@ DEMO_CONFIG = {
 }
 
 # The main job: DP-GMLVQ at (1, 1e-5) on the same split. Pixels 0..16 are the public
-# bounds (no scaling fitted on private data). q, epochs and lr were chosen on a
-# validation split of the training data (mean of 3 seeds; the test split unused):
-# q = 0.2 beats 0.1 and 0.4; lr x epochs of about 10 works best (0.2 x 40: 0.73,
-# 0.5 x 20: 0.71, 1.0 x 10: 0.71); Omega renormalised, at metric_lr_scale 0.1.
+# bounds (no scaling fitted on private data); Omega renormalised, at metric_lr_scale 0.1.
 DEMO_DP_CONFIG = {
     "seed": 0,
     "data": {"source": "bundled", "name": "digits", "scaling": "none"},
