@@ -440,8 +440,8 @@ class GLVQ(_LVQBase):
         iterations lowered the cost by at most ``tol`` relative to its size
         (``dp_proto.lvq.training.settled``), that is once the classifier has settled;
         ``"lbfgs"``: torch's tests on the changes of the cost, the step and the
-        gradient (the rule before dp-proto 0.2, which keeps iterating while the
-        parameters still move).
+        gradient, which keep iterating while the parameters still move. How the two
+        compare: docs/lvq.md ("Fitting fast").
     n_iter_no_change : int, default 5
         Window of the relative-cost rule, in iterations.
     warm_start : bool, default False
@@ -456,8 +456,8 @@ class GLVQ(_LVQBase):
     device : str, default "cpu"
         Torch device of the model.
     dtype : {"float32", "float64"}, default "float32"
-        Torch dtype of the model. float32 reaches the accuracy of float64 on the
-        benchmark sets in about half the time per iteration (``benchmarks/lvq/fit_speed``).
+        Torch dtype of the model during training. Time and accuracy of the two:
+        docs/lvq.md ("Fitting fast").
 
     Attributes
     ----------
@@ -567,8 +567,8 @@ class GMLVQ(_LVQBase):
         iterations lowered the cost by at most ``tol`` relative to its size
         (``dp_proto.lvq.training.settled``), that is once the classifier has settled;
         ``"lbfgs"``: torch's tests on the changes of the cost, the step and the
-        gradient (the rule before dp-proto 0.2, which keeps iterating while the
-        parameters still move).
+        gradient, which keep iterating while the parameters still move. How the two
+        compare: docs/lvq.md ("Fitting fast").
     n_iter_no_change : int, default 5
         Window of the relative-cost rule, in iterations.
     warm_start : bool, default False
@@ -583,8 +583,8 @@ class GMLVQ(_LVQBase):
     device : str, default "cpu"
         Torch device of the model.
     dtype : {"float32", "float64"}, default "float32"
-        Torch dtype of the model. float32 reaches the accuracy of float64 on the
-        benchmark sets in about half the time per iteration (``benchmarks/lvq/fit_speed``).
+        Torch dtype of the model during training. Time and accuracy of the two:
+        docs/lvq.md ("Fitting fast").
 
     Attributes
     ----------
@@ -723,8 +723,8 @@ class LGMLVQ(GMLVQ):
         iterations lowered the cost by at most ``tol`` relative to its size
         (``dp_proto.lvq.training.settled``), that is once the classifier has settled;
         ``"lbfgs"``: torch's tests on the changes of the cost, the step and the
-        gradient (the rule before dp-proto 0.2, which keeps iterating while the
-        parameters still move).
+        gradient, which keep iterating while the parameters still move. How the two
+        compare: docs/lvq.md ("Fitting fast").
     n_iter_no_change : int, default 5
         Window of the relative-cost rule, in iterations.
     warm_start : bool, default False
@@ -739,8 +739,8 @@ class LGMLVQ(GMLVQ):
     device : str, default "cpu"
         Torch device of the model.
     dtype : {"float32", "float64"}, default "float32"
-        Torch dtype of the model. float32 reaches the accuracy of float64 on the
-        benchmark sets in about half the time per iteration (``benchmarks/lvq/fit_speed``).
+        Torch dtype of the model during training. Time and accuracy of the two:
+        docs/lvq.md ("Fitting fast").
 
     Attributes
     ----------

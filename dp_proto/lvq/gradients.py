@@ -3,9 +3,9 @@
 Every GLVQ-type cost depends on the parameters through the distances ``D (B, W)`` only,
 so its gradient is ``sum_ij A_ij grad_p D_ij`` with ``A = dcost/dD``
 (``dp_proto.lvq.losses.glvq_cost_and_gradient``: two non-zeros per row). For the three
-prototype layers that sum has a closed form of a few matrix products, about 2.5 times
-faster than autograd through the distance computation for LGMLVQ (no graph, no
-``(B, W, r)`` intermediates kept for backward beyond the projections). The L-BFGS fits
+prototype layers that sum has a closed form of a few matrix products: no autograd graph,
+and no ``(B, W, r)`` intermediates kept for backward beyond the projections (timings
+against autograd: docs/lvq.md, "Reproduced results"). The L-BFGS fits
 of the estimators (full batch) and the fused DP-SGD engine (clipped weights ``A``) both
 evaluate their gradients here.
 
@@ -104,8 +104,8 @@ class DistanceEvaluation:
             self.distances = (sq + (self.lambda_w * w).sum(1)).clamp_min(0.0)
         else:
             projected = torch.einsum("wrd,wd->wr", omegas, w).reshape(-1)  # (W r,): Omega_j w_j
-            # (B, W, r): Omega_j (x_i - w_j) = Omega_j x_i - Omega_j w_j (one matmul, then in place;
-            # faster than addmm with beta=-1 on CPU)
+            # (B, W, r): Omega_j (x_i - w_j) = Omega_j x_i - Omega_j w_j (one matmul, then an
+            # in-place subtraction)
             flat = self.x @ omegas.reshape(n_prototypes * rank, d).T
             self.diff = flat.sub_(projected).view(-1, n_prototypes, rank)
             self.distances = self.diff.square().sum(-1)

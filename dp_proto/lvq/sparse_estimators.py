@@ -62,8 +62,8 @@ _SHARED_DOC = """
         the identity of a rank-limited ``Omega`` (``rank < d``) would start with only the
         first ``rank`` features and the penalty keeps zero columns at zero.
     max_iter : int, default 2000
-        Proximal gradient iterations (a few milliseconds each on small data); stopping
-        at ``max_iter`` warns ``ConvergenceWarning``.
+        Proximal gradient iterations; stopping at ``max_iter`` warns
+        ``ConvergenceWarning``.
     lr : float, default 1.0
         Initial step size (adapted by backtracking).
     tol : float, default 1e-6

@@ -80,8 +80,8 @@ Stopping = Literal["relative_cost", "lbfgs"]
 #: The default ``tol`` of each stopping rule (``tol=None``).
 DEFAULT_TOL: dict[str, float] = {"relative_cost": 3e-4, "lbfgs": 1e-9}
 
-#: The default window of the relative-cost rule. This and ``DEFAULT_TOL["relative_cost"]``
-#: are what ``python -m benchmarks.lvq.stopping_calibration`` selects on validation splits.
+#: The default window of the relative-cost rule (how this and ``DEFAULT_TOL["relative_cost"]``
+#: were selected: docs/lvq.md, "Fitting fast").
 DEFAULT_N_ITER_NO_CHANGE = 5
 
 #: Line-search evaluations allowed in one L-BFGS iteration (torch's strong-Wolfe default).
