@@ -506,8 +506,8 @@ class DPGLVQ(_DPMixin, GLVQ):
         ``d`` (Brinkrolf 2023), which puts far more noise on each coordinate as ``d``
         grows; the ledger composes either exactly. Below an epsilon of about 0.01 the
         ledger's PLD grid over-estimates the Gaussian mechanism's share; use
-        ``"laplace"`` there. Why the default: ``benchmarks/dpsgd/RESULTS.md``
-        ("Defaults").
+        ``"laplace"`` there. Why the default: docs/dpsgd.md ("Defaults chosen on
+        development sets").
     calibration : {"ledger", "paper"}, default "ledger"
         ``"ledger"``: the smallest noise multiplier for which the ledger certifies the
         whole run at ``(epsilon, delta)``. ``"paper"``: the noise multiplier of
@@ -529,8 +529,9 @@ class DPGLVQ(_DPMixin, GLVQ):
     engine : {"fused", "opacus"}, default "fused"
         ``"fused"`` runs Opacus' DP-SGD step (Poisson sampling, per-sample clipping,
         Gaussian noise, division by the expected batch) directly on tensors with the
-        closed-form gradient norms (``dp_proto.lvq.private.fused``), 3-20x faster;
-        ``"opacus"`` goes through Opacus' ``PrivacyEngine``. Same guarantee either way.
+        closed-form gradient norms (``dp_proto.lvq.private.fused``); ``"opacus"`` goes
+        through Opacus' ``PrivacyEngine``. Same guarantee either way; epoch times of
+        both: docs/dpsgd.md ("Reproduced results").
     grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
         How Opacus computes per-sample gradients (``engine="opacus"`` only).
     secure_mode : bool, default False
@@ -549,9 +550,8 @@ class DPGLVQ(_DPMixin, GLVQ):
         reads the data (``PrivacyBudgetExceededError`` past the shared budget) and records
         its events there afterwards. ``ledger_`` stays this fit's own ledger.
     solver : {"sgd", "adam"}, default "sgd"
-        The optimizer applied to the noisy clipped gradient (post-processing). Adam
-        (lr 0.01) was measured as DP-GLVQ's default and not adopted
-        (``benchmarks/RESULTS.md``, "Optimizer").
+        The optimizer applied to the noisy clipped gradient (post-processing). Why SGD:
+        docs/dpsgd.md ("Defaults chosen on development sets").
     lr : float, default 0.05
         Step size of ``solver``.
     average_last : float in [0, 1), default 0.0
@@ -561,8 +561,8 @@ class DPGLVQ(_DPMixin, GLVQ):
         Transfer of the GLVQ cost (the non-private models' default is the identity).
         With ``"sigmoid"`` the cost concentrates on records near the class borders, and
         the gradient of a record far from them fades instead of being clipped to ``C``
-        with the rest, so less of the clipped sum is bias. Chosen on the development
-        sets of ``python -m benchmarks.studies.dpsgd_tuning`` (beta 1-64).
+        with the rest, so less of the clipped sum is bias. Why the default:
+        docs/dpsgd.md ("Defaults chosen on development sets").
     beta : float, default 16.0
         Slope of the sigmoid transfer.
     random_state : int, RandomState or None, default None
@@ -574,8 +574,8 @@ class DPGLVQ(_DPMixin, GLVQ):
         Torch device of the training.
     dtype : {"float64", "float32"}, default "float64"
         Torch dtype of the training. The clipped sum's sensitivity bound is proved for
-        float64 and measured for float32 (docs/privacy-model.md); on tabular data both
-        take about the same time.
+        float64 only; for float32 it is tested, not proved (docs/privacy-model.md,
+        "Floating point", which also compares the two dtypes' speed).
 
     Attributes
     ----------
@@ -741,8 +741,8 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         ``d`` (Brinkrolf 2023), which puts far more noise on each coordinate as ``d``
         grows; the ledger composes either exactly. Below an epsilon of about 0.01 the
         ledger's PLD grid over-estimates the Gaussian mechanism's share; use
-        ``"laplace"`` there. Why the default: ``benchmarks/dpsgd/RESULTS.md``
-        ("Defaults").
+        ``"laplace"`` there. Why the default: docs/dpsgd.md ("Defaults chosen on
+        development sets").
     calibration : {"ledger", "paper"}, default "ledger"
         ``"ledger"``: the smallest noise multiplier for which the ledger certifies the
         whole run at ``(epsilon, delta)``. ``"paper"``: the noise multiplier of
@@ -763,15 +763,14 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         to ``C``, as in Brinkrolf, Göpfert & Hammer (2019). ``"per_parameter"``: the
         prototypes and Omega are clipped to ``C / sqrt(2)`` each (the joint norm stays
         at most ``C``: same sensitivity, same noise), so that large per-sample gradients
-        of one part cannot crowd the other out of the clipping budget. It helped DP-GMLVQ
-        while Omega was renormalised to trace 1 (its gradients were then ``sqrt(d)``
-        times larger); with Omega at the identity's scale joint clipping is better on the
-        development sets (``python -m benchmarks.studies.dpsgd_tuning``).
+        of one part cannot crowd the other out of the clipping budget. Why joint is the
+        default: docs/dpsgd.md ("Defaults chosen on development sets").
     engine : {"fused", "opacus"}, default "fused"
         ``"fused"`` runs Opacus' DP-SGD step (Poisson sampling, per-sample clipping,
         Gaussian noise, division by the expected batch) directly on tensors with the
-        closed-form gradient norms (``dp_proto.lvq.private.fused``), 3-20x faster;
-        ``"opacus"`` goes through Opacus' ``PrivacyEngine``. Same guarantee either way.
+        closed-form gradient norms (``dp_proto.lvq.private.fused``); ``"opacus"`` goes
+        through Opacus' ``PrivacyEngine``. Same guarantee either way; epoch times of
+        both: docs/dpsgd.md ("Reproduced results").
     grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
         How Opacus computes per-sample gradients (``engine="opacus"`` only).
     secure_mode : bool, default False
@@ -795,16 +794,14 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         Initial Omega (``"random"`` draws from ``random_state``, not from the noise).
     normalize_omega : bool, default False
         Renormalise Omega to ``trace(Omega^T Omega) = 1`` after every step (free
-        post-processing). DP-GMLVQ keeps Omega at the scale of its identity
-        initialisation instead: the cost is invariant to that scale, so Omega's
-        gradients are ``sqrt(d)`` times smaller than at trace 1 and far fewer are
-        clipped, and the same noise moves the metric relatively less. Chosen, with
-        ``metric_lr_scale=1`` and joint clipping, on development sets that the accuracy
-        benchmark does not use (``python -m benchmarks.studies.dpsgd_tuning``).
+        post-processing). False keeps Omega at the scale of its identity initialisation:
+        the cost is invariant to that scale, so Omega's gradients are ``sqrt(d)`` times
+        smaller than at trace 1, fewer are clipped, and the same noise moves the metric
+        relatively less. Why the default: docs/dpsgd.md ("Defaults chosen on
+        development sets").
     solver : {"sgd", "adam"}, default "sgd"
-        The optimizer applied to the noisy clipped gradient (post-processing). Adam
-        (lr 0.01) was measured as DP-GLVQ's default and not adopted
-        (``benchmarks/RESULTS.md``, "Optimizer").
+        The optimizer applied to the noisy clipped gradient (post-processing). Why SGD:
+        docs/dpsgd.md ("Defaults chosen on development sets").
     lr : float, default 0.05
         Step size of ``solver``.
     metric_lr_scale : float, default 1.0
@@ -824,8 +821,8 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         Transfer of the GLVQ cost (the non-private models' default is the identity).
         With ``"sigmoid"`` the cost concentrates on records near the class borders, and
         the gradient of a record far from them fades instead of being clipped to ``C``
-        with the rest, so less of the clipped sum is bias. Chosen on the development
-        sets of ``python -m benchmarks.studies.dpsgd_tuning`` (beta 1-64).
+        with the rest, so less of the clipped sum is bias. Why the default:
+        docs/dpsgd.md ("Defaults chosen on development sets").
     beta : float, default 16.0
         Slope of the sigmoid transfer.
     random_state : int, RandomState or None, default None
@@ -837,8 +834,8 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         Torch device of the training.
     dtype : {"float64", "float32"}, default "float64"
         Torch dtype of the training. The clipped sum's sensitivity bound is proved for
-        float64 and measured for float32 (docs/privacy-model.md); on tabular data both
-        take about the same time.
+        float64 only; for float32 it is tested, not proved (docs/privacy-model.md,
+        "Floating point", which also compares the two dtypes' speed).
 
     Attributes
     ----------
@@ -1018,8 +1015,8 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         ``d`` (Brinkrolf 2023), which puts far more noise on each coordinate as ``d``
         grows; the ledger composes either exactly. Below an epsilon of about 0.01 the
         ledger's PLD grid over-estimates the Gaussian mechanism's share; use
-        ``"laplace"`` there. Why the default: ``benchmarks/dpsgd/RESULTS.md``
-        ("Defaults").
+        ``"laplace"`` there. Why the default: docs/dpsgd.md ("Defaults chosen on
+        development sets").
     calibration : {"ledger", "paper"}, default "ledger"
         ``"ledger"``: the smallest noise multiplier for which the ledger certifies the
         whole run at ``(epsilon, delta)``. ``"paper"``: the noise multiplier of
@@ -1042,8 +1039,9 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
     engine : {"fused", "opacus"}, default "fused"
         ``"fused"`` runs Opacus' DP-SGD step (Poisson sampling, per-sample clipping,
         Gaussian noise, division by the expected batch) directly on tensors with the
-        closed-form gradient norms (``dp_proto.lvq.private.fused``), 3-20x faster;
-        ``"opacus"`` goes through Opacus' ``PrivacyEngine``. Same guarantee either way.
+        closed-form gradient norms (``dp_proto.lvq.private.fused``); ``"opacus"`` goes
+        through Opacus' ``PrivacyEngine``. Same guarantee either way; epoch times of
+        both: docs/dpsgd.md ("Reproduced results").
     grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
         How Opacus computes per-sample gradients (``engine="opacus"`` only).
     secure_mode : bool, default False
@@ -1069,9 +1067,8 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         Rescale every local ``Omega_j`` to ``trace(Lambda_j) = 1`` after every step
         (post-processing; unlike the global case it changes the classifier).
     solver : {"sgd", "adam"}, default "sgd"
-        The optimizer applied to the noisy clipped gradient (post-processing). Adam
-        (lr 0.01) was measured as DP-GLVQ's default and not adopted
-        (``benchmarks/RESULTS.md``, "Optimizer").
+        The optimizer applied to the noisy clipped gradient (post-processing). Why SGD:
+        docs/dpsgd.md ("Defaults chosen on development sets").
     lr : float, default 0.05
         Step size of ``solver``.
     metric_lr_scale : float, default 1.0
@@ -1088,8 +1085,8 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         Release the mean of the iterates of the last ``average_last`` share of the steps
         (post-processing; 0 releases the last iterate).
     transfer_fn : {"identity", "sigmoid"}, default "identity"
-        Transfer of the GLVQ cost (not tuned for DP-LGMLVQ, so the identity of the
-        non-private model).
+        Transfer of the GLVQ cost; the default is the non-private model's identity
+        (docs/dpsgd.md, "Defaults chosen on development sets").
     beta : float, default 1.0
         Slope of the sigmoid transfer.
     random_state : int, RandomState or None, default None
@@ -1101,8 +1098,8 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         Torch device of the training.
     dtype : {"float64", "float32"}, default "float64"
         Torch dtype of the training. The clipped sum's sensitivity bound is proved for
-        float64 and measured for float32 (docs/privacy-model.md); on tabular data both
-        take about the same time.
+        float64 only; for float32 it is tested, not proved (docs/privacy-model.md,
+        "Floating point", which also compares the two dtypes' speed).
 
     Attributes
     ----------
