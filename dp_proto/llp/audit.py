@@ -14,7 +14,7 @@ def llp_release_audit_setup(epsilon: float, *, batch_size: int = 8, fixed_noise_
     """The LLP release of one node (``dp_proto.llp.private_label_proportions`` on the
     label counts of a public batch grid of 2 batches), ``D1`` = ``D0`` plus one window
     of class 0 in batch 0; statistic: the released class-0 proportion of batch 0.
-    ``fixed_noise_seed``: the broken variant, one seed for every run (finding 3)."""
+    ``fixed_noise_seed``: the broken variant, one public seed for every run."""
     labels0 = torch.tensor([0, 1, 1, 1, 0, 0, 1, 1])
     batches0 = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
     d0 = (labels0, batches0)

@@ -87,9 +87,8 @@ def saa_audit_setup(
     released class-0 prototype. Each trial draws its own noise seed from the audit's
     generator (independent trials, a reproducible audit).
 
-    ``fixed_noise_seed`` is the broken variant: every run uses the same seed, as the
-    library's old public default did (finding 3 of issue 20); an attacker who knows it
-    tells the two data sets apart with certainty."""
+    ``fixed_noise_seed`` is the broken variant: every run uses the same, public seed; an
+    attacker who knows it tells the two data sets apart with certainty."""
     d0, d1 = _canary_pair(n_per_class, 1)
 
     def mechanism(dataset, generator: torch.Generator) -> float:
@@ -277,14 +276,15 @@ def dp_sgd_step_audit_setup(
     claim.
 
     State (public, fixed): prototypes of classes 0 and 1 both at the corner ``(1, ..., 1)``
-    of ``[-1, 1]^dim`` (float32 by default, where the bound is measured rather than proved; the estimators' transfer, the
+    of ``[-1, 1]^dim`` (float32 by default, where the bound is tested rather than proved; the estimators' transfer, the
     sigmoid with slope 16). ``D0``: ``n_records`` class-0 records at the opposite corner.
     ``D1``: ``D0`` plus a class-0 canary, ``canary=``
 
     * ``"pair"``: on the coincident pair, where the GLVQ derivatives grow like
       ``1 / (d+ + d-)`` while the record's gradient is 0: engines whose clipped sum is
       formed from clip-weighted derivatives must not let its huge terms through (the
-      review's counterexample: 20-40 C in float32 before the fix);
+      counterexample of docs/privacy-model.md, "The clipped gradient sum as the machine
+      computes it");
     * ``"centre"``: the origin. Its gradient (GLVQ: norm 4 C) is clipped to ``C``: on the
       segment from the pair to ``D0`` the computed contribution is largest there (nearer
       the pair the cancellation guard shrinks it, on the pair it is 0), so a correct
@@ -301,7 +301,7 @@ def dp_sgd_step_audit_setup(
     Claim: ``sigma = calibrate_noise_multiplier(epsilon, delta, 1.0, 1)`` and the
     epsilon the ledger certifies for that one step
     (``PrivacyLedger.epsilon_of([dp_sgd_event(sigma, 1.0, 1)], delta)``, at most
-    ``epsilon``). ``before_fix=True`` is the engine before commit 87dfabc
+    ``epsilon``). ``before_fix=True`` audits the engine without its cancellation guard
     (``grad_samplers.CANCELLATION_GUARD`` patched to 0.0 while the step runs) under the
     same claim.
     """
