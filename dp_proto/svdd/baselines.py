@@ -180,14 +180,10 @@ def solve_svm_dual(
     ``(K, n, F)`` matrix products and the exact duality gap comes for free. A class whose
     gap is within tolerance is frozen (its iterate no longer changes).
 
-    Speed (2-core machine, one thread, F = 400, absolute tol 1e-6): iris / wine (n = 120 /
-    142, K = 3, C/n = 0.05) take 55-95 iterations (0.01-0.06 s); K = 6 Gaussian blobs in
-    10-d, n = 3000 (F = 400 or 1000): 130-640 iterations (3-5 s). Problems with many near-degenerate points
-    (2-d data, whose features have low numerical rank, with many points at margin ~1 but at
-    a bound) are slow: five 2-d blobs, n = 800, C/n = 0.1, gamma = 1 needed 10468
-    iterations (about 10 s). An active-set step on the free rows (as in
-    ``solve_svdd_dual``) was tried and did not help here: the slow part
-    is identifying which near-degenerate rows sit at a bound, not the free face.
+    Problems with many near-degenerate points (2-d data, whose features have low numerical
+    rank, with many points at margin ~1 but at a bound) need many more iterations: the slow
+    part is identifying which near-degenerate rows sit at a bound, not the free face.
+    Iteration counts and times: docs/svdd.md ("How it works").
 
     Stopping: for every class ``gap_k <= tol * max(1, |P(w_k)|)`` (``relative=True``) or
     ``gap_k <= tol`` (``relative=False``, needed when the gap enters a privacy bound: by

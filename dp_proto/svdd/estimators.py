@@ -183,7 +183,7 @@ class _SVDDBase(Releasable, BaseEstimator):
                 f"0 <= beta_i <= C/n, sum beta = 1 cannot be met with n={n} records"
             )
         # The solve (and so the sensitivity analysis, ||phi|| = 1) runs in float64; the
-        # dynamics may then run in the working dtype (float32 is about 3x faster on CPU).
+        # dynamics may then run in the working dtype.
         features = RandomFourierFeatures(
             X.shape[1], self.num_features, self.gamma, generator=gen, dtype=torch.float64, device=X.device
         )
@@ -716,7 +716,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         a higher threshold, ``ln(1 / false_cells) / epsilon_votes`` more records.
     grid_ratio : float, default 200
         ``starts="auto"`` takes the grid when its threshold is at most ``n^ / grid_ratio``
-        (chosen on development splits of the Table 7.1 sets).
+        (how the default was chosen: docs/svdd.md, "How it works").
     tol : float, default 1e-8
         Duality-gap tolerance of the dual solver (as in ``PrivateSVDD``; private
         fits need ``tol >= 1e-10``).
