@@ -50,10 +50,10 @@ def preimage(
     shape : sequence of int
         The shape of one image, e.g. ``(28, 28)``.
     steps : int, default 600
+        Adam steps.
     lr : float, default 0.1
-        On 28 x 28 digits under ``Scattering2D(J=2)`` and group normalisation, 600 steps at
-        0.1 bring the features within 3 % (squared, relative) of the target's (about 0.7 s
-        per image on one CPU thread).
+        Adam's learning rate. How close the defaults get, and how fast: docs/dpsgd.md
+        ("Fully private pipelines").
     generator : torch.Generator, optional
         The starting logits' randomness (they carry no information about any data).
 

@@ -28,8 +28,8 @@ __all__ = ["Scattering2D"]
 #: math.pi, 3e-5 relative apart) so that our coefficients match kymatio's to float precision
 _KYMATIO_PI = 3.1415
 
-#: images (n * C) transformed at once when chunk_size is None: on CPU, larger chunks fall
-#: out of cache (2x slower at 512 than at 64, 5x at 4096); elsewhere, a bound on memory (~0.6 MB each)
+#: images (n * C) transformed at once when chunk_size is None: on CPU, a chunk that stays in
+#: cache (timings: docs/privacy-core.md); elsewhere, a bound on memory (~0.6 MB each)
 _CPU_CHUNK = 64
 _DEVICE_CHUNK = 4096
 
@@ -79,7 +79,7 @@ def _filter_subsample(u_hat: Tensor, psi: Tensor, k: int) -> Tensor:
 
     Subsampling in space is periodisation in frequency (the mean of the k x k aliases),
     so for k > 1 the product and the periodisation are one contraction over the aliases,
-    a batched matrix product per frequency (7x faster than a product, then a mean). The
+    a batched matrix product per frequency instead of a product, then a mean. The
     mean's 1 / k**2 is left out: the filters carry the inverse FFT's normalisation.
     """
     if k == 1:
@@ -93,8 +93,9 @@ def _filter_subsample(u_hat: Tensor, psi: Tensor, k: int) -> Tensor:
 def _ifft_modulus(z_hat: Tensor) -> Tensor:
     """``|ifft2(z_hat)|`` without the ``1 / (M N)`` (the filters carry it).
 
-    hypot is 2x faster than complex abs, but its gradient at 0 is NaN where abs's is 0
-    (a constant image has ``x * psi = 0``), so abs is kept where gradients are tracked.
+    Without gradients the modulus is ``hypot`` of the real and imaginary parts; with them,
+    complex ``abs``, whose gradient at 0 is 0 where hypot's is NaN (a constant image has
+    ``x * psi = 0``).
     """
     z = torch.fft.ifft2(z_hat, norm="forward")
     return z.abs() if z.requires_grad else torch.hypot(z.real, z.imag)
