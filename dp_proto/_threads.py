@@ -1,6 +1,6 @@
 """How many CPU threads torch uses while an estimator fits.
 
-A fit's work per training step is measured as ``rows per step x trainable parameters``
+A fit's work per training step is counted as ``rows per step x trainable parameters``
 (about the multiply-adds of one forward pass: a GMLVQ model with ``P`` prototypes and an
 ``(r, d)`` metric has ``(P + r) d`` parameters). On the CPU, a fit whose work per step is
 below ``SERIAL_WORK`` runs with one torch thread; a larger fit keeps torch's setting. The

@@ -183,7 +183,7 @@ def calibrate_noise_multiplier(
     more per run) PLDs get expensive and the RDP bound (basic composition with the prior
     events) is searched instead: still valid, slightly conservative. Results are
     cached per process (the search is deterministic), so cross-validation folds with
-    equal settings calibrate once. Timings: ``benchmarks/dpsgd``.
+    equal settings calibrate once. Timings: docs/dpsgd.md ("Reproduced results").
 
     Raises ``ValueError`` if the prior events alone spend the target (naming what they
     spend) or if even sigma = 1e6 exceeds it (naming that run's epsilon, which is above

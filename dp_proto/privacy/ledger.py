@@ -87,7 +87,7 @@ def pld_epsilons(distribution: pld.PrivacyLossDistribution, deltas: Sequence[flo
     """``distribution.get_epsilon_for_delta(delta)`` for every delta of ``deltas``.
 
     dp-accounting answers one delta per call with a Python loop over the PLD's grid
-    (about 10 ms for a DP-SGD run's 10^5 points); this reads the grid once (the tail
+    (docs/privacy-core.md, "The ledger"); this reads the grid once (the tail
     masses of both neighbouring distributions are cumulative sums) and inverts the
     hockey-stick divergence for each delta by the same rule, vectorised: the same
     values up to rounding (the tests compare them to 1e-9). It reads dp-accounting's

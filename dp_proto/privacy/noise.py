@@ -58,8 +58,8 @@ privacy loss of a discrete release exceeds its epsilon by at most a few times ``
 
 Exact samplers with rational arithmetic exist (OpenDP's ``make_laplace`` and
 ``make_gaussian`` on integers); they cannot be seeded (no reproducible tests), draw on
-the CPU only and would add a dependency. The privacy benchmarks (``benchmarks/privacy``)
-compare their speed and fit with these samplers.
+the CPU only and would add a dependency. Their speed and fit against these samplers:
+docs/privacy-core.md ("Reproduced results").
 
 Use the seeded path for experiments and tests; use ``secure_mode=True`` (and a grid
 for Laplace releases) when releasing to untrusted parties.

@@ -178,7 +178,7 @@ def fit_dp_sgd(
         shrinks the noise of the released model; it is post-processing, free of charge.
     report_opacus_epsilon : bool
         Also compute the epsilon of Opacus' own RDP accountant for the SGD steps
-        (``opacus_epsilon``; about 0.2 s, for cross-checking the ledger).
+        (``opacus_epsilon``; one more accounting pass, for cross-checking the ledger).
     progress : bool
         A bar over the epochs on stderr, shown once the run has taken two seconds.
     group_lasso : float, default 0.0
