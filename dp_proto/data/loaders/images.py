@@ -532,9 +532,8 @@ def load_yale_faces(
     around each head (found in that image alone, ``FaceCrop``) and shrinks
     it 4-fold to 40 x 36: forehead to chin, the eyes at about the same place in
     every image. It makes the condition easier and the identity harder to
-    learn from the pixels: a logistic regression trained on half of the faces
-    scores condition 0.224 -> 0.254 and identity 0.833 -> 0.732 on the other
-    half (mean of 6 halvings, ``benchmarks/studies/yale_crops.py``).
+    learn from the pixels (by how much: the data-set card,
+    datasets/yale-faces.md).
 
     Parameters
     ----------

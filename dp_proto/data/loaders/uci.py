@@ -297,7 +297,7 @@ def load_shuttle_3class(
     43500.. ``shuttle.tst``) and relabels with ``SHUTTLE_3CLASS_MAPPING``:
     0 = Rad Flow (45586 rows), 1 = High (8903), 2 = Bypass and the four rare
     classes (3511). Park (2022) does not state its mapping; this one is ours
-    (documented in ``benchmarks/svdd/protocol.py``).
+    (documented in the data-set card, datasets/uci-shuttle.md).
 
     Parameters
     ----------
