@@ -122,8 +122,8 @@ class RepresentationCNN(ClassifierMixin, BaseEstimator):
 
 
 #: From this many training records on, the MLP attacker holds a tenth of them back and
-#: stops when its accuracy there no longer improves (on thousands of records, training to
-#: the 2000-iteration limit takes half a minute and overfits); below, it trains to convergence.
+#: stops when its accuracy there no longer improves; below, it trains to convergence (why:
+#: docs/anonymizer.md, "Usage").
 MLP_EARLY_STOPPING_RECORDS = 1000
 
 
