@@ -361,8 +361,9 @@ def fit_bag_model(
     for _ in range(epochs):
         optimiser.zero_grad()
         probs = network(x)
-        # the bag means per source, as the stored runs computed them (one shared mean sums
-        # the gradients in another order, and 300 Adam steps turn that into other fits)
+        # the mean of the per-source bag losses: the summation order is part of the fit (one
+        # shared mean sums the gradients in another order, and the Adam steps, 300 by
+        # default, turn that into another fit)
         value = sum(bag_loss(bag_proportions(probs, batch_ids, num_batches)[0], t, w) for t, w in targets)
         value = value / len(targets)
         value.backward()
