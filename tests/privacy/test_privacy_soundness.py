@@ -1,7 +1,9 @@
-"""Issue 20: every release covered by its guarantee.
+"""Every release is covered by its guarantee: independent subsample-and-aggregate bins, no
+smooth sensitivity in the centre of attention's release, fresh noise unless reproduction
+is requested, a public DP-SGD normaliser, Gaussian noise with tails, curator-only
+diagnostics and neighbour checks of the DP-SGD estimator.
 
-Each test names the finding it covers; each failed on the code before the fix (the
-counterexamples of the review are reproduced where they are small enough).
+Known counterexamples are reproduced where they are small enough.
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ def _iris(n_per_class: int = 20):
     return X[keep], y[keep]
 
 
-# -- finding 1: subsample-and-aggregate bins are independent ------------------------------
+# -- subsample-and-aggregate bins are independent ------------------------------------------
 def _bins_counterexample():
-    """1000 bins of 20 records in 2-D, bin 0 holds 21 (the review's counterexample)."""
+    """1000 bins of 20 records in 2-D, bin 0 holds 21 (a counterexample to dependent bins)."""
     gen = torch.Generator().manual_seed(0)
     sizes = [21] + [20] * 999
     bins = torch.cat([torch.full((s,), b) for b, s in enumerate(sizes)])
@@ -44,7 +46,7 @@ def _bins_counterexample():
     return x, y, bins
 
 
-def test_finding1_removing_a_record_of_the_largest_bin_leaves_every_other_bin_bit_identical():
+def test_removing_a_record_of_the_largest_bin_leaves_every_other_bin_bit_identical():
     x, y, bins = _bins_counterexample()
     labels = torch.tensor([0, 1])
     keep = torch.ones(len(bins), dtype=torch.bool)
@@ -58,7 +60,7 @@ def test_finding1_removing_a_record_of_the_largest_bin_leaves_every_other_bin_bi
     assert float(moved) <= saa_sensitivity(2, 2)  # 4.0; the old code moved the sum by 22.6
 
 
-def test_finding1_batched_bins_equal_separate_fits():
+def test_batched_bins_equal_separate_fits():
     x, y, bins = _bins_counterexample()
     x, y, bins = x[:200], y[:200], bins[:200] % 7
     bins[:30] = 0  # unequal bin sizes
@@ -81,7 +83,7 @@ def test_finding1_batched_bins_equal_separate_fits():
         torch.testing.assert_close(together[b], alone[0], rtol=0, atol=1e-12)
 
 
-def test_finding1_saa_passes_the_neighbour_check_with_adversarial_removals():
+def test_subsample_and_aggregate_passes_the_neighbour_check_with_adversarial_removals():
     gen = torch.Generator().manual_seed(1)
     x = torch.rand(120, 3, generator=gen, dtype=torch.float64) * 2 - 1
     y = torch.arange(120) % 3
@@ -99,18 +101,18 @@ def test_finding1_saa_passes_the_neighbour_check_with_adversarial_removals():
     assert report.releases == ["saa"] and 0 < report.max_ratio["saa"] <= 1
 
 
-# -- finding 2: the centre of attention releases no smooth sensitivity --------------------
-def test_finding2_coa_result_holds_no_noise_std():
+# -- the centre of attention releases no smooth sensitivity --------------------------------
+def test_coa_result_holds_no_noise_std():
     assert COAResult._fields == ("value", "t0")
     near = torch.zeros(10, 1, dtype=torch.float64)
     far = near.clone()
-    far[9] = 2.0  # the review's pair: released noise_std 93.36 against 95.15
+    far[9] = 2.0  # a released noise_std would differ here: 93.36 against 95.15
     outs = [centre_of_attention_mechanism(p, 1.0, 1e-5, diameter=2.0, ledger=None) for p in (near, far)]
     assert all(set(o._asdict()) == {"value", "t0"} for o in outs)
     assert outs[0].t0 == outs[1].t0
 
 
-def test_finding2_coa_estimator_passes_the_neighbour_check():
+def test_coa_estimator_passes_the_neighbour_check():
     X, y = _iris(12)
 
     def release(X, y):
@@ -132,8 +134,8 @@ def test_saa_estimator_passes_the_neighbour_check():
     neighbour_check(release, (X, y), adversarial_removals(X, y) + [5], curator_only=("curator_",)).assert_ok()
 
 
-# -- finding 3: fresh entropy by default, reproduction only on request --------------------
-def test_finding3_default_noise_is_fresh_even_after_seeding_torch():
+# -- fresh entropy by default, reproduction only on request --------------------------------
+def test_default_noise_is_fresh_even_after_seeding_torch():
     values = []
     for _ in range(2):
         torch.manual_seed(0)  # what seed_everything does; the old default drew from this stream
@@ -142,7 +144,7 @@ def test_finding3_default_noise_is_fresh_even_after_seeding_torch():
 
 
 @pytest.mark.slow
-def test_finding3_estimators_with_the_same_random_state_draw_different_noise():
+def test_estimators_with_the_same_random_state_draw_different_noise():
     X, y = _iris()
     fits = [
         DPGLVQ(epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], sampling_rate=0.2, epochs=2, random_state=0).fit(X, y)
@@ -159,7 +161,7 @@ def test_finding3_estimators_with_the_same_random_state_draw_different_noise():
     assert not np.array_equal(saa[0].prototypes_, saa[1].prototypes_)
 
 
-def test_finding3_noise_seed_reproduces_warns_and_is_recorded():
+def test_noise_seed_reproduces_warns_and_is_recorded():
     X, y = _iris()
     fits = []
     for _ in range(2):
@@ -174,7 +176,7 @@ def test_finding3_noise_seed_reproduces_warns_and_is_recorded():
     assert "REPRODUCIBLE" in str(fits[0].ledger_)
 
 
-def test_finding3_a_callers_generator_warns_and_marks_the_ledger():
+def test_a_callers_generator_warns_and_marks_the_ledger():
     ledger = PrivacyLedger()
     with pytest.warns(PrivacyLeakWarning, match="caller's torch.Generator"):
         gaussian_mechanism(torch.zeros(3), 1.0, 1.0, 1e-5, ledger=ledger, generator=torch.Generator().manual_seed(0))
@@ -184,9 +186,9 @@ def test_finding3_a_callers_generator_warns_and_marks_the_ledger():
     assert noise_source(fresh_generator()) == "fresh" and noise_source(None, secure_mode=True) == "secure"
 
 
-# -- finding 6: the DP-SGD normaliser is public --------------------------------------------
+# -- the DP-SGD normaliser is public -------------------------------------------------------
 @pytest.mark.slow
-def test_finding6_normaliser_is_the_noisy_count_not_q_times_n():
+def test_dp_sgd_normaliser_is_the_noisy_count_not_q_times_n():
     """Given the same released noisy counts, removing a record leaves the normaliser as it
     is (the old q * n moved by q); it is q times the released total."""
     X, y = _iris()
@@ -213,7 +215,7 @@ def test_finding6_normaliser_is_the_noisy_count_not_q_times_n():
     assert est.expected_batch_size_ == pytest.approx(0.2 * max(float(released[0].sum()), 1.0))
 
 
-def test_finding6_fit_dp_sgd_needs_a_public_expected_batch_size():
+def test_fit_dp_sgd_needs_a_public_expected_batch_size():
     from dp_proto.lvq.private import fit_dp_sgd
 
     model = PrototypeModel(GLVQLayer(2, 2), [0, 1])
@@ -242,18 +244,18 @@ def test_finding6_fit_dp_sgd_needs_a_public_expected_batch_size():
         )
 
 
-# -- finding 7: Gaussian noise with tails ---------------------------------------------------
+# -- Gaussian noise with tails -------------------------------------------------------------
 def _smallest_uniforms(monkeypatch):
     pin_gaussian_uniforms(monkeypatch)  # radius 9.9 sigma, angle ~ 0
 
 
-def test_finding7_gaussian_sampler_reaches_past_eight_sigma(monkeypatch):
+def test_gaussian_sampler_reaches_past_eight_sigma(monkeypatch):
     _smallest_uniforms(monkeypatch)
     z = gaussian_noise(5, 1.0, dtype=torch.float32)
     assert float(z.max()) > 9.8  # float32 randn stops near 5.77, one float64 log of a uniform at 8.65
 
 
-def test_finding7_fused_dp_sgd_noise_has_tails(monkeypatch):
+def test_fused_dp_sgd_noise_has_tails(monkeypatch):
     _smallest_uniforms(monkeypatch)
     layer = GLVQLayer(3, 2, dtype=torch.float32)
     model = PrototypeModel(layer, [0, 1])
@@ -271,7 +273,7 @@ def test_finding7_fused_dp_sgd_noise_has_tails(monkeypatch):
     assert float((before - layer.prototypes.detach()).abs().max()) > 9.8
 
 
-def test_finding7_tail_mass_matches_the_normal():
+def test_gaussian_tail_mass_matches_the_normal():
     z = gaussian_noise(4_000_000, 1.0, generator=fresh_generator())
     for t in (3.0, 4.0):
         expected = 4_000_000 * math.erfc(t / math.sqrt(2))
@@ -279,8 +281,8 @@ def test_finding7_tail_mass_matches_the_normal():
         assert abs(count - expected) < 6 * math.sqrt(expected)  # false-failure chance < 1e-8
 
 
-# -- finding 9 / 11: curator-only diagnostics, no record-dependent messages -----------------
-def test_finding9_no_clipped_count_outside_curator():
+# -- curator-only diagnostics, no record-dependent messages --------------------------------
+def test_clipped_count_is_curator_only_and_nothing_warns():
     X, y = _iris()
     X = X.copy()
     X[0, 0] = 100.0  # outside the public bounds
@@ -292,7 +294,7 @@ def test_finding9_no_clipped_count_outside_curator():
     assert not hasattr(est.scaler_, "num_clipped_")  # the old code left it here after `del`
 
 
-def test_finding11_dp_sgd_estimator_passes_the_neighbour_check():
+def test_dp_sgd_estimator_passes_the_neighbour_check():
     X, y = _iris(8)
     X = X.copy()
     X[3, 2] = 50.0  # the only clipped record
@@ -309,7 +311,7 @@ def test_finding11_dp_sgd_estimator_passes_the_neighbour_check():
 
 
 @pytest.mark.slow
-def test_finding11_small_expected_batch_does_not_raise_on_the_private_n():
+def test_small_expected_batch_warns_on_the_noisy_count_not_the_private_n():
     X, y = _iris(4)  # 12 records, q = 0.05: q n < 1
     with pytest.warns(UserWarning, match="noisy record count"):
         DPGLVQ(epsilon=50.0, bounds=(0, 8), classes=[0, 1, 2], sampling_rate=0.05, epochs=0.1).fit(X, y)
