@@ -1,4 +1,4 @@
-"""Checkpoints of the anonymizer modules (issue 23): they hold plain data only (they load
+"""Checkpoints of the anonymizer modules: they hold plain data only (they load
 with ``torch.load``'s default ``weights_only=True``), ``load_from_checkpoint(path)``
 rebuilds the networks without being handed them, and ``trainer.fit(..., ckpt_path=path)``
 resumes a DP run written by another process with the privacy spend continuing."""

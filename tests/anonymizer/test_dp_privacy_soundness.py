@@ -1,6 +1,6 @@
-"""Privacy review (issue 20) of the DP anonymizer: fresh noise and Poisson coins unless
-``noise_seed`` (F3), no generator or ledger in the hyperparameters (F3), a public
-normaliser (F6) and float64 noise with tails (F7)."""
+"""Privacy soundness of the DP anonymizer: fresh noise and Poisson coins unless
+``noise_seed``, no generator or ledger in the hyperparameters, a public normaliser and
+float64 noise with tails."""
 
 import warnings
 

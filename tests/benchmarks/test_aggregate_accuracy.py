@@ -45,7 +45,7 @@ def test_artificial_target_cell_and_speed():
     assert out["benchmark"] == "aggregate_accuracy"
     headline = out["headline"]
     assert set(headline) == HEADLINE_KEYS
-    assert headline["sa_error_d2_eps1.25_m50"] <= 0.05  # the target
+    assert headline["sa_error_d2_eps1.25_m50"] <= 0.05  # the headline target
     assert 0 < headline["bins_vs_single_fit_time_ratio"] <= 2.0
     assert set(out["results"]["artificial d=2"]) == {"saa", "coa"}
     assert out["reference"]["artificial d=2"]["bin mean m=50"] < 0.01

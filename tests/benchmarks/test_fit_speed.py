@@ -1,4 +1,4 @@
-"""benchmarks/lvq/fit_speed.py (issue 28's time to accuracy): a ``--quick`` smoke run and a
+"""benchmarks/lvq/fit_speed.py (time to accuracy of the L-BFGS settings): a ``--quick`` smoke run and a
 full-mode run on tiny synthetic stand-ins of the data files, the pure helpers, the targets
 against ``benchmarks/lvq/targets.json``, and the report section on a stored-format result."""
 

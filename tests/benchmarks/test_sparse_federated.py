@@ -1,6 +1,6 @@
 """Smoke test of the sparse and federated runner (Brinkrolf 2023, chapters 5 and 6): its
 ``--quick`` mode (2 folds, subsampled sparse sets, the private variant at epsilon 1; about
-two minutes on 2 shared cores) prints both parts with the issue's headline keys."""
+two minutes on 2 shared cores) prints both parts with their headline keys."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checkpoints and resume (issue 23): checkpoints hold plain data only (they load with
+"""Checkpoints and resume: checkpoints hold plain data only (they load with
 ``torch.load``'s default ``weights_only=True``), ``load_from_checkpoint(path)`` and
 ``trainer.fit(..., ckpt_path=path)`` work from a checkpoint another process wrote, the
 privacy spend continues from the checkpoint's (a budget stop still triggers), the noise

@@ -1,7 +1,7 @@
-"""Privacy review (issue 20) of the private Lightning training: fresh noise (F3), no
-generator in hyperparameters, logs or checkpoints (F3), resuming counts each step once
-and stops at the budget (F5), a public normaliser (F6), noise with tails (F7), no
-data-dependent messages (F11) and the stated scope (F12)."""
+"""Privacy soundness of the private Lightning training: fresh noise, no generator in
+hyperparameters, logs or checkpoints, resuming counts each step once and stops at the
+budget, a public normaliser, noise with tails, no data-dependent messages and the stated
+scope."""
 
 import warnings
 from pathlib import Path
@@ -98,7 +98,7 @@ def _noisy_steps(recorder, module):
     return len(draws) // per_step
 
 
-# -- F3: fresh noise by default, reproducible only on request --------------------------------------------
+# -- fresh noise by default, reproducible only on request ------------------------------------------------
 @pytest.mark.slow
 def test_same_seed_gives_fresh_noise_and_noise_seed_reproduces_with_a_warning(tmp_path):
     with warnings.catch_warnings():
@@ -135,7 +135,7 @@ def test_poisson_coins_are_fresh_even_after_seed_everything():
     assert batches(seeded) == batches(seeded) == batches(again)
 
 
-# -- F3: no generator in hyperparameters, logs or checkpoints; checkpoints load -----------------------------
+# -- no generator in hyperparameters, logs or checkpoints; checkpoints load ---------------------------------
 def test_no_generator_in_hparams_or_checkpoints_and_checkpoints_load(tmp_path):
     ledger = PrivacyLedger()
     with pytest.warns(PrivacyLeakWarning):
@@ -162,7 +162,7 @@ def test_no_generator_in_hparams_or_checkpoints_and_checkpoints_load(tmp_path):
     assert trainer.current_epoch == 2 and dp_sgd_steps(fresh) == 20
 
 
-# -- F5: resuming counts each step once and stops at the budget ---------------------------------------------
+# -- resuming counts each step once and stops at the budget -------------------------------------------------
 def test_resume_in_process_counts_each_step_once(tmp_path):
     """The same ledger object resumes its own checkpoint: the old code added the
     checkpoint's 20 steps a second time (60 recorded for 40 run; with a budget, the
@@ -218,7 +218,7 @@ def test_a_resumed_epoch_past_the_budget_is_refused_before_any_noise(tmp_path):
         assert _noisy_steps(recorder, module) == 0, where  # refused before any noise was drawn
 
 
-# -- F6: the normaliser is public ----------------------------------------------------------------------------
+# -- the normaliser is public --------------------------------------------------------------------------------
 def test_the_experiment_normalises_by_a_released_count_never_by_the_private_n():
     """Under the neighbour check (the neighbour sees the DP initialisation's outputs on
     D), removing a training record changes nothing the private setup exposes: the
@@ -259,7 +259,7 @@ def test_the_experiment_normalises_by_a_released_count_never_by_the_private_n():
         build_private_module(backbone, x, y, 3, _model(), {})
 
 
-# -- F7: float64 noise with tails ----------------------------------------------------------------------------
+# -- float64 noise with tails --------------------------------------------------------------------------------
 def test_dp_sgd_noise_reaches_beyond_six_sigma(monkeypatch):
     """Deterministic: pinned uniforms make the sampler return 9.9 sigma, which Opacus'
     float32 torch.normal never reaches (about 5.8 sigma at most on CPU)."""
@@ -278,7 +278,7 @@ def test_dp_sgd_noise_reaches_beyond_six_sigma(monkeypatch):
         assert bool((cos_half > 9.8).all()), cos_half.min()
 
 
-# -- F11 / F12: no data-dependent messages; the scope is stated ----------------------------------------------
+# -- no data-dependent messages; the scope is stated ---------------------------------------------------------
 @pytest.mark.slow
 def test_a_private_run_prints_its_scope_and_logs_nothing_from_the_training_split(tmp_path, capsys):
     path = tmp_path / "c.yaml"

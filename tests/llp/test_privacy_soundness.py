@@ -1,12 +1,13 @@
-"""Privacy review (issue 20), findings 3 and 4 for the LLP network.
+"""Privacy soundness of the LLP network.
 
-* Finding 3: the Laplace noise of the label-proportion releases came from a generator
-  seeded by the public default ``seed=0``; rebuilding it recovered the exact counts.
-  Now the noise comes from fresh operating-system entropy; ``noise_seed`` is the
-  explicit, warned and ledgered opt-in to reproducible noise.
-* Finding 4: with ``time_range=None`` the batch grid (the number of rows of every
-  node's release) came from the largest time in the data, so removing the last window
-  of one node could remove a row from every table. A private run now needs the public
+* The noise is not a function of a public seed: a generator seeded by the public
+  default ``seed=0`` would let anyone rebuild it and recover the exact counts. The
+  Laplace noise of the label-proportion releases comes from fresh operating-system
+  entropy; ``noise_seed`` is the explicit, warned and ledgered opt-in to reproducible
+  noise.
+* The shape of a release is public: a batch grid (the number of rows of every node's
+  release) taken from the largest time in the data would let removing the last window of
+  one node remove a row from every table. A private run needs the public
   ``time_range``; windows outside it are dropped without a data-dependent error.
 """
 
@@ -69,9 +70,9 @@ def _nodes(node, feats, labels, times):
     ]
 
 
-# -- finding 3: the noise is not a function of a public seed ------------------------------
+# -- the noise is not a function of a public seed -----------------------------------------
 def test_default_seed_no_longer_recovers_the_counts():
-    """The review's counterexample: rebuild node 0's generator from the default seed 0 and
+    """The counterexample: rebuild node 0's generator from the default seed 0 and
     subtract its Laplace draws from the epsilon = 0.1 release (the old code gave the counts
     back with max error 3.6e-15)."""
     records = _records(late_window=False)
@@ -120,7 +121,7 @@ def test_noise_seed_is_a_warned_ledgered_opt_in_and_seed_does_not_reach_the_nois
         simulate_network(nodes, NEIGHBOURS, noise_seed=3, time_range=TIME_RANGE, **FAST)
 
 
-# -- finding 4: the shape of a release is public ------------------------------------------
+# -- the shape of a release is public -----------------------------------------------------
 def test_private_run_without_public_time_range_is_refused():
     nodes = _nodes(*_records())
     with pytest.raises(ValueError, match=r"private run \(epsilon=0.5\) needs the public time_range"):

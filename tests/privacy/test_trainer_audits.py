@@ -1,4 +1,4 @@
-"""Canary audits of whole trainers (issue 20): an honest release stays below its claim,
+"""Canary audits of whole trainers: an honest release stays below its claim,
 and a deliberately broken variant of each is caught (audited lower bound above the claim).
 
 Fast forms of the trainer rows of ``benchmarks/privacy/audit.py``. The audits are

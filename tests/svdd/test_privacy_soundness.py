@@ -1,10 +1,10 @@
-"""Privacy soundness of the private SVDD releases (review of issue 20, findings F3, F10, F11).
+"""Privacy soundness of the private SVDD releases.
 
-* F3: the noise comes from fresh operating-system entropy; ``random_state`` draws only the
+* The noise comes from fresh operating-system entropy; ``random_state`` draws only the
   public randomness (feature map, start points); ``noise_seed`` is the explicit,
   warned and recorded opt-in to reproducible noise.
-* F10: ``starts="training"`` (the variant of Park 2022, not DP) says so in its ledger.
-* F11: a private fit exposes the same attributes, ledger events, warnings and exceptions
+* ``starts="training"`` (the variant of Park 2022, not DP) says so in its ledger.
+* A private fit exposes the same attributes, ledger events, warnings and exceptions
   on neighbouring data sets (:func:`~dp_proto.privacy.testing.neighbour_check`), and
   every noise draw goes through the release hook.
 """
@@ -57,7 +57,7 @@ def _removals(X, y, extra: int = 3, seed: int = 1) -> list[int]:
     return list(dict.fromkeys(picks))
 
 
-# -- F3: fresh noise by default, reproducible only on request ----------------------------
+# -- fresh noise by default, reproducible only on request --------------------------------
 def test_default_noise_is_fresh_whatever_random_state(data):
     X, y = data
     with warnings.catch_warnings():
@@ -138,7 +138,7 @@ def test_noise_seed_warns_reproduces_and_is_recorded(data):
     assert fresh[0].ledger_.summary()["noise"] == "fresh"
 
 
-# -- F10: the thesis variant is not private and its ledger says so ------------------------
+# -- the thesis variant is not private and its ledger says so -----------------------------
 def test_training_starts_record_a_non_private_release(data):
     X, y = data
     with warnings.catch_warnings(record=True) as caught:
@@ -153,7 +153,7 @@ def test_training_starts_record_a_non_private_release(data):
     assert math.isinf(model.ledger_.summary()["epsilon"])
 
 
-# -- F11: neighbouring data sets see the same release --------------------------------------
+# -- neighbouring data sets see the same release -------------------------------------------
 @pytest.mark.parametrize(
     "params",
     [

@@ -1,4 +1,4 @@
-"""DPPairwiseGMLVQ (issue 24): private pairs and private Platt scaling on one ledger."""
+"""DPPairwiseGMLVQ: private pairs and private Platt scaling on one ledger."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Feature sparsity under DP-SGD (issue 25): the group soft-threshold after every noisy
+"""Feature sparsity under DP-SGD: the group soft-threshold after every noisy
 step is post-processing, so the plan, the ledger and the neighbour check are those of
 the fit without it."""
 
