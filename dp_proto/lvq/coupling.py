@@ -130,7 +130,7 @@ def check_pairwise(R: Tensor | np.ndarray, *, atol: float | None = None) -> Tens
     return torch.where(eye, torch.full_like(R, 0.5), R)
 
 
-def pairs_to_matrix(r: Tensor, n_classes: int) -> Tensor:
+def pairs_to_matrix(r: Tensor, num_classes: int) -> Tensor:
     """Pairwise probabilities ``(B, K)`` for the pairs ``l < m`` in
     ``torch.triu_indices(c, c, 1)`` order into ``R (B, c, c)`` with ``R[:, m, l] = 1 - r``
     (diagonal 0.5).
@@ -143,13 +143,13 @@ def pairs_to_matrix(r: Tensor, n_classes: int) -> Tensor:
              [0.1000, 0.5000, 0.6000],
              [0.2000, 0.4000, 0.5000]]])
     """
-    K = n_classes * (n_classes - 1) // 2
+    K = num_classes * (num_classes - 1) // 2
     if r.dim() != 2 or r.shape[1] != K:
         raise ValueError(
-            f"expected pairwise probabilities of shape (B, {K}) for {n_classes} classes, got {tuple(r.shape)}"
+            f"expected pairwise probabilities of shape (B, {K}) for {num_classes} classes, got {tuple(r.shape)}"
         )
-    rows, cols = torch.triu_indices(n_classes, n_classes, 1, device=r.device)
-    R = torch.full((r.shape[0], n_classes, n_classes), 0.5, dtype=r.dtype, device=r.device)
+    rows, cols = torch.triu_indices(num_classes, num_classes, 1, device=r.device)
+    R = torch.full((r.shape[0], num_classes, num_classes), 0.5, dtype=r.dtype, device=r.device)
     R[:, rows, cols] = r
     R[:, cols, rows] = 1.0 - r
     return R

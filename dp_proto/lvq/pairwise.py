@@ -81,12 +81,12 @@ _EPS = 1e-12
 
 
 # ----------------------------------------------------------------------------- pairs
-def class_pairs(n_classes: int, *, device: torch.device | str | None = None) -> Tensor:
+def class_pairs(num_classes: int, *, device: torch.device | str | None = None) -> Tensor:
     """The ``K = c(c-1)/2`` class pairs ``(l, m)``, ``l < m``, as a ``(K, 2)`` long tensor
     in ``torch.triu_indices`` order: ``(0, 1), (0, 2), ..., (c-2, c-1)``."""
-    if isinstance(n_classes, bool) or not isinstance(n_classes, (int, np.integer)) or n_classes < 2:
-        raise ValueError(f"n_classes must be an integer >= 2, got {n_classes!r}")
-    return torch.triu_indices(int(n_classes), int(n_classes), 1, device=device).T.contiguous()
+    if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
+        raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+    return torch.triu_indices(int(num_classes), int(num_classes), 1, device=device).T.contiguous()
 
 
 def pair_membership(y: Tensor, pairs: Tensor) -> Tensor:
@@ -194,7 +194,7 @@ class _ClassBlocks:
         cls,
         x: Tensor,
         y: Tensor,
-        n_classes: int,
+        num_classes: int,
         pairs: Tensor,
         *,
         rank: int | None = None,
@@ -202,7 +202,7 @@ class _ClassBlocks:
     ) -> _ClassBlocks:
         """``quadratic``: force (True) or refuse (False) the quadratic-feature path; None
         chooses it when ``rank >= (d+1)/2`` and the features fit ``QUAD_LIMIT``."""
-        c = n_classes
+        c = num_classes
         per_class = torch.bincount(y, minlength=c)
         n_max = int(per_class.max())
         order = torch.argsort(y, stable=True)
@@ -299,7 +299,7 @@ def _initial_omegas(K: int, rank: int, d: int, dtype: torch.dtype, device) -> Te
 def fit_pairwise_gmlvq(
     x: Tensor,
     y: Tensor,
-    n_classes: int,
+    num_classes: int,
     *,
     rank: int | None = None,
     max_iter: int = 500,
@@ -322,8 +322,8 @@ def fit_pairwise_gmlvq(
     Parameters
     ----------
     x : Tensor, shape (n, d)
-    y : Tensor, shape (n,), class indices ``0..n_classes-1``; every class needs a sample.
-    n_classes : int
+    y : Tensor, shape (n,), class indices ``0..num_classes-1``; every class needs a sample.
+    num_classes : int
     rank : int, optional
         Rows of every ``Omega_k``; None means ``d``.
     max_iter, tol, history_size :
@@ -342,22 +342,22 @@ def fit_pairwise_gmlvq(
         raise ValueError(f"expected x (n, d) and y (n,), got {tuple(x.shape)} and {tuple(y.shape)}")
     if transfer_fn not in TRANSFER_FUNCTIONS:
         raise ValueError(f"unknown transfer {transfer_fn!r}; expected one of {TRANSFER_FUNCTIONS}")
-    pairs = class_pairs(n_classes, device=x.device)
+    pairs = class_pairs(num_classes, device=x.device)
     y = y.to(device=x.device, dtype=torch.long)
-    per_class = torch.bincount(y, minlength=n_classes)
-    if per_class.numel() != n_classes or bool((per_class == 0).any()):
-        empty = torch.nonzero(per_class[:n_classes] == 0).flatten().tolist()
+    per_class = torch.bincount(y, minlength=num_classes)
+    if per_class.numel() != num_classes or bool((per_class == 0).any()):
+        empty = torch.nonzero(per_class[:num_classes] == 0).flatten().tolist()
         raise DataValidationError(f"every class needs training samples; class index(es) {empty} have none")
     d = x.shape[1]
     r = d if rank is None else int(rank)
     if r < 1:
         raise ValueError(f"rank must be a positive integer, got {rank!r}")
     K = pairs.shape[0]
-    means = torch.zeros((n_classes, d), dtype=x.dtype, device=x.device).index_add(0, y, x)
+    means = torch.zeros((num_classes, d), dtype=x.dtype, device=x.device).index_add(0, y, x)
     means = means / per_class[:, None].to(x.dtype)
     prototypes = nn.Parameter(means[pairs].clone())  # (K, 2, d)
     omegas = nn.Parameter(_initial_omegas(K, r, d, x.dtype, x.device))
-    blocks = _ClassBlocks.build(x, y, n_classes, pairs, rank=r)
+    blocks = _ClassBlocks.build(x, y, num_classes, pairs, rank=r)
 
     n_iter, losses = minimize_lbfgs(
         [prototypes, omegas],
@@ -525,13 +525,13 @@ def fit_platt(
 
 # ----------------------------------------------------------------------------- estimator
 def _calibration_split(
-    y_index: np.ndarray, n_classes: int, fraction: float, rng: np.random.RandomState, classes: np.ndarray
+    y_index: np.ndarray, num_classes: int, fraction: float, rng: np.random.RandomState, classes: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Stratified split into the pair-training fold and the calibration fold: a share
     ``fraction`` of every class (rounded, at least 1 and at most all but one sample) goes
     to calibration."""
-    counts = np.bincount(y_index, minlength=n_classes)
-    short = [classes[k] for k in range(n_classes) if counts[k] < 2]
+    counts = np.bincount(y_index, minlength=num_classes)
+    short = [classes[k] for k in range(num_classes) if counts[k] < 2]
     if short:
         raise DataValidationError(
             f"class(es) {np.asarray(short).tolist()} have fewer than 2 samples; PairwiseGMLVQ needs at least 2 "
@@ -539,7 +539,7 @@ def _calibration_split(
         )
     order = rng.permutation(len(y_index))
     calibrate = np.zeros(len(y_index), dtype=bool)
-    for k in range(n_classes):  # a loop over classes, not samples
+    for k in range(num_classes):  # a loop over classes, not samples
         members = order[y_index[order] == k]
         n_cal = int(np.clip(round(fraction * counts[k]), 1, counts[k] - 1))
         calibrate[members[:n_cal]] = True
@@ -681,12 +681,12 @@ class PairwiseGMLVQ(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Cl
         torch_dtype(self.dtype)
 
     # -- the replaceable steps (a private variant overrides these two) ------------------
-    def _fit_pairs(self, x: Tensor, y: Tensor, n_classes: int) -> PairwiseFit:
+    def _fit_pairs(self, x: Tensor, y: Tensor, num_classes: int) -> PairwiseFit:
         """Train the pair models on the training fold (``fit_pairwise_gmlvq``)."""
         return fit_pairwise_gmlvq(
             x,
             y,
-            n_classes,
+            num_classes,
             rank=self.rank,
             max_iter=self.max_iter,
             tol=self.tol,
@@ -700,10 +700,10 @@ class PairwiseGMLVQ(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Cl
         names = [f"classes ({self.classes_[i]!r}, {self.classes_[j]!r})" for i, j in self.pairs_.tolist()]
         return fit_platt(scores, labels, pair_names=names)
 
-    def _pairs_work(self, rows: float, n_classes: int, n_features: int) -> float:
+    def _pairs_work(self, rows: float, num_classes: int, n_features: int) -> float:
         """Work per training step of the pair models (``dp_proto._threads.step_work``'s
         measure): ``rows`` times the ``K (2 + r) d`` parameters of the ``K`` pairs."""
-        pairs, r = n_classes * (n_classes - 1) // 2, n_features if self.rank is None else int(self.rank)
+        pairs, r = num_classes * (num_classes - 1) // 2, n_features if self.rank is None else int(self.rank)
         return float(rows) * pairs * (2 + r) * n_features
 
     # -- API ---------------------------------------------------------------------------

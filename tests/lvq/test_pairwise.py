@@ -58,7 +58,7 @@ def test_class_pairs_and_membership():
     assert pairs.tolist() == [[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]]
     member = pair_membership(torch.tensor([0, 2, 3]), pairs)
     assert member.tolist() == [[1, 1, 1, -1, -1, -1], [-1, 0, -1, 0, -1, 1], [-1, -1, 0, -1, 0, 0]]
-    with pytest.raises(ValueError, match="n_classes"):
+    with pytest.raises(ValueError, match="num_classes"):
         class_pairs(1)
 
 

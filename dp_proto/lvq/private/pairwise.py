@@ -116,12 +116,12 @@ CALIBRATIONS = ("dp", "public")
 
 
 # ----------------------------------------------------------------------------- gradients
-def pair_partners(n_classes: int, device: torch.device | str | None = None) -> tuple[Tensor, Tensor]:
+def pair_partners(num_classes: int, device: torch.device | str | None = None) -> tuple[Tensor, Tensor]:
     """For every class ``l`` the ``c - 1`` pairs it belongs to: ``pair (c, c-1)`` (pair
     indices in ``class_pairs`` order) and ``side (c, c-1)`` (0 if ``l`` is the pair's
     first class, 1 if its second)."""
-    pairs = class_pairs(n_classes, device=device)
-    c, K = n_classes, pairs.shape[0]
+    pairs = class_pairs(num_classes, device=device)
+    c, K = num_classes, pairs.shape[0]
     index = torch.full((c, c), -1, dtype=torch.long, device=device)
     index[pairs[:, 0], pairs[:, 1]] = torch.arange(K, device=device)
     index[pairs[:, 1], pairs[:, 0]] = torch.arange(K, device=device)
@@ -600,10 +600,10 @@ class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
         return counts[pairs[:, 0]] + counts[pairs[:, 1]]
 
     # -- the replaceable steps of PairwiseGMLVQ ----------------------------------------
-    def _fit_pairs(self, x: Tensor, y: Tensor, n_classes: int) -> PairwiseFit:
+    def _fit_pairs(self, x: Tensor, y: Tensor, num_classes: int) -> PairwiseFit:
         """The pair models by DP-SGD on the training part (its event already spent)."""
-        pairs = class_pairs(n_classes, device=x.device)
-        partners = pair_partners(n_classes, device=x.device)
+        pairs = class_pairs(num_classes, device=x.device)
+        partners = pair_partners(num_classes, device=x.device)
         K, d = pairs.shape[0], x.shape[1]
         r = d if self.rank is None else int(self.rank)
         prototypes = self._init_means[pairs].clone()  # (K, 2, d)

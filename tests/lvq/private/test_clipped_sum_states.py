@@ -61,9 +61,9 @@ def _omega(kind: str, rank: int, d: int, gen: torch.Generator, dtype: torch.dtyp
 def states(draw):
     """A prototype model in an adversarial state, a batch, and the record to add."""
     d = draw(st.integers(1, 4))
-    n_classes = draw(st.integers(2, 3))
+    num_classes = draw(st.integers(2, 3))
     per_class = draw(st.integers(1, 2))
-    labels = [c for c in range(n_classes) for _ in range(per_class)]
+    labels = [c for c in range(num_classes) for _ in range(per_class)]
     seed = draw(st.integers(0, 2**31 - 1))
     gen = torch.Generator().manual_seed(seed)
     prototypes = torch.rand(len(labels), d, generator=gen, dtype=torch.float64) * 2 - 1
@@ -75,7 +75,7 @@ def states(draw):
     prototypes[other] = prototypes[0] + offset * direction / direction.norm().clamp_min(1e-300)
     n = draw(st.integers(1, 40))
     x = torch.rand(n, d, generator=gen, dtype=torch.float64) * 2 - 1
-    y = torch.randint(0, n_classes, (n,), generator=gen)
+    y = torch.randint(0, num_classes, (n,), generator=gen)
     if draw(st.booleans()):  # many records near the pair too
         x[: n // 2] = prototypes[0] + 1e-7 * torch.randn(n // 2, d, generator=gen, dtype=torch.float64)
     kind = draw(st.sampled_from(RECORDS))
@@ -89,7 +89,7 @@ def states(draw):
         record = torch.randint(0, 2, (d,), generator=gen).double() * 2 - 1
     else:
         record = torch.rand(d, generator=gen, dtype=torch.float64) * 2 - 1
-    record_label = draw(st.integers(0, n_classes - 1))
+    record_label = draw(st.integers(0, num_classes - 1))
     return {
         "d": d,
         "labels": labels,
@@ -204,9 +204,9 @@ def test_near_coincident_pair_with_a_batch_of_500(layer, dtype):
 def test_pairwise_clipped_sum_moves_at_most_its_bound(state, dtype):
     """The one-versus-one models' sum (``DPPairwiseGMLVQ``), a record's gradient clipped
     over its ``c - 1`` pairs."""
-    n_classes = max(state["labels"]) + 1
-    partners = pair_partners(n_classes)
-    n_pairs = n_classes * (n_classes - 1) // 2
+    num_classes = max(state["labels"]) + 1
+    partners = pair_partners(num_classes)
+    n_pairs = num_classes * (num_classes - 1) // 2
     d, rank = state["d"], state["rank"]
     gen = torch.Generator().manual_seed(state["gen_seed"])
     base = state["prototypes"][[0, state["labels"].index(1)]].to(dtype)
