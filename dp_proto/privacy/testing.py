@@ -51,7 +51,7 @@ Tensor = torch.Tensor
 __all__ = [
     "intercept",
     "per_record_coins",
-    "Release",
+    "MechanismCall",
     "NeighbourReport",
     "neighbour_check",
     "public_view",
@@ -63,8 +63,9 @@ __all__ = [
 
 
 @dataclass
-class Release:
-    """One mechanism invocation seen by the harness."""
+class MechanismCall:
+    """One mechanism invocation seen by the harness: its name, the pre-noise quantity,
+    its declared sensitivity and norm, and (when recorded) the noisy output."""
 
     name: str
     pre_noise: Tensor | None
@@ -76,11 +77,11 @@ class Release:
 class _Recorder:
     def __init__(
         self,
-        replay: list[Release] | None = None,
+        replay: list[MechanismCall] | None = None,
         removed: int | None = None,
         replay_coins: list[tuple[str, Tensor]] | None = None,
     ) -> None:
-        self.releases: list[Release] = []
+        self.releases: list[MechanismCall] = []
         self.replay = replay
         self.removed = removed
         self.replay_coins = replay_coins or []
@@ -108,10 +109,10 @@ class _Recorder:
         pre = None if pre_noise is None else pre_noise.detach().to("cpu", torch.float64).clone()
         if self.replay is None:
             out = draw()
-            self.releases.append(Release(name, pre, sensitivity, norm, _snapshot(out)))
+            self.releases.append(MechanismCall(name, pre, sensitivity, norm, _snapshot(out)))
             return out
         k = len(self.releases)
-        self.releases.append(Release(name, pre, sensitivity, norm))
+        self.releases.append(MechanismCall(name, pre, sensitivity, norm))
         if k >= len(self.replay):
             raise _Divergence(f"release #{k} ({name!r}) has no counterpart on D (D made {len(self.replay)})")
         ref = self.replay[k]
@@ -167,7 +168,7 @@ def _snapshot(value: Any) -> Any:
 
 @contextlib.contextmanager
 def capture_releases(
-    replay: list[Release] | None = None,
+    replay: list[MechanismCall] | None = None,
     *,
     removed: int | None = None,
     replay_coins: list[tuple[str, Tensor]] | None = None,

@@ -55,7 +55,7 @@ from dp_proto.lvq.private.fused import CLIPPED_SUM_SLACK
 from dp_proto.lvq.private.saa import aggregate_bin_models, fit_glvq_bins
 from dp_proto.privacy.mechanisms import noisy_histogram, noisy_majority_vote
 from dp_proto.privacy.preprocessing import DPPCA, DPStandardScaler
-from dp_proto.privacy.testing import Release, capture_releases, remove_record
+from dp_proto.privacy.testing import MechanismCall, capture_releases, remove_record
 from dp_proto.svdd import PrivateSVDD, PrivateSVDDClassifier
 from dp_proto.svdd.baselines import PrivateSVMOutput, PrivateSVMWeight
 from tests._search import state_search
@@ -67,7 +67,7 @@ DEEP = state_search(300, deep=True)
 
 
 # -- the harness ------------------------------------------------------------------------
-def neighbour_pairs(release: Callable[..., Any], data: tuple, index: int) -> list[tuple[Release, Release]]:
+def neighbour_pairs(release: Callable[..., Any], data: tuple, index: int) -> list[tuple[MechanismCall, MechanismCall]]:
     """Every release of ``release(*data)`` that declares a sensitivity, paired with the same
     release on ``data`` without row ``index`` (replaying ``data``'s outputs and coins)."""
     with warnings.catch_warnings():
