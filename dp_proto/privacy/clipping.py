@@ -37,18 +37,18 @@ def clip_l2(x: Tensor, max_norm: float) -> ClipResult:
     return ClipResult(x * factor.reshape(shape).to(x.dtype), int((norms > max_norm).sum()))
 
 
-def clip_box(x: Tensor, low: float | Tensor = -1.0, high: float | Tensor = 1.0) -> ClipResult:
-    """Clamp ``x (n, ...)`` coordinate-wise into ``[low, high]``.
+def clip_box(x: Tensor, lower: float | Tensor = -1.0, upper: float | Tensor = 1.0) -> ClipResult:
+    """Clamp ``x (n, ...)`` coordinate-wise into ``[lower, upper]``.
 
     Returns the clamped tensor and the number of rows with at least one coordinate
     outside the box. NaN raises ``ValueError`` (it has no place in any box).
     """
-    low_t = torch.as_tensor(low, dtype=x.dtype, device=x.device)
-    high_t = torch.as_tensor(high, dtype=x.dtype, device=x.device)
-    if bool((low_t > high_t).any()):
-        raise ValueError("clip_box needs low <= high")
+    lower_t = torch.as_tensor(lower, dtype=x.dtype, device=x.device)
+    upper_t = torch.as_tensor(upper, dtype=x.dtype, device=x.device)
+    if bool((lower_t > upper_t).any()):
+        raise ValueError("clip_box needs lower <= upper")
     if x.is_floating_point() and bool(torch.isnan(x).any()):
         raise ValueError("x contains NaN; it cannot be clipped into a box")
-    beyond = (x < low_t) | (x > high_t)
+    beyond = (x < lower_t) | (x > upper_t)
     outside = beyond.flatten(1).any(dim=1) if x.dim() > 1 else beyond
-    return ClipResult(torch.maximum(torch.minimum(x, high_t), low_t), int(outside.sum()))
+    return ClipResult(torch.maximum(torch.minimum(x, upper_t), lower_t), int(outside.sum()))

@@ -101,14 +101,14 @@ def saa_sensitivity(
     return min(box, 2.0 * radius * math.sqrt(num_prototypes))
 
 
-def project_to_domain(prototypes: Tensor, low: float, high: float, radius: float | None = None) -> Tensor:
-    """Clip ``prototypes (..., d)`` into ``[low, high]^d``, then (with ``radius``) project
+def project_to_domain(prototypes: Tensor, lower: float, upper: float, radius: float | None = None) -> Tensor:
+    """Clip ``prototypes (..., d)`` into ``[lower, upper]^d``, then (with ``radius``) project
     each onto the l2 ball of that radius around the box centre. Shrinking towards the
     centre keeps a point inside the box, so the result lies in both sets."""
-    out = clip_box(prototypes, low, high).values
+    out = clip_box(prototypes, lower, upper).values
     if radius is None:
         return out
-    centre = (low + high) / 2.0
+    centre = (lower + upper) / 2.0
     offset = out - centre
     norm = torch.linalg.vector_norm(offset, dim=-1, keepdim=True)
     return centre + offset * (radius / norm.clamp_min(radius))
