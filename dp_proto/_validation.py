@@ -20,6 +20,7 @@ __all__ = [
     "check_positive",
     "check_unit_interval",
     "format_indices",
+    "torch_device",
     "torch_dtype",
 ]
 
@@ -33,6 +34,26 @@ def torch_dtype(name: str) -> torch.dtype:
         return TORCH_DTYPES[name]
     except (KeyError, TypeError):
         raise ValueError(f"dtype must be 'float32' or 'float64', got {name!r}") from None
+
+
+def torch_device(device: Any) -> torch.device:
+    """The torch device of an estimator's ``device`` option; ``ValueError`` with one line
+    for a name torch does not know and for a CUDA or MPS device this machine lacks."""
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda', got {device!r}") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device={device!r} asks for a CUDA GPU, but torch sees none on this machine; use device='cpu'"
+        )
+    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+        raise ValueError(f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(
+            f"device={device!r} asks for an Apple GPU (MPS), which torch cannot use here; use device='cpu'"
+        )
+    return resolved
 
 
 def as_real(name: str, value: Any) -> float:

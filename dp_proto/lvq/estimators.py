@@ -25,7 +25,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from dp_proto._threads import fit_threads, step_work
-from dp_proto._validation import check_finite_rows, check_labels_known, torch_dtype
+from dp_proto._validation import check_finite_rows, check_labels_known, torch_device, torch_dtype
 from dp_proto.exceptions import DataValidationError
 from dp_proto.lvq.init import class_mean_prototypes, make_prototype_labels
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
@@ -146,6 +146,7 @@ class _LVQBase(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Classif
         if self.solver not in ("lbfgs", "adam", "sgd"):
             raise ValueError(f"solver must be 'lbfgs', 'adam' or 'sgd', got {self.solver!r}")
         torch_dtype(self.dtype)
+        torch_device(self.device)
         for name in ("max_iter", "batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:

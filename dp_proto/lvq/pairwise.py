@@ -45,7 +45,7 @@ from sklearn.utils.validation import check_is_fitted
 from torch import Tensor, nn
 
 from dp_proto._threads import fit_threads
-from dp_proto._validation import torch_dtype
+from dp_proto._validation import torch_device, torch_dtype
 from dp_proto.exceptions import DataValidationError
 from dp_proto.lvq.coupling import COUPLING_METHODS, couple, pairs_to_matrix
 from dp_proto.lvq.estimators import ValidatedClassifierMixin
@@ -679,6 +679,7 @@ class PairwiseGMLVQ(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Cl
         if not self.beta > 0:
             raise ValueError(f"beta must be positive, got {self.beta!r}")
         torch_dtype(self.dtype)
+        torch_device(self.device)
 
     # -- the replaceable steps (a private variant overrides these two) ------------------
     def _fit_pairs(self, x: Tensor, y: Tensor, num_classes: int) -> PairwiseFit:

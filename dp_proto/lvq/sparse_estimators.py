@@ -18,7 +18,7 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.feature_selection import SelectorMixin
 
-from dp_proto._validation import torch_dtype
+from dp_proto._validation import torch_device, torch_dtype
 from dp_proto.lvq.estimators import GMLVQ, LGMLVQ
 from dp_proto.lvq.layers import GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.sparse import check_penalty, fit_proximal, omp_refit_, refit_on_support, selected_features, sparsity
@@ -168,6 +168,7 @@ class _SparseMixin(SelectorMixin):
 
     def _validate_params(self) -> None:
         torch_dtype(self.dtype)
+        torch_device(self.device)
         check_penalty("penalty", self.penalty)
         for name in ("max_iter",):
             value = getattr(self, name)

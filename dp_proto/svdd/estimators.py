@@ -43,7 +43,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from dp_proto._neighbours import knn_predict
-from dp_proto._validation import torch_dtype
+from dp_proto._validation import torch_device, torch_dtype
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.privacy.calibration import optional_epsilon
 from dp_proto.privacy.curator import curator_attach
@@ -123,7 +123,7 @@ class _SVDDBase(Releasable, BaseEstimator):
     """Phase I shared by both estimators: feature map, dual solve, (private) centre."""
 
     def _device(self) -> torch.device:
-        return torch.device(self.device) if self.device is not None else torch.device("cpu")
+        return torch_device(self.device) if self.device is not None else torch.device("cpu")
 
     def _torch_dtype(self) -> torch.dtype:
         return torch_dtype(self.dtype)

@@ -29,7 +29,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 
 from dp_proto._threads import fit_threads, step_work
-from dp_proto._validation import torch_dtype
+from dp_proto._validation import torch_device, torch_dtype
 from dp_proto.exceptions import DomainWarning
 from dp_proto.lvq.estimators import GLVQ, GMLVQ, LGMLVQ
 from dp_proto.lvq.layers import GMLVQLayer, LGMLVQLayer
@@ -289,6 +289,7 @@ class _DPMixin(_DPReleaseHooks):
         if self.solver not in ("sgd", "adam"):
             raise ValueError(f"solver must be 'sgd' or 'adam' for DP-SGD, got {self.solver!r}")
         torch_dtype(self.dtype)
+        torch_device(self.device)
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr!r}")
         if not 0 < self.init_fraction < 1:

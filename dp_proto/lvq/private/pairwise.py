@@ -67,7 +67,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from torch import Tensor
 
 from dp_proto._threads import fit_threads
-from dp_proto._validation import torch_dtype
+from dp_proto._validation import torch_device, torch_dtype
 from dp_proto.exceptions import DomainWarning
 from dp_proto.lvq.coupling import COUPLING_METHODS
 from dp_proto.lvq.losses import TRANSFER_FUNCTIONS, transfer
@@ -454,6 +454,7 @@ class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
             raise ValueError(f"transfer_fn must be one of {list(TRANSFER_FUNCTIONS)}, got {self.transfer_fn!r}")
         check_shared_ledger(self.ledger, type(self).__name__)
         torch_dtype(self.dtype)
+        torch_device(self.device)
 
     def _bounds_scaler(self) -> PublicBoundsScaler:
         lower, upper = (-1.0, 1.0) if self.bounds is None else self.bounds

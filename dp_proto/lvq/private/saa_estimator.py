@@ -13,7 +13,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from dp_proto._validation import torch_dtype
+from dp_proto._validation import torch_device, torch_dtype
 from dp_proto.lvq.estimators import GLVQ
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.coa import coa_glvq
@@ -188,6 +188,7 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
         torch_dtype(self.dtype)
+        torch_device(self.device)
         for name in ("num_bins", "epochs", "batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
