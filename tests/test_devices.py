@@ -38,3 +38,14 @@ def test_estimators_refuse_a_missing_gpu_with_one_line(estimator, no_cuda):
     with pytest.raises(ValueError, match="CUDA GPU") as caught:
         estimator.fit(X, y)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("experiment", ["lvq", "anonymizer"])
+def test_a_config_asking_for_a_missing_gpu_is_one_config_error(experiment, no_cuda):
+    from dp_proto.experiments.anonymizer import run_anonymizer_experiment
+    from dp_proto.experiments.lvq import run_experiment
+    from dp_proto.experiments.schema import ConfigError
+
+    run = run_experiment if experiment == "lvq" else run_anonymizer_experiment
+    with pytest.raises(ConfigError, match="training.accelerator: 'gpu' asks for a CUDA GPU"):
+        run({"training": {"accelerator": "gpu"}})

@@ -62,6 +62,7 @@ from dp_proto.anonymizer.modules import Anonymizer
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.experiments._release import published_config
 from dp_proto.experiments.config import merge_config, read_config, validate_config
+from dp_proto.experiments.schema import check_accelerator
 from dp_proto.lightning.anonymizer import evaluate_held_out, fit_anonymizer
 
 __all__ = [
@@ -232,6 +233,7 @@ def run_anonymizer_experiment(config: dict) -> dict[str, Any]:
 
     config = merge_config(ANONYMIZER_DEFAULTS, config)
     validate_config(config, "anonymizer")
+    check_accelerator(config["training"]["accelerator"])
     privacy = config["privacy"]
     private = privacy["epsilon"] is not None
     if private and config["training"]["restarts"] != 1:

@@ -103,6 +103,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from dp_proto.backbones import small_cnn
 from dp_proto.experiments.config import merge_config, read_config, validate_config
 from dp_proto.experiments.data import load_arrays, scale_to_public_bounds, warn_classes_from_data
+from dp_proto.experiments.schema import check_accelerator
 from dp_proto.lightning.callbacks import PRIVACY_SCOPE, PrivacySpendCallback, StderrProgressBar
 from dp_proto.lightning.datamodule import ArrayDataModule, poisson_seed
 from dp_proto.lightning.dp_module import DPLVQModule
@@ -311,6 +312,7 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
     """
     config = merge_config(DEFAULT_CONFIG, config)
     validate_config(config, "lvq")  # a config built in code gets the CLI's one-line errors
+    check_accelerator(config["training"]["accelerator"])
     if int(config["trainer"]["devices"]) < 1:
         raise ValueError(f"trainer.devices must be >= 1, got {config['trainer']['devices']}")
     seed = int(config["seed"])

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "check_accelerator",
     "ConfigError",
     "ConfigTypeError",
     "UnknownKeyError",
@@ -469,3 +470,17 @@ def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | str) 
     message = check(config, schema)
     if message is not None:
         raise ConfigTypeError(message)
+
+
+def check_accelerator(accelerator: str, key: str = "training.accelerator") -> None:
+    """``ConfigError`` (one line) when ``accelerator`` asks for a GPU that torch cannot
+    use on this machine; ``auto`` and ``cpu`` always pass."""
+    import torch
+
+    name = str(accelerator).lower()
+    if name in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"{key}: {accelerator!r} asks for a CUDA GPU, but torch sees none on this machine; use cpu or auto"
+        )
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"{key}: 'mps' asks for an Apple GPU, which torch cannot use here; use cpu or auto")
