@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from scipy.special import log_ndtr, ndtr
 from tqdm.auto import tqdm
 
 from dp_proto.exceptions import PrivacyBudgetExceededError
@@ -97,8 +98,8 @@ def _search_discretization(target_epsilon: float) -> float:
 
 def _gaussian_dp_delta(mu: float, epsilon: float) -> float:
     """``delta(epsilon)`` of ``mu``-Gaussian DP (Dong, Roth & Su 2022, Cor. 2.13)."""
-    phi = lambda t: 0.5 * math.erfc(-t / math.sqrt(2.0))  # noqa: E731 - standard normal cdf
-    return phi(-epsilon / mu + mu / 2) - math.exp(epsilon) * phi(-epsilon / mu - mu / 2)
+    # e^eps Phi(b) as exp(eps + log Phi(b)): no overflow at large epsilon
+    return float(ndtr(-epsilon / mu + mu / 2) - math.exp(epsilon + log_ndtr(-epsilon / mu - mu / 2)))
 
 
 def _initial_sigma(target_epsilon: float, delta: float, q: float, steps: int) -> float:

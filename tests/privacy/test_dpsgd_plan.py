@@ -129,3 +129,11 @@ def test_calibration_is_tight_and_takes_few_compositions(monkeypatch, epsilon, e
     assert len(calls) <= 8
     spent = PrivacyLedger.epsilon_of([*prior, dp_sgd_event(sigma, 0.01, steps)], 1e-5)
     assert 0.99 * epsilon <= spent <= epsilon
+
+
+@pytest.mark.parametrize("epsilon", [1e3, 1e6])
+def test_calibration_at_a_huge_epsilon_is_small_and_fast(epsilon):
+    """The Gaussian-DP starting guess multiplied exp(epsilon) by a tiny cdf: from epsilon
+    1000 on it overflowed (OverflowError) before any accounting ran."""
+    sigma = calibrate_noise_multiplier(epsilon, 1e-5, 0.05, 20)
+    assert 0 < sigma < 0.4
