@@ -6,7 +6,7 @@ one batch's indices; ``PoissonBatchSampler`` yields such batches to a ``DataLoad
 ``PoissonDataLoader`` is the loader every Opacus-based trainer of the library uses.
 
 Opacus' own ``DPDataLoader`` compares float32 uniforms with ``q``, which rounds the rate
-up by as much as ``2^-24`` absolute (a fifth of a per mille at ``q = 1e-4``) while the
+up by as much as ``2^-24`` absolute (0.6 per mille of ``q = 1e-4``) while the
 ledger accounts ``q``. Here the gaps between members are geometric variates drawn in
 float64 (``Tensor.geometric_``), so the rate is ``q`` to float64 rounding.
 """
@@ -20,6 +20,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data.dataloader import default_collate
+
+from dp_proto.privacy.calibration import check_sampling_rate
 
 __all__ = ["PoissonBatchSampler", "PoissonDataLoader", "poisson_batch_index"]
 
@@ -51,23 +53,19 @@ def poisson_batch_index(
 
 
 class PoissonBatchSampler(Sampler[list[int]]):
-    """Batches of ``poisson_batch_index(num_samples, sample_rate, generator)``, ``steps``
-    per pass (default ``int(1 / sample_rate)``, as Opacus' sampler: a public number).
+    """Batches of ``poisson_batch_index(num_samples, sample_rate, generator)``,
+    ``int(1 / sample_rate)`` per pass (as Opacus' sampler: a public number).
 
     ``sample_rate`` and ``generator`` carry Opacus' attribute names, which the DP
     trainers read to check the loader."""
 
-    def __init__(
-        self, *, num_samples: int, sample_rate: float, generator: torch.Generator | None, steps: int | None = None
-    ):
+    def __init__(self, *, num_samples: int, sample_rate: float, generator: torch.Generator | None):
         if num_samples <= 0:
             raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
-        if not 0 < sample_rate <= 1:
-            raise ValueError(f"sample_rate must lie in (0, 1], got {sample_rate!r}")
         self.num_samples = int(num_samples)
-        self.sample_rate = float(sample_rate)
+        self.sample_rate = check_sampling_rate(sample_rate, "sample_rate")
         self.generator = generator
-        self.steps = int(1 / self.sample_rate) if steps is None else int(steps)
+        self.steps = int(1 / self.sample_rate)
 
     def __len__(self) -> int:
         return self.steps
