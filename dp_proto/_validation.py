@@ -20,6 +20,7 @@ __all__ = [
     "check_positive",
     "check_unit_interval",
     "format_indices",
+    "missing_gpu",
     "torch_device",
     "torch_dtype",
 ]
@@ -36,6 +37,17 @@ def torch_dtype(name: str) -> torch.dtype:
         raise ValueError(f"dtype must be 'float32' or 'float64', got {name!r}") from None
 
 
+def missing_gpu(kind: str) -> str | None:
+    """What a ``"cuda"`` or ``"mps"`` device would be (``"a CUDA GPU"``, ``"an Apple GPU
+    (MPS)"``) if torch cannot use one on this machine; ``None`` if it can, or for any other
+    kind."""
+    if kind == "cuda" and not torch.cuda.is_available():
+        return "a CUDA GPU"
+    if kind == "mps" and not torch.backends.mps.is_available():
+        return "an Apple GPU (MPS)"
+    return None
+
+
 def torch_device(device: Any) -> torch.device:
     """The torch device of an estimator's ``device`` option; ``ValueError`` with one line
     for a name torch does not know and for a CUDA or MPS device this machine lacks."""
@@ -43,16 +55,11 @@ def torch_device(device: Any) -> torch.device:
         resolved = torch.device(device)
     except (RuntimeError, TypeError):
         raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda', got {device!r}") from None
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
-            f"device={device!r} asks for a CUDA GPU, but torch sees none on this machine; use device='cpu'"
-        )
+    missing = missing_gpu(resolved.type)
+    if missing is not None:
+        raise ValueError(f"device={device!r} asks for {missing}, but torch sees none on this machine; use device='cpu'")
     if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
         raise ValueError(f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    if resolved.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(
-            f"device={device!r} asks for an Apple GPU (MPS), which torch cannot use here; use device='cpu'"
-        )
     return resolved
 
 

@@ -475,12 +475,11 @@ def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | str) 
 def check_accelerator(accelerator: str, key: str = "training.accelerator") -> None:
     """``ConfigError`` (one line) when ``accelerator`` asks for a GPU that torch cannot
     use on this machine; ``auto`` and ``cpu`` always pass."""
-    import torch
+    from dp_proto._validation import missing_gpu
 
     name = str(accelerator).lower()
-    if name in ("gpu", "cuda") and not torch.cuda.is_available():
+    missing = missing_gpu("cuda" if name == "gpu" else name)
+    if missing is not None:
         raise ConfigError(
-            f"{key}: {accelerator!r} asks for a CUDA GPU, but torch sees none on this machine; use cpu or auto"
+            f"{key}: {accelerator!r} asks for {missing}, but torch sees none on this machine; use cpu or auto"
         )
-    if name == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"{key}: 'mps' asks for an Apple GPU, which torch cannot use here; use cpu or auto")
