@@ -25,6 +25,9 @@ __all__ = [
     "glvq_loss",
     "glvq_cost_and_gradient",
     "glvq_cost_and_winners",
+    "glvq_winners",
+    "glvq_winners_and_runner_up_gaps",
+    "glvq_winner_terms",
     "transfer",
     "wtac",
     "TRANSFER_FUNCTIONS",
@@ -195,29 +198,79 @@ def glvq_cost_and_winners(
     """The GLVQ cost and its gradient in sparse form: per-sample costs ``Phi(mu_i)``
     ``(B,)``, the winners' indices ``(B, 2)`` (``w+``, ``w-``: distinct prototypes) and the
     non-zero entries ``(G_i+, G_i-)`` ``(B, 2)`` of ``G = dPhi(mu)/dD``
-    (``glvq_cost_and_gradient`` gives the dense ``(B, W)`` matrix).
-
-    With ``s = d+ + d-`` clamped at ``1e-12``: ``mu = (d+ - d-) / s``,
-    ``G_i+ = 2 d- / s^2`` and ``G_i- = -2 d+ / s^2`` (``+-1e12`` where ``s`` is clamped),
-    times ``Phi'(mu_i)``. ``check=False`` skips the label checks (no host sync).
+    (``glvq_cost_and_gradient`` gives the dense ``(B, W)`` matrix; ``glvq_winners`` and
+    ``glvq_winner_terms`` are its two halves). ``check=False`` skips the label checks
+    (no host sync).
     """
+    index, winner_distances = glvq_winners(distances, targets, prototype_labels, check=check)
+    cost, coef = glvq_winner_terms(winner_distances, transfer_fn=transfer_fn, beta=beta)
+    return cost, index, coef
+
+
+def glvq_winners(
+    distances: Tensor, targets: Tensor, prototype_labels: Tensor, *, check: bool = True
+) -> tuple[Tensor, Tensor]:
+    """The winners of every row of ``distances (B, W)``: their indices ``(B, 2)`` (``w+``
+    the closest prototype of the target's class, ``w-`` the closest of another class) and
+    their distances ``(B, 2)`` (``d+``, ``d-``). ``check=False`` skips the label checks."""
+    own, other = _class_masked(distances, targets, prototype_labels, check=check)
+    d_plus, index_plus = own.min(1)
+    d_minus, index_minus = other.min(1)
+    return torch.stack([index_plus, index_minus], 1), torch.stack([d_plus, d_minus], 1)
+
+
+def glvq_winners_and_runner_up_gaps(
+    distances: Tensor, targets: Tensor, prototype_labels: Tensor, *, check: bool = True
+) -> tuple[Tensor, Tensor]:
+    """``glvq_winners``' indices ``(B, 2)``, and per row the smaller of the two gaps
+    ``(B,)`` between a winner and the runner-up of its group (the target's class, the
+    other classes); ``inf`` for a group of one prototype."""
+    own, other = _class_masked(distances, targets, prototype_labels, check=check)
+    if distances.shape[1] < 3:  # each group holds one prototype
+        index = torch.stack([own.argmin(1), other.argmin(1)], 1)
+        return index, torch.full_like(distances[:, 0], torch.inf)
+    values, index = torch.stack([own, other]).topk(2, dim=2, largest=False)  # (2, B, 2)
+    gaps = (values[..., 1] - values[..., 0]).amin(0)  # inf - finite = inf: a group of one
+    return index[..., 0].T, gaps
+
+
+def _class_masked(
+    distances: Tensor, targets: Tensor, prototype_labels: Tensor, *, check: bool
+) -> tuple[Tensor, Tensor]:
+    """``distances (B, W)`` with ``inf`` outside the target's class, and inside it."""
     _check_shapes(distances, targets, prototype_labels)
     same = targets.to(distances.device)[:, None] == prototype_labels.to(distances.device)[None, :]  # (B, W)
     if check and distances.shape[0] > 0:
         _check_labels(same, targets)
-    d_plus, index_plus = torch.where(same, distances, torch.inf).min(1)
-    d_minus, index_minus = torch.where(same, torch.inf, distances).min(1)
+    return torch.where(same, distances, torch.inf), torch.where(same, torch.inf, distances)
+
+
+def glvq_winner_terms(
+    winner_distances: Tensor, *, transfer_fn: Transfer = "identity", beta: float = 1.0
+) -> tuple[Tensor, Tensor]:
+    """Per-sample costs ``Phi(mu_i)`` ``(B,)`` and the cost's derivatives ``(G_i+, G_i-)``
+    ``(B, 2)`` at the winners, from the winners' distances ``(d+, d-)`` ``(B, 2)``.
+
+    With ``s = d+ + d-`` clamped at ``1e-12``: ``mu = (d+ - d-) / s``,
+    ``G_i+ = 2 d- / s^2`` and ``G_i- = -2 d+ / s^2`` (``+-1e12`` where ``s`` is clamped),
+    times ``Phi'(mu_i)``.
+    """
+    d_plus, d_minus = winner_distances.unbind(1)
     s = d_plus + d_minus
     clamped = s <= _EPS  # mu = (d+ - d-) / _EPS there: derivatives +-1/_EPS
     s = s.clamp_min(_EPS)
     mu = (d_plus - d_minus) / s
-    signs, at_clamp = _winner_constants(distances.dtype, distances.device)
-    coef = torch.stack([d_minus, d_plus], 1).mul_(signs).div_(s.pow(2)[:, None])  # (2 d-, -2 d+) / s^2
+    signs, at_clamp = _winner_constants(winner_distances.dtype, winner_distances.device)
+    coef = winner_distances.flip(1).mul_(signs).div_(s.pow(2)[:, None])  # (2 d-, -2 d+) / s^2
     coef = torch.where(clamped[:, None], at_clamp, coef)
     cost = transfer(mu, transfer_fn, beta)
     if transfer_fn == "sigmoid":  # Phi' = beta Phi (1 - Phi)
         coef = (beta * cost * (1.0 - cost))[:, None] * coef
-    return cost, torch.stack([index_plus, index_minus], 1), coef
+    return cost, coef
+
+
+#: ``d+ + d-`` at or below which ``glvq_winner_terms`` clamps (and its derivatives are constant).
+DISTANCE_SUM_CLAMP = _EPS
 
 
 _WINNER_CONSTANTS: dict[tuple[torch.dtype, torch.device], tuple[Tensor, Tensor]] = {}

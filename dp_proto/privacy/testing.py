@@ -291,16 +291,27 @@ def sum_movement(
     data: tuple[Tensor, Tensor],
     record: tuple[Tensor, Tensor],
     bound: float,
+    *,
+    placements: Sequence[str] = ("last", "first"),
 ) -> float:
     """``||S(D + r) - S(D)||_2 / bound`` for a pre-noise sum ``S = release_sum(x, y)``:
     how far adding ``record = (x_r (1, ...), y_r (1,))`` to ``data = (x (n, ...), y (n,))``
     moves the quantity *as computed* (in the data's dtype), in units of its declared
-    sensitivity ``bound``. The state search of the test suite (adversarial model states
-    and records) drives this for every clipped sum the library noises."""
+    sensitivity ``bound``; the largest over the record's ``placements`` in the batch,
+    ``"last"`` and ``"first"`` (where every other record's row moves, which changes how a
+    matrix product rounds it). The
+    state search of the test suite (adversarial model states and records) drives this
+    for every clipped sum the library noises."""
     x, y = data
-    with_record = release_sum(torch.cat([x, record[0]]), torch.cat([y, record[1]]))
-    without = release_sum(x, y)
-    return float(torch.linalg.vector_norm((with_record.double() - without.double()).reshape(-1))) / bound
+    without = release_sum(x, y).double()
+    moved = 0.0
+    for placement in placements:
+        if placement not in ("last", "first"):
+            raise ValueError(f"placement must be 'last' or 'first', got {placement!r}")
+        parts = ((x, record[0]), (y, record[1])) if placement == "last" else ((record[0], x), (record[1], y))
+        with_record = release_sum(torch.cat(parts[0]), torch.cat(parts[1])).double()
+        moved = max(moved, float(torch.linalg.vector_norm((with_record - without).reshape(-1))) / bound)
+    return moved
 
 
 # -- the check --------------------------------------------------------------------------

@@ -40,17 +40,19 @@ from torch import Tensor, nn
 from dp_proto.lvq.distances import _pairwise_sq
 from dp_proto.lvq.gradients import DistanceEvaluation, quadratic_layout
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
-from dp_proto.lvq.losses import glvq_cost_and_winners
+from dp_proto.lvq.losses import glvq_winner_terms
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.grad_samplers import (
     gmlvq_clipping_norms,
     lgmlvq_clipping_norms,
     winner_differences,
 )
+from dp_proto.lvq.private.winners import rounding_gamma, settled_winners
 from dp_proto.privacy.data_parallel import DataParallel
 from dp_proto.privacy.dpsgd_plan import BudgetedEpochs
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.randomness import fresh_generator
+from dp_proto.privacy.rowwise import ordered_matmul, ordered_row_sum, ordered_sq_distances
 from dp_proto.privacy.sampling import poisson_batch_index
 from dp_proto.privacy.testing import intercept
 
@@ -216,14 +218,8 @@ def _record_norms(
     if terms_class is None:
         raise TypeError(f"no closed-form norm sampler for {type(layer).__name__}")
     terms = terms_class(layer, features)  # the distances, and what the norms and sums reuse
-    costs, index, coef = glvq_cost_and_winners(
-        terms.distances,
-        y,
-        model.prototype_labels,
-        check=check_labels,
-        transfer_fn=transfer_fn,  # type: ignore[arg-type]
-        beta=beta,
-    )
+    index, winner_distances = settled_winners(terms, y, model.prototype_labels, check=check_labels)
+    costs, coef = glvq_winner_terms(winner_distances, transfer_fn=transfer_fn, beta=beta)  # type: ignore[arg-type]
     if not any(p.requires_grad for p in layer.parameters()):
         return _RecordNorms(None, costs, None, {}, features.new_zeros(features.shape[0]))
     norms_by_param = terms.norms(index, coef)
@@ -270,11 +266,21 @@ class _GLVQTerms:
         self.distances = _pairwise_sq(x, self.w)  # as the layer's forward
         self.diff: Tensor | None = None
 
-    def norms(self, index: Tensor, coef: Tensor) -> dict[nn.Parameter, Tensor]:
-        if not self.w.requires_grad:
-            return {}
+    def rounding_bound(self) -> Tensor:
+        # the expansion |x|^2 + |w|^2 - 2 x.w and the index-order sum of squared differences
+        return _size_bound(self.x, self.w.detach(), self.x.shape[1] + 3)
+
+    def ordered_rows(self, rows: Tensor) -> Tensor:
+        return ordered_sq_distances(self.x[rows], self.w.detach())
+
+    def winner_distances(self, index: Tensor) -> Tensor:
         self.index = index
         self.diff = winner_differences(self.x, self.w, index)  # (B, K, d)
+        return self.diff.square().sum(-1)
+
+    def norms(self, index: Tensor, coef: Tensor) -> dict[nn.Parameter, Tensor]:
+        if not self.w.requires_grad or self.diff is None:
+            return {}
         return {self.w: 2.0 * torch.linalg.vector_norm(coef * torch.linalg.vector_norm(self.diff, dim=-1), dim=1)}
 
     def finite(self) -> Tensor | None:
@@ -308,15 +314,30 @@ class _GMLVQTerms:
         self.u, self.pw = x @ layer.omega.T, layer.prototypes @ layer.omega.T  # (B, r), (W, r)
         self.distances = _pairwise_sq(self.u, self.pw)  # as the layer's forward (omega_distance)
         self.v: Tensor | None = None
+        self.p: Tensor | None = None
         self.metric: tuple[Tensor, Tensor] | None = None
+
+    def rounding_bound(self) -> Tensor:
+        # the projections (inner dimension d, twice) and the expansion or index-order sum (r)
+        omega = self.layer.omega.detach()
+        d, rank = omega.shape[1], omega.shape[0]
+        return _size_bound(self.x, self.layer.prototypes.detach(), 2 * d + rank + 3) * omega.square().sum()
+
+    def ordered_rows(self, rows: Tensor) -> Tensor:
+        u = ordered_matmul(self.x[rows], self.layer.omega.detach().T)  # (m, r)
+        return ordered_sq_distances(u, self.pw)
+
+    def winner_distances(self, index: Tensor) -> Tensor:
+        self.index = index
+        self.p = winner_differences(self.u, self.pw, index)  # (B, K, r)
+        return self.p.square().sum(-1)
 
     def norms(self, index: Tensor, coef: Tensor) -> dict[nn.Parameter, Tensor]:
         omega, w = self.layer.omega, self.layer.prototypes
-        self.index = index
         v = p = self.u.new_zeros(0)
-        if omega.requires_grad:
+        if omega.requires_grad and self.p is not None:
             self.v = v = winner_differences(self.x, w, index)  # (B, K, d)
-            p = winner_differences(self.u, self.pw, index)  # (B, K, r)
+            p = self.p
         if w.requires_grad:
             self.metric = (self.u @ omega, self.pw @ omega)  # Omega^T Omega x (B, d), Omega^T Omega w (W, d)
         return gmlvq_clipping_norms(self.layer, self.x, index, coef, v, p, (self.u, self.pw), self.metric)
@@ -363,19 +384,42 @@ class _LGMLVQTerms:
         self.evaluation = DistanceEvaluation(layer, x)
         self.distances = self.evaluation.distances
 
-    def norms(self, index: Tensor, coef: Tensor) -> dict[nn.Parameter, Tensor]:
+    def rounding_bound(self) -> Tensor:
+        # the quadratic form (inner dimension d^2) or the projections, and the index-order rows
+        omegas = self.layer.omegas.detach()
+        _, rank, d = omegas.shape
+        depth = 2 * d + rank + 3 + (d * d + 1 if quadratic_layout(self.layer) else 0)
+        largest = omegas.square().sum((1, 2)).max()
+        return _size_bound(self.x, self.layer.prototypes.detach(), depth) * largest
+
+    def ordered_rows(self, rows: Tensor) -> Tensor:
+        omegas, w = self.layer.omegas.detach(), self.layer.prototypes.detach()
+        n_prototypes, rank, d = omegas.shape
+        u = ordered_matmul(self.x[rows], omegas.permute(2, 0, 1).reshape(d, n_prototypes * rank))
+        pw = torch.einsum("wd,wrd->wr", w, omegas)  # the parameters only: the same in any batch
+        return ordered_row_sum((u.view(-1, n_prototypes, rank) - pw).square())
+
+    def winner_distances(self, index: Tensor) -> Tensor:
         omegas, w = self.layer.omegas, self.layer.prototypes
         self.index = index
-        v = winner_differences(self.x, w, index)  # (B, K, d)
-        back_sq = None
+        self.v = winner_differences(self.x, w, index)  # (B, K, d)
         if quadratic_layout(self.layer):
-            gathered = omegas.detach()[index]  # (B, K, r, d); few features
-            p = torch.einsum("bkrd,bkd->bkr", gathered, v)
-            if w.requires_grad:
-                back_sq = torch.einsum("bkrd,bkr->bkd", gathered, p).pow(2).sum(-1)
+            self.gathered = omegas.detach()[index]  # (B, K, r, d); few features
+            self.p = torch.einsum("bkrd,bkd->bkr", self.gathered, self.v)
         else:
             diff = self.evaluation.diff  # (B, W, r)
-            p = diff.gather(1, index.unsqueeze(2).expand(-1, -1, diff.shape[2]))  # (B, K, r)
+            self.p = diff.gather(1, index.unsqueeze(2).expand(-1, -1, diff.shape[2]))  # (B, K, r)
+        return self.p.square().sum(-1)
+
+    def norms(self, index: Tensor, coef: Tensor) -> dict[nn.Parameter, Tensor]:
+        omegas, w = self.layer.omegas, self.layer.prototypes
+        v, p = self.v, self.p
+        back_sq = None
+        if quadratic_layout(self.layer):
+            if w.requires_grad:
+                back_sq = torch.einsum("bkrd,bkr->bkd", self.gathered, p).pow(2).sum(-1)
+        else:
+            diff = self.evaluation.diff  # (B, W, r)
             if w.requires_grad:
                 back = torch.bmm(diff.transpose(0, 1), omegas.detach())  # (W, B, d): Omega_j^T p_ij
                 back_sq = back.pow(2).sum(-1).T.gather(1, index)
@@ -398,6 +442,15 @@ class _LGMLVQTerms:
             same = [dense[q] for q in dense if weights[q] is a]
             dense[p] = same[0] if same else _dense(a, self.index, self.layer.num_prototypes)
         return self.evaluation.gradients(dense)
+
+
+def _size_bound(x: Tensor, w: Tensor, depth: int) -> Tensor:
+    """``(B,)``: ``2 gamma_depth (|x_i| + max_k |w_k|)^2``, the rounding bound of squared
+    distances between ``x (B, d)`` and ``w (W, d)`` formed by sums of at most ``depth``
+    terms (times the metric's squared Frobenius norm for GMLVQ and LGMLVQ); the factor
+    2 covers the rounding of the norms themselves."""
+    reach = torch.linalg.vector_norm(x, dim=1) + torch.linalg.vector_norm(w, dim=1).max()
+    return 2.0 * rounding_gamma(depth, x.dtype) * reach.square()
 
 
 _TERMS: dict[type, type] = {GLVQLayer: _GLVQTerms, GMLVQLayer: _GMLVQTerms, LGMLVQLayer: _LGMLVQTerms}

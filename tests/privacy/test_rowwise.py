@@ -9,10 +9,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dp_proto.privacy.rowwise import ordered_matmul, ordered_row_sum, ordered_sq_distances
 from dp_proto.svdd.cells import nearest_index
 from dp_proto.svdd.equilibrium import descend, support_function, support_gradient
 from dp_proto.svdd.features import RandomFourierFeatures
-from dp_proto.svdd.rowwise import ordered_matmul, ordered_row_sum, ordered_sq_distances
 
 DTYPES = [torch.float32, torch.float64]
 

@@ -10,8 +10,8 @@ elementwise multiplication and one elementwise addition per term, so the value o
 ``i`` depends on ``a[i]`` and ``b`` only, bit for bit.
 
 The cost is ``k`` passes over an ``(m, n)`` buffer instead of one GEMM; it is meant for
-the record-wise maps of private SVDD, where ``k`` is the input dimension or the number
-of random features.
+the record-wise maps of private SVDD (``k`` the input dimension or the number of random
+features) and the few near-tie rows of a DP-SGD batch (``dp_proto.lvq.private.winners``).
 """
 
 from __future__ import annotations
