@@ -3,7 +3,9 @@
 Functional core: ``squared_euclidean_distance``, ``omega_distance``,
 ``lomega_distance``, ``glvq_margins``, ``glvq_loss``, ``wtac``.
 Layers (``nn.Module``, parameters only): ``GLVQLayer``, ``GMLVQLayer``,
-``LGMLVQLayer``; ``PrototypeModel`` adds a backbone and the labels.
+``LGMLVQLayer``; ``PrototypeModel`` adds a backbone and the labels; ``settle_distances``
+makes a float64 row's order the same in any batch (``PrototypeModel`` calls it; call it in
+your own model before a private loss).
 Estimators (scikit-learn API): ``GLVQ``, ``GMLVQ``, ``LGMLVQ``.
 Confidence (Brinkrolf 2023, ch. 4): certainty ``relsim``, ``max_proba``, ``relsim_score``;
 reject option ``reject``, ``predict_with_reject``, ``accuracy_reject_curve``, ``arc_area``;
@@ -44,6 +46,7 @@ from dp_proto.lvq.losses import (
 )
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.pairwise import PairwiseGMLVQ
+from dp_proto.lvq.settle import settle_distances
 from dp_proto.lvq.sparse_estimators import SparseGMLVQ, SparseLGMLVQ
 from dp_proto.lvq.time_integration import integrate_probabilities, integration_window
 
@@ -58,6 +61,7 @@ __all__ = [
     "GMLVQLayer",
     "LGMLVQLayer",
     "PrototypeModel",
+    "settle_distances",
     "GLVQMargins",
     "glvq_cost_and_gradient",
     "glvq_loss",

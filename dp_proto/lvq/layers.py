@@ -18,10 +18,24 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from dp_proto.lvq.distances import lomega_distance, omega_distance, squared_euclidean_distance
+from dp_proto._rowwise import ordered_matmul, ordered_row_sum, ordered_sq_distances, rounding_gamma
+from dp_proto.lvq.distances import (
+    lomega_distance,
+    omega_distance,
+    quadratic_form_is_cheaper,
+    squared_euclidean_distance,
+)
 from dp_proto.lvq.init import OmegaInit, init_omega
 
 __all__ = ["GLVQLayer", "GMLVQLayer", "LGMLVQLayer", "PrototypeLayer"]
+
+
+def _rounding_bound(x: Tensor, w: Tensor, depth: int) -> Tensor:
+    """``(B,)``: ``2 gamma_depth (|x_i| + max_k |w_k|)^2``, a bound on the rounding error of
+    squared distances between ``x (B, d)`` and ``w (W, d)`` formed by sums of at most
+    ``depth`` terms, in their dtype (the factor 2 covers the rounding of the norms)."""
+    reach = torch.linalg.vector_norm(x, dim=1) + torch.linalg.vector_norm(w, dim=1).max()
+    return 2.0 * rounding_gamma(depth, x.dtype) * reach.square()
 
 
 def _check_positive(name: str, value: int) -> int:
@@ -129,6 +143,25 @@ class GLVQLayer(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return squared_euclidean_distance(self._flatten(x), self.prototypes)
 
+    # -- the same distances, with their rounding (no autograd; x (B, d) in the layer's dtype)
+    @torch.no_grad()
+    def rounding_bound(self, x: Tensor) -> Tensor:
+        """``(B,)``: a bound on the rounding error of every distance in row ``i`` of
+        ``forward``, ``ordered_distances`` and ``pair_distances`` (Higham 2002, 3.1)."""
+        return _rounding_bound(x, self.prototypes.detach(), self.in_features + 3)
+
+    @torch.no_grad()
+    def ordered_distances(self, x: Tensor) -> Tensor:
+        """``(B, W)``: the distances with every row a fixed sequence of IEEE operations on
+        ``x_i`` and the parameters (``dp_proto._rowwise``): the same bits in any batch."""
+        return ordered_sq_distances(x, self.prototypes.detach())
+
+    @torch.no_grad()
+    def pair_distances(self, x: Tensor, index: Tensor) -> Tensor:
+        """``(B, K)``: the distances of ``x_i`` to the prototypes ``index (B, K)`` from
+        explicit differences (relative error ``gamma_(d+2)``, also near a prototype)."""
+        return (x.unsqueeze(1) - self.prototypes.detach()[index]).square().sum(-1)
+
     @torch.no_grad()
     def normalize_(self) -> None:
         """Nothing to normalise for the Euclidean distance (kept for a uniform API)."""
@@ -226,6 +259,26 @@ class GMLVQLayer(GLVQLayer):
 
     def forward(self, x: Tensor) -> Tensor:
         return omega_distance(self._flatten(x), self.prototypes, self.omega)
+
+    @torch.no_grad()
+    def rounding_bound(self, x: Tensor) -> Tensor:
+        # the projections (inner dimension d, twice) and the squared distance (r)
+        omega = self.omega.detach()
+        depth = 2 * self.in_features + self.rank + 3
+        return _rounding_bound(x, self.prototypes.detach(), depth) * omega.square().sum()
+
+    @torch.no_grad()
+    def ordered_distances(self, x: Tensor) -> Tensor:
+        omega = self.omega.detach()
+        return ordered_sq_distances(ordered_matmul(x, omega.T), self.prototypes.detach() @ omega.T)
+
+    @torch.no_grad()
+    def pair_distances(self, x: Tensor, index: Tensor) -> Tensor:
+        """``(B, K)``: ``||Omega x_i - Omega w_k||^2`` for the prototypes ``index (B, K)``
+        from the explicit projected differences."""
+        omega = self.omega.detach()
+        projected = (self.prototypes.detach() @ omega.T)[index]  # (B, K, r)
+        return ((x @ omega.T).unsqueeze(1) - projected).square().sum(-1)
 
     @property
     def relevance_matrix(self) -> Tensor:
@@ -338,6 +391,35 @@ class LGMLVQLayer(GLVQLayer):
 
     def forward(self, x: Tensor) -> Tensor:
         return lomega_distance(self._flatten(x), self.prototypes, self.omegas)
+
+    @torch.no_grad()
+    def rounding_bound(self, x: Tensor) -> Tensor:
+        # the quadratic form (inner dimension d^2) or the projections, and the squared distance
+        omegas = self.omegas.detach()
+        depth = 2 * self.in_features + self.rank + 3
+        if quadratic_form_is_cheaper(omegas):
+            depth += self.in_features**2 + 1
+        return _rounding_bound(x, self.prototypes.detach(), depth) * omegas.square().sum((1, 2)).max()
+
+    @torch.no_grad()
+    def ordered_distances(self, x: Tensor) -> Tensor:
+        omegas, w = self.omegas.detach(), self.prototypes.detach()
+        n, rank, d = omegas.shape
+        projected = ordered_matmul(x, omegas.permute(2, 0, 1).reshape(d, n * rank)).view(-1, n, rank)
+        pw = torch.einsum("wd,wrd->wr", w, omegas)  # the parameters only: the same in any batch
+        return ordered_row_sum((projected - pw).square())
+
+    @torch.no_grad()
+    def pair_distances(self, x: Tensor, index: Tensor) -> Tensor:
+        """``(B, K)``: ``||Omega_k (x_i - w_k)||^2`` for the prototypes ``index (B, K)``, from
+        the explicit differences ``x_i - w_k``."""
+        omegas, w = self.omegas.detach(), self.prototypes.detach()
+        diff = x.unsqueeze(1) - w[index]  # (B, K, d)
+        out = x.new_empty(index.shape)
+        for k in range(self.num_prototypes):  # one (m_k, d) @ (d, r) product per prototype
+            chosen = index == k
+            out[chosen] = (diff[chosen] @ omegas[k].T).square().sum(-1)
+        return out
 
     @property
     def relevance_matrices(self) -> Tensor:

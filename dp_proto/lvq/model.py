@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from dp_proto.lvq.layers import GLVQLayer
 from dp_proto.lvq.losses import Transfer, glvq_loss, wtac
+from dp_proto.lvq.settle import settle_distances
 
 __all__ = ["PrototypeModel", "forward_in_dtype"]
 
@@ -99,8 +100,11 @@ class PrototypeModel(nn.Module):
         return out
 
     def forward(self, x: Tensor) -> Tensor:
-        """Distances ``(B, W)`` between the backbone features and the prototypes."""
-        return self.layer(self.features(x))
+        """Distances ``(B, W)`` between the backbone features and the prototypes; in
+        float64, a row's order and its entries near zero are the same bits in any batch
+        (``dp_proto.lvq.settle``)."""
+        features = self.features(x)
+        return settle_distances(self.layer, self.layer._flatten(features), self.layer(features))
 
     def loss(
         self,

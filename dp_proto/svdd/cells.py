@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from dp_proto.privacy.rowwise import ordered_sq_distances
+from dp_proto._rowwise import ordered_sq_distances
 
 __all__ = ["nearest_index", "group_hypercubes"]
 

@@ -16,7 +16,7 @@ by 5 for the last 20 % of the iterations), merges end points closer than a toler
 into equilibrium points and maps every start to its equilibrium point (its basin).
 
 The support function, its gradient and so the dynamics of a point are rounded
-independently of the other points evaluated with it (``dp_proto.privacy.rowwise``): a
+independently of the other points evaluated with it (``dp_proto._rowwise``): a
 record's score and end point do not depend on the batch, which the private releases of
 ``dp_proto.svdd.estimators`` rely on.
 """
@@ -29,7 +29,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from dp_proto.privacy.rowwise import ordered_matmul, ordered_row_sum
+from dp_proto._rowwise import ordered_matmul, ordered_row_sum
 from dp_proto.svdd.features import RandomFourierFeatures
 
 __all__ = ["support_function", "support_gradient", "descend", "merge_points", "Equilibria", "find_equilibria"]

@@ -18,7 +18,7 @@ import math
 import torch
 from torch import nn
 
-from dp_proto.privacy.rowwise import ordered_matmul
+from dp_proto._rowwise import ordered_matmul
 
 __all__ = ["RandomFourierFeatures", "rbf_kernel"]
 
@@ -61,7 +61,7 @@ class RandomFourierFeatures(nn.Module):
     ``cos(rho_j^T x)``, feature ``2j + 1`` is ``sin(rho_j^T x)``, up to the factor).
 
     Every row of the output is rounded independently of the other rows and of the
-    batch size (``dp_proto.privacy.rowwise``), so a record's features do not depend on
+    batch size (``dp_proto._rowwise``), so a record's features do not depend on
     which other records are mapped with it.
 
     Properties: ``phi(x) . phi(y)`` is an unbiased estimate of ``k(x, y)`` whose error

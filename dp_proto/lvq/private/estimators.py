@@ -477,8 +477,8 @@ def _set(obj, **params) -> None:
 class DPGLVQ(_DPMixin, GLVQ):
     """Differentially private GLVQ (DP class-mean initialisation + DP-SGD).
 
-    DP class-mean initialisation with ``init_fraction * epsilon`` (discrete Laplace on
-    the class counts and sums), then DP-SGD: Poisson sampling at exactly the rate ``q``,
+    DP class-mean initialisation with ``init_fraction * epsilon`` (noisy class counts and
+    sums, ``init_mechanism``), then DP-SGD: Poisson sampling at exactly the rate ``q``,
     per-sample clipping to ``C``, Gaussian noise (float64, fresh operating-system
     entropy), ``T = ceil(epochs * int(1 / q))`` steps; ``q`` and ``T`` are public settings
     that never depend on the private ``n``. The whole run is ``(epsilon, delta)``-DP under
@@ -712,8 +712,8 @@ class DPGMLVQ(_DPMixin, GMLVQ):
     """Differentially private GMLVQ (DP class-mean initialisation, identity Omega,
     DP-SGD on prototypes and Omega with joint clipping, Omega kept at the identity's scale).
 
-    DP class-mean initialisation with ``init_fraction * epsilon`` (discrete Laplace on
-    the class counts and sums), then DP-SGD: Poisson sampling at exactly the rate ``q``,
+    DP class-mean initialisation with ``init_fraction * epsilon`` (noisy class counts and
+    sums, ``init_mechanism``), then DP-SGD: Poisson sampling at exactly the rate ``q``,
     per-sample clipping to ``C``, Gaussian noise (float64, fresh operating-system
     entropy), ``T = ceil(epochs * int(1 / q))`` steps; ``q`` and ``T`` are public settings
     that never depend on the private ``n``. The whole run is ``(epsilon, delta)``-DP under
@@ -734,8 +734,9 @@ class DPGMLVQ(_DPMixin, GMLVQ):
     epochs : float, default 50
         ``T = ceil(epochs * int(1 / q))`` DP-SGD steps
         (``DPSGDPlan``).
-    init_fraction : float, default 0.2
-        Share of epsilon spent on the DP class-mean initialisation.
+    init_fraction : float, default 0.3
+        Share of epsilon spent on the DP class-mean initialisation. Why the default:
+        docs/dpsgd.md ("Defaults chosen on development sets").
     init_mechanism : {"gaussian", "laplace"}, default "gaussian"
         The noise of the initialisation's class sums: the Gaussian mechanism on their l2
         sensitivity ``sqrt(d)`` at the run's ``delta``, or Laplace on their l1 sensitivity
@@ -919,7 +920,7 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         sampling_rate=0.01,
         max_grad_norm=0.5,
         epochs=50,
-        init_fraction=0.2,
+        init_fraction=0.3,
         init_mechanism="gaussian",
         calibration="ledger",
         bounds=None,
@@ -986,8 +987,8 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
     """Differentially private localized GMLVQ (DP class-mean initialisation + DP-SGD on
     the prototypes and one Omega per prototype).
 
-    DP class-mean initialisation with ``init_fraction * epsilon`` (discrete Laplace on
-    the class counts and sums), then DP-SGD: Poisson sampling at exactly the rate ``q``,
+    DP class-mean initialisation with ``init_fraction * epsilon`` (noisy class counts and
+    sums, ``init_mechanism``), then DP-SGD: Poisson sampling at exactly the rate ``q``,
     per-sample clipping to ``C``, Gaussian noise (float64, fresh operating-system
     entropy), ``T = ceil(epochs * int(1 / q))`` steps; ``q`` and ``T`` are public settings
     that never depend on the private ``n``. The whole run is ``(epsilon, delta)``-DP under

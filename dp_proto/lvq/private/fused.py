@@ -47,12 +47,11 @@ from dp_proto.lvq.private.grad_samplers import (
     lgmlvq_clipping_norms,
     winner_differences,
 )
-from dp_proto.lvq.private.winners import rounding_gamma, settled_winners
+from dp_proto.lvq.private.winners import settled_winners
 from dp_proto.privacy.data_parallel import DataParallel
 from dp_proto.privacy.dpsgd_plan import BudgetedEpochs
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.randomness import fresh_generator
-from dp_proto.privacy.rowwise import ordered_matmul, ordered_row_sum, ordered_sq_distances
 from dp_proto.privacy.sampling import poisson_batch_index
 from dp_proto.privacy.testing import intercept
 
@@ -262,16 +261,15 @@ class _GLVQTerms:
     product."""
 
     def __init__(self, layer: GLVQLayer, x: Tensor):
-        self.w, self.x = layer.prototypes, x
+        self.layer, self.w, self.x = layer, layer.prototypes, x
         self.distances = _pairwise_sq(x, self.w)  # as the layer's forward
         self.diff: Tensor | None = None
 
     def rounding_bound(self) -> Tensor:
-        # the expansion |x|^2 + |w|^2 - 2 x.w and the index-order sum of squared differences
-        return _size_bound(self.x, self.w.detach(), self.x.shape[1] + 3)
+        return self.layer.rounding_bound(self.x)
 
     def ordered_rows(self, rows: Tensor) -> Tensor:
-        return ordered_sq_distances(self.x[rows], self.w.detach())
+        return self.layer.ordered_distances(self.x[rows])
 
     def winner_distances(self, index: Tensor) -> Tensor:
         self.index = index
@@ -318,14 +316,10 @@ class _GMLVQTerms:
         self.metric: tuple[Tensor, Tensor] | None = None
 
     def rounding_bound(self) -> Tensor:
-        # the projections (inner dimension d, twice) and the expansion or index-order sum (r)
-        omega = self.layer.omega.detach()
-        d, rank = omega.shape[1], omega.shape[0]
-        return _size_bound(self.x, self.layer.prototypes.detach(), 2 * d + rank + 3) * omega.square().sum()
+        return self.layer.rounding_bound(self.x)
 
     def ordered_rows(self, rows: Tensor) -> Tensor:
-        u = ordered_matmul(self.x[rows], self.layer.omega.detach().T)  # (m, r)
-        return ordered_sq_distances(u, self.pw)
+        return self.layer.ordered_distances(self.x[rows])
 
     def winner_distances(self, index: Tensor) -> Tensor:
         self.index = index
@@ -385,19 +379,10 @@ class _LGMLVQTerms:
         self.distances = self.evaluation.distances
 
     def rounding_bound(self) -> Tensor:
-        # the quadratic form (inner dimension d^2) or the projections, and the index-order rows
-        omegas = self.layer.omegas.detach()
-        _, rank, d = omegas.shape
-        depth = 2 * d + rank + 3 + (d * d + 1 if quadratic_layout(self.layer) else 0)
-        largest = omegas.square().sum((1, 2)).max()
-        return _size_bound(self.x, self.layer.prototypes.detach(), depth) * largest
+        return self.layer.rounding_bound(self.x)
 
     def ordered_rows(self, rows: Tensor) -> Tensor:
-        omegas, w = self.layer.omegas.detach(), self.layer.prototypes.detach()
-        n_prototypes, rank, d = omegas.shape
-        u = ordered_matmul(self.x[rows], omegas.permute(2, 0, 1).reshape(d, n_prototypes * rank))
-        pw = torch.einsum("wd,wrd->wr", w, omegas)  # the parameters only: the same in any batch
-        return ordered_row_sum((u.view(-1, n_prototypes, rank) - pw).square())
+        return self.layer.ordered_distances(self.x[rows])
 
     def winner_distances(self, index: Tensor) -> Tensor:
         omegas, w = self.layer.omegas, self.layer.prototypes
@@ -442,15 +427,6 @@ class _LGMLVQTerms:
             same = [dense[q] for q in dense if weights[q] is a]
             dense[p] = same[0] if same else _dense(a, self.index, self.layer.num_prototypes)
         return self.evaluation.gradients(dense)
-
-
-def _size_bound(x: Tensor, w: Tensor, depth: int) -> Tensor:
-    """``(B,)``: ``2 gamma_depth (|x_i| + max_k |w_k|)^2``, the rounding bound of squared
-    distances between ``x (B, d)`` and ``w (W, d)`` formed by sums of at most ``depth``
-    terms (times the metric's squared Frobenius norm for GMLVQ and LGMLVQ); the factor
-    2 covers the rounding of the norms themselves."""
-    reach = torch.linalg.vector_norm(x, dim=1) + torch.linalg.vector_norm(w, dim=1).max()
-    return 2.0 * rounding_gamma(depth, x.dtype) * reach.square()
 
 
 _TERMS: dict[type, type] = {GLVQLayer: _GLVQTerms, GMLVQLayer: _GMLVQTerms, LGMLVQLayer: _LGMLVQTerms}

@@ -20,7 +20,7 @@ batch's rounding.
    to the runner-up in the target's class and in the other classes, and the distance of
    ``d+ + d-`` from the clamp) from the batch's distances: they equal the winners in exact
    arithmetic, whatever the batch;
-3. recomputes the other rows in index order (``dp_proto.privacy.rowwise``: the same bits
+3. recomputes the other rows in index order (``dp_proto._rowwise``: the same bits
    in any batch) and takes their winners from those;
 4. returns the winners' distances from explicit differences, ``||x_i - w_k||^2`` (GLVQ)
    or ``||Omega x_i - Omega w_k||^2`` (the metric layers), and for the recomputed rows in
@@ -37,15 +37,12 @@ from __future__ import annotations
 
 from typing import Protocol
 
-import torch
 from torch import Tensor
 
 from dp_proto.lvq.losses import DISTANCE_SUM_CLAMP, glvq_winners, glvq_winners_and_runner_up_gaps
+from dp_proto.lvq.settle import SETTLED_DTYPES
 
-__all__ = ["DistanceTerms", "settled_winners", "rounding_gamma", "SETTLED_DTYPES"]
-
-#: The dtypes whose winners ``settled_winners`` makes independent of the batch.
-SETTLED_DTYPES = (torch.float64,)
+__all__ = ["DistanceTerms", "settled_winners"]
 
 
 class DistanceTerms(Protocol):
@@ -67,15 +64,6 @@ class DistanceTerms(Protocol):
         """``(B, 2)``: the distances to the winners ``index (B, 2)`` from explicit
         differences (kept for the clipping norms and sums)."""
         ...
-
-
-def rounding_gamma(n: int, dtype: torch.dtype) -> float:
-    """``gamma_n = n u / (1 - n u)`` for the unit roundoff ``u`` of ``dtype``: the
-    relative error bound of a sum or dot product of ``n`` terms (Higham 2002, 3.1)."""
-    nu = n * torch.finfo(dtype).eps / 2.0
-    if nu >= 0.5:
-        raise ValueError(f"gamma_{n} is not defined for {dtype}: n u = {nu}")
-    return nu / (1.0 - nu)
 
 
 def settled_winners(

@@ -1,4 +1,4 @@
-"""A record's clipped gradient does not depend on the rest of its batch (float64, fused engine).
+"""A record's clipped gradient does not depend on the rest of its batch (float64, every engine).
 
 BLAS rounds a row of the batch's distances differently by batch size and row position.
 Two states turn those last bits into large moves of other records' clipped gradients:
@@ -22,7 +22,7 @@ import torch
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.fused import CLIPPED_SUM_SLACK
-from tests.lvq.private.clipped_sums import engine_sum
+from tests.lvq.private.clipped_sums import ENGINES, engine_sum
 
 DTYPE = torch.float64
 SLACK = CLIPPED_SUM_SLACK[DTYPE]
@@ -38,7 +38,7 @@ def _model(kind: str, prototypes: torch.Tensor, labels: list[int]) -> PrototypeM
     return PrototypeModel(layer, torch.tensor(labels))
 
 
-@pytest.mark.parametrize("engine", ["fused", "fused_per_parameter"])
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("kind", sorted(LAYERS))
 def test_records_near_a_close_pair_keep_their_gradient(kind: str, engine: str) -> None:
     d = DIMENSIONS[kind]
@@ -74,19 +74,20 @@ def _tie_state(kind: str, seed: int) -> tuple[PrototypeModel, torch.Tensor]:
     return _model(kind, torch.stack([own, first, second]), [0, 1, 1]), record
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("kind", sorted(LAYERS))
-def test_a_record_on_a_tie_keeps_its_winner_in_any_batch(kind: str) -> None:
+def test_a_record_on_a_tie_keeps_its_winner_in_any_batch(kind: str, engine: str) -> None:
     d = DIMENSIONS[kind]
     worst = 0.0
     for seed in range(8):
         model, record = _tie_state(kind, seed)
         gen = torch.Generator().manual_seed(100 + seed)
         others = torch.rand(64, d, generator=gen, dtype=DTYPE) * 2 - 1
-        alone = engine_sum("fused", model, record[None], torch.zeros(1, dtype=torch.long), 1.0)
+        alone = engine_sum(engine, model, record[None], torch.zeros(1, dtype=torch.long), 1.0)
         for size, position in ((1, 1), (2, 1), (7, 3), (15, 9), (63, 0), (63, 31)):
             batch = torch.cat([others[:position], record[None], others[position:size]])
             labels = torch.zeros(len(batch), dtype=torch.long)
-            with_record = engine_sum("fused", model, batch, labels, 1.0)
-            without = engine_sum("fused", model, others[:size], torch.zeros(size, dtype=torch.long), 1.0)
+            with_record = engine_sum(engine, model, batch, labels, 1.0)
+            without = engine_sum(engine, model, others[:size], torch.zeros(size, dtype=torch.long), 1.0)
             worst = max(worst, float(torch.linalg.vector_norm(with_record - without - alone)))
-    assert worst <= SLACK, f"{kind}: the record's clipped gradient moved by {worst:.6g} C with its batch"
+    assert worst <= SLACK, f"{kind} {engine}: the record's clipped gradient moved by {worst:.6g} C with its batch"

@@ -178,7 +178,7 @@ def test_paper_calibration_reports_what_it_spends():
         ).fit(Xtr, ytr)
     sgd = model.ledger_.events[-1]
     assert sgd.noise_multiplier == pytest.approx(
-        paper_noise_multiplier(1.6, 1e-5, model.sampling_rate_, model.n_iter_), rel=1e-9
+        paper_noise_multiplier((1 - model.init_fraction) * 2.0, 1e-5, model.sampling_rate_, model.n_iter_), rel=1e-9
     )
     assert model.epsilon_ == pytest.approx(model.ledger_.get_epsilon(1e-5))
 

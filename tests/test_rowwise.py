@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dp_proto.privacy.rowwise import ordered_matmul, ordered_row_sum, ordered_sq_distances
+from dp_proto._rowwise import ordered_matmul, ordered_row_sum, ordered_sq_distances
 from dp_proto.svdd.cells import nearest_index
 from dp_proto.svdd.equilibrium import descend, support_function, support_gradient
 from dp_proto.svdd.features import RandomFourierFeatures

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["ordered_matmul", "ordered_row_sum", "ordered_sq_distances"]
+__all__ = ["ordered_matmul", "ordered_row_sum", "ordered_sq_distances", "rounding_gamma"]
 
 
 def ordered_matmul(a: Tensor, b: Tensor) -> Tensor:
@@ -58,3 +58,12 @@ def ordered_sq_distances(points: Tensor, refs: Tensor) -> Tensor:
     for j in range(points.shape[1]):
         out.add_((points[:, j, None] - refs[:, j]).square())
     return out
+
+
+def rounding_gamma(n: int, dtype: torch.dtype) -> float:
+    """``gamma_n = n u / (1 - n u)`` for the unit roundoff ``u`` of ``dtype``: the relative
+    error bound of a sum or dot product of ``n`` terms (Higham 2002, section 3.1)."""
+    nu = n * torch.finfo(dtype).eps / 2.0
+    if nu >= 0.5:
+        raise ValueError(f"gamma_{n} is not defined for {dtype}: n u = {nu}")
+    return nu / (1.0 - nu)
