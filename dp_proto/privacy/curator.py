@@ -9,7 +9,11 @@ dp_proto therefore never raises a warning or an exception whose presence or text
 depends on private records. Such diagnostics go to:
 
 * the logger ``"dp_proto.curator"`` at DEBUG level (``logging.getLogger("dp_proto.curator")
-  .setLevel(logging.DEBUG)`` and a handler to see them), and
+  .setLevel(logging.DEBUG)`` and a handler to see them), and at WARNING when a fit's
+  records look wrong for its public settings (more than ``OUTSIDE_BOUNDS_SHARE`` of them
+  outside the declared bounds): Python prints WARNING records on stderr when no logging
+  is configured, so the person running the fit sees it by default, and it never becomes
+  a ``warnings`` warning that a release or a notebook output would carry; and
 * the fitted attribute ``curator_`` of an estimator (a dict), documented as
   curator-only: delete it (``del est.curator_``) before publishing a fitted estimator.
 
@@ -22,9 +26,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-__all__ = ["CURATOR_LOGGER", "curator_log", "curator_attach"]
+__all__ = ["CURATOR_LOGGER", "OUTSIDE_BOUNDS_SHARE", "curator_log", "curator_attach", "curator_outside_bounds"]
 
 CURATOR_LOGGER = logging.getLogger("dp_proto.curator")
+
+#: Share of a fit's records outside its public bounds above which the curator channel
+#: warns (``curator_outside_bounds``).
+OUTSIDE_BOUNDS_SHARE = 0.1
 
 
 def curator_log(message: str, *args: Any) -> None:
@@ -41,3 +49,24 @@ def curator_attach(estimator: Any, **diagnostics: Any) -> None:
     estimator.curator_ = store
     for key, value in diagnostics.items():
         curator_log("%s.%s = %r", type(estimator).__name__, key, value)
+
+
+def curator_outside_bounds(
+    estimator: Any, num_outside: int, num_records: int, *, clipped: bool = True, bounds: str = "bounds"
+) -> None:
+    """Attach how many of ``num_records`` records lie outside the public ``bounds``
+    (``num_clipped`` when they were clipped into them, else ``num_outside_bounds``) and,
+    when more than ``OUTSIDE_BOUNDS_SHARE`` of them do, log a WARNING on the curator
+    channel naming the share: wrong public bounds otherwise only show as a poor score."""
+    curator_attach(estimator, **{"num_clipped" if clipped else "num_outside_bounds": num_outside})
+    if num_records > 0 and num_outside > OUTSIDE_BOUNDS_SHARE * num_records:
+        CURATOR_LOGGER.warning(
+            "%s: %d of %d records (%.0f%%) lie outside the public %s%s; check them (curator-only: computed "
+            "from the private data without noise, do not publish this line)",
+            type(estimator).__name__,
+            num_outside,
+            num_records,
+            100.0 * num_outside / num_records,
+            bounds,
+            " and were clipped into them" if clipped else "",
+        )

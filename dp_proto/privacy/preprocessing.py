@@ -55,7 +55,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from dp_proto.exceptions import DataValidationError
 from dp_proto.privacy.calibration import check_delta, check_epsilon
 from dp_proto.privacy.clipping import clip_box, clip_l2
-from dp_proto.privacy.curator import curator_attach
+from dp_proto.privacy.curator import curator_outside_bounds
 from dp_proto.privacy.events import PrivacyEvent
 from dp_proto.privacy.ledger import PrivacyLedger, SharedLedger, check_shared_ledger
 from dp_proto.privacy.mechanisms import gaussian_mechanism, plan_gaussian
@@ -198,7 +198,7 @@ class DPStandardScaler(TransformerMixin, BaseEstimator):
         lower, upper = self._bounds(d)
         centre, half = (lower + upper) / 2, (upper - lower) / 2
         clipped = clip_box(torch.as_tensor(X), torch.as_tensor(lower), torch.as_tensor(upper))
-        curator_attach(self, num_clipped=clipped.num_clipped)
+        curator_outside_bounds(self, clipped.num_clipped, len(X))
         xc = clipped.values - torch.as_tensor(centre)  # |xc_j| <= half_j
         half_t = torch.as_tensor(half)
         squares = xc**2 - half_t**2 / 2  # |.| <= half_j^2 / 2
@@ -300,7 +300,7 @@ class DPPCA(TransformerMixin, BaseEstimator):
         d = X.shape[1]
         self._check_params(d)
         clipped = clip_l2(torch.as_tensor(X), float(self.norm_bound))
-        curator_attach(self, num_clipped=clipped.num_clipped)
+        curator_outside_bounds(self, clipped.num_clipped, len(X), bounds="norm bound")
         rows, cols = torch.triu_indices(d, d)
         # the upper triangle with the off-diagonal entries times sqrt(2): its l2 norm is
         # ||x x^T||_F = ||x||^2 <= C^2 for one record's x x^T, and that bound is reached by

@@ -46,7 +46,7 @@ from dp_proto._neighbours import knn_predict
 from dp_proto._validation import torch_device, torch_dtype
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.privacy.calibration import optional_epsilon
-from dp_proto.privacy.curator import curator_attach
+from dp_proto.privacy.curator import curator_attach, curator_outside_bounds
 from dp_proto.privacy.domain import public_classes
 from dp_proto.privacy.events import DiscreteLaplaceEvent, NonPrivateEvent, PrivacyEvent, PureEvent
 from dp_proto.privacy.ledger import PrivacyLedger
@@ -1055,6 +1055,8 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         self.__dict__.pop("curator_", None)
         self.__dict__.pop("n_starts_", None)  # set below by random starts only: none left from a refit
         self.is_private_ = private and mode != "training"
+        if self.bounds is not None:  # the start points' box: records far outside it are missed
+            curator_outside_bounds(self, _count_outside(X, self.bounds), X.shape[0], clipped=False)
         single = self.classes_[np.bincount(y_index, minlength=c) == 1]
         if self.is_private_:
             # Whether a class has one record is decided by that record: curator only.
@@ -1270,3 +1272,10 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
     def predict(self, X) -> np.ndarray:
         """Class labels for ``X (m, d)``: shape ``(m,)``."""
         return self.classes_[self._predict_index(X).cpu().numpy()]
+
+
+def _count_outside(X: torch.Tensor, bounds: Any) -> int:
+    """How many rows of ``X (n, d)`` leave the box ``bounds = (lower, upper)`` (scalars or
+    ``(d,)``) in some coordinate (curator-only: it counts private records)."""
+    lower, upper = (torch.as_tensor(np.asarray(b, dtype=np.float64), dtype=X.dtype, device=X.device) for b in bounds)
+    return int(((X < lower) | (X > upper)).any(1).sum())

@@ -8,7 +8,10 @@ Known counterexamples are reproduced where they are small enough.
 
 from __future__ import annotations
 
+import logging
 import math
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -292,6 +295,33 @@ def test_clipped_count_is_curator_only_and_nothing_warns():
     assert est.curator_["num_clipped"] == 1
     assert not hasattr(est, "num_clipped_")
     assert not hasattr(est.scaler_, "num_clipped_")  # the old code left it here after `del`
+
+
+def test_wrong_bounds_are_told_on_the_curator_channel_at_warning(caplog):
+    """Most records outside the public bounds: a WARNING on ``dp_proto.curator`` (stderr
+    when no logging is configured), never a ``warnings`` warning; one record out: silent."""
+    X, y = _iris()
+    with caplog.at_level(logging.WARNING, logger="dp_proto.curator"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = DPGLVQ(epsilon=2.0, bounds=(0, 1), classes=[0, 1, 2], sampling_rate=0.2, epochs=1).fit(X, y)
+    assert est.curator_["num_clipped"] == len(X)
+    lines = [r.getMessage() for r in caplog.records if r.name == "dp_proto.curator" and r.levelno == logging.WARNING]
+    assert lines and f"{len(X)} of {len(X)} records (100%) lie outside the public bounds" in lines[0]
+    caplog.clear()
+    X = X.copy()
+    X[0, 0] = 100.0
+    with caplog.at_level(logging.WARNING, logger="dp_proto.curator"):
+        DPGLVQ(epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], sampling_rate=0.2, epochs=1).fit(X, y)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_the_curator_warning_reaches_stderr_without_logging_configured():
+    code = (
+        "import numpy as np; from dp_proto.privacy import DPStandardScaler; "
+        "DPStandardScaler(epsilon=1.0, bounds=(0, 1)).fit(np.full((50, 3), 5.0))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert "50 of 50 records (100%) lie outside the public bounds and were clipped into them" in done.stderr
 
 
 def test_dp_sgd_estimator_passes_the_neighbour_check():

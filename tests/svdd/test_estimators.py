@@ -372,3 +372,18 @@ def test_refit_in_another_start_mode_leaves_no_grid_behind(iris):
     sparse, _ = _fit(iris, epsilon=None, starts="grid", min_count=3)
     assert bool((sparse.cell_counts_.max(1).values >= 3).all())
     assert 0 < sparse.cubes_.shape[0] < all_cubes
+
+
+def test_records_outside_the_start_box_are_told_on_the_curator_channel(iris, caplog):
+    """Public bounds that miss the data show only as a poor score: the curator channel
+    names the share (WARNING on ``dp_proto.curator``), no ``warnings`` warning does."""
+    import logging
+
+    Xtr, _, ytr, _ = iris
+    with caplog.at_level(logging.WARNING, logger="dp_proto.curator"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = PrivateSVDDClassifier(
+            epsilon=1.0, classes=[0, 1, 2], starts="uniform", bounds=(5, 6), n_starts=16, iters=0, random_state=0
+        ).fit(Xtr, ytr)
+    assert model.curator_["num_outside_bounds"] == len(Xtr)
+    assert any("lie outside the public bounds; check them" in r.getMessage() for r in caplog.records)

@@ -38,7 +38,7 @@ from dp_proto.lvq.private.dp_init import INIT_MECHANISMS, dp_class_mean_prototyp
 from dp_proto.lvq.private.dpsgd import fit_dp_sgd
 from dp_proto.lvq.release import layer_description, model_from_release, model_tensors
 from dp_proto.lvq.sparse import LOCAL_NORMALISATION_ERROR, check_penalty, metric_parameter, selected_features, sparsity
-from dp_proto.privacy.curator import curator_attach
+from dp_proto.privacy.curator import curator_outside_bounds
 from dp_proto.privacy.domain import PublicBoundsScaler, public_classes
 from dp_proto.privacy.dpsgd_plan import DPSGDPlan
 from dp_proto.privacy.events import PrivacyEvent, dp_sgd_event
@@ -328,7 +328,7 @@ class _DPMixin(_DPReleaseHooks):
             self.scaler_ = self._bounds_scaler()
             clipper = self._bounds_scaler()
             Z = clipper.transform(X)  # the stored scaler_ never sees the data (no count on it)
-            curator_attach(self, num_clipped=int(clipper.num_clipped_))
+            curator_outside_bounds(self, int(clipper.num_clipped_), len(X))
             return Z
         scaler = PublicBoundsScaler(self.scaler_.lower, self.scaler_.upper, clip=False).fit()
         return scaler.transform(X)  # predictions: same map, no privacy concern, no clipping

@@ -82,7 +82,7 @@ from dp_proto.lvq.pairwise import (
 )
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes, dp_init_events
 from dp_proto.lvq.private.estimators import DP_RELEASE_WITHHELD, FIT_SCOPE, _DPReleaseHooks
-from dp_proto.privacy.curator import curator_attach
+from dp_proto.privacy.curator import curator_outside_bounds
 from dp_proto.privacy.domain import PublicBoundsScaler, public_classes
 from dp_proto.privacy.dpsgd_plan import calibrate_noise_multiplier, check_dp_sgd_settings, sgd_steps
 from dp_proto.privacy.events import SubsampledGaussianEvent
@@ -508,7 +508,7 @@ class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
         self.scaler_ = self._bounds_scaler()
         clipper = self._bounds_scaler()
         Z = clipper.transform(X)
-        curator_attach(self, num_clipped=int(clipper.num_clipped_))
+        curator_outside_bounds(self, int(clipper.num_clipped_), len(X))
 
         tdtype = torch_dtype(self.dtype)
         x_t = torch.as_tensor(Z, dtype=tdtype, device=self.device)
