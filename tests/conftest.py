@@ -13,6 +13,15 @@ import torch
 torch.set_num_threads(int(os.environ.get("DP_PROTO_TEST_THREADS", "1")))
 
 
+@pytest.fixture(autouse=True)
+def _fresh_privacy_session():
+    """Every test starts a new session ledger (``dp_proto.privacy.session_ledger``): its
+    fits are counted from zero, independent of the tests before it."""
+    from dp_proto.privacy import reset_session
+
+    reset_session()
+
+
 @pytest.fixture(scope="session")
 def real_data_dir() -> Path:
     env = os.environ.get("DP_PROTO_DATA_DIR")

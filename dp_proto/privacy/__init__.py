@@ -66,10 +66,13 @@ from dp_proto.privacy.noise import (
 )
 from dp_proto.privacy.preprocessing import DPPCA, DPPipeline, DPStandardScaler
 from dp_proto.privacy.sampling import PoissonDataLoader
+from dp_proto.privacy.session import reset_session, session_ledger
 
 __all__ = [
     "PrivacyLedger",
     "SharedLedger",
+    "session_ledger",
+    "reset_session",
     "PrivacyEvent",
     "dp_sgd_event",
     "LaplaceEvent",

@@ -60,6 +60,7 @@ from dp_proto.privacy.events import PrivacyEvent
 from dp_proto.privacy.ledger import PrivacyLedger, SharedLedger, check_shared_ledger
 from dp_proto.privacy.mechanisms import gaussian_mechanism, plan_gaussian
 from dp_proto.privacy.randomness import noise_generator
+from dp_proto.privacy.session import record_fit, within_shared_budget
 
 __all__ = ["DPPCA", "DPPipeline", "DPStandardScaler", "PostProcessing", "PublicMap"]
 
@@ -99,6 +100,7 @@ def _release(
     )
     if shared is not None:
         shared.spend(*ledger.events)
+    record_fit(estimator, ledger, shared=shared is not None, delta=estimator.delta)
     return noisy, ledger
 
 
@@ -675,6 +677,8 @@ class DPPipeline(Pipeline):
                 shared.note_noise_source(own.noise)
         self.ledger_ = shared
         self.step_roles_ = roles
+        # the steps added their events to the session ledger; the pipeline counts as one fit
+        record_fit(self, shared, shared=self.ledger is not None, delta=shared.default_delta, add_events=False)
 
     @property
     def privacy_(self) -> dict[str, Any]:
@@ -686,7 +690,8 @@ class DPPipeline(Pipeline):
     def fit(self, X: Any, y: Any = None, **params: Any) -> DPPipeline:
         """Check every step and the planned releases against the budget, then fit the steps."""
         shared, roles = self._begin_fit(X)
-        super().fit(X, y, **params)
+        with within_shared_budget():  # the steps spend from the pipeline's budget
+            super().fit(X, y, **params)
         self._end_fit(shared, roles)
         return self
 
@@ -698,7 +703,8 @@ class DPPipeline(Pipeline):
     def fit_transform(self, X: Any, y: Any = None, **params: Any) -> Any:
         """``fit``, then the transformed ``X`` (one pass, as for ``Pipeline``)."""
         shared, roles = self._begin_fit(X)
-        Xt = super().fit_transform(X, y, **params)
+        with within_shared_budget():  # the steps spend from the pipeline's budget
+            Xt = super().fit_transform(X, y, **params)
         self._end_fit(shared, roles)
         return Xt
 
@@ -706,6 +712,7 @@ class DPPipeline(Pipeline):
     def fit_predict(self, X: Any, y: Any = None, **params: Any) -> Any:
         """``fit``, then the final step's ``fit_predict`` output (as for ``Pipeline``)."""
         shared, roles = self._begin_fit(X)
-        predicted = super().fit_predict(X, y, **params)
+        with within_shared_budget():  # the steps spend from the pipeline's budget
+            predicted = super().fit_predict(X, y, **params)
         self._end_fit(shared, roles)
         return predicted

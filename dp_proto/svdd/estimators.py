@@ -53,6 +53,7 @@ from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import noisy_count
 from dp_proto.privacy.randomness import check_noise_seed, noise_generator
 from dp_proto.privacy.release import ledger_from_manifest, ledger_manifest
+from dp_proto.privacy.session import record_fit
 from dp_proto.release import (
     Releasable,
     Release,
@@ -539,6 +540,11 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
 
     def fit(self, X, y=None) -> PrivateSVDD:
         """Fit on ``X (n, d)``; ``y`` is ignored."""
+        self._fit(X)
+        record_fit(self, self.ledger_, shared=self.ledger is not None, delta=1e-5)
+        return self
+
+    def _fit(self, X) -> None:
         self._check_params()
         private = _is_private(self.epsilon)
         X = self._as_tensor(X, fitting=True)
@@ -559,7 +565,6 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
             self.radius2_ = float(torch.quantile(scores.to(torch.float64), level))
             self.ledger_.spend(NonPrivateEvent(name="svdd/non_private"))
         self.offset_ = -self.radius2_
-        return self
 
     def decision_function(self, X) -> np.ndarray:
         """``R^2 - f^(x)`` for ``X (m, d)``: positive for inliers."""
@@ -1034,6 +1039,11 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
 
     def fit(self, X, y) -> PrivateSVDDClassifier:
         """Fit on ``X (n, d)`` and labels ``y (n,)``; see the class docstring."""
+        self._fit(X, y)
+        record_fit(self, self.ledger_, shared=self.ledger is not None, delta=1e-5)
+        return self
+
+    def _fit(self, X, y) -> None:
         self._check_params()
         private = _is_private(self.epsilon)
         mode = self._start_mode()
@@ -1107,7 +1117,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
             points = self._grid_votes(X, labels, c, eps_votes, noise)
             self.equilibria_ = self.labelled_points_ = points
             self.labelled_classes_ = self.cell_labels_
-            return self
+            return
         if mode in ("normal", "uniform"):
             self.n_starts_ = self._choose_n_starts(n_hat, c, eps_votes)
 
@@ -1148,7 +1158,6 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         labelled = self.cell_labels_[self.ep_cell_] >= 0
         self.labelled_points_ = points[labelled]
         self.labelled_classes_ = self.cell_labels_[self.ep_cell_[labelled]]
-        return self
 
     # -- the release format -------------------------------------------------------------
     _FITTED_MARK: ClassVar[str] = "labelled_points_"

@@ -52,6 +52,7 @@ from dp_proto.privacy.release import (
     parallel_manifest,
     summary_from_manifest,
 )
+from dp_proto.privacy.session import record_fit
 from dp_proto.release import Release, register_model
 
 __all__ = ["DPGLVQ", "DPGMLVQ", "DPLGMLVQ", "FIT_SCOPE"]
@@ -447,6 +448,7 @@ class _DPMixin(_DPReleaseHooks):
         # computed on the private batches would be a release outside the ledger.
         if shared is not None:
             shared.spend(*ledger.events)  # a prefix of the checked plan (a budget stop spends less)
+        record_fit(self, ledger, shared=shared is not None, delta=self.delta)
         self.ledger_ = ledger
         self.epsilon_ = ledger.get_epsilon(self.delta)
         ledger.attach(self.model_)

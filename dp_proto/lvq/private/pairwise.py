@@ -91,6 +91,7 @@ from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.randomness import fresh_generator, noise_generator
 from dp_proto.privacy.sampling import poisson_batch_index
+from dp_proto.privacy.session import record_fit
 from dp_proto.privacy.testing import intercept, per_record_coins
 from dp_proto.release import register_model
 
@@ -572,6 +573,7 @@ class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
 
         if shared is not None:
             shared.spend(*ledger.events)
+        record_fit(self, ledger, shared=shared is not None, delta=float(self.delta))
         self.ledger_ = ledger
         self.epsilon_ = ledger.get_epsilon(float(self.delta))
         self.privacy_ = ledger.summary(float(self.delta))

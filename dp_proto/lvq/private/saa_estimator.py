@@ -25,6 +25,7 @@ from dp_proto.privacy.events import ApproxEvent, PrivacyEvent
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import plan_gaussian
 from dp_proto.privacy.randomness import noise_generator
+from dp_proto.privacy.session import record_fit
 from dp_proto.release import register_model
 
 __all__ = ["SubsampleAggregateGLVQ"]
@@ -279,6 +280,7 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
             layer.prototypes.copy_(prototypes.to(tdtype))
         self.model_ = PrototypeModel(layer, labels)
         self.n_iter_ = self.epochs
+        record_fit(self, ledger, shared=False, delta=self.delta)
         self.ledger_ = ledger
         self.epsilon_ = ledger.get_epsilon(self.delta)
         ledger.attach(self.model_)

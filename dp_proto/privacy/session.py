@@ -1,0 +1,88 @@
+"""Every private fit of this process, composed: what a model selection spends.
+
+A grid search or a cross-validation fits a private estimator once per candidate and fold
+(scikit-learn's ``clone``), and each fit reports only its own ``epsilon_``. The session
+ledger records the events of every private fit of the process as well, so
+``session_ledger().get_epsilon(delta)`` bounds what all of them together reveal about a
+record that each of them saw (an over-estimate for fits on different data). It composes
+with the RDP accountant, which stays fast over hundreds of fits.
+
+When private fits without a ``SharedLedger`` add up (the 2nd, 4th, 8th, ... of them), the
+``dp_proto.budget`` logger says what they compose to at WARNING, which Python prints on
+stderr when no logging is configured; it is a log record, not a ``warnings`` warning, so
+it never travels with a release. Fits that share a ``SharedLedger`` are bounded by its
+budget and are only recorded. ``reset_session()`` starts a new count (a new analysis).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from dp_proto.privacy.ledger import PrivacyLedger
+
+__all__ = ["BUDGET_LOGGER", "session_ledger", "reset_session", "record_fit", "within_shared_budget"]
+
+BUDGET_LOGGER = logging.getLogger("dp_proto.budget")
+
+# The events of every fit, repeats of one mechanism merged into one event with their
+# count (composition is commutative), and the count of fits without a shared ledger.
+_SESSION: dict[str, Any] = {"events": [], "unshared_fits": 0, "shared_depth": 0}
+
+
+def session_ledger() -> PrivacyLedger:
+    """A ledger (RDP accountant) holding the events of every private fit of this process
+    so far: ``session_ledger().get_epsilon(1e-5)``."""
+    ledger = PrivacyLedger(accountant="rdp")
+    ledger.spend(*_SESSION["events"])
+    return ledger
+
+
+def reset_session() -> None:
+    """Forget the fits so far: an empty session ledger and a new count."""
+    _SESSION["events"] = []
+    _SESSION["unshared_fits"] = 0
+
+
+@contextmanager
+def within_shared_budget() -> Iterator[None]:
+    """Fits inside the block are bounded by a shared budget (a ``DPPipeline``'s steps):
+    recorded, never counted towards the notice."""
+    _SESSION["shared_depth"] += 1
+    try:
+        yield
+    finally:
+        _SESSION["shared_depth"] -= 1
+
+
+def record_fit(estimator: Any, ledger: PrivacyLedger, *, shared: bool, delta: float, add_events: bool = True) -> None:
+    """Add a finished private fit's events to the session ledger; for a fit without a
+    ``SharedLedger`` (``shared=False``, outside ``within_shared_budget``), log the
+    composed spend at the 2nd, 4th, 8th, ... such fit. ``delta``: the fit's delta, at
+    which the composed epsilon is stated; ``add_events=False`` counts the fit only (its
+    parts recorded their events). A fit with a non-private release is skipped."""
+    if not ledger.events or not all(event.is_private for event in ledger.events):
+        return
+    merged: list = _SESSION["events"]
+    for event in ledger.events if add_events else ():
+        same = next((i for i, seen in enumerate(merged) if seen.same_mechanism(event)), None)
+        if same is None:
+            merged.append(event)
+        else:
+            merged[same] = merged[same].with_count(merged[same].count + event.count)
+    if shared or _SESSION["shared_depth"]:
+        return
+    _SESSION["unshared_fits"] += 1
+    count = _SESSION["unshared_fits"]
+    if count >= 2 and count & (count - 1) == 0:
+        BUDGET_LOGGER.warning(
+            "%s: %d private fits in this process without a shared ledger; together they are (%.3g, %g)-DP "
+            "for a record each of them saw (dp_proto.privacy.session_ledger()). To select a model under one "
+            "budget, pass ledger=SharedLedger(budget=(epsilon, delta)) to every fit",
+            type(estimator).__name__,
+            count,
+            session_ledger().get_epsilon(delta),
+            delta,
+        )
