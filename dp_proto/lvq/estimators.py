@@ -24,6 +24,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from dp_proto._progress import wants_progress
 from dp_proto._threads import fit_threads, step_work
 from dp_proto._validation import check_finite_rows, check_labels_known, torch_device, torch_dtype
 from dp_proto.exceptions import DataValidationError
@@ -112,7 +113,7 @@ class _LVQBase(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Classif
         n_iter_no_change: int = DEFAULT_N_ITER_NO_CHANGE,
         warm_start: bool = False,
         random_state: int | np.random.RandomState | None = None,
-        verbose: int = 0,
+        verbose: int | None = None,
         device: str = "cpu",
         dtype: str = "float32",
     ) -> None:
@@ -272,7 +273,7 @@ class _LVQBase(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Classif
                 n_iter_no_change=int(self.n_iter_no_change),
                 transfer_fn=self.transfer_fn,
                 beta=self.beta,
-                progress=bool(self.verbose),
+                progress=wants_progress(self.verbose),
                 callback=callback,
             )
             if not result.converged:
@@ -295,7 +296,7 @@ class _LVQBase(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Classif
                 generator=generator,
                 transfer_fn=self.transfer_fn,
                 beta=self.beta,
-                progress=bool(self.verbose),
+                progress=wants_progress(self.verbose),
             )
         return result
 
@@ -451,9 +452,10 @@ class GLVQ(_LVQBase):
         similar data (cross-validation folds, parameter sweeps) need fewer iterations.
     random_state : int, RandomState or None, default None
         Seeds the jitter of several prototypes per class, a random Omega and shuffling.
-    verbose : int, default 0
-        1 or more: a progress bar on stderr (L-BFGS cost evaluations, or epochs) for a
-        fit that runs longer than two seconds.
+    verbose : int or None, default None
+        A progress bar on stderr (L-BFGS cost evaluations, or epochs) for a fit that runs
+        longer than two seconds: None in interactive use only (a terminal or a notebook),
+        0 never, 1 or more always.
     device : str, default "cpu"
         Torch device of the model.
     dtype : {"float32", "float64"}, default "float32"
@@ -508,7 +510,7 @@ class GLVQ(_LVQBase):
         n_iter_no_change: int = DEFAULT_N_ITER_NO_CHANGE,
         warm_start: bool = False,
         random_state: int | np.random.RandomState | None = None,
-        verbose: int = 0,
+        verbose: int | None = None,
         device: str = "cpu",
         dtype: str = "float32",
     ) -> None:
@@ -578,9 +580,10 @@ class GMLVQ(_LVQBase):
         similar data (cross-validation folds, parameter sweeps) need fewer iterations.
     random_state : int, RandomState or None, default None
         Seeds the jitter of several prototypes per class, a random Omega and shuffling.
-    verbose : int, default 0
-        1 or more: a progress bar on stderr (L-BFGS cost evaluations, or epochs) for a
-        fit that runs longer than two seconds.
+    verbose : int or None, default None
+        A progress bar on stderr (L-BFGS cost evaluations, or epochs) for a fit that runs
+        longer than two seconds: None in interactive use only (a terminal or a notebook),
+        0 never, 1 or more always.
     device : str, default "cpu"
         Torch device of the model.
     dtype : {"float32", "float64"}, default "float32"
@@ -644,7 +647,7 @@ class GMLVQ(_LVQBase):
         n_iter_no_change: int = DEFAULT_N_ITER_NO_CHANGE,
         warm_start: bool = False,
         random_state: int | np.random.RandomState | None = None,
-        verbose: int = 0,
+        verbose: int | None = None,
         device: str = "cpu",
         dtype: str = "float32",
     ) -> None:
@@ -734,9 +737,10 @@ class LGMLVQ(GMLVQ):
         similar data (cross-validation folds, parameter sweeps) need fewer iterations.
     random_state : int, RandomState or None, default None
         Seeds the jitter of several prototypes per class, a random Omega and shuffling.
-    verbose : int, default 0
-        1 or more: a progress bar on stderr (L-BFGS cost evaluations, or epochs) for a
-        fit that runs longer than two seconds.
+    verbose : int or None, default None
+        A progress bar on stderr (L-BFGS cost evaluations, or epochs) for a fit that runs
+        longer than two seconds: None in interactive use only (a terminal or a notebook),
+        0 never, 1 or more always.
     device : str, default "cpu"
         Torch device of the model.
     dtype : {"float32", "float64"}, default "float32"
@@ -791,7 +795,7 @@ class LGMLVQ(GMLVQ):
         n_iter_no_change: int = DEFAULT_N_ITER_NO_CHANGE,
         warm_start: bool = False,
         random_state: int | np.random.RandomState | None = None,
-        verbose: int = 0,
+        verbose: int | None = None,
         device: str = "cpu",
         dtype: str = "float32",
     ) -> None:

@@ -44,6 +44,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 from torch import Tensor, nn
 
+from dp_proto._progress import wants_progress
 from dp_proto._threads import fit_threads
 from dp_proto._validation import torch_device, torch_dtype
 from dp_proto.exceptions import DataValidationError
@@ -578,8 +579,9 @@ class PairwiseGMLVQ(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Cl
         Slope of the sigmoid transfer.
     random_state : int, RandomState or None, default None
         Seeds the calibration split.
-    verbose : int, default 0
-        1 or more: a progress bar on stderr for a fit longer than two seconds.
+    verbose : int or None, default None
+        A progress bar on stderr for a fit longer than two seconds: None in interactive
+        use only (a terminal or a notebook), 0 never, 1 or more always.
     device : str, default "cpu"
         Torch device.
     dtype : {"float64", "float32"}, default "float64"
@@ -643,7 +645,7 @@ class PairwiseGMLVQ(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Cl
         transfer_fn: str = "identity",
         beta: float = 1.0,
         random_state: int | np.random.RandomState | None = None,
-        verbose: int = 0,
+        verbose: int | None = None,
         device: str = "cpu",
         dtype: str = "float64",
     ) -> None:
@@ -693,7 +695,7 @@ class PairwiseGMLVQ(ValidatedClassifierMixin, PublicReleaseHooks, Releasable, Cl
             tol=self.tol,
             transfer_fn=self.transfer_fn,
             beta=self.beta,
-            progress=bool(self.verbose),
+            progress=wants_progress(self.verbose),
         )
 
     def _fit_calibration(self, scores: Tensor, labels: Tensor) -> PlattFit:

@@ -18,6 +18,7 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.feature_selection import SelectorMixin
 
+from dp_proto._progress import wants_progress
 from dp_proto._validation import torch_device, torch_dtype
 from dp_proto.lvq.estimators import GMLVQ, LGMLVQ
 from dp_proto.lvq.layers import GMLVQLayer, LGMLVQLayer
@@ -73,7 +74,8 @@ _SHARED_DOC = """
     transfer_fn : {"identity", "sigmoid"}, default "identity"
     beta : float, default 1.0
     random_state : int, RandomState or None, default None
-    verbose : int, default 0
+    verbose : int or None, default None
+        As for ``GMLVQ``: a progress bar in interactive use only by default.
     device : str, default "cpu"
     dtype : {"float64", "float32"}, default "float64"
 
@@ -114,7 +116,7 @@ class _SparseMixin(SelectorMixin):
     tol: float | None  # a float here (default 1e-6); the base class allows None
     transfer_fn: str
     beta: float
-    verbose: int
+    verbose: int | None
     dtype: str
     rank: int | None
     omega_init: str
@@ -140,7 +142,7 @@ class _SparseMixin(SelectorMixin):
         transfer_fn: str = "identity",
         beta: float = 1.0,
         random_state: int | np.random.RandomState | None = None,
-        verbose: int = 0,
+        verbose: int | None = None,
         device: str = "cpu",
         dtype: str = "float64",
     ) -> None:
@@ -202,7 +204,7 @@ class _SparseMixin(SelectorMixin):
             tol=float(self.tol),  # type: ignore[arg-type]  # a float for the sparse estimators
             transfer_fn=self.transfer_fn,
             beta=float(self.beta),
-            progress=bool(self.verbose),
+            progress=wants_progress(self.verbose),
         )
         if not result.converged:
             warnings.warn(
@@ -220,7 +222,12 @@ class _SparseMixin(SelectorMixin):
             )
         if self.refit:
             again = refit_on_support(
-                self.model_, x_t, y_t, transfer_fn=self.transfer_fn, beta=float(self.beta), progress=bool(self.verbose)
+                self.model_,
+                x_t,
+                y_t,
+                transfer_fn=self.transfer_fn,
+                beta=float(self.beta),
+                progress=wants_progress(self.verbose),
             )
             result = FitResult(
                 n_iter=result.n_iter + again.n_iter, losses=result.losses + again.losses, converged=result.converged

@@ -65,6 +65,7 @@ def component(module: str) -> str:
         "_threads",
         "_version",
         "_rowwise",
+        "_progress",
         "release",
         "__init__",
         "__version__",

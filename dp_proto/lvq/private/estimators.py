@@ -28,6 +28,7 @@ import torch
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 
+from dp_proto._progress import wants_progress
 from dp_proto._threads import fit_threads, step_work
 from dp_proto._validation import torch_device, torch_dtype
 from dp_proto.exceptions import DomainWarning
@@ -437,7 +438,7 @@ class _DPMixin(_DPReleaseHooks):
                 transfer_fn=self.transfer_fn,
                 beta=self.beta,
                 delta=self.delta,
-                progress=bool(self.verbose),
+                progress=wants_progress(self.verbose),
             )
         self.noise_multiplier_ = sigma
         self.sampling_rate_ = q
@@ -570,9 +571,10 @@ class DPGLVQ(_DPMixin, GLVQ):
         Slope of the sigmoid transfer.
     random_state : int, RandomState or None, default None
         Non-private randomness only (a random Omega initialisation); never the noise.
-    verbose : int, default 0
-        1 or more: a progress bar over the DP-SGD epochs on stderr, shown once the fit
-        has run for two seconds (it counts planned epochs, a public quantity).
+    verbose : int or None, default None
+        A progress bar over the DP-SGD epochs on stderr, shown once the fit has run for
+        two seconds (it counts planned epochs, a public quantity): None in interactive use
+        only (a terminal or a notebook), 0 never, 1 or more always.
     device : str, default "cpu"
         Torch device of the training.
     dtype : {"float64", "float32"}, default "float64"
@@ -674,7 +676,7 @@ class DPGLVQ(_DPMixin, GLVQ):
         transfer_fn="sigmoid",
         beta=16.0,
         random_state=None,
-        verbose=0,
+        verbose=None,
         device="cpu",
         dtype="float64",
     ):
@@ -831,9 +833,10 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         Slope of the sigmoid transfer.
     random_state : int, RandomState or None, default None
         Non-private randomness only (a random Omega initialisation); never the noise.
-    verbose : int, default 0
-        1 or more: a progress bar over the DP-SGD epochs on stderr, shown once the fit
-        has run for two seconds (it counts planned epochs, a public quantity).
+    verbose : int or None, default None
+        A progress bar over the DP-SGD epochs on stderr, shown once the fit has run for
+        two seconds (it counts planned epochs, a public quantity): None in interactive use
+        only (a terminal or a notebook), 0 never, 1 or more always.
     device : str, default "cpu"
         Torch device of the training.
     dtype : {"float64", "float32"}, default "float64"
@@ -944,7 +947,7 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         transfer_fn="sigmoid",
         beta=16.0,
         random_state=None,
-        verbose=0,
+        verbose=None,
         device="cpu",
         dtype="float64",
     ):
@@ -1095,9 +1098,10 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         Slope of the sigmoid transfer.
     random_state : int, RandomState or None, default None
         Non-private randomness only (a random Omega initialisation); never the noise.
-    verbose : int, default 0
-        1 or more: a progress bar over the DP-SGD epochs on stderr, shown once the fit
-        has run for two seconds (it counts planned epochs, a public quantity).
+    verbose : int or None, default None
+        A progress bar over the DP-SGD epochs on stderr, shown once the fit has run for
+        two seconds (it counts planned epochs, a public quantity): None in interactive use
+        only (a terminal or a notebook), 0 never, 1 or more always.
     device : str, default "cpu"
         Torch device of the training.
     dtype : {"float64", "float32"}, default "float64"
@@ -1208,7 +1212,7 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         transfer_fn="identity",
         beta=1.0,
         random_state=None,
-        verbose=0,
+        verbose=None,
         device="cpu",
         dtype="float64",
     ):

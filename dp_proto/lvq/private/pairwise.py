@@ -366,7 +366,7 @@ class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
         noise_seed: int | None = None,
         ledger: SharedLedger | None = None,
         random_state: Any = None,
-        verbose: int = 0,
+        verbose: int | None = None,
         device: str = "cpu",
         dtype: str = "float64",
     ) -> None:
