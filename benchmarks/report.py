@@ -258,7 +258,7 @@ def _stored_section(
 
 
 def _fit_speed(res: Results, t: dict[str, Any]) -> list[str]:
-    """Issue 28: time to accuracy of the L-BFGS settings, warm starts and the sklvq peer."""
+    """Non-private fit speed: time to accuracy of the L-BFGS settings, warm starts and the sklvq peer."""
     spec, out, p = _stored_section(res, t, "fit_speed", "Time to accuracy: L-BFGS stopping rule and dtype")
     if p is None:
         return out
@@ -390,7 +390,7 @@ def _fit_speed_load(p: dict[str, Any]) -> list[str]:
 
 
 def _fit_profile(res: Results, t: dict[str, Any]) -> list[str]:
-    """Issue 28: where an L-BFGS fit's time goes, per model and dtype."""
+    """Non-private fit speed: where an L-BFGS fit's time goes, per model and dtype."""
     spec, out, p = _stored_section(res, t, "fit_profile", "Where the time goes: a profile per model")
     if p is None:
         return out
@@ -415,7 +415,7 @@ def _fit_profile(res: Results, t: dict[str, Any]) -> list[str]:
 
 
 def _stopping_calibration(res: Results, t: dict[str, Any]) -> list[str]:
-    """Issue 28: the relative-cost rule's tol and window against validation accuracy."""
+    """Non-private fit speed: the relative-cost rule's tol and window against validation accuracy."""
     title = "How the stopping rule was chosen (validation splits only)"
     spec, out, p = _stored_section(res, t, "stopping_calibration", title)
     if p is None:
@@ -440,7 +440,7 @@ def _stopping_calibration(res: Results, t: dict[str, Any]) -> list[str]:
 
 
 def _dp_epoch(res: Results, t: dict[str, Any]) -> list[str]:
-    """Issue 28: DP-SGD seconds per epoch before and after the shared kernels."""
+    """Fit speed: DP-SGD seconds per epoch before and after the shared kernels."""
     spec = t["dp_epoch_time"]
     out = ["### DP-SGD epoch time before and after", ""] + bullets(spec["notes"])
     before, after = res.get("dp_epoch_time_before.json"), res.get("dp_epoch_time_after.json")
@@ -632,7 +632,7 @@ def _dpsgd_peers(res: Results, t: dict[str, Any]) -> list[str]:
 
 
 def _private_pipelines(res: Results, t: dict[str, Any]) -> list[str]:
-    """Issue 27: MNIST scattering + DP-GMLVQ against the targets, the papers' protocol beside
+    """Private MNIST pipelines: scattering + DP-GMLVQ against the targets, the papers' protocol beside
     the fully private one, and the DDP epoch-time ratio."""
     spec = t["private_pipelines"]
     out = ["### Fully private pipelines", ""] + bullets(spec["notes"])
@@ -645,7 +645,7 @@ def _private_pipelines(res: Results, t: dict[str, Any]) -> list[str]:
 
 
 def _feature_heads(res: Results, t: dict[str, Any]) -> list[str]:
-    """Issue 27's comparisons: scattering, random convolutions and an end-to-end DP CNN under a
+    """The private pipelines' comparisons: scattering, random convolutions and an end-to-end DP CNN under a
     GMLVQ head, fully private MNIST."""
     spec = t["feature_heads"]
     out = ["#### MNIST: which features under the private prototype head", ""] + bullets(spec["notes"])

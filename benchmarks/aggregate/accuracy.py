@@ -349,11 +349,11 @@ def main(argv: list[str] | None = None) -> int:
         "both reported; dp_sgd = DPGLVQ, Table B.1 protocol, ledger calibration (m does not apply: key '-')",
         "the bins of a (data set, m) are trained once and released at every epsilon and domain; "
         "noisy releases projected into the domain (post-processing); every bin trains on its own "
-        "(per-bin Adam state and shuffle since issue 20)",
+        "(per-bin Adam state and shuffle)",
         "reproducible noise: seeded generators for bins and releases, DPGLVQ(noise_seed=...) for dp_sgd "
-        "(the library's explicit opt-in; PrivacyLeakWarning silenced); since issue 20 SAA's sum gets "
+        "(the library's explicit opt-in; PrivacyLeakWarning silenced); SAA's sum gets "
         "discrete Gaussian noise on a public grid and COA's float64 Box-Muller release is rounded to a "
-        "public grid, so the numbers differ from runs before it",
+        "public grid (since the float-safe releases of 2026-11)",
         "reference: 'bin mean' = the noise-free mean of the bins' clipped prototypes (what SAA "
         "converges to as epsilon grows); 'GLVQ L-BFGS' = non-private GLVQ on the full training fold",
     ]

@@ -1,7 +1,6 @@
 """Probabilistic outputs of pairwise GMLVQ and the reject option (Brinkrolf 2023, section 4.6, Tables 4.2-4.4).
 
-Issue 24 names the runner ``python benchmarks/confidence.py``; that path predates the
-package layout of ``benchmarks/``: it is ``python -m benchmarks.confidence.confidence``.
+Run it as ``python -m benchmarks.confidence.confidence``.
 
 For every data set (UCI Image Segmentation and Letter): the accuracy without reject and
 the area under the accuracy-reject curve (ARC) of

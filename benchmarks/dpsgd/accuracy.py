@@ -396,8 +396,8 @@ def main(argv: list[str] | None = None) -> int:
         "coordinate); test rows are mapped with the same affine map without clipping",
         "reproducible noise: every private fit passes noise_seed (derived from --seed and the fold), "
         "the estimators' explicit opt-in (PrivacyLeakWarning silenced; the ledger records "
-        "'noise': 'reproducible'); Gaussian noise is drawn by float64 Box-Muller since issue 20, so "
-        "seeded numbers differ from runs before it",
+        "'noise': 'reproducible'); Gaussian noise is drawn by float64 Box-Muller (since the float-safe "
+        "releases of 2026-11)",
         "calibration 'ledger': noise multiplier from the ledger's PLD accountant so that the whole run "
         "(initialisation + DP-SGD) is (epsilon, delta)-DP; 'paper': Brinkrolf's (2023) "
         "sigma = 2 q sqrt(T ln(1/delta)) / (0.8 epsilon); certified_epsilon is what the ledger "

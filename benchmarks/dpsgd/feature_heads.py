@@ -1,5 +1,5 @@
 """Which features under a private prototype head: scattering, random convolutions, or a CNN
-trained end to end with DP-SGD (issue 27's comparisons).
+trained end to end with DP-SGD (the private pipelines' comparisons).
 
 MNIST, fully private, ``(epsilon, delta = 1e-5)`` for the whole model, 60000 training and
 10000 test images, pixels mapped from the public range 0..255 (nothing is read from the data

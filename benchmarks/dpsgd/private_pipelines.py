@@ -1,5 +1,5 @@
 """Fully private pipelines: DP-GMLVQ on public features, the papers' protocol beside a fully
-private one, and the DDP epoch time (issue 27).
+private one, and the DDP epoch time.
 
 Every number here is ``(epsilon, delta = 1e-5)``-DP for the *whole* pipeline unless it is
 marked as the papers' protocol (whose preprocessing reads the private data without noise).
@@ -173,7 +173,7 @@ SCATTER_INIT_FRACTION = 0.2
 NONPRIVATE_MAX_ITER = 100
 #: epsilon -> DP-GMLVQ settings, chosen on the validation split (module docstring)
 SCATTER_SETTINGS: dict[float, dict[str, float]] = {1.0: {"epochs": 30, "lr": 0.2}, 3.0: {"epochs": 80, "lr": 0.3}}
-#: issue 27's targets (test accuracy) and Tramèr & Boneh (2021)'s ScatterNet + linear model
+#: the project's targets (test accuracy) and Tramèr & Boneh (2021)'s ScatterNet + linear model
 #: at epsilon 3 on MNIST (98.7 % test accuracy), a paper value for comparison
 TARGETS = {"mnist_scatter_acc": {"1": 0.95, "3": 0.985}, "tramer_boneh_2021_scatternet_acc_eps3": 0.987}
 

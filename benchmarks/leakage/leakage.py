@@ -771,8 +771,8 @@ def main(argv: list[str] | None = None) -> int:
         "n~ the sum of the DP initialisation's noisy class counts.",
         "Reproducible noise: every private run is seeded from its training seed (DPGLVQ(noise_seed=...), "
         "seeded generators for SAA and COA), the library's explicit opt-in (its PrivacyLeakWarning is "
-        "silenced). Since issue 20 Gaussian noise is float64 Box-Muller and SAA's bins train "
-        "independently, so the numbers differ from runs before it.",
+        "silenced). Gaussian noise is float64 Box-Muller and SAA's bins train independently "
+        "(since the float-safe releases of 2026-11).",
         "Significance across 400 different data sets measures an average effect of the record: "
         "epsilon-DP neither implies that it is insignificant nor is a significant shift a "
         "violation; the audit is the DP check.",

@@ -1,4 +1,4 @@
-"""Seconds per DP-SGD epoch of the private LVQ estimators (fused engine), for issue 28's
+"""Seconds per DP-SGD epoch of the private LVQ estimators (fused engine), for the fit-speed
 "before and after" of the shared distance kernels.
 
 ``DPGLVQ``, ``DPGMLVQ`` and ``DPLGMLVQ`` with their defaults (fused engine, sigmoid

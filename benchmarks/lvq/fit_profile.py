@@ -1,4 +1,4 @@
-"""Where the time of an L-BFGS fit of GLVQ, GMLVQ and LGMLVQ goes (issue 28's profile).
+"""Where the time of an L-BFGS fit of GLVQ, GMLVQ and LGMLVQ goes (the fit-speed profile).
 
 For each data set (the first of 3 stratified training folds, z-scored; MNIST also
 ``PCA(30)``), model and dtype, one cost evaluation is split into its parts, each timed as
@@ -152,7 +152,7 @@ def profile_model(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="Where the time of an LVQ L-BFGS fit goes (issue 28).")
+    p = argparse.ArgumentParser(description="Where the time of an LVQ L-BFGS fit goes.")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS))
     p.add_argument("--threads", type=int, default=2)

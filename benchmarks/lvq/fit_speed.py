@@ -1,4 +1,4 @@
-"""Time to accuracy of GLVQ, GMLVQ and LGMLVQ under four L-BFGS settings (issue 28).
+"""Time to accuracy of GLVQ, GMLVQ and LGMLVQ under four L-BFGS settings.
 
 How fast does a non-private fit reach its test accuracy, with the estimators' defaults
 (the relative-cost stopping rule, float32) against the rule and dtype they had before
@@ -144,7 +144,7 @@ HEADLINE_RATIOS: dict[str, tuple[str, str, str]] = {
 #: The headline keys, the same in the full run and ``--quick`` (null where a set was not run).
 HEADLINE_KEYS = (*HEADLINE_CELLS, *HEADLINE_RATIOS)
 
-#: Issue 28's targets on the headline (``reference``: the value of that setting in the same run).
+#: The fit-speed targets on the headline (``reference``: the value of that setting in the same run).
 TARGETS: dict[str, dict[str, Any]] = {
     "optdigits_lgmlvq_fit_s": {"label": "optdigits LGMLVQ: median fit time per fold (s)", "op": "<=", "value": 10.0},
     "optdigits_lgmlvq_acc": {"label": "optdigits LGMLVQ: test accuracy", "op": ">=", "value": 0.975},

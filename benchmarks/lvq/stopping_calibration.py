@@ -1,4 +1,4 @@
-"""How the stopping rule's ``tol`` and window were chosen (issue 28), on validation data
+"""How the stopping rule's ``tol`` and window were chosen, on validation data
 only.
 
 For optdigits (64 features), Image Segmentation, Letter and MNIST (a stratified subsample

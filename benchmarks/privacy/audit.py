@@ -14,7 +14,7 @@ and reports a lower bound on the true epsilon that holds with 95 % confidence
 * ``broken_laplace_claims1``: a deliberately under-noised Laplace mechanism (scale
   halved: claims epsilon 1, is 2-DP) that the audit must flag.
 
-Whole trainers (issue 20), each with a deliberately broken variant the audit must flag:
+Whole trainers, each with a deliberately broken variant the audit must flag:
 
 * ``saa``: ``SubsampleAggregateGLVQ`` end to end (i.i.d. bins, per-bin GLVQ,
   projection, Gaussian noise; 16 bins, epsilon 2) with a class-0 canary at the domain's

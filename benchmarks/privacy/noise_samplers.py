@@ -1,6 +1,6 @@
 """Discrete Laplace and Gaussian samplers: dp-proto's vectorised samplers against OpenDP's exact ones.
 
-Float-safe releases (issue 20) add integer noise ``P(k) ~ exp(-|k| / b)`` to values on a
+Float-safe releases add integer noise ``P(k) ~ exp(-|k| / b)`` to values on a
 public grid. Two samplers can draw it:
 
 * ``dp_proto``: :func:`dp_proto.privacy.noise.discrete_laplace_noise`, the difference of

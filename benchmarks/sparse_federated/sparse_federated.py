@@ -1,7 +1,6 @@
 """Sparse LGMLVQ and federated LVQ (Brinkrolf 2023, chapters 5 and 6; Tables 5.2 and 6.1).
 
-Issue 25 names the runner ``python benchmarks/sparse_federated.py``; in the package layout
-of ``benchmarks/`` it is ``python -m benchmarks.sparse_federated.sparse_federated``.
+Run it as ``python -m benchmarks.sparse_federated.sparse_federated``.
 
 Sparse part (Table 5.2 shape): on UCI optdigits (5620 x 64) and a synthetic set with planted
 strongly relevant, redundant and irrelevant features (``dp_proto.data.feature_relevance_set``,
