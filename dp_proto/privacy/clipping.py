@@ -16,10 +16,12 @@ __all__ = ["ClipResult", "clip_l2", "clip_box"]
 
 
 class ClipResult(NamedTuple):
-    """The clipped tensor and the number of records (rows) that were changed."""
+    """The clipped tensor, the number of records (rows) that were changed and the number
+    of entries that were (for ``clip_l2``: every entry of a scaled row)."""
 
     values: Tensor
     num_clipped: int
+    num_entries_clipped: int
 
 
 def clip_l2(x: Tensor, max_norm: float) -> ClipResult:
@@ -34,14 +36,16 @@ def clip_l2(x: Tensor, max_norm: float) -> ClipResult:
     norms = x.reshape(x.shape[0], -1).norm(dim=1)
     factor = (max_norm / norms.clamp_min(1e-300)).clamp(max=1.0)
     shape = (-1,) + (1,) * (x.dim() - 1)
-    return ClipResult(x * factor.reshape(shape).to(x.dtype), int((norms > max_norm).sum()))
+    scaled = int((norms > max_norm).sum())
+    return ClipResult(x * factor.reshape(shape).to(x.dtype), scaled, scaled * (x[0].numel() if len(x) else 0))
 
 
 def clip_box(x: Tensor, lower: float | Tensor = -1.0, upper: float | Tensor = 1.0) -> ClipResult:
     """Clamp ``x (n, ...)`` coordinate-wise into ``[lower, upper]``.
 
-    Returns the clamped tensor and the number of rows with at least one coordinate
-    outside the box. NaN raises ``ValueError`` (it has no place in any box).
+    Returns the clamped tensor, the number of rows with at least one coordinate outside
+    the box and the number of such coordinates. NaN raises ``ValueError`` (it has no place
+    in any box).
     """
     lower_t = torch.as_tensor(lower, dtype=x.dtype, device=x.device)
     upper_t = torch.as_tensor(upper, dtype=x.dtype, device=x.device)
@@ -51,4 +55,5 @@ def clip_box(x: Tensor, lower: float | Tensor = -1.0, upper: float | Tensor = 1.
         raise ValueError("x contains NaN; it cannot be clipped into a box")
     beyond = (x < lower_t) | (x > upper_t)
     outside = beyond.flatten(1).any(dim=1) if x.dim() > 1 else beyond
-    return ClipResult(torch.maximum(torch.minimum(x, upper_t), lower_t), int(outside.sum()))
+    values = torch.maximum(torch.minimum(x, upper_t), lower_t)
+    return ClipResult(values, int(outside.sum()), int(beyond.sum()))

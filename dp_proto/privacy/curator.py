@@ -52,21 +52,31 @@ def curator_attach(estimator: Any, **diagnostics: Any) -> None:
 
 
 def curator_outside_bounds(
-    estimator: Any, num_outside: int, num_records: int, *, clipped: bool = True, bounds: str = "bounds"
+    estimator: Any,
+    num_outside: int,
+    num_records: int,
+    *,
+    entries: tuple[int, int] | None = None,
+    clipped: bool = True,
+    bounds: str = "bounds",
 ) -> None:
     """Attach how many of ``num_records`` records lie outside the public ``bounds``
     (``num_clipped`` when they were clipped into them, else ``num_outside_bounds``) and,
     when more than ``OUTSIDE_BOUNDS_SHARE`` of them do, log a WARNING on the curator
-    channel naming the share: wrong public bounds otherwise only show as a poor score."""
+    channel naming the share: wrong public bounds otherwise only show as a poor score.
+    ``entries = (outside, total)``: judge the share on the entries instead (a box in many
+    dimensions, where a record with one coordinate in a heavy tail is common and harmless)."""
     curator_attach(estimator, **{"num_clipped" if clipped else "num_outside_bounds": num_outside})
-    if num_records > 0 and num_outside > OUTSIDE_BOUNDS_SHARE * num_records:
+    outside, total = entries if entries is not None else (num_outside, num_records)
+    if total > 0 and outside > OUTSIDE_BOUNDS_SHARE * total:
         CURATOR_LOGGER.warning(
-            "%s: %d of %d records (%.0f%%) lie outside the public %s%s; check them (curator-only: computed "
+            "%s: %d of %d %s (%.0f%%) lie outside the public %s%s; check them (curator-only: computed "
             "from the private data without noise, do not publish this line)",
             type(estimator).__name__,
-            num_outside,
-            num_records,
-            100.0 * num_outside / num_records,
+            outside,
+            total,
+            "values" if entries is not None else "records",
+            100.0 * outside / total,
             bounds,
             " and were clipped into them" if clipped else "",
         )

@@ -123,6 +123,8 @@ class PublicBoundsScaler(TransformerMixin, BaseEstimator):
     ----------
     num_clipped_ : int
         Rows clipped by the last ``transform``.
+    num_entries_clipped_ : int
+        Entries clipped by the last ``transform``.
     """
 
     def __init__(self, lower=0.0, upper=1.0, clip: bool = True, warn: bool = True) -> None:
@@ -164,10 +166,11 @@ class PublicBoundsScaler(TransformerMixin, BaseEstimator):
         is_tensor = isinstance(X, torch.Tensor)
         arr = X.detach().cpu().double().numpy() if is_tensor else np.asarray(X, dtype=np.float64)
         out = 2.0 * (arr - self.lower_) / (self.upper_ - self.lower_) - 1.0
-        self.num_clipped_ = 0
+        self.num_clipped_ = self.num_entries_clipped_ = 0
         if self.clip:
             clipped = clip_box(torch.from_numpy(np.ascontiguousarray(out)))
             out, self.num_clipped_ = clipped.values.numpy(), clipped.num_clipped
+            self.num_entries_clipped_ = clipped.num_entries_clipped
             bounds = describe_bounds(self.lower_, self.upper_)
             warn_clipped(self.num_clipped_, len(out), private=not self.warn, bounds=bounds)
         return torch.as_tensor(out, dtype=X.dtype, device=X.device) if is_tensor else out

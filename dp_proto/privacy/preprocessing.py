@@ -200,7 +200,9 @@ class DPStandardScaler(TransformerMixin, BaseEstimator):
         lower, upper = self._bounds(d)
         centre, half = (lower + upper) / 2, (upper - lower) / 2
         clipped = clip_box(torch.as_tensor(X), torch.as_tensor(lower), torch.as_tensor(upper))
-        curator_outside_bounds(self, clipped.num_clipped, len(X))
+        curator_outside_bounds(
+            self, clipped.num_clipped, len(X), entries=(clipped.num_entries_clipped, math.prod(X.shape))
+        )
         xc = clipped.values - torch.as_tensor(centre)  # |xc_j| <= half_j
         half_t = torch.as_tensor(half)
         squares = xc**2 - half_t**2 / 2  # |.| <= half_j^2 / 2

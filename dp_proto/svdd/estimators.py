@@ -1066,7 +1066,8 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         self.__dict__.pop("n_starts_", None)  # set below by random starts only: none left from a refit
         self.is_private_ = private and mode != "training"
         if self.bounds is not None:  # the start points' box: records far outside it are missed
-            curator_outside_bounds(self, _count_outside(X, self.bounds), X.shape[0], clipped=False)
+            records, entries = _count_outside(X, self.bounds)
+            curator_outside_bounds(self, records, X.shape[0], entries=(entries, X.numel()), clipped=False)
         single = self.classes_[np.bincount(y_index, minlength=c) == 1]
         if self.is_private_:
             # Whether a class has one record is decided by that record: curator only.
@@ -1283,8 +1284,9 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         return self.classes_[self._predict_index(X).cpu().numpy()]
 
 
-def _count_outside(X: torch.Tensor, bounds: Any) -> int:
+def _count_outside(X: torch.Tensor, bounds: Any) -> tuple[int, int]:
     """How many rows of ``X (n, d)`` leave the box ``bounds = (lower, upper)`` (scalars or
-    ``(d,)``) in some coordinate (curator-only: it counts private records)."""
+    ``(d,)``) in some coordinate, and how many entries do (curator-only: private counts)."""
     lower, upper = (torch.as_tensor(np.asarray(b, dtype=np.float64), dtype=X.dtype, device=X.device) for b in bounds)
-    return int(((X < lower) | (X > upper)).any(1).sum())
+    beyond = (X < lower) | (X > upper)
+    return int(beyond.any(1).sum()), int(beyond.sum())

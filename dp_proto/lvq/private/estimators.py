@@ -19,6 +19,7 @@ nothing curator-only, no noise seed); ``dp_proto.load_release(path)`` loads it b
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -330,7 +331,9 @@ class _DPMixin(_DPReleaseHooks):
             self.scaler_ = self._bounds_scaler()
             clipper = self._bounds_scaler()
             Z = clipper.transform(X)  # the stored scaler_ never sees the data (no count on it)
-            curator_outside_bounds(self, int(clipper.num_clipped_), len(X))
+            curator_outside_bounds(
+                self, int(clipper.num_clipped_), len(X), entries=(int(clipper.num_entries_clipped_), math.prod(Z.shape))
+            )
             return Z
         scaler = PublicBoundsScaler(self.scaler_.lower, self.scaler_.upper, clip=False).fit()
         return scaler.transform(X)  # predictions: same map, no privacy concern, no clipping

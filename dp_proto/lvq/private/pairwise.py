@@ -58,6 +58,7 @@ curator-only (``curator_``).
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, ClassVar
 
@@ -509,7 +510,9 @@ class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
         self.scaler_ = self._bounds_scaler()
         clipper = self._bounds_scaler()
         Z = clipper.transform(X)
-        curator_outside_bounds(self, int(clipper.num_clipped_), len(X))
+        curator_outside_bounds(
+            self, int(clipper.num_clipped_), len(X), entries=(int(clipper.num_entries_clipped_), math.prod(Z.shape))
+        )
 
         tdtype = torch_dtype(self.dtype)
         x_t = torch.as_tensor(Z, dtype=tdtype, device=self.device)
