@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.privacy.calibration import check_delta, check_epsilon, check_sampling_rate
-from dp_proto.privacy.events import PLD_DISCRETISATION
+from dp_proto.privacy.events import PLD_DISCRETISATION, PLD_NOISE_MULTIPLIER_MIN
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger, dp_sgd_event
 
 __all__ = [
@@ -83,8 +83,8 @@ def _total_epsilon(
 #: Largest noise multiplier tried at all: beyond it no setting is called feasible.
 _SIGMA_MAX = 1e6
 #: Below this noise multiplier (epsilons of about 8 and more per run) PLDs get expensive;
-#: the search there takes the RDP bound (valid, slightly conservative).
-_SIGMA_PLD_MIN = 0.4
+#: the search there takes the RDP bound (valid, slightly conservative), as the ledger does.
+_SIGMA_PLD_MIN = PLD_NOISE_MULTIPLIER_MIN
 #: Evaluations the search may spend before it settles for the best feasible sigma so far.
 _MAX_EVALUATIONS = 40
 

@@ -72,10 +72,15 @@ EventKind = Literal[
 #: Value discretisation of the privacy loss distributions (pessimistic: coarser only
 #: over-estimates epsilon).
 PLD_DISCRETISATION = 1e-4
-# dp-accounting builds the PLD of an (epsilon, delta) event from exp(epsilon), which
-# overflows a float above about 709. Such releases protect nothing; the ledger composes
-# them with the rest by basic composition.
-MAX_EVENT_EPSILON = 700.0
+#: Gaussian releases with a smaller noise multiplier (an epsilon of several per release)
+#: compose by their Renyi-DP curve: their PLD spans about ``1 / sigma^2`` in privacy loss,
+#: ``1 / (sigma^2 PLD_DISCRETISATION)`` points, which exhausts memory as sigma shrinks.
+PLD_NOISE_MULTIPLIER_MIN = 0.4
+#: Releases of a larger epsilon compose with the rest by basic composition: a PLD spans
+#: about ``epsilon / PLD_DISCRETISATION`` points (seconds and gigabytes as epsilon grows;
+#: dp-accounting's ``exp(epsilon)`` overflows above about 709), and such a release
+#: protects little, so adding its epsilon loses nothing that matters.
+MAX_EVENT_EPSILON = 50.0
 
 _REGISTRY: dict[str, type[PrivacyEvent]] = {}
 # Fields of the single-class event of versions before typed events, absent from some kinds.
@@ -318,6 +323,11 @@ class GaussianEvent(_NoiseMultiplierEvent):
 
     kind: ClassVar[str] = "gaussian"
 
+    @property
+    def has_pld(self) -> bool:  # type: ignore[override]
+        """A PLD from ``PLD_NOISE_MULTIPLIER_MIN`` on; below it, the Renyi-DP curve."""
+        return float(self.noise_multiplier) >= PLD_NOISE_MULTIPLIER_MIN
+
     def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
         return pld.from_gaussian_mechanism(self.noise_multiplier, value_discretization_interval=discretization)
 
@@ -393,6 +403,11 @@ class SubsampledGaussianEvent(_NoiseMultiplierEvent):
 
     kind: ClassVar[str] = "subsampled_gaussian"
     sampling_rate: float
+
+    @property
+    def has_pld(self) -> bool:  # type: ignore[override]
+        """A PLD from ``PLD_NOISE_MULTIPLIER_MIN`` on; below it, the Renyi-DP curve."""
+        return float(self.noise_multiplier) >= PLD_NOISE_MULTIPLIER_MIN
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -491,6 +506,10 @@ class DiscreteLaplaceEvent(_EpsilonEvent):
     @property
     def pure_epsilon(self) -> float:
         return self.epsilon
+
+    @property
+    def basic_composition_only(self) -> bool:
+        return self.epsilon > MAX_EVENT_EPSILON
 
     def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
         return pld.from_discrete_laplace_mechanism(

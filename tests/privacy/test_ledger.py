@@ -3,6 +3,7 @@
 import dataclasses
 import math
 import pickle
+import time
 
 import pytest
 import torch
@@ -323,3 +324,40 @@ def test_vectorised_epsilons_fall_back_to_dp_accountings_method(monkeypatch):
 
     monkeypatch.setattr(ledger_module, "_pmf_epsilons", moved)
     assert list(ledger_module.pld_epsilons(total, [1e-6, 1e-3])) == expected
+
+
+# -- large epsilons: accounting stays small and fast ------------------------------------
+def test_releases_of_large_epsilon_compose_in_little_memory_and_time():
+    """A DP-SGD run at a tiny noise multiplier and a count at a huge epsilon (what an
+    estimator plans at epsilon 1e6) once built PLDs of millions of points and raised
+    MemoryError; they now compose by their Renyi-DP curve and by basic composition."""
+    import tracemalloc
+
+    from dp_proto.privacy import DiscreteLaplaceEvent, SubsampledGaussianEvent
+
+    ledger = PrivacyLedger()
+    ledger.spend(
+        DiscreteLaplaceEvent(150000.0, name="counts"),
+        SubsampledGaussianEvent(0.004, 0.05, count=20, name="dp_sgd"),
+    )
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        epsilon = ledger.get_epsilon(1e-5)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert math.isfinite(epsilon) and epsilon >= 150000.0
+    assert peak < 100 * 2**20 and time.perf_counter() - start < 10.0
+
+
+@pytest.mark.parametrize("epsilon", [1e3, 1e6])
+def test_an_estimator_at_a_large_epsilon_fits_quickly(epsilon):
+    from sklearn.datasets import load_digits
+
+    from dp_proto.lvq.private import DPGMLVQ
+
+    X, y = load_digits(return_X_y=True)
+    start = time.perf_counter()
+    model = DPGMLVQ(epsilon=epsilon, bounds=(0, 16), classes=range(10), epochs=1, sampling_rate=0.05).fit(X, y)
+    assert model.epsilon_ <= epsilon and time.perf_counter() - start < 30.0

@@ -261,10 +261,10 @@ def test_refusal_happens_before_noise_is_drawn():
 
 def test_clipping_counts():
     x = torch.tensor([[3.0, 4.0], [0.3, 0.4], [0.0, 0.0]])
-    out, n = clip_l2(x, 1.0)
-    assert n == 1 and torch.allclose(out[0].norm(), torch.tensor(1.0)) and torch.equal(out[1:], x[1:])
-    box, n = clip_box(torch.tensor([[0.5, -2.0], [0.1, 0.2], [1.5, 1.5]]))
-    assert n == 2 and box.abs().max() <= 1
+    out, n, entries = clip_l2(x, 1.0)
+    assert n == 1 and entries == 2 and torch.allclose(out[0].norm(), torch.tensor(1.0)) and torch.equal(out[1:], x[1:])
+    box, n, entries = clip_box(torch.tensor([[0.5, -2.0], [0.1, 0.2], [1.5, 1.5]]))
+    assert n == 2 and entries == 3 and box.abs().max() <= 1
     with pytest.raises(ValueError, match="NaN"):
         clip_box(torch.tensor([[math.nan]]))
     with pytest.raises(ValueError, match="max_norm"):
