@@ -149,11 +149,12 @@ def _readme_anonymizer(run: Run) -> None:
     raw_private = fresh_attacker_accuracy(x[1000:], s[1000:])
     z = encode(fit.module.anonymizer.encoder, x[1000:])
     regular = fresh_attacker_accuracy(z, r[1000:])
-    # hide a private one: fresh attackers do worse on the representation than on the
-    # records (0.73 against 0.89; chance 0.14) ...
-    assert report.accuracy < raw_private.accuracy - 0.08
-    # ... keep a regular label: 0.91 on the representation (0.94 on the records; chance 0.27)
-    assert regular.accuracy > regular.chance + 0.3
+    # prose: the private label about 73 % from the representation, 89 % from the records
+    # (chance 14 %); the regular label about 91 % (94 % from the records)
+    assert abs(report.accuracy - 0.73) < 0.06 and abs(raw_private.accuracy - 0.89) < 0.04
+    assert abs(report.chance - 0.14) < 0.02 and report.accuracy < raw_private.accuracy - 0.08
+    assert abs(regular.accuracy - 0.91) < 0.04
+    assert abs(fresh_attacker_accuracy(x[1000:], r[1000:]).accuracy - 0.94) < 0.04
 
 
 def _readme_svdd(run: Run) -> None:
@@ -164,11 +165,13 @@ def _readme_svdd(run: Run) -> None:
 
 
 def _readme_llp(run: Run) -> None:
-    network = run.ns["network"]  # SCATS counts in a data directory
+    network = run.ns["network"]  # SCATS counts: 138 detectors
     assert len(network.coordinates) == 138  # 138 detectors kept (docs/llp.md)
     evaluation = run.value("evaluate(result, nodes, [f[1] for f in folds])")
     assert len(evaluation.node_accuracy) == 138
-    assert evaluation.accuracy > 1 / 6  # above the uniform guess of the 6 flow classes (0.57)
+    # vote about 0.57, own models about 0.67 (chance 1/6): the vote scores below the own models
+    assert abs(evaluation.accuracy - 0.57) < 0.04 and abs(evaluation.own_accuracy - 0.67) < 0.04
+    assert evaluation.own_accuracy > evaluation.accuracy > 1 / 6
 
 
 # --------------------------------------------------------------------------- getting started
@@ -206,7 +209,13 @@ BLOCKS: dict[str, dict[int, Block]] = {
         2: Block("19f606141c2e", "save_release leaves out curator_ (clipped records, empty bins)", _readme_saa),
         3: Block("0eee5fcaa75b", "keep a regular label, hide a private one", _readme_anonymizer, slow=True),
         4: Block("943aed93ab67", "pure epsilon-DP: centre + record count + votes", _readme_svdd),
-        5: Block("722e890a0f04", "SCATS counts in a data directory", _readme_llp, slow=True, data=True),
+        5: Block(
+            "38128ba066b8",
+            "SCATS counts: 138 detectors; vote about 0.57, own models about 0.67; prose: why the vote is below",
+            _readme_llp,
+            slow=True,
+            data=True,
+        ),
     },
     GETTING_STARTED: {
         0: Block("d40efc979d4d", "a first estimator: prints its test accuracy", _gs_estimator),
@@ -240,8 +249,10 @@ class FileSession:
         self.cwd = cwd
         self.sources = fenced_blocks(name, "python")
         data = real_data_dir()
-        # the documented placeholder: "a data directory" (README, Label proportions)
+        # the documented placeholder of the docs pages; the README's block reads the variable
         self.ns: dict[str, Any] = {"__name__": "__main__", "data_dir": str(data) if data else None}
+        if data is not None:
+            os.environ.setdefault("DP_PROTO_DATA_DIR", str(data))
         self.runs: dict[int, Run] = {}
         self.failed: dict[int, BaseException] = {}
 
@@ -366,7 +377,7 @@ def test_python_block(name: str, index: int, sessions: dict[str, FileSession]) -
 
 
 def _three_fold_cv_total(sessions: dict[str, FileSession]) -> None:
-    """README: 3-fold CV of the epsilon-1 DP-GMLVQ totals 1.82 (1.72 at epochs=3), not 3.
+    """README: 3-fold CV of the epsilon-1 DP-GMLVQ totals 1.83 (1.77 at epochs=3), not 3.
 
     A fit's events depend on public settings only (not on the training fold), so three
     folds' spend is three copies of the README model's events."""
@@ -385,7 +396,7 @@ def _three_fold_cv_total(sessions: dict[str, FileSession]) -> None:
         for _ in range(3):
             shared.spend(*model.ledger_.events)
         totals[key] = round(shared.get_epsilon(), 2)
-    assert totals == {"default": 1.82, "epochs=3": 1.72}
+    assert totals == {"default": 1.83, "epochs=3": 1.77}
 
 
 def _torch_pin(_sessions: dict[str, FileSession]) -> None:
@@ -396,7 +407,7 @@ PROSE: list[tuple[str, str, Callable[[dict[str, FileSession]], None], bool]] = [
     # (file, the claim as written, its check, slow)
     (
         README,
-        "a 3-fold cross-validation of that epsilon-1 model totals 1.82 (1.72 at `epochs=3`), not 3",
+        "a 3-fold cross-validation of that epsilon-1 model totals 1.83 (1.77 at `epochs=3`), not 3",
         _three_fold_cv_total,
         True,
     ),
