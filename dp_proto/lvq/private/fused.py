@@ -252,7 +252,21 @@ def _dense(values: Tensor, index: Tensor, num_prototypes: int) -> Tensor:
     return values.new_zeros(values.shape[0], num_prototypes).scatter_(1, index, values)
 
 
-class _GLVQTerms:
+class _LayerTerms:
+    """What every layer's terms share: the rounding bound and the index-order rows of the
+    layer at the batch ``x (B, d)`` (``dp_proto.lvq.private.winners.DistanceTerms``)."""
+
+    layer: Any
+    x: Tensor
+
+    def rounding_bound(self) -> Tensor:
+        return self.layer.rounding_bound(self.x)
+
+    def ordered_rows(self, rows: Tensor) -> Tensor:
+        return self.layer.ordered_distances(self.x[rows])
+
+
+class _GLVQTerms(_LayerTerms):
     """GLVQ's clipped sum from explicit per-record vectors: record ``i``'s gradient is
     ``-2 G_ik (x_i - w_k)`` at its two winners ``k``, on two distinct rows of the
     prototypes; formed from the differences and clipped by their own norm, so no
@@ -264,12 +278,6 @@ class _GLVQTerms:
         self.layer, self.w, self.x = layer, layer.prototypes, x
         self.distances = _pairwise_sq(x, self.w)  # as the layer's forward
         self.diff: Tensor | None = None
-
-    def rounding_bound(self) -> Tensor:
-        return self.layer.rounding_bound(self.x)
-
-    def ordered_rows(self, rows: Tensor) -> Tensor:
-        return self.layer.ordered_distances(self.x[rows])
 
     def winner_distances(self, index: Tensor) -> Tensor:
         self.index = index
@@ -295,7 +303,7 @@ class _GLVQTerms:
         return {self.w: torch.zeros_like(self.w).index_add_(0, self.index.reshape(-1), update, alpha=-2.0)}
 
 
-class _GMLVQTerms:
+class _GMLVQTerms(_LayerTerms):
     """GMLVQ with the distances' projections ``u = x Omega^T``, ``Omega w``:
 
     * prototypes: ``-2 sum_ik A_ik Omega^T p_ik = -2 (A^T Z - a * Z_w)`` with
@@ -314,12 +322,6 @@ class _GMLVQTerms:
         self.v: Tensor | None = None
         self.p: Tensor | None = None
         self.metric: tuple[Tensor, Tensor] | None = None
-
-    def rounding_bound(self) -> Tensor:
-        return self.layer.rounding_bound(self.x)
-
-    def ordered_rows(self, rows: Tensor) -> Tensor:
-        return self.layer.ordered_distances(self.x[rows])
 
     def winner_distances(self, index: Tensor) -> Tensor:
         self.index = index
@@ -366,7 +368,7 @@ class _GMLVQTerms:
         return out
 
 
-class _LGMLVQTerms:
+class _LGMLVQTerms(_LayerTerms):
     """LGMLVQ: the projections ``p_ik = Omega_k (x_i - w_k)`` of the distances (their
     ``(B, W, r)`` differences; for few features, where the distances take the quadratic
     form, from the gathered ``Omega_k``), ``Omega_k^T p_ik`` for the prototypes' norms
@@ -377,12 +379,6 @@ class _LGMLVQTerms:
         self.layer, self.x = layer, x
         self.evaluation = DistanceEvaluation(layer, x)
         self.distances = self.evaluation.distances
-
-    def rounding_bound(self) -> Tensor:
-        return self.layer.rounding_bound(self.x)
-
-    def ordered_rows(self, rows: Tensor) -> Tensor:
-        return self.layer.ordered_distances(self.x[rows])
 
     def winner_distances(self, index: Tensor) -> Tensor:
         omegas, w = self.layer.omegas, self.layer.prototypes
