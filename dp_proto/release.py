@@ -391,14 +391,25 @@ class Release:
 
 
 def _atomic_write(path: Path, write: Callable[[str], Any]) -> None:
+    """Write ``path`` through a temporary file in its directory, then rename it; the file
+    gets the permissions of an ordinary new file (``0o666`` less the umask), not the
+    ``0o600`` of the temporary file: a published release is readable by others."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _umask() -> int:
+    """The process' umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _sha256(path: Path) -> str:
@@ -595,10 +606,11 @@ class Releasable:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], **options: Any) -> Any:
-        """``load_release(path, **options)``, checking that the release holds a ``cls``
-        (``TypeError`` otherwise); ``options`` go to ``from_release`` (e.g. ``device``)."""
+        """``load_release(path, **options)``, checking that the release holds exactly a
+        ``cls`` (``TypeError`` otherwise, also for a subclass: ``GMLVQ.load`` refuses a
+        ``DPGMLVQ`` release); ``options`` go to ``from_release`` (e.g. ``device``)."""
         model = load_release(path, **options)
-        if not isinstance(model, cls):
+        if type(model) is not cls:
             raise TypeError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
         return model
 

@@ -219,3 +219,26 @@ def test_a_fresh_process_loads_a_private_model_and_predicts_identically(tmp_path
     scores = est.decision_function(Xd[:300])
     np.testing.assert_array_equal(np.array(got["decision_function"], dtype=scores.dtype), scores)
     assert got["epsilon"] == est.ledger_.get_epsilon() == est.epsilon_
+
+
+def test_load_refuses_a_subclass_release(tmp_path):
+    from dp_proto.lvq.private import DPGMLVQ
+
+    path = DPGMLVQ(epsilon=1.0, bounds=(0, 8), classes=[0, 1, 2], sampling_rate=0.2, epochs=1).fit(X, Y)
+    path = path.save_release(tmp_path / "dp")
+    with pytest.raises(TypeError, match="holds a DPGMLVQ, not a GMLVQ"):
+        GMLVQ.load(path)
+    assert type(DPGMLVQ.load(path)) is DPGMLVQ
+
+
+def test_release_files_are_readable_by_others_under_the_umask(tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        path = GLVQ(random_state=0).fit(X, Y).save(tmp_path / "glvq")
+    finally:
+        os.umask(old)
+    for name in ("model.safetensors", "manifest.json"):
+        assert stat.S_IMODE((path / name).stat().st_mode) == 0o644, name
