@@ -21,9 +21,9 @@ from sklearn.base import BaseEstimator, TransformerMixin
 
 from dp_proto.exceptions import DataValidationError, DomainWarning, PrivacyLeakWarning
 from dp_proto.privacy.clipping import clip_box
-from dp_proto.privacy.curator import curator_log
+from dp_proto.privacy.curator import curator_log, curator_outside_bounds
 
-__all__ = ["PublicBoundsScaler", "public_classes", "warn_clipped", "describe_bounds"]
+__all__ = ["PublicBoundsScaler", "clip_for_fit", "public_classes", "warn_clipped", "describe_bounds"]
 
 
 def public_classes(y: np.ndarray, classes, owner: str, *, warn: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -180,3 +180,13 @@ class PublicBoundsScaler(TransformerMixin, BaseEstimator):
             self.fit()
         Z = np.asarray(Z, dtype=np.float64)
         return (Z + 1.0) / 2.0 * (self.upper_ - self.lower_) + self.lower_
+
+
+def clip_for_fit(estimator: Any, clipper: PublicBoundsScaler, X: Any) -> Any:
+    """``clipper.transform(X)`` for a private fit of ``estimator``, with how many records
+    and values were clipped told on the curator channel (``curator_outside_bounds``).
+    ``clipper`` is a throwaway scaler: it keeps the counts, which are curator-only."""
+    Z = clipper.transform(X)
+    entries = (int(clipper.num_entries_clipped_), int(np.prod(Z.shape)))
+    curator_outside_bounds(estimator, int(clipper.num_clipped_), len(Z), entries=entries)
+    return Z

@@ -305,7 +305,17 @@ class LaplaceEvent(_NoiseMultiplierEvent):
 
 
 @dataclass(frozen=True)
-class GaussianEvent(_NoiseMultiplierEvent):
+class _GaussianNoiseEvent(_NoiseMultiplierEvent):
+    """Gaussian noise: a PLD from ``PLD_NOISE_MULTIPLIER_MIN`` on; below it, the Renyi-DP
+    curve (the PLD would span about ``1 / sigma^2`` in privacy loss)."""
+
+    @property
+    def has_pld(self) -> bool:  # type: ignore[override]
+        return float(self.noise_multiplier) >= PLD_NOISE_MULTIPLIER_MIN
+
+
+@dataclass(frozen=True)
+class GaussianEvent(_GaussianNoiseEvent):
     """Additive ``N(0, sigma^2 I)`` on a query of l2 sensitivity ``Delta_2`` (exact in any
     dimension).
 
@@ -322,11 +332,6 @@ class GaussianEvent(_NoiseMultiplierEvent):
     """
 
     kind: ClassVar[str] = "gaussian"
-
-    @property
-    def has_pld(self) -> bool:  # type: ignore[override]
-        """A PLD from ``PLD_NOISE_MULTIPLIER_MIN`` on; below it, the Renyi-DP curve."""
-        return float(self.noise_multiplier) >= PLD_NOISE_MULTIPLIER_MIN
 
     def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
         return pld.from_gaussian_mechanism(self.noise_multiplier, value_discretization_interval=discretization)
@@ -379,7 +384,7 @@ class DiscreteGaussianEvent(_NoiseMultiplierEvent):
 
 
 @dataclass(frozen=True)
-class SubsampledGaussianEvent(_NoiseMultiplierEvent):
+class SubsampledGaussianEvent(_GaussianNoiseEvent):
     """One DP-SGD step: Poisson sampling with ``sampling_rate``, then Gaussian noise on
     the sum of the gradients clipped to ``C``.
 
@@ -403,11 +408,6 @@ class SubsampledGaussianEvent(_NoiseMultiplierEvent):
 
     kind: ClassVar[str] = "subsampled_gaussian"
     sampling_rate: float
-
-    @property
-    def has_pld(self) -> bool:  # type: ignore[override]
-        """A PLD from ``PLD_NOISE_MULTIPLIER_MIN`` on; below it, the Renyi-DP curve."""
-        return float(self.noise_multiplier) >= PLD_NOISE_MULTIPLIER_MIN
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -435,6 +435,10 @@ class _EpsilonEvent(PrivacyEvent):
         super().__post_init__()
         self._set("epsilon", check_epsilon(self.epsilon, f"{self.kind} event epsilon"))
 
+    @property
+    def basic_composition_only(self) -> bool:
+        return self.epsilon > MAX_EVENT_EPSILON
+
 
 @dataclass(frozen=True)
 class PureEvent(_EpsilonEvent):
@@ -459,10 +463,6 @@ class PureEvent(_EpsilonEvent):
     @property
     def pure_epsilon(self) -> float:
         return self.epsilon
-
-    @property
-    def basic_composition_only(self) -> bool:
-        return self.epsilon > MAX_EVENT_EPSILON
 
     def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
         return _epsilon_dp_pld(self.epsilon, 0.0, discretization)
@@ -507,10 +507,6 @@ class DiscreteLaplaceEvent(_EpsilonEvent):
     def pure_epsilon(self) -> float:
         return self.epsilon
 
-    @property
-    def basic_composition_only(self) -> bool:
-        return self.epsilon > MAX_EVENT_EPSILON
-
     def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
         return pld.from_discrete_laplace_mechanism(
             self.epsilon / self.grid_steps, sensitivity=self.grid_steps, value_discretization_interval=discretization
@@ -550,10 +546,6 @@ class ApproxEvent(_EpsilonEvent):
     def __post_init__(self) -> None:
         super().__post_init__()
         self._set("delta", check_delta(self.delta, "approx event delta", allow_zero=False))
-
-    @property
-    def basic_composition_only(self) -> bool:
-        return self.epsilon > MAX_EVENT_EPSILON
 
     @property
     def delta_per_release(self) -> float:

@@ -19,7 +19,6 @@ nothing curator-only, no noise seed); ``dp_proto.load_release(path)`` loads it b
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -40,8 +39,7 @@ from dp_proto.lvq.private.dp_init import INIT_MECHANISMS, dp_class_mean_prototyp
 from dp_proto.lvq.private.dpsgd import fit_dp_sgd
 from dp_proto.lvq.release import layer_description, model_from_release, model_tensors
 from dp_proto.lvq.sparse import LOCAL_NORMALISATION_ERROR, check_penalty, metric_parameter, selected_features, sparsity
-from dp_proto.privacy.curator import curator_outside_bounds
-from dp_proto.privacy.domain import PublicBoundsScaler, public_classes
+from dp_proto.privacy.domain import PublicBoundsScaler, clip_for_fit, public_classes
 from dp_proto.privacy.dpsgd_plan import DPSGDPlan
 from dp_proto.privacy.events import PrivacyEvent, dp_sgd_event
 from dp_proto.privacy.ledger import PrivacyLedger, check_shared_ledger
@@ -329,12 +327,8 @@ class _DPMixin(_DPReleaseHooks):
             )
         if fitting:
             self.scaler_ = self._bounds_scaler()
-            clipper = self._bounds_scaler()
-            Z = clipper.transform(X)  # the stored scaler_ never sees the data (no count on it)
-            curator_outside_bounds(
-                self, int(clipper.num_clipped_), len(X), entries=(int(clipper.num_entries_clipped_), math.prod(Z.shape))
-            )
-            return Z
+            # the stored scaler_ never sees the data (no count on it)
+            return clip_for_fit(self, self._bounds_scaler(), X)
         scaler = PublicBoundsScaler(self.scaler_.lower, self.scaler_.upper, clip=False).fit()
         return scaler.transform(X)  # predictions: same map, no privacy concern, no clipping
 

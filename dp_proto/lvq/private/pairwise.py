@@ -58,7 +58,6 @@ curator-only (``curator_``).
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any, ClassVar
 
@@ -83,8 +82,7 @@ from dp_proto.lvq.pairwise import (
 )
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes, dp_init_events
 from dp_proto.lvq.private.estimators import DP_RELEASE_WITHHELD, FIT_SCOPE, _DPReleaseHooks
-from dp_proto.privacy.curator import curator_outside_bounds
-from dp_proto.privacy.domain import PublicBoundsScaler, public_classes
+from dp_proto.privacy.domain import PublicBoundsScaler, clip_for_fit, public_classes
 from dp_proto.privacy.dpsgd_plan import calibrate_noise_multiplier, check_dp_sgd_settings, sgd_steps
 from dp_proto.privacy.events import SubsampledGaussianEvent
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger, SharedLedger, check_shared_ledger, dp_sgd_event
@@ -508,11 +506,7 @@ class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
                 stacklevel=2,
             )
         self.scaler_ = self._bounds_scaler()
-        clipper = self._bounds_scaler()
-        Z = clipper.transform(X)
-        curator_outside_bounds(
-            self, int(clipper.num_clipped_), len(X), entries=(int(clipper.num_entries_clipped_), math.prod(Z.shape))
-        )
+        Z = clip_for_fit(self, self._bounds_scaler(), X)  # the stored scaler_ never sees the data
 
         tdtype = torch_dtype(self.dtype)
         x_t = torch.as_tensor(Z, dtype=tdtype, device=self.device)
