@@ -3,6 +3,12 @@
 All functions are pure, differentiable, device-agnostic and return a matrix of
 shape ``(B, W)``: one row per input, one column per prototype.
 
+Values come from the expansion ``|a|^2 + |b|^2 - 2 a.b`` (one matmul), clamped at zero.
+For a single input (``B = 1``) the derivative is that of the explicit differences
+``x - w_j``: generic per-sample gradient engines (Opacus' functorch mode) differentiate
+one record's forward at a time, and the expansion's derivative next to a prototype is a
+difference of large terms, zero wherever the value rounded below zero.
+
 Notation: ``x`` is ``(B, d)``, prototypes ``w`` are ``(W, d)``, a global
 projection ``omega`` is ``(r, d)`` and local projections ``omegas`` are
 ``(W, r, d)``; ``r`` may be smaller than ``d`` (limited-rank metric).
@@ -33,6 +39,20 @@ def _pairwise_sq(a: Tensor, b: Tensor) -> Tensor:
     return sq.clamp_min(0.0)
 
 
+def _single_input_derivative(sq: Tensor, x: Tensor, w: Tensor, projection: Tensor | None = None) -> Tensor:
+    """``sq (B, W)`` unchanged for a batch; for one input (``B = 1``) the same values with
+    the derivative of the explicit differences ``x - w_j`` (projected by ``projection``,
+    ``(d, r)`` or per prototype ``(W, d, r)``): no difference of large terms and no clamp
+    at zero, which the expansion's derivative has next to a prototype."""
+    if x.shape[0] != 1:
+        return sq
+    diff = x.unsqueeze(1) - w  # (1, W, d)
+    if projection is not None:
+        diff = diff @ projection if projection.dim() == 2 else (diff.transpose(0, 1) @ projection).transpose(0, 1)
+    explicit = diff.square().sum(-1)
+    return sq.detach() + (explicit - explicit.detach())
+
+
 def squared_euclidean_distance(x: Tensor, w: Tensor) -> Tensor:
     """Squared Euclidean distance ``d(x, w) = (x - w)^T (x - w)`` (Brinkrolf 2023, eq. 2.9).
 
@@ -59,7 +79,7 @@ def squared_euclidean_distance(x: Tensor, w: Tensor) -> Tensor:
             [ 2., 13.]])
     """
     _check_pair(x, w)
-    return _pairwise_sq(x, w)
+    return _single_input_derivative(_pairwise_sq(x, w), x, w)
 
 
 def omega_distance(x: Tensor, w: Tensor, omega: Tensor) -> Tensor:
@@ -94,7 +114,7 @@ def omega_distance(x: Tensor, w: Tensor, omega: Tensor) -> Tensor:
     _check_pair(x, w)
     if omega.dim() != 2 or omega.shape[1] != x.shape[1]:
         raise ValueError(f"expected omega of shape (r, {x.shape[1]}), got {tuple(omega.shape)}")
-    return _pairwise_sq(x @ omega.T, w @ omega.T)
+    return _single_input_derivative(_pairwise_sq(x @ omega.T, w @ omega.T), x, w, omega.T)
 
 
 def lomega_distance(x: Tensor, w: Tensor, omegas: Tensor) -> Tensor:
@@ -116,11 +136,13 @@ def lomega_distance(x: Tensor, w: Tensor, omegas: Tensor) -> Tensor:
     if omegas.dim() != 3 or omegas.shape[0] != w.shape[0] or omegas.shape[2] != x.shape[1]:
         raise ValueError(f"expected omegas of shape ({w.shape[0]}, r, {x.shape[1]}), got {tuple(omegas.shape)}")
     if quadratic_form_is_cheaper(omegas):
-        return _lomega_quadratic(x, w, omegas)
-    # Project the inputs once per prototype: (B, W, r); the prototypes: (W, r).
-    x_proj = torch.einsum("bd,wrd->bwr", x, omegas)
-    w_proj = torch.einsum("wd,wrd->wr", w, omegas)
-    return (x_proj - w_proj).pow(2).sum(-1)
+        sq = _lomega_quadratic(x, w, omegas)
+    else:
+        # Project the inputs once per prototype: (B, W, r); the prototypes: (W, r).
+        x_proj = torch.einsum("bd,wrd->bwr", x, omegas)
+        w_proj = torch.einsum("wd,wrd->wr", w, omegas)
+        sq = (x_proj - w_proj).pow(2).sum(-1)
+    return _single_input_derivative(sq, x, w, omegas.transpose(1, 2))
 
 
 def quadratic_form_is_cheaper(omegas: Tensor) -> bool:

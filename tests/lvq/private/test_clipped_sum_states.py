@@ -133,11 +133,10 @@ def _check(state, engine, layer, dtype, transfer, clip=1.0):
 
 def _placements(engine: str, dtype: torch.dtype) -> tuple[str, ...]:
     """Where the record joins the batch: last, and first (every other row moves) where a
-    record's winners do not depend on the batch: every engine in float64 but functorch
-    (the deep search found an LGMLVQ state at 2.06 C there: open), the fused engine
-    (explicit winner distances) in float32 as well. The Opacus engines in float32 take
-    the layer's distances as BLAS rounds them (docs/privacy-model.md)."""
-    if engine.startswith("fused") or (dtype == torch.float64 and engine != "functorch"):
+    record's winners do not depend on the batch: every engine in float64, the fused
+    engine (explicit winner distances) in float32 as well. The Opacus engines in float32
+    take the layer's distances as BLAS rounds them (docs/privacy-model.md)."""
+    if engine.startswith("fused") or dtype == torch.float64:
         return ("last", "first")
     return ("last",)
 
