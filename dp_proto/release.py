@@ -357,14 +357,21 @@ class Release:
         except _NotJSON as err:
             raise TypeError(f"the manifest of {self.model} holds a value that is not JSON data: {err}") from None
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
+    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
         """Write ``model.safetensors`` and ``manifest.json`` into the directory ``path``
-        (created if needed; the two files are replaced if present). Returns the path."""
+        (created if needed) and return it. ``FileExistsError`` if the directory already
+        holds either file, unless ``overwrite`` (then both are replaced)."""
         from safetensors.numpy import save_file
 
         directory = Path(path)
         if directory.exists() and not directory.is_dir():
             raise ValueError(f"a release is a directory; {directory} is a file")
+        present = [name for name in (MANIFEST_FILE, TENSORS_FILE) if (directory / name).exists()]
+        if present and not overwrite:
+            raise FileExistsError(
+                f"{directory} already holds a release ({', '.join(present)}); "
+                "pass overwrite=True to replace it, or choose another directory"
+            )
         directory.mkdir(parents=True, exist_ok=True)
         arrays = {k: np.asarray(v, order="C") for k, v in self.tensors.items()}  # keeps 0-d arrays 0-d
         self.manifest()  # check every value before anything is written
@@ -594,15 +601,16 @@ class Releasable:
     def to_release(self) -> Release:  # pragma: no cover - every subclass defines it
         raise NotImplementedError
 
-    def save_release(self, path: str | os.PathLike[str]) -> Path:
+    def save_release(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
         """Publish the model: write ``to_release()`` as ``model.safetensors`` and
         ``manifest.json`` into the directory ``path`` (created if needed) and return it.
-        ``dp_proto.load_release(path)`` gives back a model that predicts identically."""
-        return self.to_release().save(path)
+        ``dp_proto.load_release(path)`` gives back a model that predicts identically.
+        An existing release there is kept (``FileExistsError``) unless ``overwrite``."""
+        return self.to_release().save(path, overwrite=overwrite)
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
+    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
         """The same as ``save_release`` (the name of the non-private models)."""
-        return self.save_release(path)
+        return self.save_release(path, overwrite=overwrite)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], **options: Any) -> Any:

@@ -235,3 +235,13 @@ def test_a_release_as_bytes_round_trips_and_is_checked(glvq):
         release_from_bytes((10**6).to_bytes(8, "little") + data[8:])
     with pytest.raises(ValueError, match="not valid JSON"):
         release_from_bytes((3).to_bytes(8, "little") + b"{{{" + data[8:])
+
+
+def test_saving_over_a_release_is_refused_unless_asked(release_dir, glvq):
+    before = (release_dir / MANIFEST_FILE).read_bytes()
+    other = GLVQ(prototypes_per_class=2, random_state=0).fit(X, Y)
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        other.save(release_dir)
+    assert (release_dir / MANIFEST_FILE).read_bytes() == before  # nothing was written
+    other.save_release(release_dir, overwrite=True)
+    np.testing.assert_array_equal(load_release(release_dir).predict(X), other.predict(X))

@@ -550,11 +550,12 @@ class AnonymizerFit(NamedTuple):
         """The trained encoder in the release format, in memory (``to_encoder().to_release()``)."""
         return self.to_encoder().to_release()
 
-    def save_release(self, path: str | os.PathLike[str]) -> Path:
+    def save_release(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
         """Publish the trained encoder to the directory ``path`` (``to_encoder().save_release``):
         its weights, architecture, input shape, training settings and, for a DP run, the
-        ledger; the branches, the prior, the trainer, timings and seeds are left out."""
-        return self.to_encoder().save_release(path)
+        ledger; the branches, the prior, the trainer, timings and seeds are left out. An
+        existing release there is kept (``FileExistsError``) unless ``overwrite``."""
+        return self.to_encoder().save_release(path, overwrite=overwrite)
 
 
 def _val_loader(val_data):
