@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
-__all__ = ["interactive", "wants_progress"]
+__all__ = ["interactive", "wants_progress", "progress_bar"]
 
 
 def interactive() -> bool:
@@ -20,3 +21,13 @@ def wants_progress(verbose: int | None) -> bool:
     """An estimator's ``verbose``: None shows the progress bar in interactive use only,
     0 never, 1 or more always (the bars appear once a fit has run for two seconds)."""
     return interactive() if verbose is None else bool(verbose)
+
+
+def progress_bar(desc: str, total: int | None, verbose: int | None, *, unit: str = "it") -> Any:
+    """A tqdm bar on stderr for a fit with ``verbose`` (``wants_progress``): it appears
+    once the fit has run for two seconds and is removed when it ends."""
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total, desc=desc, unit=unit, file=sys.stderr, delay=2.0, disable=not wants_progress(verbose), leave=False
+    )

@@ -289,6 +289,8 @@ def _cmd_svdd(args: argparse.Namespace) -> int:
         print(f"scope      {result['privacy_scope']}")
         _print_release(result["release_dir"], width=11)
         print("  its input: features mapped from privacy.bounds onto [-1, 1] (scale_to_public_bounds)")
+    print(f"TensorBoard logs in {result['log_dir']}")
+    print(f"  view them with: tensorboard --logdir {cfg['logging']['log_dir']}")
     return 0
 
 

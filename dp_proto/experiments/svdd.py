@@ -7,7 +7,7 @@ Sections and defaults (unknown keys are rejected)::
     data:    {source: bundled, name: iris, data_dir: null, test_size: 0.2, scaling: standard}
     privacy: {epsilon: null, bounds: null, classes: null, noise_seed: null}
     svdd:    {c_over_n: 0.05, gamma: 1.0, num_features: 400, starts: auto, r_max: null, ...}
-    logging: {log_dir: runs, name: null}   # where a private run writes its release
+    logging: {log_dir: runs, name: null}   # where a run writes its logs (and a private run its release)
 
 ``svdd`` holds every parameter of ``PrivateSVDDClassifier`` except
 those set elsewhere (``epsilon``, ``classes`` and ``noise_seed`` from ``privacy``,
@@ -42,8 +42,12 @@ with the ledger, and under ``source`` the config (less ``privacy.noise_seed`` an
 local paths ``data.data_dir`` and ``logging.log_dir``), the scope above and the input
 the model takes: features mapped from ``privacy.bounds`` onto ``[-1, 1]`` and clipped
 (``dp_proto.experiments.data.scale_to_public_bounds``), the scale it was fitted on.
-``dp_proto.load_release(path)`` loads it; ``result["release_dir"]`` is the path. A
-non-private run writes nothing.
+``dp_proto.load_release(path)`` loads it; ``result["release_dir"]`` is the path.
+
+Logs. Every run writes TensorBoard logs into its ``version_N`` folder
+(``result["log_dir"]``, ``log_svdd_run``): the published config, the accuracies, the fit
+time and, for a private run, ``privacy/epsilon`` and the ledger, as the Lightning
+trainers log them.
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ __all__ = [
     "SVDD_PRIVACY_SCOPE",
     "SVDD_RELEASE_INPUT",
     "load_svdd_config",
+    "log_svdd_run",
     "run_svdd_experiment",
     "write_svdd_release",
 ]
@@ -144,7 +149,8 @@ def run_svdd_experiment(config: dict[str, Any]) -> dict[str, Any]:
     ``epsilon`` (``None`` when non-private), ``starts`` (the start mode used),
     ``labelled_points`` (equilibrium points the model classifies with), ``fit_seconds``,
     ``privacy_scope`` (private runs), ``release_dir`` (private runs: the release written,
-    see the module docstring; else ``None``), ``ledger``, the fitted ``estimator`` and
+    see the module docstring; else ``None``), ``log_dir`` (the run's folder, with its
+    TensorBoard logs: ``log_svdd_run``), ``ledger``, the fitted ``estimator`` and
     ``config``. A private fit's ``estimator.curator_`` holds curator-only diagnostics
     (the written release leaves them out): delete it before publishing the estimator
     another way.
@@ -177,12 +183,12 @@ def run_svdd_experiment(config: dict[str, Any]) -> dict[str, Any]:
     estimator.fit(x_train, y_train)
     fit_seconds = time.perf_counter() - start
     ledger = estimator.ledger_
+    name = config["logging"]["name"] or f"{config['data']['name']}_svdd"
+    run_dir = new_run_dir(config["logging"]["log_dir"], name)
     release_dir = None
     if private:
-        name = config["logging"]["name"] or f"{config['data']['name']}_svdd"
-        path = new_run_dir(config["logging"]["log_dir"], name) / "release"
-        release_dir = str(write_svdd_release(config, estimator, path).resolve())
-    return {
+        release_dir = str(write_svdd_release(config, estimator, run_dir / "release").resolve())
+    result = {
         "test_acc": float(estimator.score(x_test, y_test)),
         "train_acc": None if private else float(estimator.score(x_train, y_train)),
         "epsilon": ledger.get_epsilon(0.0) if private else None,
@@ -191,10 +197,36 @@ def run_svdd_experiment(config: dict[str, Any]) -> dict[str, Any]:
         "fit_seconds": fit_seconds,
         "privacy_scope": SVDD_PRIVACY_SCOPE if private else None,
         "release_dir": release_dir,
+        "log_dir": str(run_dir.resolve()),
         "ledger": ledger,
         "estimator": estimator,
         "config": config,
     }
+    log_svdd_run(run_dir, result)
+    return result
+
+
+def log_svdd_run(run_dir: Path, result: dict[str, Any]) -> None:
+    """Write a run's TensorBoard logs into ``run_dir`` (``<log_dir>/<name>/version_N``), as
+    the Lightning trainers do: the config (less local paths and the noise seed) as
+    hyperparameters; ``test_acc``, ``train_acc`` (non-private runs), ``fit_seconds`` and
+    ``labelled_points``; for a private run ``privacy/epsilon``, ``privacy/delta`` and the
+    ledger as the text ``privacy/ledger``."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from dp_proto.lightning.callbacks import ledger_text
+
+    logger = TensorBoardLogger(
+        str(run_dir.parent.parent), name=run_dir.parent.name, version=run_dir.name, default_hp_metric=False
+    )
+    logger.log_hyperparams(published_config(result["config"], _NOT_PUBLISHED))
+    keys = ("test_acc", "train_acc", "fit_seconds", "labelled_points")
+    metrics = {k: float(result[k]) for k in keys if result[k] is not None}
+    if result["epsilon"] is not None:
+        metrics.update({"privacy/epsilon": float(result["epsilon"]), "privacy/delta": 0.0})
+        logger.experiment.add_text("privacy/ledger", ledger_text(result["ledger"], result["privacy_scope"]), 0)
+    logger.log_metrics(metrics, step=0)
+    logger.finalize("success")
 
 
 def write_svdd_release(config: dict[str, Any], estimator: PrivateSVDDClassifier, path: str | Path) -> Path:

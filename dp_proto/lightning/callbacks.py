@@ -38,7 +38,7 @@ from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger
 
-__all__ = ["PrivacySpendCallback", "StderrProgressBar", "save_ledger", "restore_ledger", "PRIVACY_SCOPE"]
+__all__ = ["PrivacySpendCallback", "StderrProgressBar", "save_ledger", "restore_ledger", "ledger_text", "PRIVACY_SCOPE"]
 
 #: What the guarantee of a private Lightning run covers (printed and logged with it).
 PRIVACY_SCOPE = (
@@ -140,6 +140,15 @@ def restore_ledger(checkpoint: dict[str, Any], ledger: PrivacyLedger) -> int:
     return sum(new.values())
 
 
+def ledger_text(ledger: PrivacyLedger, scope: str | None = None) -> str:
+    """The ledger (and what its guarantee covers) as a markdown code block, the
+    ``privacy/ledger`` text of a run's TensorBoard logs."""
+    lines = str(ledger).splitlines()
+    if scope:
+        lines.append(f"scope: {scope}")
+    return "\n".join("    " + line for line in lines)
+
+
 class PrivacySpendCallback(L.Callback):
     """Logs the run's privacy spend and keeps the ledger in checkpoints.
 
@@ -182,10 +191,7 @@ class PrivacySpendCallback(L.Callback):
             )
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        lines = str(self.ledger).splitlines()
-        if self.scope:
-            lines.append(f"scope: {self.scope}")
-        text = "\n".join("    " + line for line in lines)  # markdown code block
+        text = ledger_text(self.ledger, self.scope)
         for logger in trainer.loggers:
             experiment = getattr(logger, "experiment", None)
             if hasattr(experiment, "add_text"):

@@ -43,6 +43,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from dp_proto._neighbours import knn_predict
+from dp_proto._progress import progress_bar
 from dp_proto._validation import torch_device, torch_dtype
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.privacy.calibration import optional_epsilon
@@ -172,10 +173,15 @@ class _SVDDBase(Releasable, BaseEstimator):
         check_noise_seed(self.noise_seed)
 
     def _fit_centre(
-        self, X: torch.Tensor, epsilon: float | None, gen: torch.Generator, noise: torch.Generator | None
+        self,
+        X: torch.Tensor,
+        epsilon: float | None,
+        gen: torch.Generator,
+        noise: torch.Generator | None,
+        bar: Any = None,
     ) -> torch.Tensor:
         """Feature map, dual solve and centre (private when ``epsilon`` is a number, with
-        noise from ``noise``)."""
+        noise from ``noise``); the solver's gap goes to the progress ``bar``."""
         n = X.shape[0]
         cap = float(self.c_over_n)
         if epsilon is None and cap * n < 1.0 - 1e-9:
@@ -199,8 +205,16 @@ class _SVDDBase(Releasable, BaseEstimator):
             # A private fit runs the solver until the gap is <= tol (no iteration cap): the
             # centre's sensitivity assumes it, and a cap that one record could make the
             # solver hit would void the guarantee.
+            def show_gap(gap: float) -> None:
+                if bar is not None and epsilon is None:  # a private fit shows its phases only
+                    bar.set_postfix_str(f"centre: gap {gap:.1e}, tol {self.tol:g}")
+
             solution = solve_svdd_dual(
-                phi, min(cap * n, float(n)), tol=self.tol, max_iter=DEFAULT_MAX_ITER if epsilon is None else None
+                phi,
+                min(cap * n, float(n)),
+                tol=self.tol,
+                max_iter=DEFAULT_MAX_ITER if epsilon is None else None,
+                on_round=show_gap,
             )
             exact = solution.centre
             if epsilon is not None:
@@ -439,6 +453,10 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
         is always solved in float64.
     ledger : PrivacyLedger, optional
         Ledger to record the releases in (a budget there is enforced); default a new one.
+    verbose : int or None, default None
+        Progress bar on stderr (the phase, and in a non-private fit the solver's gap; it
+        appears after two seconds): None in interactive use only (a terminal or Jupyter),
+        0 never, 1 always.
 
     Attributes
     ----------
@@ -502,6 +520,7 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
         device: str | None = None,
         dtype: str = "float32",
         ledger: PrivacyLedger | None = None,
+        verbose: int | None = None,
     ) -> None:
         self.c_over_n = c_over_n
         self.gamma = gamma
@@ -515,6 +534,7 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
         self.device = device
         self.dtype = dtype
         self.ledger = ledger
+        self.verbose = verbose
 
     def _check_params(self) -> None:
         self._check_common()
@@ -540,11 +560,12 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
 
     def fit(self, X, y=None) -> PrivateSVDD:
         """Fit on ``X (n, d)``; ``y`` is ignored."""
-        self._fit(X)
+        with progress_bar(type(self).__name__, 2, self.verbose, unit="phase") as bar:
+            self._fit(X, bar)
         record_fit(self, self.ledger_, shared=self.ledger is not None, delta=1e-5)
         return self
 
-    def _fit(self, X) -> None:
+    def _fit(self, X, bar: Any) -> None:
         self._check_params()
         private = _is_private(self.epsilon)
         X = self._as_tensor(X, fitting=True)
@@ -553,7 +574,10 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
         self.ledger_ = self._new_ledger()
         self.__dict__.pop("curator_", None)
         eps_centre = self.centre_fraction * self.epsilon if private else None
-        self.centre_ = self._fit_centre(X, eps_centre, gen, noise)
+        bar.set_postfix_str("centre")
+        self.centre_ = self._fit_centre(X, eps_centre, gen, noise, bar)
+        bar.update()
+        bar.set_postfix_str("radius")
         scores = support_function(self.features_, self.centre_, X)
         level = 1.0 - self.contamination
         if private:
@@ -565,6 +589,7 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
             self.radius2_ = float(torch.quantile(scores.to(torch.float64), level))
             self.ledger_.spend(NonPrivateEvent(name="svdd/non_private"))
         self.offset_ = -self.radius2_
+        bar.update()
 
     def decision_function(self, X) -> np.ndarray:
         """``R^2 - f^(x)`` for ``X (m, d)``: positive for inliers."""
@@ -738,6 +763,10 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         Precision of the feature map, the dynamics and the released centre.
     ledger : PrivacyLedger, optional
         Ledger to record the releases in (a budget there is enforced); default a new one.
+    verbose : int or None, default None
+        Progress bar on stderr (the phase, and in a non-private fit the solver's gap; it
+        appears after two seconds): None in interactive use only (a terminal or Jupyter),
+        0 never, 1 always.
 
     Attributes
     ----------
@@ -831,6 +860,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         device: str | None = None,
         dtype: str = "float32",
         ledger: PrivacyLedger | None = None,
+        verbose: int | None = None,
     ) -> None:
         self.c_over_n = c_over_n
         self.gamma = gamma
@@ -859,6 +889,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         self.device = device
         self.dtype = dtype
         self.ledger = ledger
+        self.verbose = verbose
 
     # -- parameters ---------------------------------------------------------------------
     def _start_mode(self) -> str:
@@ -1039,11 +1070,12 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
 
     def fit(self, X, y) -> PrivateSVDDClassifier:
         """Fit on ``X (n, d)`` and labels ``y (n,)``; see the class docstring."""
-        self._fit(X, y)
+        with progress_bar(type(self).__name__, 4, self.verbose, unit="phase") as bar:
+            self._fit(X, y, bar)
         record_fit(self, self.ledger_, shared=self.ledger is not None, delta=1e-5)
         return self
 
-    def _fit(self, X, y) -> None:
+    def _fit(self, X, y, bar: Any) -> None:
         self._check_params()
         private = _is_private(self.epsilon)
         mode = self._start_mode()
@@ -1097,7 +1129,9 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
             eps_votes = self.epsilon if mode == "training" else self.epsilon - eps_centre - (eps_count or 0.0)
         else:
             eps_centre = eps_count = eps_votes = None
-        self.centre_ = self._fit_centre(X, eps_centre, gen, noise)
+        bar.set_postfix_str("centre")
+        self.centre_ = self._fit_centre(X, eps_centre, gen, noise, bar)
+        bar.update()
         n_hat = None
         if needs_count:
             n_hat = (
@@ -1115,7 +1149,9 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         self.cubes_ = None
         if self.grid_ is not None:
             # Phases II and III on the fixed cubes: records flow, then vote in their cube.
+            bar.set_postfix_str("grid votes")
             points = self._grid_votes(X, labels, c, eps_votes, noise)
+            bar.update(3)
             self.equilibria_ = self.labelled_points_ = points
             self.labelled_classes_ = self.cell_labels_
             return
@@ -1125,6 +1161,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         # Phase II: equilibrium points from the starts, merged; cells.
         starts = X if mode == "training" else self._public_starts(mode, X.shape[1], gen, X.dtype)
         merge_tol = self.merge_tol if self.merge_tol is not None else 1e-3 / math.sqrt(2.0 * self.gamma)
+        bar.set_postfix_str("equilibrium points")
         ends = self._dynamics(starts)
         points, basin = merge_points(ends, merge_tol)
         self.equilibria_ = points
@@ -1137,9 +1174,13 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
             self.ep_cell_ = torch.arange(points.shape[0], device=X.device)
         num_cells = int(self.ep_cell_.max()) + 1
 
+        bar.update()
         # Phase III: every training point to the cell of its (nearest) EP; noisy votes.
+        bar.set_postfix_str("records' cells")
         train_ep = basin if mode == "training" else nearest_index(self._dynamics(X), points)
         train_cell = self.ep_cell_[train_ep]
+        bar.update()
+        bar.set_postfix_str("votes")
         if private:
             counts = noisy_cell_counts(
                 train_cell, labels, num_cells, c, eps_votes, ledger=self.ledger_, generator=noise
@@ -1159,6 +1200,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         labelled = self.cell_labels_[self.ep_cell_] >= 0
         self.labelled_points_ = points[labelled]
         self.labelled_classes_ = self.cell_labels_[self.ep_cell_[labelled]]
+        bar.update()
 
     # -- the release format -------------------------------------------------------------
     _FITTED_MARK: ClassVar[str] = "labelled_points_"

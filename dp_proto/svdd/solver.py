@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from typing import Literal, NamedTuple
 
 import torch
@@ -423,6 +424,7 @@ def solve_svdd_dual(
     max_iter: int | None = DEFAULT_MAX_ITER,
     method: Literal["fista", "fista_full"] = "fista",
     power_iterations: int = 15,
+    on_round: Callable[[float], None] | None = None,
 ) -> SVDDSolution:
     """Solve the SVDD dual (eq. 4.2) for explicit features ``Phi (n, F)`` with box ``C/n``.
 
@@ -494,6 +496,8 @@ def solve_svdd_dual(
         With (default) or without working sets.
     power_iterations : int, default 15
         Power iterations for the initial ``L`` of each FISTA run.
+    on_round : callable, optional
+        Called with the full gap after each working-set round (a progress display).
 
     Returns
     -------
@@ -562,6 +566,8 @@ def solve_svdd_dual(
         beta = torch.zeros(n, dtype=torch.float64, device=phi64.device).index_copy_(0, ws, x_ws)
         g = 2.0 * (phi64 @ (phi64.T @ beta)) - q
         gap = float(frank_wolfe_gap(beta, g, cap))
+        if on_round is not None:
+            on_round(gap)
         if gap <= tol:
             return finish(beta, total, True)
         if full_set:  # FISTA's own certificate (the same gap up to rounding)

@@ -85,13 +85,19 @@ def test_private_svdd_writes_a_release_that_predicts_like_the_estimator(tmp_path
     assert summary["release_dir"] == str((tmp_path / "iris_svdd" / "version_1" / "release").resolve())
 
 
-def test_a_non_private_svdd_run_writes_nothing(tmp_path, monkeypatch):
+def test_a_non_private_svdd_run_writes_its_logs_and_no_release(tmp_path, monkeypatch):
     from dp_proto.experiments.svdd import run_svdd_experiment
 
     monkeypatch.chdir(tmp_path)
     result = run_svdd_experiment({"svdd": {"num_features": 100}})
     assert result["release_dir"] is None and result["epsilon"] is None
-    assert list(tmp_path.iterdir()) == []
+    run = tmp_path / "runs" / "iris_svdd" / "version_0"
+    assert [p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_dir()] == [
+        Path("runs"),
+        Path("runs/iris_svdd"),
+        Path("runs/iris_svdd/version_0"),
+    ]
+    assert any(p.name.startswith("events.out.tfevents") for p in run.iterdir())
 
 
 # A quick DP anonymizer: 400 synthetic records, three one-epoch phases.

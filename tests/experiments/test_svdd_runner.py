@@ -25,11 +25,23 @@ def test_the_svdd_section_is_every_estimator_parameter_not_set_elsewhere():
     assert all(SVDD_DEFAULTS["svdd"][k] == params[k] for k in SVDD_DEFAULTS["svdd"])
 
 
-def test_non_private_default_run_on_iris():
+def _scalars(log_dir: str) -> dict[str, float]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(log_dir)
+    acc.Reload()
+    return {tag: acc.Scalars(tag)[-1].value for tag in acc.Tags()["scalars"]}
+
+
+def test_non_private_default_run_on_iris(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     result = run_svdd_experiment({})
     assert result["epsilon"] is None and result["privacy_scope"] is None and result["release_dir"] is None
     assert result["test_acc"] > 0.85 and result["train_acc"] > 0.85  # measured 0.97 / 0.96
     assert [e.name for e in result["ledger"].events] == ["svdd/non_private"]
+    assert result["log_dir"] == str((tmp_path / "runs" / "iris_svdd" / "version_0").resolve())
+    logged = _scalars(result["log_dir"])
+    assert logged["test_acc"] == pytest.approx(result["test_acc"]) and "privacy/epsilon" not in logged
 
 
 @pytest.mark.slow
@@ -48,6 +60,8 @@ def test_private_config_file_is_fully_private_and_reports_its_guarantee(caplog, 
     assert estimator.bounds == (-1.0, 1.0) and estimator.random_state == config["seed"]
     np.testing.assert_array_equal(estimator.classes_, np.arange(5))
     assert result["release_dir"] == str((tmp_path / "five_gaussians_svdd" / "version_0" / "release").resolve())
+    logged = _scalars(result["log_dir"])  # the same TensorBoard logs as the Lightning trainers
+    assert logged["privacy/epsilon"] == pytest.approx(1.0) and logged["test_acc"] == pytest.approx(result["test_acc"])
 
 
 def test_private_run_maps_the_public_bounds_onto_the_unit_box():
@@ -87,12 +101,14 @@ def test_a_private_run_without_public_classes_warns(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_svdd_text_and_json(capsys, tmp_path):
+def test_cli_svdd_text_and_json(capsys, tmp_path, monkeypatch):
     assert main(["svdd", "--config", str(CONFIG), "--log-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "private SVDD equilibrium-point classifier on synthetic:five_gaussians" in out
     assert "1-DP, certified by the ledger" in out and "not computed (private)" in out
     assert f"release    {(tmp_path / 'five_gaussians_svdd' / 'version_0' / 'release').resolve()}" in out
+    assert f"TensorBoard logs in {(tmp_path / 'five_gaussians_svdd' / 'version_0').resolve()}" in out
+    monkeypatch.chdir(tmp_path)
     assert main(["svdd", "--json", "data.name=wine"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["epsilon"] is None and summary["test_acc"] > 0.85  # measured 0.97

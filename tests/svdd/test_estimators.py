@@ -265,9 +265,9 @@ def test_private_fit_runs_the_solver_until_the_gap_reaches_tol(iris, monkeypatch
 
     calls = []
 
-    def spy(phi, C, *, tol, max_iter):
+    def spy(phi, C, *, tol, max_iter, on_round):
         calls.append(max_iter)
-        return solve_svdd_dual(phi, C, tol=tol, max_iter=max_iter)
+        return solve_svdd_dual(phi, C, tol=tol, max_iter=max_iter, on_round=on_round)
 
     monkeypatch.setattr(est, "solve_svdd_dual", spy)
     private, _ = _fit(iris, epsilon=1.0, c_over_n=0.3, classes=[0, 1, 2], tol=1e-10)
