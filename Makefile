@@ -3,6 +3,7 @@
 #   make test   create (or reuse) the environment, install, run the whole test suite
 #               (tests/ and the notebooks, as CI runs it)
 #   make test-fast   the quick loop: no notebooks, benchmark smoke tests or slow tests
+#   make notebooks   execute the notebooks and store them with their outputs (tidied)
 #   make lint   ruff check and ruff format --check (CI runs it before the tests)
 #   make typecheck   mypy on dp_proto/privacy and dp_proto/lvq (CI runs it too)
 #   make docs   build the documentation site into site/ (mkdocs build --strict)
@@ -13,7 +14,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DATA_DIR ?= ../shared/data
 
-.PHONY: demo test test-fast lint typecheck docs results bench-baseline clean
+.PHONY: demo test test-fast notebooks lint typecheck docs results bench-baseline clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +27,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q --durations=25 --nbmake tests notebooks
+
+notebooks: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q --nbmake --overwrite notebooks
+	$(PY) -m tests._notebooks notebooks/*.ipynb
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow and not benchmark" tests

@@ -80,7 +80,7 @@ def _copy_with_progress(src: BinaryIO, dst: BinaryIO, total: int | None, desc: s
     """Copy ``src`` to ``dst`` in chunks; return the number of bytes copied."""
     bar = None
     if progress and total is not None:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
         bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, leave=False)
     n = 0

@@ -45,7 +45,7 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from dp_proto.lvq.layers import GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel

@@ -15,7 +15,7 @@ from typing import Literal
 
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from dp_proto.lvq.gradients import DistanceEvaluation, outer_products, quadratic_layout
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from scipy.special import log_ndtr, ndtr
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.privacy.calibration import check_delta, check_epsilon, check_sampling_rate

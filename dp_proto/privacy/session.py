@@ -53,6 +53,18 @@ def _quick_epsilon(delta: float) -> float:
     return PrivacyLedger.epsilon_of(curve, delta / 2, accountant="rdp") + PrivacyLedger.epsilon_of(other, delta / 2)
 
 
+def _finite_statement(delta: float) -> tuple[float, float]:
+    """``(epsilon, delta')``: the session's epsilon at ``delta``, or, where the fits'
+    own deltas (approximate-DP releases) use that up, at the first of ``10 delta``,
+    ``100 delta``, ... (below 1) where it is finite."""
+    stated = delta
+    epsilon = _quick_epsilon(stated)
+    while epsilon == float("inf") and stated * 10 < 1:
+        stated *= 10
+        epsilon = _quick_epsilon(stated)
+    return epsilon, stated
+
+
 def reset_session() -> None:
     """Forget the fits so far: an empty session ledger and a new count."""
     _SESSION["events"] = []
@@ -90,12 +102,13 @@ def record_fit(estimator: Any, ledger: PrivacyLedger, *, shared: bool, delta: fl
     _SESSION["unshared_fits"] += 1
     count = _SESSION["unshared_fits"]
     if count >= 2 and count & (count - 1) == 0:
+        epsilon, stated_delta = _finite_statement(delta)
         BUDGET_LOGGER.warning(
             "%s: %d private fits in this process without a shared ledger; together they are at most "
             "(%.3g, %g)-DP for a record each of them saw (dp_proto.privacy.session_ledger()). To select a "
             "model under one budget, pass ledger=SharedLedger(budget=(epsilon, delta)) to every fit",
             type(estimator).__name__,
             count,
-            _quick_epsilon(delta),
-            delta,
+            epsilon,
+            stated_delta,
         )

@@ -72,3 +72,18 @@ def test_reset_session_starts_a_new_count(caplog):
         DPGLVQ(**SETTINGS).fit(X, y)
     assert not _notices(caplog)
     assert np.isfinite(session_ledger().get_epsilon(1e-5))
+
+
+def test_the_notice_states_a_finite_guarantee_when_the_fits_deltas_use_up_delta(caplog):
+    """Approximate-DP fits (each with its own delta 1e-5) compose to no epsilon at all at
+    delta 1e-5: the notice moves to a delta where the composition is finite."""
+    from dp_proto.lvq.private import SubsampleAggregateGLVQ
+
+    X, y = _iris()
+    settings = {"num_bins": 5, "epsilon": 1.0, "bounds": (0, 8), "classes": [0, 1, 2]}
+    with caplog.at_level(logging.WARNING, logger="dp_proto.budget"):
+        for _ in range(2):
+            SubsampleAggregateGLVQ(**settings, aggregation="centre_of_attention").fit(X, y)
+    (notice,) = _notices(caplog)
+    assert session_ledger().get_epsilon(1e-5) == float("inf")
+    assert "(inf" not in notice and "0.0001)-DP" in notice
