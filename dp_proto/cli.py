@@ -64,6 +64,8 @@ DEMO_DP_CONFIG = {
 
 
 def _quiet_lightning() -> None:
+    """Silence Lightning's start-up notices; called once a command's config has passed its
+    checks (importing Lightning takes seconds, and it resets its loggers' levels)."""
     from dp_proto.lightning.anonymizer import quiet_lightning
 
     quiet_lightning()
@@ -121,6 +123,7 @@ def _with_data_dir(config: dict, args: argparse.Namespace) -> dict:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    _quiet_lightning()
     from dp_proto.experiments.lvq import DEFAULT_CONFIG, merge_config, run_experiment
 
     results = []
@@ -147,28 +150,31 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from dp_proto.experiments.lvq import load_config, run_experiment
+    from dp_proto.experiments.defaults import load_config
 
-    config = _with_data_dir(load_config(args.config, args.overrides), args)
+    config = _with_data_dir(load_config(args.config, args.overrides), args)  # checked before the heavy imports
     if args.log_dir is not None:
         config["logging"]["log_dir"] = args.log_dir
     if args.no_progress:
         config["training"]["progress_bar"] = False
+    _quiet_lightning()
+    from dp_proto.experiments.lvq import run_experiment
+
     _report(run_experiment(config), as_json=args.json)
     return 0
 
 
 def _cmd_anonymize(args: argparse.Namespace) -> int:
-    from dp_proto.experiments.anonymizer import (
-        load_anonymizer_config,
-        run_anonymizer_experiment,
-    )
+    from dp_proto.experiments.defaults import load_anonymizer_config
 
     config = _with_data_dir(load_anonymizer_config(args.config, args.overrides), args)
     if args.log_dir is not None:
         config["logging"]["log_dir"] = args.log_dir
     if args.no_progress:
         config["training"]["progress_bar"] = False
+    _quiet_lightning()
+    from dp_proto.experiments.anonymizer import run_anonymizer_experiment
+
     result = run_anonymizer_experiment(config)
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k not in ("config", "ledger", "fit")}))
@@ -221,15 +227,18 @@ _LLP_FLAGS = {
 
 def _cmd_llp(args: argparse.Namespace) -> int:
     """LLP on SCATS counts: an anchor detector and its nearest detectors, one cross-validation fold."""
-    from dp_proto.experiments.config import merge_config, nested
-    from dp_proto.experiments.llp import load_llp_config, run_llp_experiment
+    from dp_proto.experiments.config import merge_config, nested, validate_config
+    from dp_proto.experiments.defaults import load_llp_config
 
     config = load_llp_config(args.config, args.overrides)
     for flag, key in _LLP_FLAGS.items():
         value = getattr(args, flag)
         if value is not None:
             config = merge_config(config, nested(key, value))
-    result = run_llp_experiment(config)  # validates the config first
+    validate_config(config, "llp")
+    from dp_proto.experiments.llp import run_llp_experiment
+
+    result = run_llp_experiment(config)
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k not in ("config", "network")}))
         return 0 if result.get("identical_to_simulation", True) else 1
@@ -263,11 +272,14 @@ def _cmd_llp(args: argparse.Namespace) -> int:
 
 def _cmd_svdd(args: argparse.Namespace) -> int:
     """The (private) SVDD equilibrium-point classifier on one stratified split."""
-    from dp_proto.experiments.svdd import load_svdd_config, run_svdd_experiment
+    from dp_proto.experiments.defaults import load_svdd_config
 
     config = _with_data_dir(load_svdd_config(args.config, args.overrides), args)
     if args.log_dir is not None:
         config["logging"]["log_dir"] = args.log_dir
+    _quiet_lightning()
+    from dp_proto.experiments.svdd import run_svdd_experiment
+
     result = run_svdd_experiment(config)
     shown = {k: v for k, v in result.items() if k not in ("config", "estimator", "ledger")}
     if args.json:
@@ -302,7 +314,7 @@ def _add_llp_parser(sub) -> None:
         "llp",
         help="learning from (private) label proportions over SCATS sensor nodes: "
         "a node and its nearest detectors, one cross-validation fold "
-        "(defaults: dp_proto.experiments.llp.LLP_DEFAULTS)",
+        "(defaults: dp_proto.experiments.defaults.LLP_DEFAULTS)",
     )
     llp.add_argument("--config", default=None, help="YAML file, e.g. training/configs/scats_llp.yaml")
     llp.add_argument("overrides", nargs="*", help="key.subkey=value, e.g. llp.k=8")
@@ -390,7 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
     svdd = sub.add_parser(
         "svdd",
         help="the (private) SVDD equilibrium-point classifier on one split "
-        "(defaults: dp_proto.experiments.svdd.SVDD_DEFAULTS)",
+        "(defaults: dp_proto.experiments.defaults.SVDD_DEFAULTS)",
     )
     svdd.add_argument("--config", default=None, help="YAML file, e.g. training/configs/five_gaussians_svdd.yaml")
     svdd.add_argument("overrides", nargs="*", help="key.subkey=value overrides, e.g. svdd.gamma=50")
@@ -415,7 +427,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _quiet_lightning()
     try:
         return int(args.func(args) or 0)
     except (ValueError, KeyError, TypeError, FileNotFoundError) as err:

@@ -61,7 +61,8 @@ import torch
 from dp_proto.anonymizer.modules import Anonymizer
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.experiments._release import published_config
-from dp_proto.experiments.config import merge_config, read_config, validate_config
+from dp_proto.experiments.config import merge_config, validate_config
+from dp_proto.experiments.defaults import ANONYMIZER_DEFAULTS, load_anonymizer_config
 from dp_proto.experiments.schema import check_accelerator
 from dp_proto.lightning.anonymizer import evaluate_held_out, fit_anonymizer
 
@@ -72,54 +73,6 @@ __all__ = [
     "run_anonymizer_experiment",
     "write_anonymizer_release",
 ]
-
-ANONYMIZER_DEFAULTS: dict[str, Any] = {
-    "seed": 0,
-    "data": {
-        "source": "synthetic",
-        "data_dir": None,
-        "path": None,
-        "pattern": None,
-        "holdout": 0.5,
-        "synthetic": {"n": 3000, "num_regular": 4, "num_private": 8, "entanglement": 0.5, "dim": 20},
-    },
-    "model": {
-        "encoder": "mlp",
-        "representation_dim": 32,
-        "encoder_hidden": [256],
-        "head_hidden": [64],
-        "channels": [16, 32],
-        "dropout": 0.0,
-    },
-    "training": {
-        "lam": 1.0,
-        "mode": "toggle",
-        "pretrain_regular_epochs": 10,
-        "pretrain_private_epochs": 10,
-        "adversarial_epochs": 20,
-        "toggle_steps": None,
-        "encoder_steps": None,
-        "batch_size": 32,
-        "lr": 0.01,
-        "encoder_lr": 0.001,
-        "optimizer": "nesterov",
-        "restarts": 1,
-        "accelerator": "cpu",
-        "progress_bar": True,
-    },
-    "logging": {"log_dir": "runs", "name": None},
-    "privacy": {
-        "epsilon": None,
-        "delta": 1e-5,
-        "sampling_rate": 0.05,
-        "max_grad_norm": 1.0,
-        "prior_fraction": 0.05,
-        "expected_batch_size": None,
-        "num_regular": None,
-        "num_private": None,
-        "noise_seed": None,
-    },
-}
 
 #: What the guarantee of a DP run covers (printed with it).
 ANONYMIZER_PRIVACY_SCOPE = (
@@ -136,11 +89,6 @@ _NOT_PUBLISHED = (
     ("logging", "log_dir"),
     ("privacy", "noise_seed"),
 )
-
-
-def load_anonymizer_config(path: str | Path | None = None, overrides: list[str] | None = None) -> dict:
-    """``ANONYMIZER_DEFAULTS``, updated by a YAML file and by ``key.subkey=value`` overrides."""
-    return read_config(ANONYMIZER_DEFAULTS, path, overrides)
 
 
 def _load_data(cfg: dict, seed: int) -> dict:

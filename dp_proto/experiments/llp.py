@@ -41,34 +41,13 @@ from typing import Any
 import torch
 
 from dp_proto.experiments._release import new_run_dir, published_config
-from dp_proto.experiments.config import merge_config, read_config, validate_config
+from dp_proto.experiments.config import merge_config, validate_config
+from dp_proto.experiments.defaults import LLP_DEFAULTS, load_llp_config
 
 __all__ = ["LLP_DEFAULTS", "load_llp_config", "run_llp_experiment", "write_llp_releases"]
 
-LLP_DEFAULTS: dict[str, Any] = {
-    "seed": 0,
-    "data": {"data_dir": None, "nodes": 4, "anchor": 0, "neighbours": None, "folds": 10, "fold": 0},
-    "llp": {
-        "batch_size": 32,
-        "k": 16,
-        "epsilon": 0.1,
-        "estimator": "clipped",
-        "n_starts": 32,
-        "noise_seed": None,
-        "learner": "kmeans",
-        "own_proportions": "exact",
-    },
-    "run": {"distributed": False, "compare": False, "threads": 1},
-    "logging": {"log_dir": "runs", "name": None},
-}
-
 # Config keys a release does not publish: local paths, and the noise seed (it replays the noise).
 _NOT_PUBLISHED = (("data", "data_dir"), ("logging", "log_dir"), ("llp", "noise_seed"))
-
-
-def load_llp_config(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
-    """``LLP_DEFAULTS``, updated by a YAML file and by ``key.subkey=value`` overrides."""
-    return read_config(LLP_DEFAULTS, path, overrides)
 
 
 def _same_model(x, y) -> bool:

@@ -101,8 +101,9 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from dp_proto.backbones import small_cnn
-from dp_proto.experiments.config import merge_config, read_config, validate_config
+from dp_proto.experiments.config import merge_config, validate_config
 from dp_proto.experiments.data import load_arrays, scale_to_public_bounds, warn_classes_from_data
+from dp_proto.experiments.defaults import DEFAULT_CONFIG, load_config
 from dp_proto.experiments.schema import check_accelerator
 from dp_proto.lightning.callbacks import PRIVACY_SCOPE, PrivacySpendCallback, StderrProgressBar
 from dp_proto.lightning.datamodule import ArrayDataModule, poisson_seed
@@ -133,71 +134,10 @@ __all__ = [
     "run_experiment",
 ]
 
-DEFAULT_CONFIG: dict[str, Any] = {
-    "seed": 0,
-    "data": {
-        "source": "bundled",
-        "name": "digits",
-        "data_dir": None,
-        "val_size": 0.1,
-        "test_size": 0.2,
-        "scaling": "standard",
-        "pca": None,
-        "batch_size": 64,
-        "subsample": None,
-    },
-    "model": {
-        "type": "gmlvq",
-        "prototypes_per_class": 1,
-        "rank": None,
-        "omega_init": "identity",
-        "normalize": True,
-        "backbone": None,
-        "backbone_features": 32,
-    },
-    "training": {
-        "optimizer": "adam",
-        "lr": 0.01,
-        "momentum": 0.9,
-        "metric_lr_scale": 1.0,
-        "group_lasso": 0.0,
-        "max_epochs": 30,
-        "max_lbfgs_iter": 20,
-        "transfer_fn": "identity",
-        "beta": 1.0,
-        "accelerator": "auto",
-        "progress_bar": True,
-    },
-    "logging": {"log_dir": "runs", "name": None, "image_shape": None, "image_every_n_epochs": 5},
-    # devices > 1: data-parallel training in one process per device (Lightning's DDP)
-    "trainer": {"devices": 1},
-    # DP-SGD (the DP-LVQ "SGD" scheme) when epsilon is set; see DPLVQModule.
-    # expected_batch_size: the public normaliser (null: q times the DP init's noisy count);
-    # noise_seed: null = fresh noise (an int makes the noise reproducible and warns).
-    "privacy": {
-        "epsilon": None,
-        "delta": 1e-5,
-        "sampling_rate": 0.01,
-        "max_grad_norm": 0.5,
-        "init_fraction": 0.2,
-        "calibration": "ledger",
-        "bounds": None,
-        "classes": None,
-        "expected_batch_size": None,
-        "noise_seed": None,
-    },
-}
-
 _LAYERS = {"glvq": GLVQLayer, "gmlvq": GMLVQLayer, "lgmlvq": LGMLVQLayer}
 _DP_ESTIMATORS = {"glvq": DPGLVQ, "gmlvq": DPGMLVQ, "lgmlvq": DPLGMLVQ}
 # Config keys a release does not publish: local paths, and the noise seed (it replays the noise).
 _NOT_PUBLISHED = (("data", "data_dir"), ("logging", "log_dir"), ("privacy", "noise_seed"))
-
-
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
-    """``DEFAULT_CONFIG``, overlaid with a YAML file, overlaid with ``key.sub=value``
-    strings (values parsed as YAML, so ``model.rank=10`` gives an int)."""
-    return read_config(DEFAULT_CONFIG, path, overrides)
 
 
 def dp_sgd_plan(config: Mapping[str, Any]) -> DPSGDPlan | None:

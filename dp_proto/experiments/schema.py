@@ -378,6 +378,7 @@ DECLARED: dict[str, dict[str, Spec]] = {
         "svdd.release": Choice("support_function", "equilibrium_points"),
         "svdd.device": optional(Str()),
         "svdd.dtype": Choice("float32", "float64"),
+        "svdd.verbose": optional(Int()),
         "logging.name": optional(Str()),
     },
     "llp": {
@@ -409,10 +410,10 @@ DECLARED: dict[str, dict[str, Spec]] = {
 
 #: Where each experiment's defaults live: ``(module, attribute)``.
 EXPERIMENT_DEFAULTS: dict[str, tuple[str, str]] = {
-    "lvq": ("dp_proto.experiments.lvq", "DEFAULT_CONFIG"),
-    "svdd": ("dp_proto.experiments.svdd", "SVDD_DEFAULTS"),
-    "llp": ("dp_proto.experiments.llp", "LLP_DEFAULTS"),
-    "anonymizer": ("dp_proto.experiments.anonymizer", "ANONYMIZER_DEFAULTS"),
+    "lvq": ("dp_proto.experiments.defaults", "DEFAULT_CONFIG"),
+    "svdd": ("dp_proto.experiments.defaults", "SVDD_DEFAULTS"),
+    "llp": ("dp_proto.experiments.defaults", "LLP_DEFAULTS"),
+    "anonymizer": ("dp_proto.experiments.defaults", "ANONYMIZER_DEFAULTS"),
 }
 
 

@@ -53,7 +53,6 @@ trainers log them.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import time
 from pathlib import Path
 from typing import Any
@@ -61,8 +60,9 @@ from typing import Any
 import numpy as np
 
 from dp_proto.experiments._release import new_run_dir, published_config
-from dp_proto.experiments.config import merge_config, read_config, validate_config
+from dp_proto.experiments.config import merge_config, validate_config
 from dp_proto.experiments.data import load_arrays, scale_to_public_bounds
+from dp_proto.experiments.defaults import SVDD_DEFAULTS, load_svdd_config
 from dp_proto.svdd import PrivateSVDDClassifier
 
 __all__ = [
@@ -74,21 +74,6 @@ __all__ = [
     "run_svdd_experiment",
     "write_svdd_release",
 ]
-
-# estimator parameters a config sets in another section (or that a runner cannot take)
-_SET_ELSEWHERE = ("epsilon", "classes", "noise_seed", "random_state", "ledger")
-
-SVDD_DEFAULTS: dict[str, Any] = {
-    "seed": 0,
-    "data": {"source": "bundled", "name": "iris", "data_dir": None, "test_size": 0.2, "scaling": "standard"},
-    "privacy": {"epsilon": None, "bounds": None, "classes": None, "noise_seed": None},
-    "svdd": {
-        name: p.default
-        for name, p in inspect.signature(PrivateSVDDClassifier).parameters.items()
-        if name not in _SET_ELSEWHERE
-    },
-    "logging": {"log_dir": "runs", "name": None},
-}
 
 #: What the guarantee of a private run covers (printed with it).
 SVDD_PRIVACY_SCOPE = (
@@ -106,11 +91,6 @@ SVDD_RELEASE_INPUT = (
     "features mapped from the public privacy.bounds [lower, upper] onto [-1, 1] and clipped "
     "(dp_proto.experiments.data.scale_to_public_bounds), the scale of the fit"
 )
-
-
-def load_svdd_config(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
-    """``SVDD_DEFAULTS``, updated by a YAML file and by ``key.subkey=value`` overrides."""
-    return read_config(SVDD_DEFAULTS, path, overrides)
 
 
 def _split_and_scale(config: dict[str, Any], private: bool) -> tuple[np.ndarray, ...]:

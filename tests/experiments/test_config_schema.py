@@ -242,3 +242,30 @@ def test_other_defaults_get_the_types_of_their_values():
     with pytest.raises(sch.ConfigTypeError, match=r"^hidden\[0\]: expected an integer, got 'x' \(str\)$"):
         read_config(defaults, None, ["hidden=[x]"])
     assert DEFAULT_CONFIG["training"]["max_epochs"] == 30  # never modified
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--config", str(Path(__file__).resolve().parents[2] / "training/configs/digits_gmlvq.yaml"), "m.x=1"],
+        ["anonymize", "training.lr=fast"],
+        ["llp", "llp.k=x"],
+        ["svdd", "svdd.gamma=wide"],
+    ],
+)
+def test_a_bad_config_is_refused_before_torch_is_imported(argv):
+    """The one-line message comes in a fraction of a second: the config is read and
+    checked before the experiment (torch, Lightning, Opacus) is imported."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from dp_proto.cli import main\n"
+        f"rc = main({argv!r})\n"
+        "heavy = sorted(m for m in ('torch', 'lightning', 'opacus') if m in sys.modules)\n"
+        "print(rc, heavy)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "2 []", done.stdout + done.stderr
+    assert done.stderr.startswith("dp-proto: error: ") and len(done.stderr.strip().splitlines()) == 1
