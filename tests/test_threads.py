@@ -178,3 +178,36 @@ def test_a_fit_that_raises_restores_the_count(monkeypatch):
     with pytest.raises(FloatingPointError):
         GLVQ().fit(*_data())
     assert torch.get_num_threads() == BEFORE
+
+
+def test_the_lightning_trainer_follows_the_rule(tmp_path, monkeypatch):
+    """``dp-proto train`` and the demo: a prototype model on raw features trains on one
+    thread (the demo on busy cores: 11 s instead of 129 s), a backbone keeps torch's
+    setting."""
+    import lightning as L
+
+    import dp_proto.experiments.lvq as lvq_experiment
+
+    seen = []
+
+    class Spy(L.Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            seen.append(torch.get_num_threads())
+
+    original = L.Trainer
+
+    def trainer_with_spy(*args, **kwargs):
+        return original(*args, **{**kwargs, "callbacks": [*kwargs.get("callbacks", []), Spy()]})
+
+    monkeypatch.setattr(lvq_experiment.L, "Trainer", trainer_with_spy)
+    config = {
+        "data": {"subsample": 200},
+        "training": {"max_epochs": 1, "progress_bar": False, "accelerator": "cpu"},
+        "logging": {"log_dir": str(tmp_path)},
+    }
+    lvq_experiment.run_experiment(config)
+    assert seen == [1] and torch.get_num_threads() == BEFORE
+    defaults = lvq_experiment.DEFAULT_CONFIG
+    with_backbone = {**defaults, "model": {**defaults["model"], "backbone": "cnn"}}
+    work, device = lvq_experiment._thread_work(with_backbone, None, None)
+    assert work == float("inf") and fit_num_threads(work, device) is None

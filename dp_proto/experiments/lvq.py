@@ -100,6 +100,7 @@ import numpy as np
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
+from dp_proto._threads import fit_threads, step_work
 from dp_proto.backbones import small_cnn
 from dp_proto.experiments.config import merge_config, validate_config
 from dp_proto.experiments.data import load_arrays, scale_to_public_bounds, warn_classes_from_data
@@ -317,7 +318,8 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
         callbacks=callbacks,
     )
     start = time.perf_counter()
-    trainer.fit(module, datamodule=dm)
+    with fit_threads(*_thread_work(config, dm, model)):
+        trainer.fit(module, datamodule=dm)
     fit_seconds = time.perf_counter() - start
     if trainer.global_rank != 0:  # a data-parallel worker: process 0 tests and reports
         return {"rank": trainer.global_rank}
@@ -340,6 +342,21 @@ def run_experiment(config: Mapping[str, Any]) -> dict[str, Any]:
         "privacy_scope": PRIVACY_SCOPE if ledger is not None else None,
         "release_dir": release_dir,
     }
+
+
+def _thread_work(config: Mapping[str, Any], dm: ArrayDataModule, model: PrototypeModel) -> tuple[float, str]:
+    """``(work per step, device)`` for ``dp_proto._threads.fit_threads``, as the estimators
+    choose their threads: a prototype model on raw features on the CPU trains on one torch
+    thread unless its steps are large. A backbone, data-parallel training and other
+    devices keep torch's setting (infinite work, or the device)."""
+    accelerator = str(config["training"]["accelerator"])
+    on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    if on_gpu or config["model"]["backbone"] is not None or int(config["trainer"]["devices"]) > 1:
+        return float("inf"), "cuda" if on_gpu else "cpu"
+    n_train = len(dm.train_tensors()[0])
+    private = config["privacy"]["epsilon"] is not None
+    rows = float(config["privacy"]["sampling_rate"]) * n_train if private else (dm.batch_size or n_train)
+    return step_work(rows, model), "cpu"
 
 
 def _test_trainer(trainer: L.Trainer, accelerator: str) -> L.Trainer:

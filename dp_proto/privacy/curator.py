@@ -11,7 +11,8 @@ depends on private records. Such diagnostics go to:
 * the logger ``"dp_proto.curator"`` at DEBUG level (``logging.getLogger("dp_proto.curator")
   .setLevel(logging.DEBUG)`` and a handler to see them), and at WARNING when a fit's
   records look wrong for its public settings (more than ``OUTSIDE_BOUNDS_SHARE`` of them
-  outside the declared bounds): Python prints WARNING records on stderr when no logging
+  outside the declared bounds; a public class without records, or fewer than
+  ``FEW_RECORDS_PER_CLASS`` records per class): Python prints WARNING records on stderr when no logging
   is configured, so the person running the fit sees it by default, and it never becomes
   a ``warnings`` warning that a release or a notebook output would carry; and
 * the fitted attribute ``curator_`` of an estimator (a dict), documented as
@@ -26,13 +27,25 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-__all__ = ["CURATOR_LOGGER", "OUTSIDE_BOUNDS_SHARE", "curator_log", "curator_attach", "curator_outside_bounds"]
+__all__ = [
+    "CURATOR_LOGGER",
+    "OUTSIDE_BOUNDS_SHARE",
+    "FEW_RECORDS_PER_CLASS",
+    "curator_log",
+    "curator_attach",
+    "curator_outside_bounds",
+    "curator_class_coverage",
+]
 
 CURATOR_LOGGER = logging.getLogger("dp_proto.curator")
 
 #: Share of a fit's records outside its public bounds above which the curator channel
 #: warns (``curator_outside_bounds``).
 OUTSIDE_BOUNDS_SHARE = 0.1
+
+#: Records per public class (on average) below which the curator channel warns that a
+#: private fit has too little data (``curator_class_coverage``).
+FEW_RECORDS_PER_CLASS = 10
 
 
 def curator_log(message: str, *args: Any) -> None:
@@ -80,3 +93,28 @@ def curator_outside_bounds(
             bounds,
             " and were clipped into them" if clipped else "",
         )
+
+
+def curator_class_coverage(estimator: Any, class_counts: Any, classes: Any) -> None:
+    """Attach the records per public class (``records_per_class``) and log a WARNING on the
+    curator channel when a class of ``classes`` has no record or the data hold fewer than
+    ``FEW_RECORDS_PER_CLASS`` records per class: a private fit then runs, but its model
+    comes mostly from the noise (a one-row fit, one class of ten)."""
+    labels = [c.item() if hasattr(c, "item") else c for c in classes]
+    counts = [int(c) for c in class_counts]
+    curator_attach(estimator, records_per_class=dict(zip(labels, counts, strict=True)))
+    empty = [c for c, n in zip(labels, counts, strict=True) if n == 0]
+    total = sum(counts)
+    if not empty and total >= FEW_RECORDS_PER_CLASS * len(counts):
+        return
+    what = f"classes {empty} have none: their prototypes come from the noise alone" if empty else ""
+    if total < FEW_RECORDS_PER_CLASS * len(counts):
+        what = "; ".join(filter(None, [what, "the model will come mostly from the noise"]))
+    CURATOR_LOGGER.warning(
+        "%s: the training data hold %d record(s) for %d public classes; %s (curator-only: computed from the "
+        "private data without noise, do not publish this line)",
+        type(estimator).__name__,
+        total,
+        len(counts),
+        what,
+    )

@@ -19,7 +19,7 @@ import pytest
 import torch
 from sklearn.datasets import load_iris
 
-from dp_proto.exceptions import PrivacyLeakWarning
+from dp_proto.exceptions import DomainWarning, PrivacyLeakWarning
 from dp_proto.lvq.layers import GLVQLayer
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import DPGLVQ, DPGMLVQ, SubsampleAggregateGLVQ, saa_sensitivity
@@ -313,6 +313,31 @@ def test_wrong_bounds_are_told_on_the_curator_channel_at_warning(caplog):
     with caplog.at_level(logging.WARNING, logger="dp_proto.curator"):
         DPGLVQ(epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], sampling_rate=0.2, epochs=1).fit(X, y)
     assert not [r for r in caplog.records if r.name == "dp_proto.curator" and r.levelno >= logging.WARNING]
+
+
+def test_too_little_data_is_told_on_the_curator_channel(caplog):
+    """One row, or one class of three: the fit runs (an exception would depend on the
+    records) and the curator channel says that its model comes from the noise."""
+    X, y = _iris()
+    settings = {"epsilon": 2.0, "bounds": (0, 8), "classes": [0, 1, 2], "sampling_rate": 0.2, "epochs": 1}
+
+    def curator_warnings(X, y):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="dp_proto.curator"), warnings.catch_warnings():
+            warnings.simplefilter("error", DomainWarning)
+            est = DPGLVQ(**settings).fit(X, y)
+        lines = [r.getMessage() for r in caplog.records if r.name == "dp_proto.curator"]
+        return est, lines
+
+    est, lines = curator_warnings(X[:1], y[:1])
+    assert est.curator_["records_per_class"] == {0: 1, 1: 0, 2: 0}
+    assert len(lines) == 1 and "1 record(s) for 3 public classes; classes [1, 2] have none" in lines[0]
+    assert "mostly from the noise" in lines[0]
+    one_class = np.repeat(X[y == 2], 2, axis=0)  # 10 records per public class, all of class 2
+    est, lines = curator_warnings(one_class, np.full(len(one_class), 2))
+    assert len(lines) == 1 and "classes [0, 1] have none" in lines[0] and "mostly" not in lines[0]
+    est, lines = curator_warnings(X, y)
+    assert set(est.curator_["records_per_class"].values()) == {len(X) // 3} and not lines
 
 
 def test_many_records_with_one_clipped_coordinate_are_not_wrong_bounds(caplog):

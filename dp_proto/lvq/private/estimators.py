@@ -39,6 +39,7 @@ from dp_proto.lvq.private.dp_init import INIT_MECHANISMS, dp_class_mean_prototyp
 from dp_proto.lvq.private.dpsgd import fit_dp_sgd
 from dp_proto.lvq.release import layer_description, model_from_release, model_tensors
 from dp_proto.lvq.sparse import LOCAL_NORMALISATION_ERROR, check_penalty, metric_parameter, selected_features, sparsity
+from dp_proto.privacy.curator import curator_class_coverage
 from dp_proto.privacy.domain import PublicBoundsScaler, clip_for_fit, public_classes
 from dp_proto.privacy.dpsgd_plan import DPSGDPlan
 from dp_proto.privacy.events import PrivacyEvent, dp_sgd_event
@@ -340,6 +341,7 @@ class _DPMixin(_DPReleaseHooks):
         X, y = self._check_X(X, reset=True, y=y)
         check_classification_targets(y)
         self.classes_, y_index = public_classes(y, self.classes, type(self).__name__)
+        curator_class_coverage(self, np.bincount(y_index, minlength=len(self.classes_)), self.classes_)
         return X, y_index
 
     def dp_sgd_plan(self) -> DPSGDPlan:

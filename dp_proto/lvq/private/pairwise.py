@@ -82,6 +82,7 @@ from dp_proto.lvq.pairwise import (
 )
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes, dp_init_events
 from dp_proto.lvq.private.estimators import DP_RELEASE_WITHHELD, FIT_SCOPE, _DPReleaseHooks
+from dp_proto.privacy.curator import curator_class_coverage
 from dp_proto.privacy.domain import PublicBoundsScaler, clip_for_fit, public_classes
 from dp_proto.privacy.dpsgd_plan import calibrate_noise_multiplier, check_dp_sgd_settings, sgd_steps
 from dp_proto.privacy.events import SubsampledGaussianEvent
@@ -493,6 +494,7 @@ class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
         check_classification_targets(y)
         self.classes_, y_index = public_classes(y, self.classes, type(self).__name__)
         c = len(self.classes_)
+        curator_class_coverage(self, np.bincount(y_index, minlength=c), self.classes_)
         n, d = X.shape
         events, sigma, sigma_p = self.privacy_plan(d)
         shared = self.ledger
