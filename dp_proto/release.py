@@ -51,6 +51,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from dp_proto._release_card import release_card
 from dp_proto._version import __version__
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "FORMAT_VERSION",
     "MANIFEST_FILE",
     "TENSORS_FILE",
+    "CARD_FILE",
     "BUILTIN_MODELS",
     "Release",
     "Releasable",
@@ -71,6 +73,7 @@ __all__ = [
     "decode_hyperparameters",
     "encode_labels",
     "decode_labels",
+    "release_card",
 ]
 
 FORMAT_NAME = "dp-proto-release"
@@ -78,6 +81,8 @@ FORMAT_NAME = "dp-proto-release"
 FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
 TENSORS_FILE = "model.safetensors"
+#: The human-readable card written beside the manifest (``release_card``); never read.
+CARD_FILE = "README.md"
 
 #: Built-in models: registered name -> the module whose import registers it.
 BUILTIN_MODELS: dict[str, str] = {
@@ -358,15 +363,16 @@ class Release:
             raise TypeError(f"the manifest of {self.model} holds a value that is not JSON data: {err}") from None
 
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
-        """Write ``model.safetensors`` and ``manifest.json`` into the directory ``path``
-        (created if needed) and return it. ``FileExistsError`` if the directory already
-        holds either file, unless ``overwrite`` (then both are replaced)."""
+        """Write ``model.safetensors``, ``manifest.json`` and the card ``README.md``
+        (``release_card``) into the directory ``path`` (created if needed) and return it.
+        ``FileExistsError`` if the directory already holds any of them, unless
+        ``overwrite`` (then they are replaced)."""
         from safetensors.numpy import save_file
 
         directory = Path(path)
         if directory.exists() and not directory.is_dir():
             raise ValueError(f"a release is a directory; {directory} is a file")
-        present = [name for name in (MANIFEST_FILE, TENSORS_FILE) if (directory / name).exists()]
+        present = [name for name in (MANIFEST_FILE, TENSORS_FILE, CARD_FILE) if (directory / name).exists()]
         if present and not overwrite:
             raise FileExistsError(
                 f"{directory} already holds a release ({', '.join(present)}); "
@@ -380,6 +386,8 @@ class Release:
         manifest = self.manifest(sha256=_sha256(tensors_path))
         text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
         _atomic_write(directory / MANIFEST_FILE, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        card = release_card(manifest)
+        _atomic_write(directory / CARD_FILE, lambda tmp: Path(tmp).write_text(card, encoding="utf-8"))
         return directory
 
     def to_bytes(self) -> bytes:

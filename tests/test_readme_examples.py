@@ -112,7 +112,7 @@ def _check_dp_release(path: Path, model: Any, X: Any) -> dict:
     seed; it loads and predicts identically."""
     import dp_proto
 
-    assert sorted(p.name for p in path.iterdir()) == ["manifest.json", "model.safetensors"]
+    assert sorted(p.name for p in path.iterdir()) == ["README.md", "manifest.json", "model.safetensors"]
     manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
     assert "curator_" in manifest["dropped"]
     assert "curator_" not in manifest["fitted"]

@@ -245,3 +245,28 @@ def test_saving_over_a_release_is_refused_unless_asked(release_dir, glvq):
     assert (release_dir / MANIFEST_FILE).read_bytes() == before  # nothing was written
     other.save_release(release_dir, overwrite=True)
     np.testing.assert_array_equal(load_release(release_dir).predict(X), other.predict(X))
+
+
+def test_a_release_carries_a_card_written_from_its_manifest(tmp_path):
+    """README.md beside the manifest: the guarantee, every noisy release, the sampling
+    assumption, the public inputs and the versions (Ponomareva et al. 2023); it is never
+    read back, so a release without it (or with it edited) loads the same."""
+    from dp_proto.lvq.private import DPGLVQ
+    from dp_proto.release import CARD_FILE, release_card
+
+    model = DPGLVQ(epsilon=1.0, bounds=(0, 8), classes=[0, 1, 2], sampling_rate=0.2, epochs=2).fit(X, Y)
+    path = model.save_release(tmp_path / "dp")
+    card = (path / CARD_FILE).read_text(encoding="utf-8")
+    manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
+    assert card == release_card(manifest)
+    epsilon = manifest["privacy"]["epsilon"]
+    assert f"| guarantee | ({epsilon:.4g}, 1e-05)-DP |" in card
+    assert "| neighbouring datasets | add/remove one record |" in card
+    assert "| dp_sgd | DP-SGD" in card and "sampling rate 0.2" in card and "Sampling assumption" in card
+    assert "- label set: [0, 1, 2]" in card and manifest["tensors"]["sha256"] in card
+    assert "membership inference (TPR at low FPR): not measured" in card
+    (path / CARD_FILE).unlink()
+    np.testing.assert_array_equal(load_release(path).predict(X), model.predict(X))
+
+    plain = GLVQ(random_state=0).fit(X, Y).save(tmp_path / "plain")
+    assert "**This model is not differentially private.**" in (plain / CARD_FILE).read_text(encoding="utf-8")

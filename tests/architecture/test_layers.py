@@ -66,6 +66,7 @@ def component(module: str) -> str:
         "_version",
         "_rowwise",
         "_progress",
+        "_release_card",
         "release",
         "__init__",
         "__version__",

@@ -63,7 +63,7 @@ def test_private_svdd_writes_a_release_that_predicts_like_the_estimator(tmp_path
     assert release_dir == (tmp_path / "iris_svdd" / "version_0" / "release").resolve()
     out = capsys.readouterr().out
     assert f"release    {release_dir}" in out and f"dp_proto.load_release('{release_dir}')" in out
-    assert {p.name for p in release_dir.iterdir()} == {"manifest.json", "model.safetensors"}
+    assert {p.name for p in release_dir.iterdir()} == {"README.md", "manifest.json", "model.safetensors"}
     manifest = _no_seed_no_path(release_dir, tmp_path, 31337)
     source = manifest["source"]
     assert source["command"] == "dp-proto svdd" and source["privacy_scope"] == SVDD_PRIVACY_SCOPE

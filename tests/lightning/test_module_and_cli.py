@@ -220,7 +220,7 @@ def test_private_train_writes_a_release_that_predicts_like_the_module(tmp_path, 
     release_dir = Path(result["release_dir"])
     assert release_dir == (tmp_path / "iris_dp" / "version_0" / "release").resolve()
     assert f"release    {release_dir}" in capsys.readouterr().out
-    assert {p.name for p in release_dir.iterdir()} == {"manifest.json", "model.safetensors"}
+    assert {p.name for p in release_dir.iterdir()} == {"README.md", "manifest.json", "model.safetensors"}
     manifest_text = (release_dir / "manifest.json").read_text()
     assert "31337" not in manifest_text and str(tmp_path) not in manifest_text  # no seed, no local path
 
