@@ -30,6 +30,7 @@ _MECHANISMS = {
     "subsampled_gaussian": "DP-SGD: Gaussian noise on clipped gradient sums of Poisson-sampled batches",
     "approx": "(epsilon, delta)-DP release",
     "non_private": "NOT private: a release without noise",
+    "repeat_and_select": "private selection: the best of a random number of runs (Papernot & Steinke 2022)",
 }
 _ACCOUNTANTS = {
     "pld": "privacy loss distributions (dp_accounting's PLD accountant)",
@@ -55,6 +56,10 @@ def _events_table(events: list[Mapping[str, Any]]) -> list[str]:
         )
         kind = str(event.get("kind", "?"))
         name = event.get("name") or "(unnamed)"
+        if kind == "repeat_and_select":
+            runs = "Poisson" if event.get("shape") in (None, float("inf")) else f"shape {_number(event['shape'])}"
+            per_run = "; ".join(str(e.get("name") or e.get("kind")) for e in event.get("inner", ()))
+            parameters = f"mean runs {_number(event.get('mean'))} ({runs}); each run: {per_run}"
         lines.append(f"| {_cell(name)} | {_MECHANISMS.get(kind, kind)} | {parameters} | {event.get('count', 1)} |")
     return lines
 

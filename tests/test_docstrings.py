@@ -29,6 +29,7 @@ MODULES = [
     "dp_proto.privacy.events",
     "dp_proto.privacy.ledger",
     "dp_proto.privacy.mechanisms",
+    "dp_proto.privacy.selection",
     "dp_proto.anonymizer.modules",
     "dp_proto.svdd.estimators",
     "dp_proto.release",

@@ -42,6 +42,7 @@ from dp_proto.privacy.events import (
     NonPrivateEvent,
     PrivacyEvent,
     PureEvent,
+    RepeatAndSelectEvent,
     SubsampledGaussianEvent,
     dp_sgd_event,
 )
@@ -66,6 +67,7 @@ from dp_proto.privacy.noise import (
 )
 from dp_proto.privacy.preprocessing import DPPCA, DPPipeline, DPStandardScaler
 from dp_proto.privacy.sampling import PoissonDataLoader
+from dp_proto.privacy.selection import PrivateSearchCV
 from dp_proto.privacy.session import reset_session, session_ledger
 
 __all__ = [
@@ -83,6 +85,7 @@ __all__ = [
     "ApproxEvent",
     "SubsampledGaussianEvent",
     "NonPrivateEvent",
+    "RepeatAndSelectEvent",
     "laplace_mechanism",
     "gaussian_mechanism",
     "gaussian_sigma",
@@ -103,6 +106,7 @@ __all__ = [
     "PublicBoundsScaler",
     "DPPCA",
     "DPPipeline",
+    "PrivateSearchCV",
     "DPStandardScaler",
     "laplace_noise",
     "gaussian_noise",

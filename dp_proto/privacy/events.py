@@ -20,6 +20,7 @@ event                                    release
 ``ApproxEvent``                     any (epsilon, delta)-DP release known by its parameters
 ``SubsampledGaussianEvent``         one DP-SGD step: Poisson sampling, then Gaussian noise
 ``NonPrivateEvent``                 a release without noise (epsilon = inf)
+``RepeatAndSelectEvent``            the best of a random number of runs of a mechanism
 =======================================  ===================================================
 
 Neighbouring relation: add/remove one record. ``kind`` (a class constant) names the
@@ -53,6 +54,7 @@ __all__ = [
     "ApproxEvent",
     "SubsampledGaussianEvent",
     "NonPrivateEvent",
+    "RepeatAndSelectEvent",
     "EventKind",
     "dp_sgd_event",
     "MAX_EVENT_EPSILON",
@@ -68,6 +70,7 @@ EventKind = Literal[
     "approx",
     "subsampled_gaussian",
     "non_private",
+    "repeat_and_select",
 ]
 #: Value discretisation of the privacy loss distributions (pessimistic: coarser only
 #: over-estimates epsilon).
@@ -591,6 +594,79 @@ class NonPrivateEvent(PrivacyEvent):
 
     def _one_dp_event(self) -> dpe.DpEvent:
         return dpe.NonPrivateDpEvent()
+
+
+@dataclass(frozen=True)
+class RepeatAndSelectEvent(PrivacyEvent):
+    """Private selection: a mechanism (its ``inner`` releases, composed) run ``K`` times
+    with independent randomness, only the best of its ``K`` outputs released, ``K`` drawn
+    independently of the data from the truncated negative binomial distribution with
+    shape ``eta`` and mean ``mean`` (``eta = 0``: the logarithmic distribution, ``eta =
+    1``: the geometric) or from the Poisson distribution (``shape = inf``). Accounted by
+    its Renyi-DP curve (Papernot & Steinke 2022, Theorems 2 and 6, as dp-accounting's
+    ``RepeatAndSelectDpEvent``); it has no privacy loss distribution.
+
+    Parameters
+    ----------
+    inner : sequence of PrivacyEvent
+        The releases of one run (each with a Renyi-DP curve); stored as a tuple.
+    mean : float
+        ``E[K]``, at least 1.
+    shape : float
+        ``eta`` of the truncated negative binomial distribution, ``> -1``; ``inf`` for Poisson.
+    count : int, default 1
+        Number of independent selections; keyword only.
+    name : str, default ""
+        What was released, e.g. ``"selection/best_model"``; keyword only.
+    sensitivity : float or None, default None
+        For the record (unused); keyword only.
+
+    References
+    ----------
+    Papernot & Steinke (2022). Hyperparameter tuning with Renyi differential privacy.
+    *ICLR 2022*.
+    """
+
+    kind: ClassVar[str] = "repeat_and_select"
+    has_pld: ClassVar[bool] = False
+    inner: tuple[PrivacyEvent, ...]
+    mean: float
+    shape: float
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        inner = tuple(e if isinstance(e, PrivacyEvent) else PrivacyEvent.from_dict(e) for e in self.inner)
+        if not inner:
+            raise ValueError("a repeat-and-select event needs the releases of one run (inner)")
+        if not all(e.is_private and e.has_renyi_curve for e in inner):
+            raise ValueError("every release of a run must be private and have a Renyi-DP curve")
+        self._set("inner", inner)
+        self._set("mean", check_positive("mean", self.mean))
+        if self.mean < 1:
+            raise ValueError(f"mean must be at least 1 (a run is always made), got {self.mean!r}")
+        shape = float(self.shape)
+        if not shape > -1:
+            raise ValueError(f"shape must be > -1 (or inf for Poisson), got {self.shape!r}")
+        self._set("shape", shape)
+
+    def _one_pld(self, discretization: float) -> pld.PrivacyLossDistribution:
+        raise ValueError(
+            "a repeat-and-select release has no privacy loss distribution; the ledger uses its Renyi-DP curve"
+        )
+
+    def _one_dp_event(self) -> dpe.DpEvent:
+        return dpe.RepeatAndSelectDpEvent(
+            dpe.ComposedDpEvent([e.to_dp_event() for e in self.inner]), self.mean, self.shape
+        )
+
+    def _parameters(self) -> list[str]:
+        distribution = "Poisson" if math.isinf(self.shape) else f"truncated negative binomial, shape {self.shape:g}"
+        return [f"{len(self.inner)} release(s) per run, runs {distribution} with mean {self.mean:g}"]
+
+    def to_dict(self) -> dict[str, Any]:
+        values = super().to_dict()
+        values["inner"] = [e.to_dict() for e in self.inner]
+        return values
 
 
 def dp_sgd_event(noise_multiplier: float, sampling_rate: float, steps: int) -> PrivacyEvent:

@@ -22,13 +22,13 @@ from typing import Any
 
 from dp_proto.privacy.ledger import PrivacyLedger
 
-__all__ = ["BUDGET_LOGGER", "session_ledger", "reset_session", "record_fit", "within_shared_budget"]
+__all__ = ["BUDGET_LOGGER", "session_ledger", "reset_session", "record_fit", "within_shared_budget", "inner_fits"]
 
 BUDGET_LOGGER = logging.getLogger("dp_proto.budget")
 
 # The events of every fit, repeats of one mechanism merged into one event with their
 # count (composition is commutative), and the count of fits without a shared ledger.
-_SESSION: dict[str, Any] = {"events": [], "unshared_fits": 0, "shared_depth": 0}
+_SESSION: dict[str, Any] = {"events": [], "unshared_fits": 0, "shared_depth": 0, "inner_depth": 0}
 
 
 def session_ledger() -> PrivacyLedger:
@@ -82,13 +82,24 @@ def within_shared_budget() -> Iterator[None]:
         _SESSION["shared_depth"] -= 1
 
 
+@contextmanager
+def inner_fits() -> Iterator[None]:
+    """Fits inside the block are parts of one mechanism that records its own events (the
+    runs of a private selection): neither recorded nor counted."""
+    _SESSION["inner_depth"] += 1
+    try:
+        yield
+    finally:
+        _SESSION["inner_depth"] -= 1
+
+
 def record_fit(estimator: Any, ledger: PrivacyLedger, *, shared: bool, delta: float, add_events: bool = True) -> None:
     """Add a finished private fit's events to the session ledger; for a fit without a
     ``SharedLedger`` (``shared=False``, outside ``within_shared_budget``), log the
     composed spend at the 2nd, 4th, 8th, ... such fit. ``delta``: the fit's delta, at
     which the composed epsilon is stated; ``add_events=False`` counts the fit only (its
     parts recorded their events). A fit with a non-private release is skipped."""
-    if not ledger.events or not all(event.is_private for event in ledger.events):
+    if not ledger.events or not all(event.is_private for event in ledger.events) or _SESSION["inner_depth"]:
         return
     merged: list = _SESSION["events"]
     for event in ledger.events if add_events else ():
