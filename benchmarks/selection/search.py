@@ -36,7 +36,7 @@ from benchmarks.dpsgd.peers import load_sets
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "selection" / "results" / "search.json"
-FIGURE = ROOT / "benchmarks" / "selection" / "figures" / "search.png"
+FIGURE = ROOT / "benchmarks" / "selection" / "figures" / "private_selection.png"
 EPSILON, DELTA = 1.0, 1e-5
 SETS, QUICK_SETS = ("segmentation", "optdigits", "pendigits"), ("segmentation",)
 SEEDS, QUICK_SEEDS = (0, 1), (0,)
