@@ -87,6 +87,7 @@ CHEAP = [
         id="svdd_speed",
         marks=pytest.mark.data,
     ),
+    pytest.param("selection.search", "selection/results/search.json", [], True, id="selection", marks=pytest.mark.data),
 ]
 
 
