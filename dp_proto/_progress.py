@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["interactive", "wants_progress", "progress_bar"]
+__all__ = ["interactive", "wants_progress", "progress_bar", "show_status"]
 
 
 def interactive() -> bool:
@@ -31,3 +31,11 @@ def progress_bar(desc: str, total: int | None, verbose: int | None, *, unit: str
     return tqdm(
         total=total, desc=desc, unit=unit, file=sys.stderr, delay=2.0, disable=not wants_progress(verbose), leave=False
     )
+
+
+def show_status(bar: Any, text: str) -> None:
+    """Put ``text`` beside ``bar`` (a ``progress_bar``); drawn now only once the bar's
+    two seconds have passed (tqdm's ``set_postfix_str`` would draw it at once)."""
+    bar.set_postfix_str(text, refresh=False)
+    if not bar.disable and bar._time() - bar.start_t >= bar.delay:
+        bar.refresh()

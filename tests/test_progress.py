@@ -70,3 +70,16 @@ def test_svdd_fits_show_their_phases(monkeypatch):
     # a solve in working-set rounds shows its gap (non-private only)
     big = np.random.default_rng(0).normal(size=(3000, 2))
     assert "centre: gap" in _bar_output(monkeypatch, PrivateSVDD(epsilon=None, verbose=1, random_state=0), big, None)
+
+
+def test_a_fast_svdd_fit_draws_no_bar(monkeypatch):
+    """Two seconds first: the phase labels must not draw the bar earlier."""
+    from sklearn.datasets import load_iris
+
+    from dp_proto.svdd import PrivateSVDDClassifier
+
+    X, y = load_iris(return_X_y=True)
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    PrivateSVDDClassifier(epsilon=None, verbose=1, random_state=0).fit((X - X.mean(0)) / X.std(0), y)
+    assert stream.getvalue() == ""

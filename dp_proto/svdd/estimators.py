@@ -43,7 +43,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from dp_proto._neighbours import knn_predict
-from dp_proto._progress import progress_bar
+from dp_proto._progress import progress_bar, show_status
 from dp_proto._validation import torch_device, torch_dtype
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.privacy.calibration import optional_epsilon
@@ -207,7 +207,7 @@ class _SVDDBase(Releasable, BaseEstimator):
             # solver hit would void the guarantee.
             def show_gap(gap: float) -> None:
                 if bar is not None and epsilon is None:  # a private fit shows its phases only
-                    bar.set_postfix_str(f"centre: gap {gap:.1e}, tol {self.tol:g}")
+                    show_status(bar, f"centre: gap {gap:.1e}, tol {self.tol:g}")
 
             solution = solve_svdd_dual(
                 phi,
@@ -574,10 +574,10 @@ class PrivateSVDD(OutlierMixin, _SVDDBase):
         self.ledger_ = self._new_ledger()
         self.__dict__.pop("curator_", None)
         eps_centre = self.centre_fraction * self.epsilon if private else None
-        bar.set_postfix_str("centre")
+        show_status(bar, "centre")
         self.centre_ = self._fit_centre(X, eps_centre, gen, noise, bar)
         bar.update()
-        bar.set_postfix_str("radius")
+        show_status(bar, "radius")
         scores = support_function(self.features_, self.centre_, X)
         level = 1.0 - self.contamination
         if private:
@@ -1129,7 +1129,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
             eps_votes = self.epsilon if mode == "training" else self.epsilon - eps_centre - (eps_count or 0.0)
         else:
             eps_centre = eps_count = eps_votes = None
-        bar.set_postfix_str("centre")
+        show_status(bar, "centre")
         self.centre_ = self._fit_centre(X, eps_centre, gen, noise, bar)
         bar.update()
         n_hat = None
@@ -1149,7 +1149,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         self.cubes_ = None
         if self.grid_ is not None:
             # Phases II and III on the fixed cubes: records flow, then vote in their cube.
-            bar.set_postfix_str("grid votes")
+            show_status(bar, "grid votes")
             points = self._grid_votes(X, labels, c, eps_votes, noise)
             bar.update(3)
             self.equilibria_ = self.labelled_points_ = points
@@ -1161,7 +1161,7 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
         # Phase II: equilibrium points from the starts, merged; cells.
         starts = X if mode == "training" else self._public_starts(mode, X.shape[1], gen, X.dtype)
         merge_tol = self.merge_tol if self.merge_tol is not None else 1e-3 / math.sqrt(2.0 * self.gamma)
-        bar.set_postfix_str("equilibrium points")
+        show_status(bar, "equilibrium points")
         ends = self._dynamics(starts)
         points, basin = merge_points(ends, merge_tol)
         self.equilibria_ = points
@@ -1176,11 +1176,11 @@ class PrivateSVDDClassifier(ClassifierMixin, _SVDDBase):
 
         bar.update()
         # Phase III: every training point to the cell of its (nearest) EP; noisy votes.
-        bar.set_postfix_str("records' cells")
+        show_status(bar, "records' cells")
         train_ep = basin if mode == "training" else nearest_index(self._dynamics(X), points)
         train_cell = self.ep_cell_[train_ep]
         bar.update()
-        bar.set_postfix_str("votes")
+        show_status(bar, "votes")
         if private:
             counts = noisy_cell_counts(
                 train_cell, labels, num_cells, c, eps_votes, ledger=self.ledger_, generator=noise
