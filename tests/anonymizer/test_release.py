@@ -21,7 +21,7 @@ from dp_proto.data import make_entangled_task
 from dp_proto.lightning.anonymizer import AnonymizerFit, fit_anonymizer
 from dp_proto.lightning.dp_anonymizer import fit_dp_anonymizer
 from dp_proto.privacy.release import ReleasedLedger
-from dp_proto.release import MANIFEST_FILE, TENSORS_FILE, read_release
+from dp_proto.release import CARD_FILE, MANIFEST_FILE, TENSORS_FILE, read_release
 from tests._release import check_no_pickle, check_no_seed_values, load_in_fresh_process, release_files
 
 pytestmark = [
@@ -147,10 +147,12 @@ def test_a_dp_release_holds_no_pickle_no_generator_no_seed_and_no_branch(dp_fitt
     fit, _ = dp_fitted
     path = fit.save_release(tmp_path / "release")
     files = release_files(path)
-    assert set(files) == {MANIFEST_FILE, TENSORS_FILE}
+    assert set(files) == {MANIFEST_FILE, TENSORS_FILE, CARD_FILE}
     check_no_pickle(files)
     text = files[MANIFEST_FILE].decode()
     assert str(NOISE_SEED) not in text and str(SEED) not in text
+    card = files[CARD_FILE].decode()  # the card: from the manifest only
+    assert str(NOISE_SEED) not in card and str(SEED) not in card
     manifest = json.loads(text)
     published = {k: v for k, v in manifest.items() if k != "hyperparameters_not_saved"}  # reasons, no values
     check_no_seed_values(published)

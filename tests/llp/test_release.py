@@ -34,7 +34,7 @@ from dp_proto.llp import (
 from dp_proto.llp.distributed import NodeResult, as_network_result
 from dp_proto.llp.model import NODE_LOCAL_NOTE
 from dp_proto.privacy.release import ReleasedLedger
-from dp_proto.release import MANIFEST_FILE, TENSORS_FILE, read_release
+from dp_proto.release import CARD_FILE, MANIFEST_FILE, TENSORS_FILE, read_release
 from tests._release import check_no_pickle, check_no_seed_values, release_files
 
 SLOTS, TRAIN_END, B = 480, 360, 24
@@ -147,10 +147,11 @@ def test_a_node_release_holds_no_seed_no_noisy_counts_and_nothing_node_local(tmp
     release = res.node_release(2)
     path = release.save_release(tmp_path / "release")
     files = release_files(path)
-    assert set(files) == {MANIFEST_FILE, TENSORS_FILE}
+    assert set(files) == {MANIFEST_FILE, TENSORS_FILE, CARD_FILE}
     check_no_pickle(files)
     text = files[MANIFEST_FILE].decode()
     assert str(SEED) not in text
+    assert str(SEED) not in files[CARD_FILE].decode()  # the card: from the manifest only
     manifest = json.loads(text)
     check_no_seed_values(manifest)
     assert manifest["privacy"]["noise"] == "reproducible"  # said, not the seed

@@ -19,7 +19,7 @@ import dp_proto
 from dp_proto.lvq import GLVQ, GMLVQ, LGMLVQ
 from dp_proto.lvq.private import DPGLVQ, DPGMLVQ, DPLGMLVQ, SubsampleAggregateGLVQ
 from dp_proto.privacy.release import ReleasedLedger
-from dp_proto.release import MANIFEST_FILE, TENSORS_FILE, read_release
+from dp_proto.release import CARD_FILE, MANIFEST_FILE, TENSORS_FILE, read_release
 from tests._release import (
     check_attribute_coverage,
     check_no_pickle,
@@ -130,12 +130,14 @@ def test_a_release_holds_no_pickle_no_generator_and_nothing_curator_only(tmp_pat
     assert est.curator_["num_clipped"] > 0
     path = est.save_release(tmp_path / "release")
     files = release_files(path)
-    assert set(files) == {MANIFEST_FILE, TENSORS_FILE}
+    assert set(files) == {MANIFEST_FILE, TENSORS_FILE, CARD_FILE}
     check_no_pickle(files)
     header = check_safetensors_layout(files[TENSORS_FILE])
     assert header["__metadata__"] == {"format": "dp-proto-release"}
     text = files[MANIFEST_FILE].decode()
     assert str(seed) not in text and "num_clipped" not in text
+    card = files[CARD_FILE].decode()  # the card is written from the manifest: nothing more
+    assert str(seed) not in card and "num_clipped" not in card and "curator_" not in card
     assert text.count("curator_") == 1  # the name in "dropped", no value
     manifest = json.loads(text)
     published = {k: v for k, v in manifest.items() if k != "hyperparameters_not_saved"}  # reasons, no values

@@ -18,7 +18,7 @@ from sklearn.preprocessing import StandardScaler
 
 import dp_proto
 from dp_proto.privacy.release import ReleasedLedger
-from dp_proto.release import MANIFEST_FILE, TENSORS_FILE, read_release
+from dp_proto.release import CARD_FILE, MANIFEST_FILE, TENSORS_FILE, read_release
 from dp_proto.svdd import PrivateSVDD, PrivateSVDDClassifier
 from tests._release import (
     check_attribute_coverage,
@@ -173,10 +173,11 @@ def test_a_release_holds_no_pickle_no_generator_and_nothing_curator_only(name, t
     assert est.curator_["n_records"] == len(X)
     path = est.save_release(tmp_path / "release")
     files = release_files(path)
-    assert set(files) == {MANIFEST_FILE, TENSORS_FILE}
+    assert set(files) == {MANIFEST_FILE, TENSORS_FILE, CARD_FILE}
     check_no_pickle(files)
     text = files[MANIFEST_FILE].decode()
     assert str(seed) not in text
+    assert str(seed) not in files[CARD_FILE].decode()  # the card: from the manifest only
     for curator_key in est.curator_:
         assert curator_key not in text, curator_key
     assert text.count("curator_") == 1  # the name in "dropped", no value
