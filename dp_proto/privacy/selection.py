@@ -258,10 +258,12 @@ class PrivateSearchCV(BaseEstimator):
         validation size and one repeat-and-select event whose runs are calibrated so that
         the whole is ``(epsilon, delta)``-DP. ``ValueError`` when candidates differ in
         their privacy events or no run epsilon meets the budget."""
-        return self._plan(n_features)[0]
+        size, selection, _ = self._plan(n_features)
+        return (size, selection)
 
-    def _plan(self, n_features: int) -> tuple[tuple[PrivacyEvent, ...], float]:
-        """``(planned events, run epsilon)``: see ``planned_privacy_events``."""
+    def _plan(self, n_features: int) -> tuple[PrivacyEvent, RepeatAndSelectEvent, float]:
+        """``(validation size event, selection event, run epsilon)``: see
+        ``planned_privacy_events``."""
         self._check_params()
         candidates = self._candidates()
         size = self._size_event()
@@ -277,18 +279,21 @@ class PrivateSearchCV(BaseEstimator):
         run_epsilon = _bisect(total, self.epsilon, lo, self.epsilon, iters=12)
         while total(run_epsilon) > self.epsilon:  # the bisection's midpoint may lie just above
             run_epsilon *= 1.0 - 1e-6
-        self._check_same_events(run_epsilon, n_features, candidates)
-        return (size, self._selection_event(self._run_events(run_epsilon, n_features, candidates[0]))), run_epsilon
+        inner = self._check_same_events(run_epsilon, n_features, candidates)
+        return size, self._selection_event(inner), run_epsilon
 
-    def _check_same_events(self, run_epsilon: float, n_features: int, candidates: list[dict[str, Any]]) -> None:
-        """``ValueError`` unless every candidate gives a run the same privacy events."""
-        key = _events_key(self._run_events(run_epsilon, n_features, candidates[0]))
+    def _check_same_events(self, run_epsilon: float, n_features: int, candidates: list[dict[str, Any]]) -> tuple:
+        """A run's events at ``run_epsilon``; ``ValueError`` unless every candidate gives
+        a run the same ones."""
+        inner = self._run_events(run_epsilon, n_features, candidates[0])
+        key = _events_key(inner)
         for candidate in candidates[1:]:
             if _events_key(self._run_events(run_epsilon, n_features, candidate)) != key:
                 raise ValueError(
                     f"the candidate {candidate} changes the privacy events of a run; vary only settings that "
                     "leave them alone (not the sampling rate or the epochs)"
                 )
+        return inner
 
     # -- the search ---------------------------------------------------------------------
     def fit(self, X: Any, y: Any) -> PrivateSearchCV:
@@ -296,12 +301,10 @@ class PrivateSearchCV(BaseEstimator):
         X, y = np.asarray(X), np.asarray(y)
         if X.ndim != 2 or y.shape != (X.shape[0],):
             raise ValueError("X must have shape (n, d) and y shape (n,)")
-        planned, run_epsilon = self._plan(X.shape[1])
-        selection = planned[1]
-        assert isinstance(selection, RepeatAndSelectEvent)
+        size, selection, run_epsilon = self._plan(X.shape[1])
         fit_events = _events_key(selection.inner[:-1])  # a run's fit, without its score
         ledger = self.ledger if self.ledger is not None else PrivacyLedger(budget=(self.epsilon, self.delta))
-        ledger.spend(*planned)  # refused here, before the data are read, when over a budget
+        ledger.spend(size, selection)  # refused here, before the data are read, when over a budget
         scratch = PrivacyLedger()
         seed = check_noise_seed(self.noise_seed)
         counts = noise_generator(seed, owner=type(self).__name__)

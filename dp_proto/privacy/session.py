@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from dp_proto.privacy.ledger import PrivacyLedger
@@ -72,25 +72,25 @@ def reset_session() -> None:
 
 
 @contextmanager
-def within_shared_budget() -> Iterator[None]:
+def _inside(depth: str) -> Iterator[None]:
+    """Count the block as one level of ``_SESSION[depth]`` while it runs."""
+    _SESSION[depth] += 1
+    try:
+        yield
+    finally:
+        _SESSION[depth] -= 1
+
+
+def within_shared_budget() -> AbstractContextManager[None]:
     """Fits inside the block are bounded by a shared budget (a ``DPPipeline``'s steps):
     recorded, never counted towards the notice."""
-    _SESSION["shared_depth"] += 1
-    try:
-        yield
-    finally:
-        _SESSION["shared_depth"] -= 1
+    return _inside("shared_depth")
 
 
-@contextmanager
-def inner_fits() -> Iterator[None]:
+def inner_fits() -> AbstractContextManager[None]:
     """Fits inside the block are parts of one mechanism that records its own events (the
     runs of a private selection): neither recorded nor counted."""
-    _SESSION["inner_depth"] += 1
-    try:
-        yield
-    finally:
-        _SESSION["inner_depth"] -= 1
+    return _inside("inner_depth")
 
 
 def record_fit(estimator: Any, ledger: PrivacyLedger, *, shared: bool, delta: float, add_events: bool = True) -> None:
