@@ -14,6 +14,7 @@ from dp_proto.lightning.datamodule import resumed_seed
 from dp_proto.lightning.module import LVQModule
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the closed-form samplers)
+from dp_proto.lvq.private.guard import ClippingGuard
 from dp_proto.privacy.data_parallel import DataParallel
 from dp_proto.privacy.dpsgd_plan import BudgetedEpochs
 from dp_proto.privacy.ledger import PrivacyLedger
@@ -236,7 +237,13 @@ class EpochBudgetMixin:
             seed = self._noise_seed_base if self._noise_seed_base is not None else self._noise_generator.initial_seed()
             self._noise_generator.manual_seed(resumed_seed(seed, int(checkpoint.get("global_step", 0))))
 
-    def _sound_optimizer(self, optimizer: DPOptimizer, generator: torch.Generator | None, name: str) -> DPOptimizer:
+    def _sound_optimizer(
+        self,
+        optimizer: DPOptimizer,
+        generator: torch.Generator | None,
+        name: str,
+        norm_floors: ClippingGuard | None = None,
+    ) -> DPOptimizer:
         """Float64 noise from fresh entropy (or the caller's generator, or ``os.urandom``
         with ``secure_mode``) and the public normaliser, its source noted in the ledger;
         under a data-parallel trainer the noise is drawn on rank 0 only and the ranks'
@@ -249,6 +256,7 @@ class EpochBudgetMixin:
             secure_mode=self.secure_mode,
             name=name,
             data_parallel=self.data_parallel(),
+            norm_floors=norm_floors,
         )
 
 
@@ -332,6 +340,7 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
             ledger, noise_multiplier, max_grad_norm, sampling_rate, expected_batch_size, generator, secure_mode
         )
         self.private_model = GradSampleModule(self.model)
+        self._clipping_guard: ClippingGuard | None = None
 
     def forward(self, x):
         return self.private_model(x)
@@ -353,4 +362,6 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
             max_grad_norm=self.max_grad_norm,
             expected_batch_size=self.expected_batch_size,
         )  # type: ignore[arg-type]
-        return self._sound_optimizer(optimizer, self._noise_generator, "dp_sgd")
+        if self._clipping_guard is None:  # the prototype layer's cancellation guard
+            self._clipping_guard = ClippingGuard(self.model, loss_reduction="mean")
+        return self._sound_optimizer(optimizer, self._noise_generator, "dp_sgd", norm_floors=self._clipping_guard)

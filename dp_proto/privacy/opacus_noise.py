@@ -30,9 +30,12 @@ on a network's first layer raise it at every DP-SGD step, and it is expected the
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import torch
+from opacus.optimizers import DPOptimizerFastGradientClipping
 from opacus.optimizers.optimizer import DPOptimizer, _check_processed_flag, _mark_as_processed
+from opacus.optimizers.perlayeroptimizer import DPPerLayerOptimizer
 
 from dp_proto.privacy.data_parallel import DataParallel
 from dp_proto.privacy.noise import gaussian_noise
@@ -142,23 +145,64 @@ def _drop_non_finite_records(self) -> None:
         p.grad_sample = torch.where(keep, g, torch.zeros((), dtype=g.dtype, device=g.device))
 
 
+def _clip_with_floors(self, floors: dict) -> None:
+    """Opacus' per-sample clipping (joint, or per parameter for ``DPPerLayerOptimizer``)
+    with every parameter's per-sample norm raised to at least its floor ``(B,)``."""
+    params = list(self.params)
+    norms = []
+    for p in params:
+        flat = self._get_flat_grad_sample(p)
+        norm = flat.reshape(len(flat), -1).norm(2, dim=-1)
+        floor = floors.get(p)
+        if floor is not None:  # a record whose floor is not finite contributes zero
+            floor = floor.to(norm.device, norm.dtype)
+            norm = torch.maximum(norm, torch.where(floor.isnan(), torch.inf, floor))
+        norms.append(norm)
+    if isinstance(self, DPPerLayerOptimizer):
+        factors = [
+            (bound / (norm + 1e-6)).clamp(max=1.0) for bound, norm in zip(self.max_grad_norms, norms, strict=True)
+        ]
+    else:
+        joint = torch.stack(norms, dim=1).norm(2, dim=1) if norms and len(norms[0]) else None
+        factor = (self.max_grad_norm / (joint + 1e-6)).clamp(max=1.0) if joint is not None else None
+        factors = [factor] * len(params)
+    for p, factor in zip(params, factors, strict=True):
+        _check_processed_flag(p.grad_sample)
+        grad_sample = self._get_flat_grad_sample(p).to(p.dtype)
+        if factor is None:  # an empty batch
+            grad = grad_sample.sum(0)
+        else:
+            grad = torch.einsum("i,i...", factor.to(grad_sample.device, p.dtype), grad_sample)
+        p.summed_grad = grad if p.summed_grad is None else p.summed_grad + grad
+        _mark_as_processed(p.grad_sample)
+
+
 def _sound_clip_and_accumulate(base: type[DPOptimizer]):
-    """``base``'s ``clip_and_accumulate``; if the clipped sum came out non-finite (a record
-    with a NaN or infinite per-sample gradient: its clip factor is NaN), the sum is
-    restored and formed again after ``_drop_non_finite_records``. The common case costs
-    one finiteness check of the ``(P,)`` sums, not of the ``(B, P)`` per-sample gradients."""
+    """``base``'s ``clip_and_accumulate`` (with the per-sample norms raised to the floors of
+    ``norm_floors``, if set); if the clipped sum came out non-finite (a record with a NaN
+    or infinite per-sample gradient: its clip factor is NaN), the sum is restored and
+    formed again after ``_drop_non_finite_records``. The common case costs one finiteness
+    check of the ``(P,)`` sums, not of the ``(B, P)`` per-sample gradients."""
 
     def clip_and_accumulate(self) -> None:
+        floors = self._sound_norm_floors() if self._sound_norm_floors is not None else {}
+
+        def clip() -> None:
+            if floors:
+                _clip_with_floors(self, floors)
+            else:
+                base.clip_and_accumulate(self)
+
         params = list(self.params)
         saved = [None if getattr(p, "summed_grad", None) is None else p.summed_grad.clone() for p in params]
-        base.clip_and_accumulate(self)
+        clip()
         sums = [p.summed_grad for p in params if getattr(p, "summed_grad", None) is not None]
         if not sums or bool(torch.stack([torch.isfinite(s).all() for s in sums]).all()):
             return
         for p, before in zip(params, saved, strict=True):
             p.summed_grad = before
         _drop_non_finite_records(self)
-        base.clip_and_accumulate(self)
+        clip()
 
     return clip_and_accumulate
 
@@ -177,6 +221,7 @@ def _sound_class(base: type) -> type:
                 "clip_and_accumulate": _sound_clip_and_accumulate(base),
                 "_dp_proto_sound": True,
                 "_sound_data_parallel": None,
+                "_sound_norm_floors": None,
             },
         )
     return _SOUND_CLASSES[base]
@@ -190,6 +235,7 @@ def make_noise_sound(
     secure_mode: bool = False,
     name: str = "dp_sgd",
     data_parallel: DataParallel | None = None,
+    norm_floors: Callable[[], dict[torch.Tensor, torch.Tensor]] | None = None,
 ) -> DPOptimizer:
     """Make ``optimizer`` (an Opacus ``DPOptimizer``) draw float64 noise from fresh
     entropy (or ``generator``, or ``os.urandom`` with ``secure_mode``), divide by the
@@ -199,11 +245,22 @@ def make_noise_sound(
     ``data_parallel`` (``dp_proto.privacy.data_parallel``): this rank's clipped sum is
     all-reduced over the ranks, the noise drawn on rank 0 only, so the step is that of
     one process over all the ranks' records; ``expected_batch_size`` is then the global
-    one (``q`` times all records)."""
+    one (``q`` times all records).
+
+    ``norm_floors``: called once per step before clipping, returns ``{parameter: (B,)}``
+    lower bounds of the records' per-sample norms (the parameters it leaves out keep
+    their computed norms); a record is clipped by its norm raised to the floors
+    (``dp_proto.lvq.private.guard``: the prototype layers' cancellation guard). The
+    sensitivity stays ``max_grad_norm``: a larger clipping norm only shrinks a record's
+    clipped gradient. Not used by ghost clipping, whose norm samplers hold the floors."""
     if not isinstance(optimizer, DPOptimizer):
         raise TypeError(f"expected an Opacus DPOptimizer, got {type(optimizer).__name__}")
     if secure_mode and generator is not None:
         raise ValueError("secure_mode=True draws from os.urandom; do not pass a generator as well")
+    if norm_floors is not None and isinstance(optimizer, DPOptimizerFastGradientClipping):
+        raise ValueError(
+            "norm_floors needs per-sample gradients; ghost clipping takes its floors from the norm samplers"
+        )
     base = type(optimizer)
     if not getattr(base, "_dp_proto_sound", False):
         optimizer.__class__ = _sound_class(base)
@@ -212,6 +269,7 @@ def make_noise_sound(
     optimizer._sound_generator = None if secure_mode else (generator if generator is not None else fresh_generator())
     optimizer._sound_name = name
     optimizer._sound_data_parallel = data_parallel
+    optimizer._sound_norm_floors = norm_floors
     optimizer.generator = None  # Opacus' own sampler is never used
     quiet_opacus_hook_notice()  # every DP-SGD trainer sets Opacus up through here
     return optimizer

@@ -29,6 +29,7 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -39,6 +40,7 @@ from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the closed-form samplers)
 from dp_proto.lvq.private.fused import CLIPPING_MODES, FUSABLE_LAYERS, check_fusable, finite_records, fit_dp_sgd_fused
+from dp_proto.lvq.private.guard import ClippingGuard
 from dp_proto.lvq.sparse import check_penalty, check_sparsifiable, metric_parameter, sparsify_step_
 from dp_proto.lvq.training import parameter_groups
 from dp_proto.privacy.data_parallel import DataParallel
@@ -277,28 +279,24 @@ def fit_dp_sgd(
         private_model, dp_opt, criterion, dp_loader = made
     else:
         private_model, dp_opt, dp_loader = made
-    # float64 noise with tails, from our generator; the public normaliser, not q * n
-    make_noise_sound(dp_opt, expected_batch_size=expected_batch_size, generator=generator, secure_mode=secure_mode)
-    q = float(dp_loader.sample_rate)  # = sampling_rate
+    # float64 noise with tails, from our generator; the public normaliser, not q * n; the
+    # fused engine's cancellation guard for the per-sample modes (ghost's norm samplers hold it)
+    guard = ClippingGuard(model, loss_reduction="mean") if grad_sample_mode != "ghost" else None
+    make_noise_sound(
+        dp_opt, expected_batch_size=expected_batch_size, generator=generator, secure_mode=secure_mode, norm_floors=guard
+    )
     private_model.train()
-    drop_non_finite = grad_sample_mode == "ghost" and type(model.layer) in FUSABLE_LAYERS
-    epochs = BudgetedEpochs(ledger, noise_multiplier, q, steps, progress=progress)  # int(1 / q) steps each
-    for epoch_steps in epochs:
-        total, count = 0.0, 0
-        for i, (xb, yb) in enumerate(dp_loader):
-            if i >= epoch_steps:
-                break
-            if drop_non_finite:  # no per-sample gradients to drop them from later
-                xb, yb = _finite_batch(model, xb, yb, transfer_fn, beta)
-            dp_opt.zero_grad(set_to_none=True)
-            loss = criterion(private_model(xb), yb)
-            loss.backward()
-            dp_opt.step()
-            post_step()  # renormalisation, iterate averaging: post-processing
-            total += float(loss.detach()) * len(xb)
-            count += len(xb)
-            result.steps += 1
-        result.epoch_losses.append(total / max(count, 1))
+    finite = None
+    if grad_sample_mode == "ghost" and type(model.layer) in FUSABLE_LAYERS:
+        finite = partial(_finite_batch, model, transfer_fn=transfer_fn, beta=beta)
+    step = partial(_opacus_step, private_model, dp_opt, criterion, post_step, result)
+    epochs = BudgetedEpochs(ledger, noise_multiplier, float(dp_loader.sample_rate), steps, progress=progress)
+    try:
+        for epoch_steps in epochs:  # int(1 / q) steps each
+            result.epoch_losses.append(_opacus_epoch(dp_loader, epoch_steps, step, finite))
+    finally:
+        if guard is not None:
+            guard.remove()
     result.stopped_by_budget = epochs.stopped_by_budget
     if report_opacus_epsilon:
         result.opacus_epsilon = float(privacy_engine.accountant.get_epsilon(delta)) if result.steps else 0.0
@@ -307,6 +305,32 @@ def fit_dp_sgd(
         average.release()
         sparsify()
     return result
+
+
+def _opacus_step(private_model, dp_opt, criterion, post_step: Callable[[], None], result: DPSGDResult, xb, yb) -> float:
+    """One Opacus DP-SGD step on the sampled batch; returns the batch's summed loss."""
+    dp_opt.zero_grad(set_to_none=True)
+    loss = criterion(private_model(xb), yb)
+    loss.backward()
+    dp_opt.step()
+    post_step()  # renormalisation, iterate averaging: post-processing
+    result.steps += 1
+    return float(loss.detach()) * len(xb)
+
+
+def _opacus_epoch(loader, epoch_steps: int, step: Callable[[Tensor, Tensor], float], finite: Callable | None) -> float:
+    """``epoch_steps`` steps over the Poisson batches of ``loader``; the records whose
+    clipping norm is not finite are first left out of a batch by ``finite`` (ghost
+    clipping: no per-sample gradients to drop them from later). Returns the mean loss."""
+    total, count = 0.0, 0
+    for i, (xb, yb) in enumerate(loader):
+        if i >= epoch_steps:
+            break
+        if finite:
+            xb, yb = finite(xb, yb)
+        total += step(xb, yb)
+        count += len(xb)
+    return total / max(count, 1)
 
 
 def _finite_batch(model: PrototypeModel, x: Tensor, y: Tensor, transfer_fn: str, beta: float) -> tuple[Tensor, Tensor]:

@@ -22,6 +22,8 @@ from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the samplers)
 from dp_proto.lvq.private.dpsgd import _finite_batch, _GLVQCriterion
 from dp_proto.lvq.private.fused import clipped_gradient_sum
+from dp_proto.lvq.private.guard import ClippingGuard
+from dp_proto.privacy.opacus_noise import make_noise_sound
 
 ENGINES = ("fused", "fused_per_parameter", "hooks", "functorch", "ghost")
 
@@ -64,6 +66,8 @@ def engine_sum(
         opt = DPOptimizer(
             base, noise_multiplier=0.0, max_grad_norm=max_grad_norm, expected_batch_size=1, loss_reduction="sum"
         )
+        # as fit_dp_sgd: the records' norms raised to the layer's cancellation guard
+        make_noise_sound(opt, expected_batch_size=1, norm_floors=ClippingGuard(model, loss_reduction="sum"))
         criterion(gsm(x), y).backward()
         opt.clip_and_accumulate()
     return torch.cat([p.summed_grad.reshape(-1) for p in params])

@@ -188,6 +188,40 @@ def test_record_on_two_coincident_prototypes_at_a_corner(engine, layer, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("layer", sorted(LAYERS))
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_close_pair_under_a_tiny_metric(engine, layer, dtype):
+    """A state the deep search found: two prototypes of classes 0 and 1 about 1e-6 apart,
+    a metric of scale 1e-6, one record in the batch. Its gradient is a difference of
+    terms 1e5 times larger, which Opacus' float32 per-sample modes computed differently
+    in a batch of one and of two: the sum moved by 1.006 C (hooks) and 1.003 C
+    (functorch) before they took the cancellation guard."""
+    state = {
+        "d": 4,
+        "labels": [0, 1],
+        "prototypes": torch.tensor(
+            [
+                [-0.4457586486776146, 0.9206076922331765, 0.7064397298061147, 0.19070633448715513],
+                [-0.44575774326571055, 0.9206077696625931, 0.7064399385558295, 0.19070669595295714],
+            ],
+            dtype=torch.float64,
+        ),
+        "omega": "tiny",
+        "rank": 4,
+        "gen_seed": 1583175471,
+        "x": torch.tensor([[-0.05325036449673837, 0.10423911549980991, -0.3818585261495786, 0.703632747359592]]),
+        "y": torch.tensor([0]),
+        "record": (
+            torch.tensor([[-0.9257056130199197, -0.786388686783805, 0.4737552896271955, -0.6760794100834158]]),
+            torch.tensor([1]),
+        ),
+    }
+    state["x"], state["record"] = state["x"].double(), (state["record"][0].double(), state["record"][1])
+    _check(state, engine, layer, dtype, "sigmoid")
+    _check(state, engine, layer, dtype, "identity")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("layer", sorted(LAYERS))
 def test_near_coincident_pair_with_a_batch_of_500(layer, dtype):
     """Records near (not on) a close pair of prototypes, among 500 uniform records."""
     gen = torch.Generator().manual_seed(0)
