@@ -76,6 +76,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "lr": 0.5,
         "epochs": 20,
     },
+    # third stage: fewer metric parameters (a random low-rank Omega), the sigmoid's slope, the step
+    "rank 2": {"rank": 2, "omega_init": "random"},
+    "rank 5": {"rank": 5, "omega_init": "random"},
+    "beta 4": {"beta": 4.0},
+    "beta 32": {"beta": 32.0},
+    "lr 0.1": {"lr": 0.1},
 }
 MODELS = ("DP-GMLVQ",)
 
