@@ -133,8 +133,9 @@ def _prototype_estimator(model: str, epsilon: float | None, classes: list[int], 
     return cls(epsilon=epsilon, delta=DELTA, bounds=(-1.0, 1.0), classes=classes, random_state=seed, noise_seed=seed)
 
 
-def _opacus_fit(model: str, epsilon: float | None, Xtr, ytr, n_classes: int, seed: int):
-    """Train the peer by Opacus DP-SGD (plain SGD with the same loop when ``epsilon`` is None)."""
+def opacus_train(model: str, epsilon: float | None, Xtr, ytr, n_classes: int, seed: int):
+    """Train the peer ``model`` ("Opacus softmax" or "Opacus MLP") by Opacus DP-SGD at
+    ``epsilon`` (plain SGD with the same loop when None); returns the torch network."""
     import torch
     from opacus import PrivacyEngine
     from torch import nn
@@ -162,6 +163,14 @@ def _opacus_fit(model: str, epsilon: float | None, Xtr, ytr, n_classes: int, see
             opt.zero_grad()
             loss(net(xb), yb).backward()
             opt.step()
+    return net
+
+
+def _opacus_fit(model: str, epsilon: float | None, Xtr, ytr, n_classes: int, seed: int):
+    """The peer trained by ``opacus_train``, as a ``predict(X)`` function."""
+    import torch
+
+    net = opacus_train(model, epsilon, Xtr, ytr, n_classes, seed)
 
     def predict(X):
         with torch.no_grad():

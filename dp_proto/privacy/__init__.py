@@ -1,7 +1,7 @@
 """The model-free privacy core: mechanisms, noise, calibration, the privacy ledger, the
 public data domain, private preprocessing (``DPStandardScaler``, ``DPPCA`` and
 ``DPPipeline``, one budget for a whole scikit-learn pipeline), and the tools that check
-releases (audit, neighbour check).
+releases (audit, neighbour check) or attack trained models (membership inference).
 
 Mechanisms (``.mechanisms``) add calibrated noise and record every release, as one
 typed event per mechanism (``.events``), in a ``PrivacyLedger``, which composes all releases of a run with a real accountant
@@ -59,6 +59,13 @@ from dp_proto.privacy.mechanisms import (
     renyi_noise_multiplier,
     report_noisy_max,
 )
+from dp_proto.privacy.membership import (
+    MembershipInferenceResult,
+    dp_tpr_bound,
+    lira_attack,
+    membership_inference,
+    true_class_score,
+)
 from dp_proto.privacy.noise import (
     discrete_gaussian_noise,
     discrete_laplace_noise,
@@ -114,6 +121,11 @@ __all__ = [
     "discrete_gaussian_noise",
     "AuditResult",
     "audit_epsilon",
+    "MembershipInferenceResult",
+    "membership_inference",
+    "lira_attack",
+    "true_class_score",
+    "dp_tpr_bound",
     "DPSGDPlan",
     "BudgetedEpochs",
     "calibrate_noise_multiplier",
