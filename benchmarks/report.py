@@ -55,6 +55,7 @@ CAPABILITIES = (
     "confidence",
     "sparse_federated",
     "selection",
+    "membership",
 )
 STUDIES = "studies"
 DASH = "—"
@@ -1595,6 +1596,30 @@ def render_selection(res: Results, t: dict[str, Any]) -> list[str]:
     return out + figure(res.folder, "private_selection.png", "Test accuracy by protocol")
 
 
+def render_membership(res: Results, t: dict[str, Any]) -> list[str]:
+    out = header(t)
+    stored = res.get("membership.json")
+    if stored is None:
+        return out + ["No stored run.", ""]
+    r = stored["results"]
+    out += ["### LiRA: true-positive rate at a low false-positive rate", ""]
+    for s in stored["settings"]["sets"]:
+        rows = []
+        for name in stored["settings"]["models"]:
+            bound = r["dp_bound"].get(s, {}).get(name)
+            rows.append([
+                name, num(r["test_accuracy"][s][name], 3), num(r["auc"][s][name], 3),
+                num(r["tpr_at"][s][name]["0.001"], 4), num(r["tpr_at"][s][name]["0.01"], 4),
+                DASH if bound is None else num(bound["0.01"], 4),
+            ])  # fmt: skip
+        n = stored["settings"]["n"][s]
+        out += [f"{s} ({n} records, {stored['settings']['models_per_type']} models per type):", ""]
+        heads = ["model", "held-out accuracy", "AUC", "TPR at 0.1 % FPR", "TPR at 1 % FPR", "DP bound at 1 % FPR"]
+        out += table(heads, rows, right=range(1, 6))
+    out += bullets(t["notes"])
+    return out + figure(res.folder, "membership_roc.png", "LiRA ROC curves on a log scale")
+
+
 # --------------------------------------------------------------------------- assembly
 RENDERERS: dict[str, Callable[[Results, dict[str, Any]], list[str]]] = {
     "lvq": render_lvq,
@@ -1608,6 +1633,7 @@ RENDERERS: dict[str, Callable[[Results, dict[str, Any]], list[str]]] = {
     "confidence": render_confidence,
     "sparse_federated": render_sparse_federated,
     "selection": render_selection,
+    "membership": render_membership,
 }
 
 

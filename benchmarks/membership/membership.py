@@ -17,10 +17,11 @@ Protocol:
 * Statistic per record: the margin of ``decision_function`` (prototype models:
   ``(d_other - d_true) / (d_other + d_true)``) or the logit of the true class's
   probability (softmax).
-* Models: GMLVQ (L-BFGS, defaults); DP-GMLVQ at epsilon 1, 4 and 8 (defaults, delta
+* Models: GMLVQ (L-BFGS, defaults; and with 5 prototypes per class); DP-GMLVQ at epsilon 1, 4 and 8 (defaults, delta
   1e-5, public bounds ``[-1, 1]`` and label set); softmax regression trained by the peer
   benchmark's loop without noise, and by Opacus DP-SGD at epsilon 1, 4 and 8 (30
-  epochs, batch 128, clip 1, lr 0.2, momentum 0.9). Seeded noise per model (a
+  epochs, batch 128, clip 1, lr 0.2, momentum 0.9); a random forest (100 trees) as the
+  positive control, a model known to memorise its training records. Seeded noise per model (a
   reproducible run; a release would use fresh noise). One torch thread per fit.
 * The DP bound beside each private model: no test can exceed TPR ``e^eps FPR + delta``
   against an ``(eps, delta)``-DP training run (``dp_tpr_bound``).
@@ -57,7 +58,10 @@ QUICK = {"sets": ("segmentation",), "models": 4, "max_n": 600, "epsilons": (1.0,
 
 def model_names(epsilons: tuple[float, ...]) -> list[str]:
     """The attacked models, non-private first."""
-    return ["GMLVQ", *(f"DP-GMLVQ eps {e:g}" for e in epsilons), "softmax", *(f"Opacus softmax eps {e:g}" for e in epsilons)]  # fmt: skip
+    return [
+        "GMLVQ", "GMLVQ, 5 per class", *(f"DP-GMLVQ eps {e:g}" for e in epsilons), "softmax",
+        *(f"Opacus softmax eps {e:g}" for e in epsilons), "random forest (control)",
+    ]  # fmt: skip
 
 
 def _epsilon(name: str) -> float | None:
@@ -93,8 +97,12 @@ def make_estimator(name: str, n_classes: int, seed: int):
     epsilon = _epsilon(name)
     if name.startswith("softmax") or name.startswith("Opacus"):
         return SoftmaxPeer(epsilon, n_classes, seed)
+    if name.startswith("random forest"):
+        from sklearn.ensemble import RandomForestClassifier
+
+        return RandomForestClassifier(100, random_state=seed)
     if epsilon is None:
-        return GMLVQ(random_state=seed)
+        return GMLVQ(prototypes_per_class=5 if "5 per class" in name else 1, random_state=seed)
     return DPGMLVQ(
         epsilon=epsilon, delta=DELTA, bounds=(-1.0, 1.0), classes=list(range(n_classes)), random_state=seed,
         noise_seed=seed,
