@@ -72,7 +72,7 @@ def _quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     # Opacus' "Full backward hook is firing" notice is silenced where Opacus is set up
-    # (dp_proto.privacy.opacus_noise.quiet_opacus_hook_notice), not here.
+    # (dp_proto.lvq.private.opacus_adapter.quiet_opacus_hook_notice), not here.
 
 
 def _summary(result: dict) -> dict:

@@ -22,7 +22,7 @@ training epoch is timed in five modes:
   computes per-sample gradients with ``torch.func.vmap(grad(...))``).
 
 The three Opacus modes get the noise of the library's Opacus engine
-(:func:`dp_proto.privacy.opacus_noise.make_noise_sound`: float64 Box-Muller noise instead
+(:func:`dp_proto.lvq.private.opacus_adapter.make_noise_sound`: float64 Box-Muller noise instead
 of Opacus' float32 ``torch.normal``, the public expected batch as normaliser), so every
 DP mode draws the same noise. The noise comes from seeded generators (a timing run
 releases nothing).
@@ -85,13 +85,12 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-import dp_proto.lvq.private.grad_samplers  # noqa: F401  (registers our samplers)
 from benchmarks.common import emit_json, machine_description, resolve_data_dir
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.losses import glvq_loss
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.fused import dp_sgd_step
-from dp_proto.privacy.opacus_noise import make_noise_sound
+from dp_proto.lvq.private.opacus_adapter import make_noise_sound  # (and registers our samplers)
 from dp_proto.privacy.sampling import poisson_batch_index
 
 BENCHMARK = "dpsgd_speed"
@@ -671,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
         f"epoch(s) after {args.warmup_steps} warm-up step(s); cpu_s_per_epoch: time.process_time; "
         "batches fetched with one tensor index (no per-sample collation)",
         "noise: float64 Box-Muller in every DP mode (fused: dp_sgd_step; Opacus modes: "
-        "dp_proto.privacy.opacus_noise.make_noise_sound, as the library's Opacus engine), from seeded "
+        "dp_proto.lvq.private.opacus_adapter.make_noise_sound, as the library's Opacus engine), from seeded "
         "generators; the normaliser is the expected batch",
         "dp_ghost: the GLVQ cost works as an Opacus ghost-clipping criterion (an nn.Module with a "
         "'reduction' attribute; Opacus sets it to 'none' to get per-sample costs, then runs two backward passes)",

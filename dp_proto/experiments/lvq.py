@@ -115,12 +115,12 @@ from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes
 from dp_proto.lvq.private.estimators import DPGLVQ, DPGMLVQ, DPLGMLVQ
+from dp_proto.lvq.private.opacus_adapter import check_expected_batch_size
 from dp_proto.privacy.clipping import clip_box
 from dp_proto.privacy.curator import curator_log
 from dp_proto.privacy.dpsgd_plan import DPSGDPlan
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.noise import gaussian_noise
-from dp_proto.privacy.opacus_noise import check_expected_batch_size
 from dp_proto.privacy.randomness import noise_generator
 
 __all__ = [

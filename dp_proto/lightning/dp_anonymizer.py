@@ -60,8 +60,8 @@ from dp_proto.anonymizer.validation import as_records, check_count
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lightning.anonymizer import AnonymizerFit, AnonymizerModule
 from dp_proto.lightning.dp_module import EpochBudgetMixin
+from dp_proto.lvq.private.opacus_adapter import check_expected_batch_size
 from dp_proto.privacy.ledger import PrivacyLedger
-from dp_proto.privacy.opacus_noise import check_expected_batch_size
 
 __all__ = ["DPAnonymizerModule", "AnonymizerFit", "fit_dp_anonymizer"]
 

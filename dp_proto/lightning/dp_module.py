@@ -13,13 +13,12 @@ from dp_proto.lightning.callbacks import restore_ledger, save_ledger
 from dp_proto.lightning.datamodule import resumed_seed
 from dp_proto.lightning.module import LVQModule
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the closed-form samplers)
 from dp_proto.lvq.private.guard import ClippingGuard
+from dp_proto.lvq.private.opacus_adapter import check_expected_batch_size, make_noise_sound
 from dp_proto.privacy.data_parallel import DataParallel
 from dp_proto.privacy.dpsgd_plan import BudgetedEpochs
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import noise_rng
-from dp_proto.privacy.opacus_noise import check_expected_batch_size, make_noise_sound
 from dp_proto.privacy.randomness import noise_source
 from dp_proto.privacy.sampling import PoissonBatchSampler
 

@@ -8,8 +8,8 @@ typed event per mechanism (``.events``), in a ``PrivacyLedger``, which composes 
 (privacy loss distributions by default, Renyi DP optionally). Neighbouring relation
 everywhere: add/remove one record.
 
-This package imports nothing from the models, nor Opacus or Lightning
-(``.opacus_noise``, the Opacus adapter, is imported only by the DP-SGD trainers).
+This package imports nothing from the models, nor Opacus or Lightning (the Opacus
+adapter is ``dp_proto.lvq.private.opacus_adapter``).
 The DP-SGD recipe every trainer shares -- ``DPSGDPlan`` (ledger, steps, noise
 multiplier) and ``BudgetedEpochs`` (each epoch spent before it runs) -- is in
 ``.dpsgd_plan``. Private LVQ training (DP initialisation, DP-SGD, subsample-and-aggregate,

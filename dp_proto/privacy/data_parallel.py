@@ -2,7 +2,7 @@
 
 Both DP-SGD engines train across processes the same way (the fused engine,
 ``dp_proto.lvq.private.launch``; Opacus inside Lightning's DDP strategy,
-``dp_proto.privacy.opacus_noise.make_noise_sound(data_parallel=...)``):
+``dp_proto.lvq.private.opacus_adapter.make_noise_sound(data_parallel=...)``):
 
 * every rank holds a disjoint shard of the records and samples it at the *global*
   Poisson rate ``q`` with coins of its own (``DataParallel.sampling_generator``), so the

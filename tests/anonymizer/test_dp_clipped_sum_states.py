@@ -34,9 +34,8 @@ from dp_proto.lightning.dp_anonymizer import DPAnonymizerModule
 from dp_proto.lvq.layers import GLVQLayer
 from dp_proto.lvq.losses import glvq_loss
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the GLVQ layer's sampler)
 from dp_proto.lvq.private.fused import CLIPPED_SUM_SLACK
-from dp_proto.privacy.opacus_noise import make_noise_sound
+from dp_proto.lvq.private.opacus_adapter import make_noise_sound  # (and registers the GLVQ layer's sampler)
 from dp_proto.privacy.testing import capture_releases, sum_movement
 from tests._search import state_search
 

@@ -20,7 +20,7 @@ from dp_proto.data import make_entangled_task
 from dp_proto.exceptions import DataValidationError, PrivacyLeakWarning
 from dp_proto.lightning.anonymizer import AnonymizerFit, fit_anonymizer
 from dp_proto.lightning.dp_anonymizer import fit_dp_anonymizer
-from dp_proto.privacy.opacus_noise import HOOK_NOTICE, quiet_opacus_hook_notice
+from dp_proto.lvq.private.opacus_adapter import HOOK_NOTICE, quiet_opacus_hook_notice
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*does not have many workers"),

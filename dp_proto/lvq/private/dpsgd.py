@@ -38,9 +38,9 @@ from torch.utils.data import TensorDataset
 
 from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the closed-form samplers)
 from dp_proto.lvq.private.fused import CLIPPING_MODES, FUSABLE_LAYERS, check_fusable, finite_records, fit_dp_sgd_fused
 from dp_proto.lvq.private.guard import ClippingGuard
+from dp_proto.lvq.private.opacus_adapter import check_expected_batch_size, make_noise_sound
 from dp_proto.lvq.sparse import check_penalty, check_sparsifiable, metric_parameter, sparsify_step_
 from dp_proto.lvq.training import parameter_groups
 from dp_proto.privacy.data_parallel import DataParallel
@@ -55,7 +55,6 @@ from dp_proto.privacy.dpsgd_plan import (  # the recipe and its calibration live
 )
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger, dp_sgd_event
 from dp_proto.privacy.mechanisms import noise_rng
-from dp_proto.privacy.opacus_noise import check_expected_batch_size, make_noise_sound
 from dp_proto.privacy.randomness import fresh_generator
 from dp_proto.privacy.sampling import PoissonDataLoader
 

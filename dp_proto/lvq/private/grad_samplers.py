@@ -51,18 +51,19 @@ product of the operands' absolute values). The guard only changes records whose 
 ``kappa`` times its term magnitude (a record within about 1 % of a prototype, relative
 to their norms); the privacy model (docs) states the resulting slack.
 
-Importing this module registers the samplers (``dp_proto.privacy`` imports it).
+``SAMPLERS`` maps each layer type to its two samplers; importing
+``dp_proto.lvq.private.opacus_adapter`` registers them with Opacus.
 """
 
 from __future__ import annotations
 
 import torch
-from opacus.grad_sample import register_grad_sampler, register_norm_sampler
 from torch import Tensor, nn
 
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 
 __all__ = [
+    "SAMPLERS",
     "CANCELLATION_GUARD",
     "winner_terms",
     "glvq_clipping_norms",
@@ -297,10 +298,10 @@ def lgmlvq_clipping_norms(
     return out
 
 
-for _cls, _grad, _norm in (
-    (GLVQLayer, glvq_grad_sample, glvq_norm_sample),
-    (GMLVQLayer, gmlvq_grad_sample, gmlvq_norm_sample),
-    (LGMLVQLayer, lgmlvq_grad_sample, lgmlvq_norm_sample),
-):
-    register_grad_sampler(_cls)(_grad)
-    register_norm_sampler(_cls)(_norm)
+#: The closed-form samplers per layer type: ``(grad_sample, norm_sample)``; registered
+#: with Opacus by ``dp_proto.lvq.private.opacus_adapter``.
+SAMPLERS = {
+    GLVQLayer: (glvq_grad_sample, glvq_norm_sample),
+    GMLVQLayer: (gmlvq_grad_sample, gmlvq_norm_sample),
+    LGMLVQLayer: (lgmlvq_grad_sample, lgmlvq_norm_sample),
+}

@@ -16,7 +16,7 @@ model state and the rounding of its computed gradient at most ``u C / kappa``. I
 records the prototype layer's input and the gradient of its output at each step
 (a forward hook and a tensor hook) and returns the layer's per-sample clipping norms
 from the registered norm samplers, which the optimizer uses as floors of Opacus' norms
-(``dp_proto.privacy.opacus_noise.make_noise_sound(norm_floors=...)``).
+(``dp_proto.lvq.private.opacus_adapter.make_noise_sound(norm_floors=...)``).
 """
 
 from __future__ import annotations

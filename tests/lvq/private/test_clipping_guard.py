@@ -11,8 +11,8 @@ from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import fit_dp_sgd
 from dp_proto.lvq.private.guard import ClippingGuard
+from dp_proto.lvq.private.opacus_adapter import make_noise_sound
 from dp_proto.privacy import PrivacyLedger
-from dp_proto.privacy.opacus_noise import make_noise_sound
 
 
 def _clipped_sum(model: PrototypeModel, x, y, floors, *, per_layer: bool = False) -> torch.Tensor:

@@ -9,7 +9,7 @@ from opacus import GradSampleModule
 from torch import nn
 
 from dp_proto.lvq import GLVQLayer, GMLVQLayer, LGMLVQLayer, PrototypeModel, glvq_loss
-from dp_proto.lvq.private import grad_samplers  # noqa: F401  (registers the samplers)
+from dp_proto.lvq.private import grad_samplers, opacus_adapter  # noqa: F401  (registers the samplers)
 from dp_proto.lvq.private.grad_samplers import (
     glvq_norm_sample,
     gmlvq_norm_sample,

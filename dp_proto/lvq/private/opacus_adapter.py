@@ -1,4 +1,6 @@
-"""Opacus' DP optimizers with sound noise and a public normaliser.
+"""Everything that touches Opacus: its DP optimizers with sound noise and a public
+normaliser, and the registration of the prototype layers' closed-form samplers
+(``dp_proto.lvq.private.grad_samplers.SAMPLERS``; importing this module registers them).
 
 Opacus draws its Gaussian noise with ``torch.normal`` in the parameters' dtype. In
 float32 on CPU that sampler never exceeds about 5.77 standard deviations (24-bit
@@ -33,10 +35,12 @@ import warnings
 from collections.abc import Callable
 
 import torch
+from opacus.grad_sample import register_grad_sampler, register_norm_sampler
 from opacus.optimizers import DPOptimizerFastGradientClipping
 from opacus.optimizers.optimizer import DPOptimizer, _check_processed_flag, _mark_as_processed
 from opacus.optimizers.perlayeroptimizer import DPPerLayerOptimizer
 
+from dp_proto.lvq.private.grad_samplers import SAMPLERS
 from dp_proto.privacy.data_parallel import DataParallel
 from dp_proto.privacy.noise import gaussian_noise
 from dp_proto.privacy.randomness import fresh_generator
@@ -273,3 +277,8 @@ def make_noise_sound(
     optimizer.generator = None  # Opacus' own sampler is never used
     quiet_opacus_hook_notice()  # every DP-SGD trainer sets Opacus up through here
     return optimizer
+
+
+for _layer, (_grad_sample, _norm_sample) in SAMPLERS.items():
+    register_grad_sampler(_layer)(_grad_sample)
+    register_norm_sampler(_layer)(_norm_sample)
