@@ -1611,11 +1611,12 @@ def render_membership(res: Results, t: dict[str, Any]) -> list[str]:
                 name, num(r["test_accuracy"][s][name], 3), num(r["auc"][s][name], 3),
                 num(r["tpr_at"][s][name]["0.001"], 4), num(r["tpr_at"][s][name]["0.01"], 4),
                 DASH if bound is None else num(bound["0.01"], 4),
+                num(r["one_run"][s][name]["epsilon_lower"], 3) if "one_run" in r else DASH,
             ])  # fmt: skip
         n = stored["settings"]["n"][s]
         out += [f"{s} ({n} records, {stored['settings']['models_per_type']} models per type):", ""]
         heads = ["model", "held-out accuracy", "AUC", "TPR at 0.1 % FPR", "TPR at 1 % FPR", "DP bound at 1 % FPR"]
-        out += table(heads, rows, right=range(1, 6))
+        out += table([*heads, "one-run epsilon lower bound"], rows, right=range(1, 7))
     out += bullets(t["notes"])
     return out + figure(res.folder, "membership_roc.png", "LiRA ROC curves on a log scale")
 

@@ -25,14 +25,17 @@ Protocol:
   reproducible run; a release would use fresh noise). One torch thread per fit.
 * The DP bound beside each private model: no test can exceed TPR ``e^eps FPR + delta``
   against an ``(eps, delta)``-DP training run (``dp_tpr_bound``).
+* The one-run audit (Steinke, Nasr & Jagielski 2023) of model 0 alone: "member" for the
+  5 % of records with the highest statistic, "non-member" for the 5 % lowest, and the
+  95 % lower bound on epsilon at delta 1e-5 (``one_run_epsilon``): what one fit shows.
 
 Usage::
 
     python -m benchmarks.membership.membership --data-dir ../shared/data --jobs 2
     python -m benchmarks.membership.membership --data-dir ../shared/data --quick   # < 1 min
 
-Ends with one JSON line (``headline``: ``tpr_at_0.1%``, ``tpr_at_1%``, ``auc``, each
-``{set: {model: value}}``); the figure goes to ``figures/membership_roc.png``.
+Ends with one JSON line (``headline``: ``tpr_at_0.1%``, ``tpr_at_1%``, ``auc``,
+``one_run_epsilon_lower``, each ``{set: {model: value}}``); the figure goes to ``figures/membership_roc.png``.
 """
 
 from __future__ import annotations
@@ -128,9 +131,10 @@ def fit_one(task: dict[str, Any]) -> dict[str, Any]:
 
 def summarise(rows, tasks, membership: dict[str, np.ndarray], names: list[str]) -> dict[str, Any]:
     """LiRA per (set, model) from the fits' statistics."""
-    from dp_proto.privacy import dp_tpr_bound, lira_attack
+    from dp_proto.privacy import dp_tpr_bound, lira_attack, one_run_epsilon
+    from dp_proto.privacy.membership import one_run_guesses
 
-    out: dict[str, Any] = {"tpr_at": {}, "auc": {}, "test_accuracy": {}, "dp_bound": {}, "roc": {}}
+    out: dict[str, Any] = {"tpr_at": {}, "auc": {}, "test_accuracy": {}, "dp_bound": {}, "roc": {}, "one_run": {}}
     for s, mask in membership.items():
         for name in names:
             mine = [(t["index"], r) for t, r in zip(tasks, rows, strict=True) if t["set"] == s and t["model"] == name]
@@ -140,6 +144,14 @@ def summarise(rows, tasks, membership: dict[str, np.ndarray], names: list[str]) 
             out["tpr_at"].setdefault(s, {})[name] = {f"{a:g}": v for a, v in tpr_at.items()}
             out["auc"].setdefault(s, {})[name] = auc
             out["test_accuracy"].setdefault(s, {})[name] = float(np.mean([r["test_accuracy"] for _, r in mine]))
+            # the one-run audit of model 0 alone (one fit): 5 % "member" and 5 % "non-member"
+            # guesses on its raw statistic, fixed in advance, at the peers' delta
+            k = len(mask[0]) // 20
+            guesses, correct = one_run_guesses(statistics[0], mask[0], k, k)
+            out["one_run"].setdefault(s, {})[name] = {
+                "epsilon_lower": one_run_epsilon(len(mask[0]), guesses, correct, delta=DELTA),
+                "guesses": guesses, "correct": correct,
+            }  # fmt: skip
             eps = _epsilon(name)
             if eps is not None:
                 out["dp_bound"].setdefault(s, {})[name] = {f"{a:g}": dp_tpr_bound(eps, DELTA, a) for a in FPRS}
@@ -203,7 +215,9 @@ def main(argv: list[str] | None = None) -> None:
     ]  # fmt: skip
     rows = run_tasks(tasks, fit_one, jobs=args.jobs, desc=BENCHMARK, postfix=lambda t, r: f"{t['set']} {t['model']}")
     summary = summarise(rows, tasks, membership, names)
-    print(f"\n{'set':<13}{'model':<24}{'test acc':>9}{'AUC':>7}{'TPR@0.1%':>10}{'TPR@1%':>9}{'DP bound@1%':>13}")
+    print(
+        f"\n{'set':<13}{'model':<24}{'test acc':>9}{'AUC':>7}{'TPR@0.1%':>10}{'TPR@1%':>9}{'DP bound@1%':>13}{'one-run eps':>12}"
+    )
     for s in sets:
         for name in names:
             bound = summary["dp_bound"].get(s, {}).get(name, {}).get("0.01")
@@ -211,12 +225,14 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 f"{s:<13}{name:<24}{summary['test_accuracy'][s][name]:>9.3f}{summary['auc'][s][name]:>7.3f}"
                 f"{at['0.001']:>10.4f}{at['0.01']:>9.4f}{'' if bound is None else f'{bound:.4f}':>13}"
+                f"{summary['one_run'][s][name]['epsilon_lower']:>12.3f}"
             )
     plot(summary, figure)
     headline = {
         "tpr_at_0.1%": {s: {n: summary["tpr_at"][s][n]["0.001"] for n in names} for s in sets},
         "tpr_at_1%": {s: {n: summary["tpr_at"][s][n]["0.01"] for n in names} for s in sets},
         "auc": {s: dict(summary["auc"][s]) for s in sets},
+        "one_run_epsilon_lower": {s: {n: summary["one_run"][s][n]["epsilon_lower"] for n in names} for s in sets},
     }
     payload = {
         "benchmark": BENCHMARK,

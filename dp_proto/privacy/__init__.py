@@ -61,9 +61,12 @@ from dp_proto.privacy.mechanisms import (
 )
 from dp_proto.privacy.membership import (
     MembershipInferenceResult,
+    OneRunAudit,
     dp_tpr_bound,
     lira_attack,
     membership_inference,
+    one_run_audit,
+    one_run_epsilon,
     true_class_score,
 )
 from dp_proto.privacy.noise import (
@@ -126,6 +129,9 @@ __all__ = [
     "lira_attack",
     "true_class_score",
     "dp_tpr_bound",
+    "OneRunAudit",
+    "one_run_audit",
+    "one_run_epsilon",
     "DPSGDPlan",
     "BudgetedEpochs",
     "calibrate_noise_multiplier",

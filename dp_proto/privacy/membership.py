@@ -21,6 +21,15 @@ members) against the false-positive rate. The field's headline is the TPR at a l
 A differentially private training run bounds every such attack: at ``(epsilon, delta)``
 the TPR at FPR ``a`` is at most ``e^epsilon a + delta`` (and ``1 - e^-epsilon (1 - a -
 delta)``; Kairouz, Oh & Viswanath 2015), ``dp_tpr_bound``.
+
+**One-run audit** (Steinke, Nasr & Jagielski 2023): one model, trained on the records
+whose fair coins came up heads; the auditor guesses "member" for the ``k+`` records of
+highest statistic and "non-member" for the ``k-`` lowest. Under ``(epsilon, delta)``-DP
+the number of correct guesses ``W`` of ``r = k+ + k-`` satisfies
+``P[W >= v] <= P[Bin(r, q) >= v] + 2 m delta max_i P[v - i <= Bin(r, q) < v] / i`` with
+``q = e^epsilon / (1 + e^epsilon)`` and ``m`` the number of canaries; the largest
+epsilon this rejects at the chosen confidence is an empirical lower bound
+(``one_run_epsilon``). It costs one fit, and it is weak unless some records leak.
 """
 
 from __future__ import annotations
@@ -31,9 +40,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 __all__ = [
     "MembershipInferenceResult",
+    "OneRunAudit",
+    "one_run_audit",
+    "one_run_epsilon",
+    "one_run_p_value",
     "dp_tpr_bound",
     "lira_attack",
     "lira_scores",
@@ -209,3 +223,93 @@ def membership_inference(
     return MembershipInferenceResult(
         fpr, tpr, tpr_at, auc, accuracy, n_models, len(y), online, statistics, membership, test_accuracy
     )
+
+
+def one_run_p_value(canaries: int, guesses: int, correct: int, epsilon: float, delta: float) -> float:
+    """The probability of at least ``correct`` right guesses out of ``guesses`` against
+    an ``(epsilon, delta)``-DP algorithm with ``canaries`` fair-coin canaries (Steinke,
+    Nasr & Jagielski 2023, Theorem 3; module docstring)."""
+    if not 0 <= correct <= guesses <= canaries:
+        raise ValueError(f"need 0 <= correct <= guesses <= canaries, got {correct}, {guesses}, {canaries}")
+    if epsilon < 0 or not 0 <= delta <= 1:
+        raise ValueError(f"need epsilon >= 0 and delta in [0, 1], got {epsilon}, {delta}")
+    q = 1.0 / (1.0 + math.exp(-epsilon))
+    tail = float(stats.binom.sf(correct - 1, guesses, q))
+    if delta == 0 or correct == 0:
+        return min(tail, 1.0)
+    below = np.cumsum(stats.binom.pmf(np.arange(correct - 1, -1, -1), guesses, q))  # P[v - i <= Bin < v], i = 1..v
+    worst = float((below / np.arange(1, correct + 1)).max())
+    return min(tail + 2.0 * canaries * delta * worst, 1.0)
+
+
+def one_run_epsilon(
+    canaries: int, guesses: int, correct: int, *, delta: float = 0.0, confidence: float = 0.95
+) -> float:
+    """The largest epsilon that ``correct`` of ``guesses`` rejects at ``confidence``: an
+    empirical lower bound on the epsilon of the audited run (0 when none is rejected)."""
+    alpha = 1.0 - confidence
+    if one_run_p_value(canaries, guesses, correct, 0.0, delta) >= alpha:
+        return 0.0
+    low, high = 0.0, 1.0
+    while one_run_p_value(canaries, guesses, correct, high, delta) < alpha:
+        low, high = high, 2.0 * high
+    for _ in range(50):  # p grows with epsilon: keep p(low) < alpha <= p(high)
+        mid = 0.5 * (low + high)
+        if one_run_p_value(canaries, guesses, correct, mid, delta) < alpha:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+@dataclass
+class OneRunAudit:
+    """What ``one_run_audit`` measured: the lower bound ``epsilon_lower`` at
+    ``confidence`` (for the run's ``delta``), from ``correct`` right guesses of
+    ``guesses`` on ``canaries`` records; ``statistics`` ``(n,)`` and ``included`` ``(n,)``."""
+
+    epsilon_lower: float
+    guesses: int
+    correct: int
+    canaries: int
+    delta: float
+    confidence: float
+    statistics: np.ndarray = field(repr=False)
+    included: np.ndarray = field(repr=False)
+
+
+def one_run_guesses(statistics: np.ndarray, included: np.ndarray, positive: int, negative: int) -> tuple[int, int]:
+    """``(guesses, correct)``: "member" for the ``positive`` highest statistics,
+    "non-member" for the ``negative`` lowest (ties broken by index)."""
+    order = np.argsort(np.asarray(statistics, dtype=np.float64), kind="stable")
+    included = np.asarray(included, dtype=bool)
+    if positive + negative > len(order):
+        raise ValueError(f"{positive} + {negative} guesses for {len(order)} canaries")
+    right = int(included[order[len(order) - positive :]].sum()) if positive else 0
+    right += int((~included[order[:negative]]).sum())
+    return positive + negative, right
+
+
+def one_run_audit(
+    make_estimator: Callable[[], Any],
+    X: np.ndarray,
+    y: np.ndarray,
+    *,
+    positive: int,
+    negative: int = 0,
+    delta: float = 0.0,
+    confidence: float = 0.95,
+    score: Callable[[Any, np.ndarray, np.ndarray], np.ndarray] = true_class_score,
+    seed: int | None = None,
+) -> OneRunAudit:
+    """The one-run audit of ``make_estimator()`` (module docstring): every record of
+    ``(X, y)`` is a canary, kept by a fair coin (``seed``; None: fresh entropy), one fit
+    on the kept records, ``positive`` / ``negative`` guesses fixed in advance, and the
+    lower bound on epsilon at the claimed ``delta``. Costs one fit."""
+    X, y = np.asarray(X), np.asarray(y)
+    included = random_membership(2, len(y), np.random.default_rng(seed))[0]
+    estimator = make_estimator().fit(X[included], y[included])
+    statistics = score(estimator, X, y)
+    guesses, correct = one_run_guesses(statistics, included, positive, negative)
+    bound = one_run_epsilon(len(y), guesses, correct, delta=delta, confidence=confidence)
+    return OneRunAudit(bound, guesses, correct, len(y), delta, confidence, statistics, included)

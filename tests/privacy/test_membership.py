@@ -13,8 +13,15 @@ from sklearn.linear_model import LogisticRegression
 
 from dp_proto.lvq import GLVQ
 from dp_proto.lvq.private import DPGLVQ
-from dp_proto.privacy import dp_tpr_bound, lira_attack, membership_inference, true_class_score
-from dp_proto.privacy.membership import random_membership, roc_curve
+from dp_proto.privacy import (
+    dp_tpr_bound,
+    lira_attack,
+    membership_inference,
+    one_run_audit,
+    one_run_epsilon,
+    true_class_score,
+)
+from dp_proto.privacy.membership import one_run_p_value, random_membership, roc_curve
 
 
 def test_every_record_trains_each_model_by_a_fair_coin():
@@ -103,3 +110,38 @@ def test_the_dp_bound():
     assert dp_tpr_bound(1.0, 0.0, 0.01) == pytest.approx(math.e * 0.01)
     assert dp_tpr_bound(0.0, 0.0, 0.3) == pytest.approx(0.3)
     assert dp_tpr_bound(8.0, 1e-5, 0.5) == pytest.approx(1.0 - math.exp(-8.0) * (0.5 - 1e-5))
+
+
+def test_the_one_run_bound_holds_for_randomized_response_and_has_power():
+    """Randomized response on the inclusion bits is exactly epsilon-DP per canary: the
+    95 % lower bound may exceed epsilon in about 5 % of runs, and should come close."""
+    rng = np.random.default_rng(0)
+    epsilon, canaries = 1.0, 2000
+    q = 1.0 / (1.0 + math.exp(-epsilon))
+    bounds = [one_run_epsilon(canaries, canaries, int(rng.binomial(canaries, q))) for _ in range(200)]
+    assert np.mean(np.array(bounds) > epsilon) < 0.1
+    assert np.median(bounds) > 0.8
+    # fewer right guesses, or a delta to spend, give a smaller bound
+    assert one_run_epsilon(100, 100, 90) > one_run_epsilon(100, 100, 80) > 0
+    assert one_run_epsilon(100, 100, 90, delta=1e-3) < one_run_epsilon(100, 100, 90)
+    assert one_run_epsilon(100, 100, 50) == 0.0
+    assert one_run_p_value(100, 10, 10, 0.0, 0.0) == pytest.approx(0.5**10)
+
+
+def test_one_run_audit_finds_a_memorising_model_and_not_a_private_one():
+    X, y = make_classification(1000, 10, n_informative=5, flip_y=0.3, random_state=0)
+    forest = one_run_audit(lambda: RandomForestClassifier(30, random_state=0), X, y, positive=50, negative=50, seed=0)
+    assert forest.canaries == 1000 and forest.guesses == 100 and forest.included.mean() == pytest.approx(0.5, abs=0.05)
+    assert forest.epsilon_lower > 0.5
+    private = one_run_audit(
+        lambda: DPGLVQ(epsilon=1.0, bounds=(-5, 5), classes=[0, 1], sampling_rate=0.1, epochs=2, noise_seed=0),
+        X,
+        y,
+        positive=50,
+        negative=50,
+        delta=1e-5,
+        seed=0,
+    )
+    assert private.epsilon_lower <= 1.0
+    with pytest.raises(ValueError, match="guesses"):
+        one_run_audit(lambda: RandomForestClassifier(2), X[:10], y[:10], positive=8, negative=8, seed=0)
