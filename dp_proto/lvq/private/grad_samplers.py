@@ -57,6 +57,8 @@ to their norms); the privacy model (docs) states the resulting slack.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -300,7 +302,8 @@ def lgmlvq_clipping_norms(
 
 #: The closed-form samplers per layer type: ``(grad_sample, norm_sample)``; registered
 #: with Opacus by ``dp_proto.lvq.private.opacus_adapter``.
-SAMPLERS = {
+_Sampler = Callable[..., dict[nn.Parameter, Tensor]]
+SAMPLERS: dict[type[GLVQLayer], tuple[_Sampler, _Sampler]] = {
     GLVQLayer: (glvq_grad_sample, glvq_norm_sample),
     GMLVQLayer: (gmlvq_grad_sample, gmlvq_norm_sample),
     LGMLVQLayer: (lgmlvq_grad_sample, lgmlvq_norm_sample),

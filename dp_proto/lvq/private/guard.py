@@ -21,22 +21,13 @@ from the registered norm samplers, which the optimizer uses as floors of Opacus'
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import Tensor, nn
 
-from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.lvq.private.grad_samplers import glvq_norm_sample, gmlvq_norm_sample, lgmlvq_norm_sample
+from dp_proto.lvq.private.grad_samplers import SAMPLERS
 
 __all__ = ["ClippingGuard"]
-
-_NORM_SAMPLERS: dict[type, Callable[..., dict[nn.Parameter, Tensor]]] = {
-    GLVQLayer: glvq_norm_sample,
-    GMLVQLayer: gmlvq_norm_sample,
-    LGMLVQLayer: lgmlvq_norm_sample,
-}
 
 
 class ClippingGuard:
@@ -61,7 +52,8 @@ class ClippingGuard:
             raise ValueError(f"loss_reduction must be 'mean' or 'sum', got {loss_reduction!r}")
         self.layer = model.layer
         self.loss_reduction = loss_reduction
-        self._sampler = _NORM_SAMPLERS.get(type(self.layer))
+        samplers = SAMPLERS.get(type(self.layer))
+        self._sampler = samplers[1] if samplers is not None else None  # the norm sampler
         self._x: Tensor | None = None
         self._g: Tensor | None = None
         self._handle = self.layer.register_forward_hook(self._record) if self._sampler is not None else None
