@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import dp_proto.lvq.estimators as lvq_estimators
-import dp_proto.lvq.private.estimators as private_estimators
+import dp_proto.lvq.private.dpsgd as private_dpsgd
 from dp_proto._threads import NUM_THREADS_ENV, SERIAL_WORK, fit_num_threads, fit_threads, step_work
 from dp_proto.lvq import GLVQ, GMLVQ, PairwiseGMLVQ
 from dp_proto.lvq.private import DPGLVQ, DPGMLVQ, DPPairwiseGMLVQ
@@ -140,8 +140,8 @@ PRIVATE = dict(epsilon=5.0, bounds=(-1, 1), classes=[0, 1, 2], noise_seed=0)
     [
         (lambda: GLVQ(max_iter=5), lvq_estimators, "fit_lbfgs"),
         (lambda: GMLVQ(solver="adam", max_iter=2), lvq_estimators, "fit_minibatch"),
-        (lambda: DPGLVQ(epochs=1, sampling_rate=0.2, **PRIVATE), private_estimators, "fit_dp_sgd"),
-        (lambda: DPGMLVQ(epochs=1, sampling_rate=0.2, **PRIVATE), private_estimators, "fit_dp_sgd"),
+        (lambda: DPGLVQ(epochs=1, sampling_rate=0.2, **PRIVATE), private_dpsgd, "fit_dp_sgd"),
+        (lambda: DPGMLVQ(epochs=1, sampling_rate=0.2, **PRIVATE), private_dpsgd, "fit_dp_sgd"),
         (lambda: PairwiseGMLVQ(max_iter=5), PairwiseGMLVQ, "_fit_pairs"),
         (lambda: PairwiseGMLVQ(max_iter=5), PairwiseGMLVQ, "_fit_calibration"),
         (

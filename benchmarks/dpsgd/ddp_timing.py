@@ -29,6 +29,7 @@ from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lvq.layers import GMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import fit_dp_sgd
+from dp_proto.lvq.private.dpsgd import SGDSettings, fixed_noise_recipe
 from dp_proto.privacy.ledger import PrivacyLedger
 
 __all__ = ["ddp_epoch_times"]
@@ -61,13 +62,10 @@ def _fit(model: PrototypeModel, x: torch.Tensor, y: torch.Tensor, s: dict, distr
             model,
             x,
             y,
+            fixed_noise_recipe(s["q"], steps, max_grad_norm=1.0, sgd=SGDSettings(lr=0.1)),
             ledger=PrivacyLedger(),
-            noise_multiplier=1.0,
-            sampling_rate=s["q"],
-            max_grad_norm=1.0,
-            steps=steps,
             expected_batch_size=s["q"] * s["n"],
-            lr=0.1,
+            noise_multiplier=1.0,
             distributed=distributed,
         )
     return (time.perf_counter() - start) / s["epochs"]

@@ -88,7 +88,7 @@ from benchmarks.dpsgd.private_pipelines import (
 from dp_proto.backbones import tanh_cnn
 from dp_proto.features import RandomConvFeatures
 from dp_proto.lvq import GMLVQLayer, PrototypeModel
-from dp_proto.lvq.private.dpsgd import fit_dp_sgd
+from dp_proto.lvq.private.dpsgd import SGDSettings, fit_dp_sgd, fixed_noise_recipe
 from dp_proto.privacy import PrivacyLedger
 from dp_proto.privacy.dpsgd_plan import calibrate_noise_multiplier
 
@@ -157,17 +157,13 @@ def _fit_cnn(task: dict[str, Any], X_tr, y_tr, X_te, y_te, start: float) -> dict
             model,
             images(X_tr),
             torch.as_tensor(y_tr, dtype=torch.long),
+            fixed_noise_recipe(
+                q, steps, max_grad_norm=CNN_CLIP, engine="opacus", sgd=SGDSettings(lr=lr, momentum=CNN_MOMENTUM)
+            ),
             ledger=ledger,
-            noise_multiplier=sigma,
-            sampling_rate=q,
-            max_grad_norm=CNN_CLIP,
-            steps=steps,
             expected_batch_size=q * task["public_n"],
-            lr=lr,
-            momentum=CNN_MOMENTUM,
-            engine="opacus",
+            noise_multiplier=sigma,
             generator=torch.Generator().manual_seed(task["seed"]),
-            delta=DELTA,
         )
     model.eval()
     with torch.no_grad():

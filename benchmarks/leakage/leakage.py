@@ -51,17 +51,17 @@ Schemes (the registry ``SCHEMES``: name -> ``train(X, y, setup, seed) -> Fit``, 
   normaliser ``q n~``, ``n~`` the sum of the DP initialisation's noisy class counts);
   with equal counts this path reproduces ``DPGLVQ(noise_seed=seed)`` bit for bit
   (``tests/test_leakage_benchmark.py``).
-* ``saa``: ``dp_proto.lvq.private.saa.subsample_and_aggregate`` on the data mapped
+* ``saa``: ``SubsampleAggregate(aggregation="mean").run`` on the data mapped
   from the public box ``(-15, 15)^2`` onto ``[-1, 1]^2`` (prototypes mapped back);
   ``m = 10`` bins for the outlier data (about 10 records per bin), ``m = 30`` for XOR
   (about 40). The two class-0 prototypes of the 2 + 1 XOR model are matched to the
   public reference ``(-10, 10), (10, -10)``; sensitivity ``saa_sensitivity(3, 2)``.
-* ``coa``: ``dp_proto.lvq.private.coa.coa_glvq``, the centre of attention over the same
+* ``coa``: ``SubsampleAggregate(aggregation="centre_of_attention").run``, over the same
   disjoint bins (domain diameter ``2 sqrt(W d)`` for the concatenated bin models).
 
 Reproducible noise: every private run draws its noise (and its bins, Poisson batches)
 from a generator seeded with the run's training seed (``DPGLVQ(noise_seed=seed)``, a
-seeded ``torch.Generator`` for the SAA / COA functions), the library's explicit opt-in
+seeded ``torch.Generator`` for the SAA / COA recipes), the library's explicit opt-in
 to reproducible noise; its ``PrivacyLeakWarning`` is silenced here. A release would draw
 fresh noise.
 
@@ -115,10 +115,8 @@ from tqdm import tqdm
 from benchmarks.common import emit_json, machine_description
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lvq import GLVQ, GLVQLayer, PrototypeModel, make_prototype_labels
-from dp_proto.lvq.private import DPGLVQ, dp_class_mean_prototypes
-from dp_proto.lvq.private.coa import coa_glvq
-from dp_proto.lvq.private.dpsgd import fit_dp_sgd, noise_multiplier_for, sgd_steps
-from dp_proto.lvq.private.saa import subsample_and_aggregate
+from dp_proto.lvq.private import DPGLVQ, BinTraining, SubsampleAggregate, dp_class_mean_prototypes
+from dp_proto.lvq.private.dpsgd import SGDSettings, fit_dp_sgd, fixed_noise_recipe, noise_multiplier_for, sgd_steps
 from dp_proto.privacy import PrivacyLedger, PublicBoundsScaler
 from dp_proto.privacy.audit import audit_epsilon
 from dp_proto.privacy.clipping import clip_box
@@ -243,18 +241,18 @@ def dp_sgd_from_pieces(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) ->
         model,
         x_t,
         y_t,
+        fixed_noise_recipe(
+            q,
+            steps,
+            max_grad_norm=setup.dp_clip,
+            engine="fused",
+            clipping="joint",
+            sgd=SGDSettings(lr=setup.dp_lr, optimizer="sgd"),
+        ),
         ledger=ledger,
-        noise_multiplier=sigma,
-        sampling_rate=q,
-        max_grad_norm=setup.dp_clip,
-        steps=steps,
         expected_batch_size=expected_batch,
-        lr=setup.dp_lr,
-        optimizer="sgd",
-        clipping="joint",
-        engine="fused",
+        noise_multiplier=sigma,
         generator=generator,
-        delta=setup.delta,
     )
     out = scaler.inverse_transform(layer.prototypes.detach().numpy())
     return Fit(
@@ -313,60 +311,56 @@ def _reference(setup: Setup, scaler: PublicBoundsScaler) -> torch.Tensor | None:
     return torch.as_tensor(scaler.transform(np.asarray(setup.reference)), dtype=torch.float64)
 
 
-def train_coa(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
-    """Centre of attention (:func:`dp_proto.lvq.private.coa.coa_glvq`) over ``setup.saa_bins``
-    disjoint bins on ``[-1, 1]^d``; any prototype counts per class."""
+def _bin_release(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int, aggregation: str):
+    """A ``SubsampleAggregate`` run over ``setup.saa_bins`` disjoint bins on ``[-1, 1]^d``
+    (public bounds), any prototype counts per class (several prototypes of a class are
+    matched to the public reference); returns the scaler, the labels and the release."""
     scaler = _scaler(setup)
     x = torch.as_tensor(scaler.transform(X), dtype=torch.float64)
+    labels = make_prototype_labels(len(setup.prototypes_per_class), list(setup.prototypes_per_class))
+    model = PrototypeModel(GLVQLayer(x.shape[1], len(labels), dtype=torch.float64), labels)
+    recipe = SubsampleAggregate(
+        setup.epsilon,
+        setup.delta,
+        num_bins=setup.saa_bins,
+        aggregation=aggregation,
+        training=BinTraining(epochs=setup.saa_epochs),
+    )
     with warnings.catch_warnings():
         # the benchmark opts in to reproducible noise (a seeded generator)
         warnings.simplefilter("ignore", PrivacyLeakWarning)
-        prototypes, labels, result = coa_glvq(
+        release = recipe.run(
+            model,
             x,
             torch.as_tensor(y, dtype=torch.long),
-            len(setup.prototypes_per_class),
-            setup.saa_bins,
-            setup.epsilon,
-            setup.delta,
-            prototypes_per_class=list(setup.prototypes_per_class),
             reference=_reference(setup, scaler),
-            epochs=setup.saa_epochs,
             generator=torch.Generator().manual_seed(seed),
-            ledger=None,
         )
-    out = scaler.inverse_transform(prototypes.numpy())
+    return scaler, labels, release
+
+
+def train_coa(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
+    """The centre of attention (``SubsampleAggregate(aggregation="centre_of_attention")``)."""
+    scaler, labels, release = _bin_release(X, y, setup, seed, "centre_of_attention")
+    out = scaler.inverse_transform(release.prototypes.numpy())
     # no noise std: COA's S(Z)/alpha depends on the bins' models without noise and is not released
-    return Fit(out, labels.numpy(), {"bins": setup.saa_bins, "t0": result.t0})
+    return Fit(out, labels.numpy(), {"bins": setup.saa_bins, "t0": release.coa.t0})
 
 
 def train_saa(X: np.ndarray, y: np.ndarray, setup: Setup, seed: int) -> Fit:
-    """``subsample_and_aggregate`` on ``[-1, 1]^d`` (public bounds), any prototype counts
-    per class (the XOR model's two class-0 prototypes are matched to the public reference)."""
-    scaler = _scaler(setup)
-    x = torch.as_tensor(scaler.transform(X), dtype=torch.float64)
-    with warnings.catch_warnings():
-        # the benchmark opts in to reproducible noise (a seeded generator)
-        warnings.simplefilter("ignore", PrivacyLeakWarning)
-        res = subsample_and_aggregate(
-            x,
-            torch.as_tensor(y, dtype=torch.long),
-            len(setup.prototypes_per_class),
-            setup.saa_bins,
-            setup.epsilon,
-            setup.delta,
-            prototypes_per_class=list(setup.prototypes_per_class),
-            reference=_reference(setup, scaler),
-            epochs=setup.saa_epochs,
-            generator=torch.Generator().manual_seed(seed),
-            ledger=None,
-        )
-    out = scaler.inverse_transform(res.prototypes.numpy())
+    """Subsample-and-aggregate (``SubsampleAggregate(aggregation="mean")``)."""
+    scaler, labels, release = _bin_release(X, y, setup, seed, "mean")
+    out = scaler.inverse_transform(release.prototypes.numpy())
     half_width = (setup.bounds[1] - setup.bounds[0]) / 2
     # noise_std: public (epsilon, delta, W, d, domain, m); empty_bins: curator-only (the benchmark is the curator)
     return Fit(
         out,
-        res.prototype_labels.numpy(),
-        {"bins": setup.saa_bins, "empty_bins": res.empty_bins, "noise_std_data_units": res.noise_std * half_width},
+        labels.numpy(),
+        {
+            "bins": setup.saa_bins,
+            "empty_bins": release.empty_bins,
+            "noise_std_data_units": release.noise_std * half_width,
+        },
     )
 
 

@@ -40,6 +40,7 @@ from sklearn.model_selection import StratifiedKFold, train_test_split
 from sklearn.preprocessing import StandardScaler
 from tqdm import tqdm
 
+import dp_proto.lvq.private.dpsgd as dp_dpsgd
 import dp_proto.lvq.private.estimators as dp_estimators
 from benchmarks.common import (
     emit_json,
@@ -88,7 +89,7 @@ def _noise_free_fit(*args, **kwargs):
     return _FIT_DP_SGD(*args, **kwargs)
 
 
-_FIT_DP_SGD = dp_estimators.fit_dp_sgd
+_FIT_DP_SGD = dp_dpsgd.fit_dp_sgd
 
 
 def _splits(X, y, n_splits: int):
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> dict:
             for name, (overrides, noise_free) in configs.items():
                 for eps in args.epsilons:
                     fit = _noise_free_fit if noise_free else _FIT_DP_SGD
-                    with mock.patch.object(dp_estimators, "fit_dp_sgd", fit):
+                    with mock.patch.object(dp_dpsgd, "fit_dp_sgd", fit):
                         # the diagnosis is of the identity transfer (the cost of Brinkrolf 2023)
                         params = {"transfer_fn": "identity", **overrides}
                         model = dp_estimators.DPGMLVQ(

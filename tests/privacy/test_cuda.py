@@ -31,7 +31,7 @@ def test_dp_init_on_cuda():
 def test_fused_dp_sgd_on_cuda(layer_kind, gen_device):
     """The fused engine keeps everything on the GPU, with a CPU or a CUDA generator."""
     from dp_proto.lvq import GLVQLayer, GMLVQLayer, PrototypeModel
-    from dp_proto.lvq.private.dpsgd import fit_dp_sgd
+    from dp_proto.lvq.private.dpsgd import SGDSettings, fit_dp_sgd, fixed_noise_recipe
 
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.rand(2000, 8, device="cuda", generator=g) * 2 - 1
@@ -43,14 +43,10 @@ def test_fused_dp_sgd_on_cuda(layer_kind, gen_device):
         model,
         x,
         y,
+        fixed_noise_recipe(0.05, 60, max_grad_norm=1.0, engine="fused", sgd=SGDSettings(lr=0.5)),
         ledger=ledger,
-        noise_multiplier=1.0,
-        sampling_rate=0.05,
-        max_grad_norm=1.0,
-        steps=60,
         expected_batch_size=0.05 * len(y),
-        lr=0.5,
-        engine="fused",
+        noise_multiplier=1.0,
         generator=torch.Generator(device=gen_device).manual_seed(1),
     )
     assert result.steps == 60 and layer.prototypes.device.type == "cuda"

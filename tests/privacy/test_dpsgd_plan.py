@@ -89,7 +89,7 @@ def test_the_estimator_runs_the_plan():
     est = DPGLVQ(epsilon=3.0, delta=1e-5, sampling_rate=0.3, epochs=2, bounds=(0, 8), classes=[0, 1, 2], noise_seed=0)
     with pytest.warns(Warning):  # noise_seed: the explicit opt-in to reproducible noise
         est.fit(X, y)
-    plan = est.dp_sgd_plan()
+    plan = est.dp_sgd_recipe().plan
     assert plan.steps == 6 and est.n_iter_ == 6  # 2 epochs of int(1 / 0.3) = 3 steps (was ceil(2 / 0.3) = 7)
     assert sum(e.count for e in est.ledger_.events if e.kind == "subsampled_gaussian") == 6
     init_events = [e for e in est.ledger_.events if e.kind != "subsampled_gaussian"]  # the DP initialisation

@@ -22,7 +22,7 @@ import dp_proto.svdd as svdd
 import dp_proto.svdd.baselines as svdd_baselines
 from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.features import GroupNormalizer
-from dp_proto.lvq.private import DPGLVQ, DPGMLVQ, DPLGMLVQ, DPPairwiseGMLVQ, SubsampleAggregateGLVQ
+from dp_proto.lvq.private import DPGLVQ, DPGMLVQ, DPLGMLVQ, BinTraining, DPPairwiseGMLVQ, SubsampleAggregateGLVQ
 from dp_proto.privacy import PrivacyLedger, SharedLedger
 from dp_proto.privacy.preprocessing import DPPCA, DPPipeline, DPStandardScaler, PostProcessing, PublicMap
 from dp_proto.svdd import PrivateSVDD, PrivateSVDDClassifier
@@ -43,7 +43,9 @@ PRIVATE_STEPS = {
     "DPGMLVQ": (lambda: DPGMLVQ(**DP_SGD), True),
     "DPLGMLVQ": (lambda: DPLGMLVQ(**DP_SGD), True),
     "SubsampleAggregateGLVQ": (
-        lambda: SubsampleAggregateGLVQ(num_bins=5, epsilon=2.0, bounds=(-4, 4), classes=CLASSES, epochs=2),
+        lambda: SubsampleAggregateGLVQ(
+            num_bins=5, epsilon=2.0, bounds=(-4, 4), classes=CLASSES, training=BinTraining(epochs=2)
+        ),
         True,
     ),
     "SubsampleAggregateGLVQ-centre_of_attention": (

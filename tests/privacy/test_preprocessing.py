@@ -10,7 +10,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import FunctionTransformer
 
 from dp_proto.exceptions import DataValidationError, PrivacyBudgetExceededError
-from dp_proto.lvq.private import DPGLVQ, SubsampleAggregateGLVQ
+from dp_proto.lvq.private import DPGLVQ, BinTraining, SubsampleAggregateGLVQ
 from dp_proto.privacy import SharedLedger
 from dp_proto.privacy.preprocessing import DPPCA, DPPipeline, DPStandardScaler, PublicMap
 from dp_proto.privacy.testing import adversarial_removals, neighbour_check
@@ -96,7 +96,12 @@ def test_a_pipeline_with_a_public_map_and_subsample_and_aggregate_passes_the_nei
         steps = [
             ("tanh", PublicMap(FunctionTransformer(np.tanh))),
             ("scale", DPStandardScaler(bounds=(-1, 1), epsilon=1.0)),
-            ("saa", SubsampleAggregateGLVQ(num_bins=4, epsilon=1.0, bounds=(-3, 3), classes=[0, 1], epochs=2)),
+            (
+                "saa",
+                SubsampleAggregateGLVQ(
+                    num_bins=4, epsilon=1.0, bounds=(-3, 3), classes=[0, 1], training=BinTraining(epochs=2)
+                ),
+            ),
         ]
         return DPPipeline(steps, budget=(3.0, 1e-5)).fit(X, y)
 

@@ -22,10 +22,17 @@ from sklearn.datasets import load_iris
 from dp_proto.exceptions import DomainWarning, PrivacyLeakWarning
 from dp_proto.lvq.layers import GLVQLayer
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.lvq.private import DPGLVQ, DPGMLVQ, SubsampleAggregateGLVQ, saa_sensitivity
+from dp_proto.lvq.private import (
+    DPGLVQ,
+    DPGMLVQ,
+    BinTraining,
+    SubsampleAggregate,
+    SubsampleAggregateGLVQ,
+    saa_sensitivity,
+)
 from dp_proto.lvq.private.coa import COAResult, centre_of_attention_mechanism
 from dp_proto.lvq.private.fused import clipped_gradient_sum, dp_sgd_step
-from dp_proto.lvq.private.saa import fit_glvq_bins, subsample_and_aggregate
+from dp_proto.lvq.private.saa import fit_glvq_bins
 from dp_proto.privacy import DPStandardScaler, PrivacyLedger, gaussian_mechanism, gaussian_noise, laplace_mechanism
 from dp_proto.privacy.randomness import fresh_generator, noise_source
 from dp_proto.privacy.testing import adversarial_removals, neighbour_check
@@ -94,10 +101,10 @@ def test_subsample_and_aggregate_passes_the_neighbour_check_with_adversarial_rem
 
     def release(x, y):
         ledger = PrivacyLedger()
-        result = subsample_and_aggregate(
-            x, y, 3, num_bins=6, epsilon=1.0, delta=1e-5, ledger=ledger, epochs=3, batch_size=4
-        )
-        return result.prototypes, result.prototype_labels, result.noise_std, ledger
+        model = PrototypeModel(GLVQLayer(3, 3, dtype=torch.float64), [0, 1, 2])
+        recipe = SubsampleAggregate(1.0, 1e-5, num_bins=6, training=BinTraining(epochs=3, batch_size=4))
+        result = recipe.run(model, x, y, ledger)
+        return result.prototypes, model.prototype_labels, result.noise_std, ledger
 
     removals = adversarial_removals(x, y) + [0, 55]
     report = neighbour_check(release, (x, y), removals).assert_ok()
@@ -120,7 +127,12 @@ def test_coa_estimator_passes_the_neighbour_check():
 
     def release(X, y):
         return SubsampleAggregateGLVQ(
-            num_bins=4, aggregation="centre_of_attention", epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], epochs=2
+            num_bins=4,
+            aggregation="centre_of_attention",
+            epsilon=2.0,
+            bounds=(0, 8),
+            classes=[0, 1, 2],
+            training=BinTraining(epochs=2),
         ).fit(X, y)
 
     report = neighbour_check(release, (X, y), adversarial_removals(X, y) + [3], curator_only=("curator_",)).assert_ok()
@@ -132,7 +144,9 @@ def test_saa_estimator_passes_the_neighbour_check():
     X, y = _iris(12)
 
     def release(X, y):
-        return SubsampleAggregateGLVQ(num_bins=5, epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], epochs=2).fit(X, y)
+        return SubsampleAggregateGLVQ(
+            num_bins=5, epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], training=BinTraining(epochs=2)
+        ).fit(X, y)
 
     neighbour_check(release, (X, y), adversarial_removals(X, y) + [5], curator_only=("curator_",)).assert_ok()
 
@@ -156,9 +170,9 @@ def test_estimators_with_the_same_random_state_draw_different_noise():
     assert not np.array_equal(fits[0].prototypes_, fits[1].prototypes_)
     assert fits[0].privacy_["noise"] == "fresh"
     saa = [
-        SubsampleAggregateGLVQ(num_bins=3, epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], epochs=1, random_state=0).fit(
-            X, y
-        )
+        SubsampleAggregateGLVQ(
+            num_bins=3, epsilon=2.0, bounds=(0, 8), classes=[0, 1, 2], random_state=0, training=BinTraining(epochs=1)
+        ).fit(X, y)
         for _ in range(2)
     ]
     assert not np.array_equal(saa[0].prototypes_, saa[1].prototypes_)
@@ -219,7 +233,7 @@ def test_dp_sgd_normaliser_is_the_noisy_count_not_q_times_n():
 
 
 def test_fit_dp_sgd_needs_a_public_expected_batch_size():
-    from dp_proto.lvq.private import fit_dp_sgd
+    from dp_proto.lvq.private.dpsgd import fit_dp_sgd, fixed_noise_recipe
 
     model = PrototypeModel(GLVQLayer(2, 2), [0, 1])
     with pytest.raises(TypeError, match="expected_batch_size"):
@@ -227,23 +241,19 @@ def test_fit_dp_sgd_needs_a_public_expected_batch_size():
             model,
             torch.zeros(4, 2),
             torch.tensor([0, 1, 0, 1]),
+            fixed_noise_recipe(0.5, 1, max_grad_norm=1.0),
             ledger=PrivacyLedger(),
             noise_multiplier=1.0,
-            sampling_rate=0.5,
-            max_grad_norm=1.0,
-            steps=1,
         )
     with pytest.raises(ValueError, match="expected_batch_size"):
         fit_dp_sgd(
             model,
             torch.zeros(4, 2),
             torch.tensor([0, 1, 0, 1]),
+            fixed_noise_recipe(0.5, 1, max_grad_norm=1.0),
             ledger=PrivacyLedger(),
-            noise_multiplier=1.0,
-            sampling_rate=0.5,
-            max_grad_norm=1.0,
-            steps=1,
             expected_batch_size=0,
+            noise_multiplier=1.0,
         )
 
 

@@ -18,8 +18,9 @@ from torch import Tensor
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import grad_samplers
+from dp_proto.lvq.private.aggregate import BinTraining
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes
-from dp_proto.lvq.private.dpsgd import fit_dp_sgd
+from dp_proto.lvq.private.dpsgd import SGDSettings, fit_dp_sgd, fixed_noise_recipe
 from dp_proto.lvq.private.saa_estimator import SubsampleAggregateGLVQ
 from dp_proto.privacy.audit import AuditSetup, trial_noise_seed, without_leak_warning
 from dp_proto.privacy.dpsgd_plan import calibrate_noise_multiplier
@@ -100,9 +101,8 @@ def saa_audit_setup(
                 epsilon=epsilon,
                 delta=delta,
                 classes=[0, 1],
-                epochs=epochs,
-                batch_size=4,
                 noise_seed=seed,
+                training=BinTraining(epochs=epochs, batch_size=4),
             ).fit(X, y)
         )
         return float(est.prototypes_[0, 0])
@@ -132,6 +132,7 @@ def dp_sgd_audit_setup(
     d0 = (x0, y0)
     d1 = (torch.cat([x0, torch.tensor([[1.0]])]), torch.cat([y0, torch.tensor([0])]))
     claimed = PrivacyLedger.epsilon_of([dp_sgd_event(noise_multiplier, sampling_rate, steps)], delta)
+    recipe = fixed_noise_recipe(sampling_rate, steps, max_grad_norm=1.0, sgd=SGDSettings(lr=1.0))
 
     def mechanism(dataset, generator: torch.Generator) -> float:
         x, y = dataset
@@ -141,13 +142,10 @@ def dp_sgd_audit_setup(
                 model,
                 x,
                 y,
+                recipe,
                 ledger=PrivacyLedger(),
-                noise_multiplier=noise_multiplier * noise_factor,
-                sampling_rate=sampling_rate,
-                max_grad_norm=1.0,
-                steps=steps,
                 expected_batch_size=8.0,
-                lr=1.0,
+                noise_multiplier=noise_multiplier * noise_factor,
                 generator=generator,
             )
         )
@@ -220,17 +218,19 @@ def step_pre_noise_sum(
                 model,
                 x,
                 y,
+                fixed_noise_recipe(
+                    1.0,
+                    1,
+                    max_grad_norm=max_grad_norm,
+                    engine="fused" if engine == "fused" else "opacus",
+                    grad_sample_mode="hooks" if engine == "fused" else engine,
+                    transfer_fn=transfer_fn,
+                    beta=beta,
+                ),
                 ledger=PrivacyLedger(),
-                noise_multiplier=1.0,
-                sampling_rate=1.0,
-                max_grad_norm=max_grad_norm,
-                steps=1,
                 expected_batch_size=float(max(x.shape[0], 1)),
-                engine="fused" if engine == "fused" else "opacus",
-                grad_sample_mode="hooks" if engine == "fused" else engine,
+                noise_multiplier=1.0,
                 generator=torch.Generator().manual_seed(0),
-                transfer_fn=transfer_fn,
-                beta=beta,
             )
         )
     parts = [r.pre_noise for r in recorder.releases if r.name == "dp_sgd" and r.pre_noise is not None]

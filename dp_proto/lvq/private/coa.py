@@ -39,17 +39,14 @@ that COA gives no useful model is expected.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from dp_proto.lvq.private.saa import (
-    bin_prototype_labels,
     project_to_domain,
     saa_sensitivity,
-    train_bin_models,
 )
 from dp_proto.privacy.calibration import check_delta, check_epsilon
 from dp_proto.privacy.events import ApproxEvent
@@ -67,7 +64,6 @@ __all__ = [
     "COAResult",
     "centre_of_attention_mechanism",
     "coa_bin_models",
-    "coa_glvq",
 ]
 
 
@@ -220,61 +216,3 @@ def coa_bin_models(
     if project_release:
         prototypes = project_to_domain(prototypes, low, high, radius)
     return prototypes, result
-
-
-def coa_glvq(
-    x: Tensor,
-    y: Tensor,
-    num_classes: int,
-    num_bins: int,
-    epsilon: float,
-    delta: float,
-    *,
-    prototypes_per_class: int | Sequence[int] = 1,
-    reference: Tensor | None = None,
-    ledger: PrivacyLedger | None = LEDGER_REQUIRED,
-    epochs: int = 30,
-    batch_size: int = 64,
-    lr: float = 0.01,
-    low: float = -1.0,
-    high: float = 1.0,
-    radius: float | None = None,
-    project_release: bool = True,
-    generator: torch.Generator | None = None,
-    secure_mode: bool = False,
-    name: str = "coa",
-) -> tuple[Tensor, Tensor, COAResult]:
-    """GLVQ prototypes ``(W, d)`` by the centre of attention of ``num_bins`` disjoint
-    bins' models (see the module docstring and ``coa_bin_models``), their labels
-    ``(W,)`` and the raw result (``result.value`` is the unprojected release)."""
-    ledger = require_ledger(ledger, "coa_glvq")
-    labels = bin_prototype_labels(x, y, num_classes, num_bins, prototypes_per_class, reference)
-    models, _ = train_bin_models(
-        x,
-        y,
-        labels,
-        num_bins,
-        reference=reference,
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=lr,
-        low=low,
-        high=high,
-        radius=radius,
-        generator=generator,
-        secure_mode=secure_mode,
-    )
-    prototypes, result = coa_bin_models(
-        models,
-        epsilon,
-        delta,
-        low=low,
-        high=high,
-        radius=radius,
-        project_release=project_release,
-        ledger=ledger,
-        name=name,
-        generator=generator,
-        secure_mode=secure_mode,
-    )
-    return prototypes.to(x.dtype), labels, result

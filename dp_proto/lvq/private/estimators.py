@@ -29,20 +29,19 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 
 from dp_proto._progress import wants_progress
-from dp_proto._threads import fit_threads, step_work
 from dp_proto._validation import torch_device, torch_dtype
 from dp_proto.exceptions import DomainWarning
 from dp_proto.lvq.estimators import GLVQ, GMLVQ, LGMLVQ
+from dp_proto.lvq.init import make_prototype_labels
 from dp_proto.lvq.layers import GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.lvq.private.dp_init import INIT_MECHANISMS, dp_class_mean_prototypes, dp_init_events
-from dp_proto.lvq.private.dpsgd import fit_dp_sgd
+from dp_proto.lvq.private.dpsgd import DPSGD, SGDSettings
 from dp_proto.lvq.release import layer_description, model_from_release, model_tensors
 from dp_proto.lvq.sparse import LOCAL_NORMALISATION_ERROR, check_penalty, metric_parameter, selected_features, sparsity
 from dp_proto.privacy.curator import curator_class_coverage
 from dp_proto.privacy.domain import PublicBoundsScaler, clip_for_fit, public_classes
 from dp_proto.privacy.dpsgd_plan import DPSGDPlan
-from dp_proto.privacy.events import PrivacyEvent, dp_sgd_event
+from dp_proto.privacy.events import PrivacyEvent
 from dp_proto.privacy.ledger import PrivacyLedger, check_shared_ledger
 from dp_proto.privacy.randomness import noise_generator
 from dp_proto.privacy.release import (
@@ -163,29 +162,18 @@ class _DPReleaseHooks:
         self.privacy_scope_ = release.privacy.get("scope")
 
 
-class _DPMixin(_DPReleaseHooks):
-    """Replaces ``fit`` of a non-private estimator by DP initialisation + DP-SGD."""
+class _PrivateLVQ(_DPReleaseHooks):
+    """What every private LVQ estimator shares: the public bounds mapped onto ``[-1, 1]^d``,
+    the public label set, and the release hooks. ``fit`` is the private scheme's."""
 
     _min_fit_samples = 0  # an empty data set fits too: the record count is private
 
     # parameters the estimators set in __init__ (annotations only, for the type checker)
-    solver: str
     dtype: str
     device: str
-    lr: float
     epsilon: float
     delta: float
-    sampling_rate: float
-    epochs: int
-    init_fraction: float
-    init_mechanism: str
-    calibration: str
-    engine: str
-    grad_sample_mode: str
-    clipping: str
-    average_last: float
-    metric_lr_scale: float
-    max_grad_norm: float
+    secure_mode: bool
     bounds: Any
     classes: Any
 
@@ -197,6 +185,76 @@ class _DPMixin(_DPReleaseHooks):
 
         def _check_X(self, X: Any, *, reset: bool, y: Any = None) -> Any: ...
         def to_release(self) -> Release: ...
+        def _validate_params(self) -> None: ...
+
+    _RELEASE_WITHHELD: ClassVar[dict[str, str]] = DP_RELEASE_WITHHELD
+
+    def _input_units(self, prototypes: np.ndarray) -> np.ndarray:
+        return self.scaler_.inverse_transform(prototypes)
+
+    def _bounds_scaler(self) -> PublicBoundsScaler:
+        """The public map of ``bounds`` onto ``[-1, 1]^d`` (clipping, no warning)."""
+        lower, upper = (-1.0, 1.0) if self.bounds is None else self.bounds
+        return PublicBoundsScaler(lower, upper, clip=True, warn=False).fit()
+
+    def _domain(self, X: np.ndarray, *, fitting: bool) -> np.ndarray:
+        if fitting and self.bounds is None:  # a public setting: the warning says nothing about X
+            warnings.warn(
+                f"{type(self).__name__}: bounds=None takes the data to lie in [-1, 1]^d already; every record "
+                "outside is clipped into it, and how many were is curator-only (curator_), never a warning. Pass "
+                "the public bounds, bounds=(lower, upper) (numbers or per-feature arrays fixed without looking at "
+                "the data), or bounds=(-1, 1) to say that this is the domain",
+                DomainWarning,
+                stacklevel=3,
+            )
+        if fitting:
+            self.scaler_ = self._bounds_scaler()
+            # the stored scaler_ never sees the data (no count on it)
+            return clip_for_fit(self, self._bounds_scaler(), X)
+        scaler = PublicBoundsScaler(self.scaler_.lower, self.scaler_.upper, clip=False).fit()
+        return scaler.transform(X)  # predictions: same map, no privacy concern, no clipping
+
+    def _fit_input(self, X, y) -> tuple[np.ndarray, np.ndarray]:
+        """Validated ``X (n, d)`` and class indices ``(n,)``; sets ``classes_``."""
+        self._validate_params()
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
+        X, y = self._check_X(X, reset=True, y=y)
+        check_classification_targets(y)
+        self.classes_, y_index = public_classes(y, self.classes, type(self).__name__)
+        curator_class_coverage(self, np.bincount(y_index, minlength=len(self.classes_)), self.classes_)
+        return X, y_index
+
+    def _distances(self, X) -> torch.Tensor:
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self)
+        X = self._check_X(X, reset=False)
+        x_t = torch.as_tensor(self._domain(X, fitting=False), dtype=torch_dtype(self.dtype), device=self.device)
+        with torch.no_grad():
+            return self.model_(x_t)
+
+
+class _DPMixin(_PrivateLVQ):
+    """Replaces ``fit`` of a non-private estimator by its ``DPSGD`` recipe: DP
+    initialisation + DP-SGD."""
+
+    # parameters the estimators set in __init__ (annotations only, for the type checker)
+    solver: str
+    lr: float
+    sampling_rate: float
+    epochs: int
+    init_fraction: float
+    init_mechanism: str
+    calibration: str
+    engine: str
+    grad_sample_mode: str
+    clipping: str
+    average_last: float
+    metric_lr_scale: float
+    max_grad_norm: float
+    transfer_fn: str
+    beta: float
 
     # -- the release format (dp_proto.release; the rest is in the non-private base) ------
     _RELEASE_FITTED: ClassVar[tuple[str, ...]] = (
@@ -207,10 +265,6 @@ class _DPMixin(_DPReleaseHooks):
         "stopped_by_budget_",
         "epsilon_",
     )
-    _RELEASE_WITHHELD: ClassVar[dict[str, str]] = DP_RELEASE_WITHHELD
-
-    def _input_units(self, prototypes: np.ndarray) -> np.ndarray:
-        return self.scaler_.inverse_transform(prototypes)
 
     def _store_metric(self) -> None:
         """The metric's attributes, and for GMLVQ / LGMLVQ the features it uses
@@ -222,11 +276,6 @@ class _DPMixin(_DPReleaseHooks):
             metric = metric_parameter(self.model_).detach()
             self.selected_features_ = selected_features(metric).cpu().numpy()
             self.sparsity_ = sparsity(metric)
-
-    def _bounds_scaler(self) -> PublicBoundsScaler:
-        """The public map of ``bounds`` onto ``[-1, 1]^d`` (clipping, no warning)."""
-        lower, upper = (-1.0, 1.0) if self.bounds is None else self.bounds
-        return PublicBoundsScaler(lower, upper, clip=True, warn=False).fit()
 
     @classmethod
     def from_trained(
@@ -292,61 +341,20 @@ class _DPMixin(_DPReleaseHooks):
             raise ValueError(f"solver must be 'sgd' or 'adam' for DP-SGD, got {self.solver!r}")
         torch_dtype(self.dtype)
         torch_device(self.device)
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive, got {self.lr!r}")
         if not 0 < self.init_fraction < 1:
             raise ValueError(f"init_fraction must lie in (0, 1), got {self.init_fraction!r}")
-        if self.init_mechanism not in INIT_MECHANISMS:
-            raise ValueError(f"init_mechanism must be one of {INIT_MECHANISMS}, got {self.init_mechanism!r}")
-        self.dp_sgd_plan()  # epsilon, delta, sampling_rate, epochs, calibration
-        check_shared_ledger(getattr(self, "ledger", None), type(self).__name__)
         if self.engine not in ("fused", "opacus"):
             raise ValueError(f"engine must be 'fused' or 'opacus', got {self.engine!r}")
-        if self.grad_sample_mode not in ("hooks", "ghost", "functorch"):
-            raise ValueError(f"grad_sample_mode must be 'hooks', 'ghost' or 'functorch', got {self.grad_sample_mode!r}")
-        if self.clipping not in ("joint", "per_parameter"):
-            raise ValueError(f"clipping must be 'joint' or 'per_parameter', got {self.clipping!r}")
-        if not 0 <= self.average_last < 1:
-            raise ValueError(f"average_last must lie in [0, 1), got {self.average_last!r}")
-        if not getattr(self, "metric_lr_scale", 1.0) > 0:
-            raise ValueError(f"metric_lr_scale must be > 0, got {self.metric_lr_scale!r}")
+        self.dp_sgd_recipe()  # every setting of the DP-SGD run
+        check_shared_ledger(getattr(self, "ledger", None), type(self).__name__)
         group_lasso = check_penalty("group_lasso", getattr(self, "group_lasso", 0.0))
         if group_lasso > 0 and getattr(self, "normalize_omega", False) and isinstance(self, LGMLVQ):
             raise ValueError(LOCAL_NORMALISATION_ERROR)
-        if not self.max_grad_norm > 0:
-            raise ValueError(f"max_grad_norm must be > 0, got {self.max_grad_norm!r}")
 
-    def _domain(self, X: np.ndarray, *, fitting: bool) -> np.ndarray:
-        if fitting and self.bounds is None:  # a public setting: the warning says nothing about X
-            warnings.warn(
-                f"{type(self).__name__}: bounds=None takes the data to lie in [-1, 1]^d already; every record "
-                "outside is clipped into it, and how many were is curator-only (curator_), never a warning. Pass "
-                "the public bounds, bounds=(lower, upper) (numbers or per-feature arrays fixed without looking at "
-                "the data), or bounds=(-1, 1) to say that this is the domain",
-                DomainWarning,
-                stacklevel=3,
-            )
-        if fitting:
-            self.scaler_ = self._bounds_scaler()
-            # the stored scaler_ never sees the data (no count on it)
-            return clip_for_fit(self, self._bounds_scaler(), X)
-        scaler = PublicBoundsScaler(self.scaler_.lower, self.scaler_.upper, clip=False).fit()
-        return scaler.transform(X)  # predictions: same map, no privacy concern, no clipping
-
-    def _fit_input(self, X, y) -> tuple[np.ndarray, np.ndarray]:
-        """Validated ``X (n, d)`` and class indices ``(n,)``; sets ``classes_``."""
-        self._validate_params()
-        if y is None:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
-        X, y = self._check_X(X, reset=True, y=y)
-        check_classification_targets(y)
-        self.classes_, y_index = public_classes(y, self.classes, type(self).__name__)
-        curator_class_coverage(self, np.bincount(y_index, minlength=len(self.classes_)), self.classes_)
-        return X, y_index
-
-    def dp_sgd_plan(self) -> DPSGDPlan:
-        """The run's public recipe: ledger, steps and noise multiplier (checks the settings)."""
-        return DPSGDPlan(
+    def dp_sgd_recipe(self) -> DPSGD:
+        """The run's public recipe: budget, steps, clipping, engine and step sizes (checks
+        the settings; built from the parameters, before any data are seen)."""
+        plan = DPSGDPlan(
             self.epsilon,
             self.delta,
             self.sampling_rate,
@@ -354,14 +362,31 @@ class _DPMixin(_DPReleaseHooks):
             init_fraction=self.init_fraction,
             calibration=self.calibration,
         )
+        sgd = SGDSettings(
+            lr=self.lr,
+            metric_lr_scale=getattr(self, "metric_lr_scale", 1.0),
+            optimizer=self.solver,
+            average_last=self.average_last,
+            group_lasso=getattr(self, "group_lasso", 0.0),
+        )
+        return DPSGD(
+            plan,
+            max_grad_norm=self.max_grad_norm,
+            init_mechanism=self.init_mechanism,
+            sgd=sgd,
+            clipping=self.clipping,
+            engine=self.engine,
+            grad_sample_mode=self.grad_sample_mode,
+            transfer_fn=self.transfer_fn,
+            beta=self.beta,
+            secure_mode=self.secure_mode,
+        )
 
     def planned_privacy_events(self, n_features: int) -> tuple[PrivacyEvent, ...]:
         """The releases ``fit`` makes on ``n_features`` features, from public settings only:
         the DP initialisation's and the DP-SGD run's (``DPPipeline`` checks them, with the
         other steps', against its budget before anything is fitted)."""
-        plan = self.dp_sgd_plan()
-        init_events = dp_init_events(n_features, plan.init_epsilon, mechanism=self.init_mechanism, delta=self.delta)
-        return (*init_events, dp_sgd_event(plan.noise_multiplier(init_events), plan.sampling_rate, plan.steps))
+        return self.dp_sgd_recipe().planned_events(n_features)
 
     def fit(self, X, y, *, callback=None):
         """Private training on ``X (n, d)``, ``y (n,)``; see the class docstring. No
@@ -370,8 +395,8 @@ class _DPMixin(_DPReleaseHooks):
         if callback is not None:
             raise ValueError(f"{type(self).__name__}.fit takes no callback: DP-SGD releases only its final model")
         X, y_index = self._fit_input(X, y)
-        n, d = X.shape
-        plan = self.dp_sgd_plan()  # public settings only
+        d = X.shape[1]
+        recipe = self.dp_sgd_recipe()  # public settings only
         counts = self._prototype_counts(self.classes_)
         if len(set(counts)) != 1:
             raise ValueError("the DP initialisation needs the same number of prototypes for every class")
@@ -388,57 +413,24 @@ class _DPMixin(_DPReleaseHooks):
 
         shared = getattr(self, "ledger", None)
         if shared is not None:  # refuse the fit before the data are read (public events only)
-            shared.check(*self.planned_privacy_events(d))
-        ledger = plan.new_ledger()
-        init = dp_class_mean_prototypes(
-            x_t,
-            y_t,
-            len(self.classes_),
-            plan.init_epsilon,
-            ledger=ledger,
-            prototypes_per_class=counts[0],
-            generator=None if self.secure_mode else generator,
-            secure_mode=self.secure_mode,
-            mechanism=self.init_mechanism,
-            delta=self.delta,
-        )
-        layer = self._make_layer(d, len(init.prototype_labels), init_generator, tdtype)
-        with torch.no_grad():
-            layer.prototypes.copy_(init.prototypes.to(tdtype))
-        self.model_ = PrototypeModel(layer, init.prototype_labels)
-
+            shared.check(*recipe.planned_events(d))
+        labels = make_prototype_labels(len(self.classes_), counts[0])
+        layer = self._make_layer(d, len(labels), init_generator, tdtype)
+        self.model_ = PrototypeModel(layer, labels)
         # q and T are public settings: neither may depend on the private n (add/remove).
         # The update is divided by q * n~, n~ the sum of the initialisation's noisy class
         # counts (post-processing of a release), never by the private q * n.
-        q = plan.sampling_rate
-        expected_batch = plan.expected_batch_size(float(init.noisy_counts.sum()))
-        sigma = plan.noise_multiplier(ledger.events)
-        with fit_threads(step_work(expected_batch, self.model_), self.device):
-            result = fit_dp_sgd(
-                self.model_,
-                x_t,
-                y_t,
-                ledger=ledger,
-                noise_multiplier=sigma,
-                sampling_rate=q,
-                max_grad_norm=self.max_grad_norm,
-                steps=plan.steps,
-                lr=self.lr,
-                optimizer=self.solver,
-                metric_lr_scale=getattr(self, "metric_lr_scale", 1.0),
-                group_lasso=float(getattr(self, "group_lasso", 0.0)),
-                average_last=self.average_last,
-                clipping=self.clipping,
-                engine=self.engine,
-                grad_sample_mode=self.grad_sample_mode,
-                generator=None if self.secure_mode else generator,
-                expected_batch_size=expected_batch,
-                secure_mode=self.secure_mode,
-                transfer_fn=self.transfer_fn,
-                beta=self.beta,
-                delta=self.delta,
-                progress=wants_progress(self.verbose),
-            )
+        init, result, ledger = recipe.run(
+            self.model_,
+            x_t,
+            y_t,
+            recipe.plan.new_ledger(),
+            generator=None if self.secure_mode else generator,
+            progress=wants_progress(self.verbose),
+        )
+        if init is None:  # pragma: no cover - _validate_params requires init_fraction > 0
+            raise RuntimeError("the DP estimators' recipe always initialises")
+        sigma, q, expected_batch = result.noise_multiplier, result.sampling_rate, result.expected_batch_size
         self.noise_multiplier_ = sigma
         self.sampling_rate_ = q
         self.expected_batch_size_ = expected_batch
@@ -459,15 +451,6 @@ class _DPMixin(_DPReleaseHooks):
         self.class_counts_ = init.noisy_counts.detach().cpu().numpy().astype(np.float64)  # released
         self._store_metric()
         return self
-
-    def _distances(self, X) -> torch.Tensor:
-        from sklearn.utils.validation import check_is_fitted
-
-        check_is_fitted(self)
-        X = self._check_X(X, reset=False)
-        x_t = torch.as_tensor(self._domain(X, fitting=False), dtype=torch_dtype(self.dtype), device=self.device)
-        with torch.no_grad():
-            return self.model_(x_t)
 
 
 def _set(obj, **params) -> None:
@@ -500,7 +483,7 @@ class DPGLVQ(_DPMixin, GLVQ):
         Per-sample clipping norm ``C``.
     epochs : float, default 50
         ``T = ceil(epochs * int(1 / q))`` DP-SGD steps
-        (``DPSGDPlan``).
+        (``dp_sgd_recipe()``).
     init_fraction : float, default 0.2
         Share of epsilon spent on the DP class-mean initialisation.
     init_mechanism : {"gaussian", "laplace"}, default "gaussian"
@@ -643,7 +626,7 @@ class DPGLVQ(_DPMixin, GLVQ):
     >>> from dp_proto.lvq.private import DPGLVQ
     >>> X, y = load_digits(return_X_y=True)
     >>> model = DPGLVQ(epsilon=1.0, bounds=(0, 16), classes=range(10), sampling_rate=0.1, epochs=2)
-    >>> model.dp_sgd_plan().steps  # public: T = ceil(epochs * int(1 / q))
+    >>> model.dp_sgd_recipe().steps  # public: T = ceil(epochs * int(1 / q))
     20
     >>> model.fit(X, y).epsilon_ <= 1.0, model.prototypes_.shape
     (True, (10, 64))
@@ -736,7 +719,7 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         Per-sample clipping norm ``C``.
     epochs : float, default 50
         ``T = ceil(epochs * int(1 / q))`` DP-SGD steps
-        (``DPSGDPlan``).
+        (``dp_sgd_recipe()``).
     init_fraction : float, default 0.3
         Share of epsilon spent on the DP class-mean initialisation. Why the default:
         docs/dpsgd.md ("Defaults chosen on development sets").
@@ -909,7 +892,7 @@ class DPGMLVQ(_DPMixin, GMLVQ):
     >>> from dp_proto.lvq.private import DPGMLVQ
     >>> X, y = load_digits(return_X_y=True)
     >>> model = DPGMLVQ(epsilon=1.0, bounds=(0, 16), classes=range(10), sampling_rate=0.1, epochs=2)
-    >>> model.dp_sgd_plan().steps  # public: T = ceil(epochs * int(1 / q))
+    >>> model.dp_sgd_recipe().steps  # public: T = ceil(epochs * int(1 / q))
     20
     >>> model.fit(X, y).epsilon_ <= 1.0, model.prototypes_.shape
     (True, (10, 64))
@@ -1012,7 +995,7 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         Per-sample clipping norm ``C``.
     epochs : float, default 50
         ``T = ceil(epochs * int(1 / q))`` DP-SGD steps
-        (``DPSGDPlan``).
+        (``dp_sgd_recipe()``).
     init_fraction : float, default 0.2
         Share of epsilon spent on the DP class-mean initialisation.
     init_mechanism : {"gaussian", "laplace"}, default "gaussian"
@@ -1175,8 +1158,8 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
     --------
     >>> from dp_proto.lvq.private import DPLGMLVQ
     >>> model = DPLGMLVQ(epsilon=1.0, bounds=(0, 16), classes=range(10), sampling_rate=0.1, epochs=2)
-    >>> plan = model.dp_sgd_plan()  # the public recipe, before any data are seen
-    >>> plan.steps, plan.init_epsilon
+    >>> recipe = model.dp_sgd_recipe()  # the public recipe, before any data are seen
+    >>> recipe.steps, recipe.plan.init_epsilon
     (20, 0.2)
     """
 

@@ -32,6 +32,7 @@ trainable backbone needs Opacus' samplers (``engine="opacus"``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -42,6 +43,7 @@ from dp_proto.lvq.gradients import DistanceEvaluation, quadratic_layout
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.losses import glvq_winner_terms
 from dp_proto.lvq.model import PrototypeModel
+from dp_proto.lvq.private.engine_run import DPSGDResult, EngineRun
 from dp_proto.lvq.private.grad_samplers import (
     gmlvq_clipping_norms,
     lgmlvq_clipping_norms,
@@ -432,67 +434,63 @@ def fit_dp_sgd_fused(
     model: PrototypeModel,
     x: Tensor,
     y: Tensor,
-    *,
-    ledger,
-    noise_multiplier: float,
-    sampling_rate: float,
-    max_grad_norm: float,
-    steps: int,
-    expected_batch_size: float,
+    run: EngineRun,
     optimizer: torch.optim.Optimizer,
-    result,
-    post_step,
-    generator: torch.Generator | None = None,
-    secure_mode: bool = False,
-    clipping: str = "joint",
-    transfer_fn: str = "identity",
-    beta: float = 1.0,
-    progress: bool = False,
+    result: DPSGDResult,
+    post_step: Callable[[], None],
     data_parallel: DataParallel | None = None,
-):
+) -> DPSGDResult:
     """The training loop of ``dp_proto.lvq.private.fit_dp_sgd`` with ``engine="fused"``
-    (call that function; this one expects its validated arguments). With
+    (call that function; this one expects its resolved settings). With
     ``data_parallel``, ``(x, y)`` is this rank's shard (``dp_proto.lvq.private.launch``)."""
     check_fusable(model)
     n = x.shape[0]
     _check_targets(y, model.prototype_labels)  # once here, not at every step
-    expected_batch = expected_batch_size  # public; never q * n (n is private)
-    std = noise_multiplier * max_grad_norm
+    q = run.sampling_rate
     # secure mode: batch membership from a generator seeded with operating-system entropy
-    sampling_gen = fresh_generator(x.device) if secure_mode else generator
+    sampling_gen = fresh_generator(x.device) if run.secure_mode else run.generator
     dp = data_parallel
     if dp is not None:
         dp.check_same(
             ["noise_multiplier", "sampling_rate", "max_grad_norm", "steps", "expected_batch_size", "clipping"],
-            [noise_multiplier, sampling_rate, max_grad_norm, steps, expected_batch, CLIPPING_MODES.index(clipping)],
+            [
+                run.noise_multiplier,
+                q,
+                run.max_grad_norm,
+                run.steps,
+                run.expected_batch_size,
+                CLIPPING_MODES.index(run.clipping),
+            ],
         )
         dp.broadcast_parameters(model)
         sampling_gen = dp.sampling_generator(sampling_gen, x.device)
     model.train()
     # each epoch spent before it runs (data-parallel: checked per epoch, spent per step)
-    epochs = BudgetedEpochs(ledger, noise_multiplier, sampling_rate, steps, progress=progress, per_step=dp is not None)
+    epochs = BudgetedEpochs(
+        run.ledger, run.noise_multiplier, q, run.steps, progress=run.progress, per_step=dp is not None
+    )
     for epoch_steps in epochs:
         total, count = x.new_zeros((), dtype=torch.float64), 0  # summed on the device: no sync per step
         for _ in range(epoch_steps):
             if dp is not None and not epochs.record(1):
                 break
-            index = poisson_batch_index(n, sampling_rate, sampling_gen, x.device)
+            index = poisson_batch_index(n, q, sampling_gen, x.device)
             costs = dp_sgd_step(
                 model,
                 x[index],
                 y[index],
                 optimizer,
-                max_grad_norm=max_grad_norm,
-                noise_std=std,
-                expected_batch=expected_batch,
-                generator=generator,
-                secure_mode=secure_mode,
-                clipping=clipping,
-                transfer_fn=transfer_fn,
-                beta=beta,
+                max_grad_norm=run.max_grad_norm,
+                noise_std=run.noise_std,
+                expected_batch=run.expected_batch_size,  # public; never q * n (n is private)
+                generator=run.generator,
+                secure_mode=run.secure_mode,
+                clipping=run.clipping,
+                transfer_fn=run.transfer_fn,
+                beta=run.beta,
                 check_labels=False,
                 data_parallel=dp,
-                full_batch=sampling_rate >= 1.0 and dp is None,
+                full_batch=q >= 1.0 and dp is None,
             )
             post_step()  # renormalisation, iterate averaging: post-processing
             total += costs.detach().sum()

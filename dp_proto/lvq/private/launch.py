@@ -45,7 +45,7 @@ from torch import Tensor
 
 from dp_proto._processes import launch_workers, to_cpu
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.lvq.private.dpsgd import fit_dp_sgd
+from dp_proto.lvq.private.dpsgd import DPSGD, fit_dp_sgd
 from dp_proto.privacy.data_parallel import DataParallelError
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.randomness import noise_generator
@@ -60,26 +60,29 @@ def _dp_sgd_worker(
     model: PrototypeModel,
     x: Tensor,
     y: Tensor,
+    recipe: DPSGD,
     ledger: PrivacyLedger,
     noise_seed: int | None,
     fit_kwargs: dict[str, Any],
 ) -> tuple[PrototypeModel, Any, PrivacyLedger]:
     generator = None if noise_seed is None else noise_generator(noise_seed, x.device, owner="launch_dp_sgd")
-    result = fit_dp_sgd(model, x, y, ledger=ledger, generator=generator, distributed=True, **fit_kwargs)
+    result = fit_dp_sgd(model, x, y, recipe, ledger=ledger, generator=generator, distributed=True, **fit_kwargs)
     return to_cpu(model), result, ledger
 
 
 def launch_dp_sgd(
     model: PrototypeModel,
     shards: Sequence[tuple[Tensor, Tensor]],
+    recipe: DPSGD,
     *,
+    expected_batch_size: float,
+    noise_multiplier: float | None = None,
     ledger: PrivacyLedger | None = None,
     noise_seed: int | None = None,
     timeout: float = 600.0,
     num_threads: int | None = None,
-    **fit_kwargs: Any,
 ) -> tuple[PrototypeModel, Any, PrivacyLedger]:
-    """``fit_dp_sgd(model, ...)`` (fused engine) with one process per shard on localhost.
+    """``fit_dp_sgd(model, ..., recipe)`` (fused engine) with one process per shard on localhost.
 
     Parameters
     ----------
@@ -87,15 +90,19 @@ def launch_dp_sgd(
         The starting model (every rank starts from this one; it is not modified).
     shards : sequence of (x (n_r, d), y (n_r,))
         The disjoint parts of the training data; rank ``r`` receives ``shards[r]`` only.
+    recipe : DPSGD
+        The run's public settings (the same on every rank).
+    expected_batch_size : float
+        The public normaliser of the noisy gradient sums: ``q`` times a public estimate
+        of all records (every shard's).
+    noise_multiplier : float, optional
+        As in ``fit_dp_sgd`` (default: the one the recipe calibrates).
     ledger : PrivacyLedger, optional
         The run's ledger (a copy goes to every rank; the returned one is rank 0's).
     noise_seed : int, optional
         Reproducible noise and coins (warns ``PrivacyLeakWarning``); default fresh entropy.
     timeout, num_threads
         See ``dp_proto._processes.launch_workers``.
-    **fit_kwargs
-        The settings of ``fit_dp_sgd`` (``noise_multiplier``, ``sampling_rate``,
-        ``max_grad_norm``, ``steps``, ``expected_batch_size``, ``lr``, ...).
 
     Returns
     -------
@@ -104,11 +111,9 @@ def launch_dp_sgd(
     """
     if len(shards) < 1:
         raise ValueError("launch_dp_sgd needs at least one shard")
-    for key in ("generator", "distributed", "ledger", "progress"):
-        if key in fit_kwargs:
-            raise TypeError(f"launch_dp_sgd sets {key!r} itself (pass noise_seed= for reproducible noise)")
     ledger = ledger if ledger is not None else PrivacyLedger()
-    args = [(copy.deepcopy(model), x, y, ledger, noise_seed, fit_kwargs) for x, y in shards]
+    fit_kwargs = {"expected_batch_size": expected_batch_size, "noise_multiplier": noise_multiplier}
+    args = [(copy.deepcopy(model), x, y, recipe, ledger, noise_seed, fit_kwargs) for x, y in shards]
     results = launch_workers(
         _dp_sgd_worker, args, name="dp-sgd", timeout=timeout, num_threads=num_threads, preload=("dp_proto",)
     )

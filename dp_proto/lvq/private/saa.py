@@ -35,14 +35,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from dp_proto.lvq.init import make_prototype_labels
 from dp_proto.lvq.losses import glvq_loss
-from dp_proto.privacy.calibration import check_delta, check_epsilon
 from dp_proto.privacy.clipping import clip_box
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import LEDGER_REQUIRED, gaussian_mechanism, plan_gaussian, require_ledger
@@ -59,8 +57,6 @@ __all__ = [
     "aggregate_bin_models",
     "bin_prototype_labels",
     "train_bin_models",
-    "SAAResult",
-    "subsample_and_aggregate",
 ]
 
 
@@ -444,109 +440,3 @@ def aggregate_bin_models(
     )
     mean = project_to_domain(total / m, low, high, radius) if project_release else total / m
     return mean, plan_gaussian(epsilon, delta, sensitivity, projected[0].numel()).sigma / m
-
-
-class SAAResult(NamedTuple):
-    """Private prototypes ``(W, d)``, their labels ``(W,)``, the noise std on the mean of
-    the bins (public: a function of epsilon, delta, ``W``, ``d``, the domain and ``m``)
-    and the number of bins that held no record (curator-only: it depends on the data
-    without noise; never publish it)."""
-
-    prototypes: Tensor
-    prototype_labels: Tensor
-    noise_std: float
-    empty_bins: int
-
-
-def subsample_and_aggregate(
-    x: Tensor,
-    y: Tensor,
-    num_classes: int,
-    num_bins: int,
-    epsilon: float,
-    delta: float,
-    *,
-    prototypes_per_class: int | Sequence[int] = 1,
-    reference: Tensor | None = None,
-    ledger: PrivacyLedger | None = LEDGER_REQUIRED,
-    epochs: int = 30,
-    batch_size: int = 64,
-    lr: float = 0.01,
-    low: float = -1.0,
-    high: float = 1.0,
-    radius: float | None = None,
-    project_release: bool = True,
-    generator: torch.Generator | None = None,
-    secure_mode: bool = False,
-    name: str = "saa",
-) -> SAAResult:
-    """(epsilon, delta)-DP GLVQ prototypes by subsample-and-aggregate.
-
-    Parameters
-    ----------
-    x : Tensor, shape (n, d)
-        Records; coordinates are expected in the public box ``[low, high]`` (only the
-        released prototypes are clipped into it, which is what the guarantee needs).
-    y : Tensor, shape (n,)
-        Class indices ``0..num_classes-1`` (``num_classes`` is public).
-    num_bins : int
-        ``m`` (public). Each bin holds about ``n / m`` records; bins may end up empty
-        or without some class: their prototypes then start (and, without data, stay)
-        at the box centre 0 / their class means, which is harmless for the guarantee.
-    prototypes_per_class : int or sequence of int, default 1
-        One count for every class, or one count per class.
-    reference : Tensor (W, d), optional
-        Public reference for matching when some class has several prototypes (required then).
-    radius : float, optional
-        Also project every bin prototype onto the l2 ball of this radius around the box
-        centre (public); see the module docstring.
-    project_release : bool, default True
-        Project the noisy prototypes into the domain (post-processing).
-
-    Notes
-    -----
-    The noise std on the released mean is ``sigma(epsilon, delta, Delta) / m`` with
-    ``Delta`` from ``saa_sensitivity`` and ``sigma`` from
-    ``plan_gaussian`` (discrete Gaussian on a public
-    grid). The ledger records one ``discrete_gaussian`` release.
-    """
-    ledger = require_ledger(ledger, "subsample_and_aggregate")
-    epsilon = check_epsilon(epsilon)
-    delta = check_delta(delta, allow_zero=False)
-    labels = bin_prototype_labels(x, y, num_classes, num_bins, prototypes_per_class, reference)
-    d = x.shape[1]
-    sensitivity = saa_sensitivity(len(labels), d, low, high, radius)
-    plan = plan_gaussian(epsilon, delta, sensitivity, len(labels) * d, name=name)
-    if ledger is not None and plan.event is not None:  # refuse before any training or noise
-        ledger.check(plan.event)
-    models, bins = train_bin_models(
-        x,
-        y,
-        labels,
-        num_bins,
-        reference=reference,
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=lr,
-        low=low,
-        high=high,
-        radius=radius,
-        generator=generator,
-        secure_mode=secure_mode,
-    )
-    mean, noise_std = aggregate_bin_models(
-        models,
-        epsilon,
-        delta,
-        low=low,
-        high=high,
-        radius=radius,
-        project_release=project_release,
-        ledger=ledger,
-        name=name,
-        generator=generator,
-        secure_mode=secure_mode,
-    )
-    empty = int((torch.bincount(bins, minlength=num_bins) == 0).sum())
-    dtype = x.dtype if x.is_floating_point() else torch.float64
-    return SAAResult(mean.to(dtype), labels, noise_std, empty)

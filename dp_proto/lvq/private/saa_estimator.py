@@ -15,26 +15,21 @@ import torch
 
 from dp_proto._validation import torch_device, torch_dtype
 from dp_proto.lvq.estimators import GLVQ
+from dp_proto.lvq.init import make_prototype_labels
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.lvq.private.coa import coa_glvq
-from dp_proto.lvq.private.estimators import FIT_SCOPE, _DPMixin
-from dp_proto.lvq.private.saa import saa_sensitivity, subsample_and_aggregate
-from dp_proto.privacy.calibration import check_delta, check_epsilon
+from dp_proto.lvq.private.aggregate import BinTraining, SubsampleAggregate
+from dp_proto.lvq.private.estimators import FIT_SCOPE, _PrivateLVQ
 from dp_proto.privacy.curator import curator_attach, curator_log
-from dp_proto.privacy.events import ApproxEvent, PrivacyEvent
-from dp_proto.privacy.ledger import PrivacyLedger
-from dp_proto.privacy.mechanisms import plan_gaussian
+from dp_proto.privacy.events import PrivacyEvent
 from dp_proto.privacy.randomness import noise_generator
 from dp_proto.privacy.session import record_fit
 from dp_proto.release import register_model
 
 __all__ = ["SubsampleAggregateGLVQ"]
 
-AGGREGATIONS = ("mean", "centre_of_attention")
-
 
 @register_model("dp_proto.SubsampleAggregateGLVQ")
-class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
+class SubsampleAggregateGLVQ(_PrivateLVQ, GLVQ):
     """Differentially private GLVQ from ``num_bins`` disjoint bins of the data.
 
     Every record gets an i.i.d. uniform bin label; vanilla GLVQ (Adam, ``epochs``) runs
@@ -79,12 +74,9 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
     reference : array (W, d) or None
         Public prototypes, in feature units and in the order of the classes, to which
         each bin's prototypes of a class are matched (several prototypes per class).
-    epochs : int, default 30
-        Epochs of GLVQ (Adam) on every bin.
-    lr : float, default 0.01
-        Adam's learning rate on every bin.
-    batch_size : int, default 64
-        Minibatch size on every bin.
+    training : BinTraining or None
+        GLVQ with Adam on every bin: ``BinTraining(epochs=30, batch_size=64, lr=0.01)``
+        (None: those defaults).
     secure_mode : bool, default False
         Bin labels, shuffles and noise from ``os.urandom`` directly.
     noise_seed : int or None, default None
@@ -137,9 +129,9 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
     Examples
     --------
     >>> from dp_proto.data import three_gaussians
-    >>> from dp_proto.lvq.private import SubsampleAggregateGLVQ
+    >>> from dp_proto.lvq.private import BinTraining, SubsampleAggregateGLVQ
     >>> X, y = three_gaussians(n_per_class=300, random_state=0)
-    >>> est = SubsampleAggregateGLVQ(num_bins=10, epsilon=1.0, bounds=(-10, 10), classes=[0, 1, 2], epochs=5)
+    >>> est = SubsampleAggregateGLVQ(num_bins=10, epsilon=1.0, bounds=(-10, 10), classes=[0, 1, 2], training=BinTraining(epochs=5))
     >>> est.fit(X, y).prototypes_.shape, est.epsilon_ <= 1.0
     ((3, 2), True)
     """
@@ -158,9 +150,7 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
         classes=None,
         radius=None,
         reference=None,
-        epochs=30,
-        lr=0.01,
-        batch_size=64,
+        training=None,
         secure_mode=False,
         noise_seed=None,
         random_state=None,
@@ -176,30 +166,30 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
         self.classes = classes
         self.radius = radius
         self.reference = reference
-        self.epochs = epochs
-        self.lr = lr
-        self.batch_size = batch_size
+        self.training = training
         self.secure_mode = secure_mode
         self.noise_seed = noise_seed
         self.random_state = random_state
         self.device = device
         self.dtype = dtype
 
+    def aggregation_recipe(self) -> SubsampleAggregate:
+        """The run's public recipe (checks the settings; built from the parameters, before
+        any data are seen)."""
+        return SubsampleAggregate(
+            self.epsilon,
+            self.delta,
+            num_bins=self.num_bins,
+            aggregation=self.aggregation,
+            training=BinTraining() if self.training is None else self.training,
+            radius=self.radius,
+            secure_mode=self.secure_mode,
+        )
+
     def _validate_params(self) -> None:
-        if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
         torch_dtype(self.dtype)
         torch_device(self.device)
-        for name in ("num_bins", "epochs", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive, got {self.lr!r}")
-        if self.radius is not None and not self.radius > 0:
-            raise ValueError(f"radius must be > 0 or None, got {self.radius!r}")
-        check_epsilon(self.epsilon)
-        check_delta(self.delta, allow_zero=False)
+        self.aggregation_recipe()
 
     def planned_privacy_events(self, n_features: int) -> tuple[PrivacyEvent, ...]:
         """The release ``fit`` makes on ``n_features`` features, from public settings only
@@ -207,22 +197,19 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
         discrete Gaussian release of the bins' mean, whose sensitivity needs the number of
         prototypes and so the public label set ``classes``, or the centre of attention's
         ``(epsilon, delta)`` release."""
-        self._validate_params()
-        if self.aggregation == "centre_of_attention":
-            return (ApproxEvent(self.epsilon, self.delta, name="coa"),)
-        if self.classes is None:
+        recipe = self.aggregation_recipe()
+        if recipe.aggregation == "mean" and self.classes is None:
             raise ValueError(
                 "SubsampleAggregateGLVQ plans its release before reading the data from the public label set: "
                 "pass classes=[...]"
             )
-        num_prototypes = sum(self._prototype_counts(np.unique(np.asarray(self.classes))))
-        sensitivity = saa_sensitivity(num_prototypes, n_features, radius=self.radius)
-        event = plan_gaussian(self.epsilon, self.delta, sensitivity, num_prototypes * n_features, name="saa").event
-        return () if event is None else (event,)
+        classes = np.unique(np.asarray(self.classes if self.classes is not None else [0]))
+        return recipe.planned_events(sum(self._prototype_counts(classes)), n_features)
 
     def fit(self, X, y):
         """Private training on ``X (n, d)``, ``y (n,)``; see the class docstring."""
         X, y_index = self._fit_input(X, y)
+        recipe = self.aggregation_recipe()
         counts = self._prototype_counts(self.classes_)
         tdtype = torch_dtype(self.dtype)
         Z = self._domain(X, fitting=True)
@@ -240,52 +227,32 @@ class SubsampleAggregateGLVQ(_DPMixin, GLVQ):
         generator = (
             None if self.secure_mode else noise_generator(self.noise_seed, self.device, owner=type(self).__name__)
         )
-        ledger = PrivacyLedger(budget=(self.epsilon, self.delta), default_delta=self.delta)
-        common = dict(
-            prototypes_per_class=counts,
-            reference=reference,
-            ledger=ledger,
-            epochs=self.epochs,
-            batch_size=self.batch_size,
-            lr=self.lr,
-            radius=self.radius,
-            generator=generator,
-            secure_mode=self.secure_mode,
-        )
-        if self.aggregation == "mean":
-            result = subsample_and_aggregate(
-                x_t, y_t, len(self.classes_), self.num_bins, self.epsilon, self.delta, **common
-            )
-            prototypes, labels = result.prototypes, result.prototype_labels
-            self.noise_std_ = result.noise_std  # public: epsilon, delta, W, d, domain and m only
-            curator_attach(self, empty_bins=result.empty_bins)
-            if result.empty_bins:  # curator-only: a warning would depend on the record count
+        labels = make_prototype_labels(len(self.classes_), counts).to(self.device)
+        self.model_ = PrototypeModel(self._make_layer(Z.shape[1], len(labels), generator, tdtype), labels)
+        release = recipe.run(self.model_, x_t, y_t, reference=reference, generator=generator)
+        if release.noise_std is not None:
+            self.noise_std_ = release.noise_std  # public: epsilon, delta, W, d, domain and m only
+        elif hasattr(self, "noise_std_"):
+            # The centre of attention's noise std S(Z)/alpha depends on the bins' models
+            # without noise: it is neither stored nor returned.
+            del self.noise_std_
+        if recipe.aggregation == "mean":
+            curator_attach(self, empty_bins=release.empty_bins)
+            if release.empty_bins:  # curator-only: a warning would depend on the record count
                 curator_log(
                     "SubsampleAggregateGLVQ: %d of num_bins=%d bins got no record and contribute their "
                     "data-free start to the mean; choose num_bins from a public estimate of the data size",
-                    result.empty_bins,
+                    release.empty_bins,
                     self.num_bins,
                 )
-        else:
-            prototypes, labels, _ = coa_glvq(
-                x_t, y_t, len(self.classes_), self.num_bins, self.epsilon, self.delta, **common
-            )
-            # The centre of attention's noise std S(Z)/alpha depends on the bins' models
-            # without noise: it is neither stored nor returned.
-            if hasattr(self, "noise_std_"):
-                del self.noise_std_
-
-        layer = self._make_layer(Z.shape[1], len(labels), generator, tdtype)
-        with torch.no_grad():
-            layer.prototypes.copy_(prototypes.to(tdtype))
-        self.model_ = PrototypeModel(layer, labels)
-        self.n_iter_ = self.epochs
+        ledger = release.ledger
+        self.n_iter_ = recipe.training.epochs
         record_fit(self, ledger, shared=False, delta=self.delta)
         self.ledger_ = ledger
         self.epsilon_ = ledger.get_epsilon(self.delta)
         ledger.attach(self.model_)
         self.privacy_ = self.model_.privacy_
         self.privacy_scope_ = FIT_SCOPE
-        self.prototypes_ = self.scaler_.inverse_transform(prototypes.detach().cpu().numpy())
+        self.prototypes_ = self.scaler_.inverse_transform(release.prototypes.detach().cpu().numpy())
         self.prototype_labels_ = self.classes_[labels.cpu().numpy()]
         return self

@@ -20,10 +20,10 @@ from torch import Tensor
 
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import opacus_adapter  # noqa: F401  (registers the samplers)
-from dp_proto.lvq.private.dpsgd import _finite_batch, _GLVQCriterion
 from dp_proto.lvq.private.fused import clipped_gradient_sum
 from dp_proto.lvq.private.guard import ClippingGuard
 from dp_proto.lvq.private.opacus_adapter import make_noise_sound
+from dp_proto.lvq.private.opacus_engine import _finite_batch, _GLVQCriterion
 
 ENGINES = ("fused", "fused_per_parameter", "hooks", "functorch", "ghost")
 

@@ -10,6 +10,7 @@ from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping, DPPe
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import fit_dp_sgd
+from dp_proto.lvq.private.dpsgd import fixed_noise_recipe
 from dp_proto.lvq.private.guard import ClippingGuard
 from dp_proto.lvq.private.opacus_adapter import make_noise_sound
 from dp_proto.privacy import PrivacyLedger
@@ -109,14 +110,10 @@ def test_fit_dp_sgd_takes_the_guard_off_the_layer_when_done():
             model,
             x,
             y,
+            fixed_noise_recipe(0.5, 2, max_grad_norm=1.0, engine="opacus", grad_sample_mode=mode),
             ledger=PrivacyLedger(),
-            noise_multiplier=1.0,
-            sampling_rate=0.5,
-            max_grad_norm=1.0,
             expected_batch_size=20,
-            steps=2,
-            engine="opacus",
-            grad_sample_mode=mode,
+            noise_multiplier=1.0,
             generator=torch.Generator().manual_seed(1),
         )
         assert not model.layer._forward_hooks

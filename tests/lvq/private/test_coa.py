@@ -5,10 +5,12 @@ import math
 import pytest
 import torch
 
+from dp_proto.lvq.layers import GLVQLayer
+from dp_proto.lvq.model import PrototypeModel
+from dp_proto.lvq.private.aggregate import BinTraining, SubsampleAggregate
 from dp_proto.lvq.private.coa import (
     centre_of_attention,
     centre_of_attention_mechanism,
-    coa_glvq,
     coa_grid,
     gaussian_admissibility,
     smooth_sensitivity,
@@ -84,15 +86,17 @@ def test_approx_events_compose_in_the_ledger():
         rdp.get_epsilon(1e-5)
 
 
-def test_coa_glvq_returns_a_model_with_the_documented_noise():
+def test_the_centre_of_attention_recipe_releases_a_model_and_its_planned_event():
     g = torch.Generator().manual_seed(0)
     y = torch.arange(2).repeat(300)
     x = (torch.randn(600, 2, generator=g) * 0.1 + torch.where(y[:, None] == 0, -0.5, 0.5)).clamp(-1, 1)
     ledger = PrivacyLedger()
-    protos, labels, result = coa_glvq(x, y, 2, 15, 5.0, 1e-5, ledger=ledger, epochs=3, generator=g)
-    assert protos.shape == (2, 2) and labels.tolist() == [0, 1]
+    recipe = SubsampleAggregate(5.0, 1e-5, num_bins=15, aggregation="centre_of_attention", training=BinTraining(3))
+    release = recipe.run(PrototypeModel(GLVQLayer(2, 2), [0, 1]), x, y, ledger, generator=g)
+    assert release.prototypes.shape == (2, 2) and release.noise_std is None
     assert ledger.get_epsilon(1e-5) == pytest.approx(5.0, rel=1e-3)
-    assert result.t0 == (15 + 1) // 2 + 1 and torch.isfinite(protos).all()
+    assert release.coa.t0 == (15 + 1) // 2 + 1 and torch.isfinite(release.prototypes).all()
+    assert recipe.planned_events(2, 2) == ledger.events
 
 
 def test_points_beyond_the_declared_domain_are_rejected_before_spending():
@@ -107,31 +111,16 @@ def test_coa_release_is_projected_into_the_domain_unless_asked_not_to():
     g = torch.Generator().manual_seed(1)
     y = torch.arange(2).repeat(100)
     x = torch.randn(200, 3, generator=g, dtype=torch.float64) * 0.1 + torch.where(y[:, None] == 0, -0.5, 0.5)
-    protos, _, result = coa_glvq(
-        x.clamp(-1, 1),
-        y,
-        2,
-        10,
-        0.5,
-        1e-5,
-        radius=0.9,
-        epochs=1,
-        generator=torch.Generator().manual_seed(2),
-        ledger=None,
-    )
-    assert result.value.abs().max() > 1  # the raw release is far outside the domain ...
+    settings = dict(num_bins=10, aggregation="centre_of_attention", radius=0.9, training=BinTraining(epochs=1))
+
+    def release(project: bool):
+        model = PrototypeModel(GLVQLayer(3, 2, dtype=torch.float64), [0, 1])
+        recipe = SubsampleAggregate(0.5, 1e-5, project_release=project, **settings)
+        return recipe.run(model, x.clamp(-1, 1), y, generator=torch.Generator().manual_seed(2))
+
+    projected = release(True)
+    protos = projected.prototypes
+    assert projected.coa.value.abs().max() > 1  # the raw release is far outside the domain ...
     assert protos.abs().max() <= 1 and protos.norm(dim=-1).max() <= 0.9 + 1e-12  # ... the model is not
-    raw, _, raw_result = coa_glvq(
-        x.clamp(-1, 1),
-        y,
-        2,
-        10,
-        0.5,
-        1e-5,
-        radius=0.9,
-        epochs=1,
-        project_release=False,
-        generator=torch.Generator().manual_seed(2),
-        ledger=None,
-    )
-    torch.testing.assert_close(raw, raw_result.value.reshape(2, 3))
+    raw = release(False)
+    torch.testing.assert_close(raw.prototypes, raw.coa.value.reshape(2, 3))

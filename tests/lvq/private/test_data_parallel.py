@@ -17,6 +17,7 @@ from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import DataParallelError, fit_dp_sgd, launch_dp_sgd
+from dp_proto.lvq.private.dpsgd import SGDSettings, fixed_noise_recipe
 from dp_proto.privacy.data_parallel import DataParallel
 from dp_proto.privacy.ledger import PrivacyLedger
 
@@ -38,10 +39,11 @@ def _gmlvq(d: int) -> PrototypeModel:
 def test_noise_free_full_batch_run_equals_one_process():
     """q = 1, sigma = 0: the all-reduced clipped sums of two shards are the one-process sum."""
     x, y = _data(60, 4, seed=1)
-    settings = dict(noise_multiplier=0.0, sampling_rate=1.0, max_grad_norm=0.3, steps=6, expected_batch_size=60.0)
+    recipe = fixed_noise_recipe(1.0, 6, max_grad_norm=0.3, sgd=SGDSettings(lr=0.1), engine="fused")
+    settings = dict(noise_multiplier=0.0, expected_batch_size=60.0)
     single = _gmlvq(4)
-    fit_dp_sgd(single, x, y, ledger=PrivacyLedger(), lr=0.1, engine="fused", **settings)
-    model, result, _ = launch_dp_sgd(_gmlvq(4), [(x[:25], y[:25]), (x[25:], y[25:])], lr=0.1, **settings)
+    fit_dp_sgd(single, x, y, recipe, ledger=PrivacyLedger(), **settings)
+    model, result, _ = launch_dp_sgd(_gmlvq(4), [(x[:25], y[:25]), (x[25:], y[25:])], recipe, **settings)
     assert result.steps == 6
     for a, b in zip(single.layer.parameters(), model.layer.parameters(), strict=True):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)
@@ -54,10 +56,9 @@ def test_noise_is_added_once_with_the_single_process_std_and_the_ledgers_agree()
     d, steps, sigma, clip, lr, q, expected = 1000, 4, 1.3, 0.7, 1.0, 1e-9, 10.0
     x, y = _data(40, d, seed=2)
     start = PrototypeModel(GLVQLayer(d, 3, prototypes=torch.zeros(3, d, dtype=torch.float64)), [0, 1, 2])
-    settings = dict(
-        noise_multiplier=sigma, sampling_rate=q, max_grad_norm=clip, steps=steps, expected_batch_size=expected, lr=lr
-    )
-    model, result, ledger = launch_dp_sgd(start, [(x[:20], y[:20]), (x[20:], y[20:])], noise_seed=5, **settings)
+    recipe = fixed_noise_recipe(q, steps, max_grad_norm=clip, sgd=SGDSettings(lr=lr))
+    settings = dict(noise_multiplier=sigma, expected_batch_size=expected)
+    model, result, ledger = launch_dp_sgd(start, [(x[:20], y[:20]), (x[20:], y[20:])], recipe, noise_seed=5, **settings)
     assert result.steps == steps and not result.stopped_by_budget
     moved = model.layer.prototypes.detach().flatten().numpy()  # 3000 coordinates
     std = math.sqrt(steps) * lr * sigma * clip / expected
@@ -68,7 +69,7 @@ def test_noise_is_added_once_with_the_single_process_std_and_the_ledgers_agree()
     single = PrototypeModel(GLVQLayer(d, 3, prototypes=torch.zeros(3, d, dtype=torch.float64)), [0, 1, 2])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyLeakWarning)
-        fit_dp_sgd(single, x, y, ledger=single_ledger, generator=torch.Generator().manual_seed(5), **settings)
+        fit_dp_sgd(single, x, y, recipe, ledger=single_ledger, generator=torch.Generator().manual_seed(5), **settings)
     assert single.layer.prototypes.detach().std().item() == pytest.approx(std, rel=0.05)
     assert ledger.get_epsilon(1e-5) == pytest.approx(single_ledger.get_epsilon(1e-5), rel=1e-9)
     (event,) = ledger.events  # the per-step records merge into one event of T steps
@@ -99,12 +100,10 @@ def _mismatch_worker(rank: int, world_size: int, x, y) -> None:
         model,
         x,
         y,
+        fixed_noise_recipe(0.1 * (1 + rank), 3),  # rank 1 at another rate: refused before any step
         ledger=PrivacyLedger(),
-        noise_multiplier=1.0,
-        sampling_rate=0.1 * (1 + rank),  # rank 1 at another rate: refused before any step
-        max_grad_norm=1.0,
-        steps=3,
         expected_batch_size=5.0,
+        noise_multiplier=1.0,
         distributed=True,
     )
 
@@ -135,12 +134,10 @@ def _killed_rank_worker(rank: int, world_size: int, x, y, report: str) -> None:
             model,
             x,
             y,
+            fixed_noise_recipe(0.5, 20, max_grad_norm=1.0),
             ledger=ledger,
-            noise_multiplier=1.0,
-            sampling_rate=0.5,
-            max_grad_norm=1.0,
-            steps=20,
             expected_batch_size=10.0,
+            noise_multiplier=1.0,
             distributed=True,
         )
     except DataParallelError as err:
@@ -164,10 +161,12 @@ def test_a_killed_rank_fails_the_run_loudly_and_charges_only_steps_that_started(
 def test_distributed_needs_a_process_group_and_the_fused_engine():
     x, y = _data(20, 3, seed=5)
     model = PrototypeModel(GLVQLayer(3, 3, dtype=torch.float64), [0, 1, 2])
-    kwargs = dict(noise_multiplier=1.0, sampling_rate=0.1, max_grad_norm=1.0, steps=2, expected_batch_size=2.0)
+    kwargs = dict(noise_multiplier=1.0, expected_batch_size=2.0)
+    recipe = fixed_noise_recipe(0.1, 2, max_grad_norm=1.0)
     with pytest.raises(RuntimeError, match="initialised torch.distributed"):
-        fit_dp_sgd(model, x, y, ledger=PrivacyLedger(), distributed=True, **kwargs)
+        fit_dp_sgd(model, x, y, recipe, ledger=PrivacyLedger(), distributed=True, **kwargs)
+    opacus = fixed_noise_recipe(0.1, 2, max_grad_norm=1.0, engine="opacus")
     with pytest.raises(ValueError, match="fused engine"):
-        fit_dp_sgd(model, x, y, ledger=PrivacyLedger(), distributed=True, engine="opacus", **kwargs)
-    with pytest.raises(TypeError, match="noise_seed"):
-        launch_dp_sgd(model, [(x, y)], generator=torch.Generator(), **kwargs)
+        fit_dp_sgd(model, x, y, opacus, ledger=PrivacyLedger(), distributed=True, **kwargs)
+    with pytest.raises(TypeError, match="generator"):
+        launch_dp_sgd(model, [(x, y)], recipe, generator=torch.Generator(), **kwargs)  # type: ignore[call-arg]

@@ -10,8 +10,8 @@ import torch
 
 from dp_proto.exceptions import DomainWarning, PrivacyBudgetExceededError, PrivacyLeakWarning
 from dp_proto.lvq.private import dp_class_mean_prototypes
-from dp_proto.lvq.private.coa import centre_of_attention_mechanism, coa_bin_models, coa_glvq
-from dp_proto.lvq.private.saa import aggregate_bin_models, subsample_and_aggregate
+from dp_proto.lvq.private.coa import centre_of_attention_mechanism, coa_bin_models
+from dp_proto.lvq.private.saa import aggregate_bin_models
 from dp_proto.privacy import PrivacyLedger, PublicBoundsScaler
 
 
@@ -125,13 +125,11 @@ def test_public_bounds_scaler():
     "release",
     [
         lambda x, y, **kw: dp_class_mean_prototypes(x, y, 3, 1.0, **kw),
-        lambda x, y, **kw: subsample_and_aggregate(x, y, 3, 5, 1.0, 1e-5, **kw),
-        lambda x, y, **kw: coa_glvq(x, y, 3, 5, 1.0, 1e-5, **kw),
         lambda x, y, **kw: aggregate_bin_models(torch.zeros(5, 3, x.shape[1]), 1.0, 1e-5, **kw),
         lambda x, y, **kw: coa_bin_models(torch.zeros(5, 3, x.shape[1]), 1.0, 1e-5, **kw),
         lambda x, y, **kw: centre_of_attention_mechanism(torch.zeros(5, 2), 1.0, 1e-5, diameter=1.0, **kw),
     ],
-    ids=["dp_init", "saa", "coa_glvq", "aggregate_bin_models", "coa_bin_models", "coa_mechanism"],
+    ids=["dp_init", "aggregate_bin_models", "coa_bin_models", "coa_mechanism"],
 )
 def test_the_private_lvq_releases_need_an_explicit_ledger_choice(release):
     """Like every mechanism, a functional release without ledger= raises before it reads

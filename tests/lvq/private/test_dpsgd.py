@@ -20,6 +20,7 @@ from dp_proto.lvq.private import (
     paper_noise_multiplier,
     sgd_steps,
 )
+from dp_proto.lvq.private.dpsgd import SGDSettings, fixed_noise_recipe
 from dp_proto.privacy import PrivacyLedger, PublicBoundsScaler
 from dp_proto.privacy.events import LaplaceEvent, PureEvent, SubsampledGaussianEvent
 
@@ -82,14 +83,10 @@ def test_an_overflowing_record_leaves_the_opacus_step_finite(grad_sample_mode, l
         model,
         x,
         y,
+        fixed_noise_recipe(1.0, 2, max_grad_norm=1.0, engine="opacus", grad_sample_mode=grad_sample_mode),
         ledger=PrivacyLedger(),
-        noise_multiplier=1.0,
-        sampling_rate=1.0,
-        max_grad_norm=1.0,
         expected_batch_size=30,
-        steps=2,
-        engine="opacus",
-        grad_sample_mode=grad_sample_mode,
+        noise_multiplier=1.0,
         generator=torch.Generator().manual_seed(1),
     )
     assert all(torch.isfinite(p).all() for p in model.parameters())
@@ -115,13 +112,10 @@ def test_noise_free_dp_trainer_matches_non_private_accuracy():
         model,
         x,
         y,
+        fixed_noise_recipe(0.1, 300, max_grad_norm=1e6, sgd=SGDSettings(lr=0.02)),
         ledger=ledger,
-        noise_multiplier=0.0,
-        sampling_rate=0.1,
-        max_grad_norm=1e6,
         expected_batch_size=0.1 * len(y),
-        steps=300,
-        lr=0.02,
+        noise_multiplier=0.0,
         generator=torch.Generator().manual_seed(0),
     )
     dp_acc = (model.predict(xt).numpy() == yte).mean()
@@ -140,18 +134,14 @@ def test_opacus_accountant_agrees_with_the_ledger():
         model,
         x,
         torch.tensor(ytr),
+        fixed_noise_recipe(0.1, 50, max_grad_norm=1.0, sgd=SGDSettings(lr=0.1)),
         ledger=ledger,
-        noise_multiplier=1.2,
-        sampling_rate=0.1,
-        max_grad_norm=1.0,
-        steps=50,
         expected_batch_size=0.1 * len(ytr),
-        lr=0.1,
+        noise_multiplier=1.2,
         generator=torch.Generator().manual_seed(0),
-        report_opacus_epsilon=True,
     )
     assert result.steps == 50
-    assert ledger.get_epsilon(1e-5) == pytest.approx(result.opacus_epsilon, rel=0.05)
+    assert ledger.get_epsilon(1e-5) == pytest.approx(result.opacus_epsilon(1e-5), rel=0.05)
 
 
 @pytest.mark.slow
@@ -226,13 +216,10 @@ def _tiny_dp_glvq(noise):
             model,
             x,
             y,
+            fixed_noise_recipe(0.5, 4, max_grad_norm=1.0, sgd=SGDSettings(lr=1.0)),
             ledger=PrivacyLedger(),
-            noise_multiplier=noise,
-            sampling_rate=0.5,
-            max_grad_norm=1.0,
-            steps=4,
             expected_batch_size=8.0,
-            lr=1.0,
+            noise_multiplier=noise,
             generator=generator,
         )
         return model.layer.prototypes.detach()[0, 0:1]
@@ -269,13 +256,10 @@ def test_fit_dp_sgd_stops_cleanly_at_the_budget():
         model,
         x,
         torch.tensor(ytr),
+        fixed_noise_recipe(0.1, 10_000, max_grad_norm=1.0, sgd=SGDSettings(lr=0.05)),
         ledger=ledger,
-        noise_multiplier=1.0,
-        sampling_rate=0.1,
-        max_grad_norm=1.0,
-        steps=10_000,
         expected_batch_size=0.1 * len(ytr),
-        lr=0.05,
+        noise_multiplier=1.0,
         generator=torch.Generator().manual_seed(0),
     )
     assert result.stopped_by_budget and 0 < result.steps < 10_000
@@ -375,14 +359,10 @@ def test_iterate_averaging_releases_the_mean_of_the_last_iterates():
             PrototypeModel(layer, [0, 1]),
             x,
             y,
+            fixed_noise_recipe(0.1, steps, max_grad_norm=1.0, sgd=SGDSettings(lr=0.1, average_last=average_last)),
             ledger=PrivacyLedger(),
-            noise_multiplier=1.0,
-            sampling_rate=0.1,
-            max_grad_norm=1.0,
-            steps=steps,
-            lr=0.1,
-            average_last=average_last,
             expected_batch_size=0.1 * len(y),
+            noise_multiplier=1.0,
             generator=torch.Generator().manual_seed(7),
         )
         return layer.prototypes.detach()

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from dp_proto.lvq import GLVQLayer, GMLVQLayer, LGMLVQLayer, PrototypeModel
-from dp_proto.lvq.private.dpsgd import fit_dp_sgd
+from dp_proto.lvq.private.dpsgd import SGDSettings, fit_dp_sgd, fixed_noise_recipe
 from dp_proto.lvq.private.fused import check_fusable, clipped_gradient_sum
 from dp_proto.privacy.ledger import PrivacyLedger
 from tests.lvq.private.test_grad_samplers import _model, _reference
@@ -73,14 +73,10 @@ def _fit(model, x, y, *, sigma, steps, q=0.25, clip=1.0, lr=1.0, seed=0, engine=
         model,
         x,
         y,
+        fixed_noise_recipe(q, steps, max_grad_norm=clip, engine=engine, sgd=SGDSettings(lr=lr)),
         ledger=ledger,
-        noise_multiplier=sigma,
-        sampling_rate=q,
-        max_grad_norm=clip,
-        steps=steps,
         expected_batch_size=q * len(y),
-        lr=lr,
-        engine=engine,
+        noise_multiplier=sigma,
         generator=torch.Generator().manual_seed(seed),
     )
     return result, ledger
@@ -237,15 +233,12 @@ def test_per_parameter_clipping_engines_agree_without_noise(exact_norms):
             model,
             x,
             y,
+            fixed_noise_recipe(
+                1.0, 5, max_grad_norm=0.3, engine=engine, clipping="per_parameter", sgd=SGDSettings(lr=0.1)
+            ),
             ledger=PrivacyLedger(),
-            noise_multiplier=0.0,
-            sampling_rate=1.0,
-            max_grad_norm=0.3,
-            steps=5,
             expected_batch_size=len(y),
-            lr=0.1,
-            engine=engine,
-            clipping="per_parameter",
+            noise_multiplier=0.0,
             generator=torch.Generator().manual_seed(0),
         )
     for a, b in zip(models[0].layer.parameters(), models[1].layer.parameters(), strict=True):

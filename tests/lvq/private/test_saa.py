@@ -5,14 +5,17 @@ import math
 import pytest
 import torch
 
+from dp_proto.lvq.init import make_prototype_labels
+from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer
 from dp_proto.lvq.losses import glvq_loss
+from dp_proto.lvq.model import PrototypeModel
+from dp_proto.lvq.private.aggregate import BinTraining, SubsampleAggregate
 from dp_proto.lvq.private.saa import (
     assign_bins,
     fit_glvq_bins,
     match_to_reference,
     project_to_domain,
     saa_sensitivity,
-    subsample_and_aggregate,
 )
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import renyi_noise_multiplier
@@ -22,6 +25,12 @@ def _discrete_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
     """The SAA sum's noise std: the Renyi-DP noise multiplier times the sensitivity in
     steps of the automatic grid (``1024 sqrt(k) + sqrt(k)`` steps of ``Delta / (1024 sqrt(k))``)."""
     return renyi_noise_multiplier(epsilon, delta) * sensitivity * 1025 / 1024
+
+
+def _glvq(d: int, counts) -> PrototypeModel:
+    """A GLVQ model with ``counts[c]`` prototypes of class ``c`` (in class order)."""
+    labels = make_prototype_labels(len(counts), list(counts))
+    return PrototypeModel(GLVQLayer(d, len(labels), dtype=torch.float64), labels)
 
 
 def test_sensitivity_is_the_box_diameter_of_a_whole_bin_model():
@@ -136,21 +145,13 @@ def test_identical_bins_return_their_common_prototypes_plus_noise_of_the_stated_
     y = torch.arange(2).repeat(500)
     x = centres[y]
     draws = []
+    recipe = SubsampleAggregate(eps, delta, num_bins=m, training=BinTraining(epochs=2), project_release=False)
     for seed in range(30):
         ledger = PrivacyLedger()
-        result = subsample_and_aggregate(
-            x,
-            y,
-            2,
-            m,
-            eps,
-            delta,
-            ledger=ledger,
-            epochs=2,
-            project_release=False,
-            generator=torch.Generator().manual_seed(seed),
-        )
+        model = _glvq(d, [1, 1])
+        result = recipe.run(model, x, y, ledger, generator=torch.Generator().manual_seed(seed))
         draws.append(result.prototypes - centres)
+        assert torch.equal(model.layer.prototypes.detach(), result.prototypes)
         assert ledger.get_epsilon(delta) == pytest.approx(eps, rel=1e-6)
     noise = torch.stack(draws).flatten()
     expected = _discrete_sigma(eps, delta, saa_sensitivity(2, d)) / m
@@ -163,40 +164,32 @@ def test_unequal_prototype_counts_per_class():
     x, y = _two_class_data(n=400, d=2)
     reference = torch.tensor([[-0.5, -0.5], [-0.5, 0.5], [0.5, 0.5]], dtype=torch.float64)
     ledger = PrivacyLedger()
-    result = subsample_and_aggregate(
-        x,
-        y,
-        2,
-        5,
-        2.0,
-        1e-5,
-        prototypes_per_class=[2, 1],
-        reference=reference,
-        radius=1.0,
-        ledger=ledger,
-        epochs=2,
-        generator=torch.Generator().manual_seed(0),
-    )
-    assert result.prototype_labels.tolist() == [0, 0, 1] and result.prototypes.shape == (3, 2)
+    recipe = SubsampleAggregate(2.0, 1e-5, num_bins=5, radius=1.0, training=BinTraining(epochs=2))
+    result = recipe.run(_glvq(2, [2, 1]), x, y, ledger, reference=reference, generator=torch.Generator().manual_seed(0))
+    assert result.prototypes.shape == (3, 2)
     expected = _discrete_sigma(2.0, 1e-5, saa_sensitivity(3, 2, radius=1.0)) / 5
     assert result.noise_std == pytest.approx(expected)
     assert ledger.get_epsilon(1e-5) == pytest.approx(2.0, rel=1e-6)
     with pytest.raises(ValueError, match="reference"):
-        subsample_and_aggregate(x, y, 2, 5, 1.0, 1e-5, prototypes_per_class=[2, 1], ledger=None)
-    with pytest.raises(ValueError, match="entries"):
-        subsample_and_aggregate(x, y, 2, 5, 1.0, 1e-5, prototypes_per_class=[1, 1, 1], ledger=None)
+        SubsampleAggregate(1.0, 1e-5, num_bins=5).run(_glvq(2, [2, 1]), x, y)
+    shuffled = PrototypeModel(GLVQLayer(2, 2, dtype=torch.float64), [1, 0])
+    with pytest.raises(ValueError, match="class order"):
+        SubsampleAggregate(1.0, 1e-5, num_bins=5).run(shuffled, x, y)
 
 
 def test_bad_input():
     x, y = _two_class_data(n=20)
     with pytest.raises(ValueError, match="reference"):
-        subsample_and_aggregate(x, y, 2, 4, 1.0, 1e-5, prototypes_per_class=2, ledger=None)
+        SubsampleAggregate(1.0, 1e-5, num_bins=4).run(_glvq(x.shape[1], [2, 2]), x, y)
     with pytest.raises(ValueError, match="num_bins"):
-        subsample_and_aggregate(x, y, 2, 0, 1.0, 1e-5, ledger=None)
+        SubsampleAggregate(1.0, 1e-5, num_bins=0)
     with pytest.raises(ValueError, match="epsilon"):
-        subsample_and_aggregate(x, y, 2, 4, 0.0, 1e-5, ledger=None)
+        SubsampleAggregate(0.0, 1e-5, num_bins=4)
+    with pytest.raises(ValueError, match="epochs"):
+        BinTraining(epochs=0)
+    with pytest.raises(ValueError, match="GLVQ"):
+        SubsampleAggregate(1.0, 1e-5).run(PrototypeModel(GMLVQLayer(x.shape[1], 2), [0, 1]), x, y)
     # more bins than records: most bins are empty; the release is still defined
-    result = subsample_and_aggregate(
-        x, y, 2, 50, 1.0, 1e-5, epochs=1, generator=torch.Generator().manual_seed(0), ledger=None
-    )
+    recipe = SubsampleAggregate(1.0, 1e-5, num_bins=50, training=BinTraining(epochs=1))
+    result = recipe.run(_glvq(x.shape[1], [1, 1]), x, y, generator=torch.Generator().manual_seed(0))
     assert result.empty_bins >= 30 and torch.isfinite(result.prototypes).all()

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dp_proto.lvq.private import SubsampleAggregateGLVQ
+from dp_proto.lvq.private import BinTraining, SubsampleAggregateGLVQ
 from dp_proto.lvq.private.saa import saa_sensitivity
 from dp_proto.privacy.mechanisms import renyi_noise_multiplier
 
@@ -83,9 +83,23 @@ def test_bad_parameters(params, match):
         SubsampleAggregateGLVQ(**params).fit(X, y)
 
 
+def test_the_bins_training_is_a_recipe_object():
+    X, y = _three_gaussians(20, 5)
+    with pytest.raises(TypeError, match="BinTraining"):
+        SubsampleAggregateGLVQ(training={"epochs": 3}).fit(X, y)
+    with pytest.raises(ValueError, match="epochs"):
+        BinTraining(epochs=0)
+    est = SubsampleAggregateGLVQ(bounds=(-10, 10), classes=["a", "b", "c"], training=BinTraining(epochs=2, lr=0.02))
+    recipe = est.aggregation_recipe()
+    assert recipe.training.epochs == 2 and recipe.planned_events(3, 2) == est.planned_privacy_events(2)
+    assert est.fit(X, y).n_iter_ == 2
+
+
 def test_more_bins_than_records_still_releases_a_finite_model():
     X, y = _three_gaussians(5, 6)
-    est = SubsampleAggregateGLVQ(num_bins=40, bounds=(-10, 10), epochs=1, random_state=0).fit(X, y)
+    est = SubsampleAggregateGLVQ(num_bins=40, bounds=(-10, 10), random_state=0, training=BinTraining(epochs=1)).fit(
+        X, y
+    )
     assert est.curator_["empty_bins"] >= 25 and np.isfinite(est.prototypes_).all()
 
 
@@ -97,7 +111,7 @@ def test_num_bins_above_the_record_count_is_told_to_the_curator_only(caplog):
     import warnings
 
     X, y = _three_gaussians(4, 7)  # 12 records
-    params = dict(bounds=(-10, 10), classes=["a", "b", "c"], epochs=1, random_state=0)
+    params = dict(bounds=(-10, 10), classes=["a", "b", "c"], training=BinTraining(epochs=1), random_state=0)
     seen = {}
     for bins in (12, 13):  # n = 12 and the 12 records with a 13th bin
         with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.DEBUG, "dp_proto.curator"):

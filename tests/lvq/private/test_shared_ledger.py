@@ -9,7 +9,7 @@ import pytest
 from sklearn.datasets import load_iris
 from sklearn.model_selection import cross_val_score
 
-import dp_proto.lvq.private.estimators as estimators_module
+import dp_proto.lvq.private.dpsgd as dpsgd_module
 from dp_proto.exceptions import PrivacyBudgetExceededError
 from dp_proto.lvq.private import DPGLVQ, DPGMLVQ
 from dp_proto.privacy import PrivacyLedger, SharedLedger
@@ -50,9 +50,7 @@ def test_the_fit_that_would_pass_the_budget_is_refused_before_it_releases(monkey
     assert history[-1] < len(history) * 1.0  # tighter than adding the epsilons
     events = shared.events
     # a refused fit releases nothing: the DP initialisation is never reached
-    monkeypatch.setattr(
-        estimators_module, "dp_class_mean_prototypes", lambda *a, **k: pytest.fail("the data were released")
-    )
+    monkeypatch.setattr(dpsgd_module, "dp_class_mean_prototypes", lambda *a, **k: pytest.fail("the data were released"))
     with pytest.raises(PrivacyBudgetExceededError):
         _fit(est)
     assert shared.events == events

@@ -22,7 +22,7 @@ from dp_proto.lvq.private.audit import (
     dp_sgd_step_audit_setup,
     step_pre_noise_sum,
 )
-from dp_proto.lvq.private.dpsgd import fit_dp_sgd
+from dp_proto.lvq.private.dpsgd import fit_dp_sgd, fixed_noise_recipe
 from dp_proto.privacy.audit import without_leak_warning
 from dp_proto.privacy.dpsgd_plan import calibrate_noise_multiplier
 from dp_proto.privacy.ledger import PrivacyLedger
@@ -113,16 +113,11 @@ def test_the_mechanism_is_the_fused_engines_noisy_step():
                 model,
                 x,
                 y,
+                fixed_noise_recipe(1.0, 1, max_grad_norm=1.0, engine="fused", transfer_fn="sigmoid", beta=16.0),
                 ledger=PrivacyLedger(),
-                noise_multiplier=setup.noise_multiplier,
-                sampling_rate=1.0,
-                max_grad_norm=1.0,
-                steps=1,
                 expected_batch_size=41.0,
-                engine="fused",
+                noise_multiplier=setup.noise_multiplier,
                 generator=torch.Generator().manual_seed(7),
-                transfer_fn="sigmoid",
-                beta=16.0,
             )
         )
     (release,) = [r for r in recorder.releases if r.name == "dp_sgd"]
