@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import report
 from benchmarks.lvq import fit_speed as fs
+from benchmarks.lvq import report as lvq_report
+from benchmarks.reporting import Results, metadata
 
 ROOT = Path(__file__).resolve().parents[2]
 LVQ = ROOT / "benchmarks" / "lvq"
@@ -243,7 +244,7 @@ def test_report_section_without_and_with_a_stored_run(tmp_path):
     spec = json.loads((LVQ / "targets.json").read_text(encoding="utf-8"))
     folder = tmp_path / "lvq"
     (folder / "results").mkdir(parents=True)
-    text = "\n".join(report.render_lvq(report.Results(folder), spec))
+    text = "\n".join(lvq_report.render(Results(folder), spec))
     assert "### Time to accuracy" in text and "No stored run yet" in text
 
     def cell(acc: float, fit_s: float, n_iter: float) -> dict:
@@ -288,8 +289,8 @@ def test_report_section_without_and_with_a_stored_run(tmp_path):
         "meta": {"date": "2026-11-21T10:00:00+00:00", "machine": "m", "commit": "abc1234", "command": "python -m x"},
     }
     (folder / "results" / "fit_speed.json").write_text(json.dumps(payload), encoding="utf-8")
-    res = report.Results(folder)
-    text = "\n".join(report.render_lvq(res, spec) + report.metadata(res))
+    res = Results(folder)
+    text = "\n".join(lvq_report.render(res, spec) + metadata(res))
     assert "No stored run yet: `python -m benchmarks.lvq.fit_speed" not in text and res.orphans() == []
     assert "| **0.500** | <= 1.5 |" in text  # optdigits GMLVQ fit time: met, bold
     assert "| 12.000 | <= 10 |" in text  # optdigits LGMLVQ fit time: not met, plain

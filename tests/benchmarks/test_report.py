@@ -19,6 +19,8 @@ import pytest
 
 from benchmarks import report
 from benchmarks.common import emit_json, git_commit, run_command
+from benchmarks.lvq import report as lvq_report
+from benchmarks.reporting import Results, metadata
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
@@ -104,8 +106,8 @@ def test_table_2_2_fills_from_a_stored_run(tmp_path):
         "meta": {"date": "2026-11-21T10:00:00+00:00", "machine": "m", "commit": "abc1234", "command": "python -m x"},
     }
     (folder / "results" / "baseline_accuracy.json").write_text(json.dumps(payload), encoding="utf-8")
-    res = report.Results(folder)
-    text = "\n".join(report.render_lvq(res, spec) + report.metadata(res))
+    res = Results(folder)
+    text = "\n".join(lvq_report.render(res, spec) + metadata(res))
     assert "| **0.860 (0.015)** | +0.024 |" in text  # above the target 0.836: bold
     assert "| 0.800 (0.010) | -0.052 |" in text
     assert text.count("no stored run") == 7
