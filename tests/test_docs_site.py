@@ -24,3 +24,17 @@ def test_the_site_opens_from_disk_with_search():
     assert "search" in plugins and "offline" in plugins
     nav = yaml.dump(config["nav"])
     assert "selection.md" in nav and "release.md" in nav
+
+
+def test_the_api_index_states_the_public_names_of_every_package():
+    """docs/api/index.md's table: one row per public package with its ``__all__`` size."""
+    import importlib
+    import re
+
+    text = (ROOT / "docs" / "api" / "index.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `([\w.]+)` \| (\d+) \|$", text, flags=re.MULTILINE))
+    counts = {name: len(importlib.import_module(name).__all__) for name in rows}
+    assert {name: int(n) for name, n in rows.items()} == counts
+    documented = set(re.findall(r"api/[\w-]+\.md", (ROOT / "mkdocs.yml").read_text(encoding="utf-8")))
+    assert len(documented) == len(rows)  # one page per package but dp_proto, plus this index
+    assert f"| **all** | **{sum(counts.values())}** |" in text
