@@ -39,6 +39,9 @@ def render(res: Results, t: dict[str, Any]) -> list[str]:
         out += table([*head, "verdict", "expected"], rows, right=range(2, 8))
         out += [f"Expected verdict: {spec['source']}. Confidence {p['confidence']:g}, seed {p['seed']}.", ""]
         out += _step_audit(p, t)
+    p = res.get("trainer_audit.json")
+    if p is not None:
+        out += _trainer_audit(p, t)
     p = res.get("noise_samplers.json")
     if p is not None:
         spec = t["samplers"]
@@ -138,4 +141,57 @@ def _step_audit(p: dict[str, Any], t: dict[str, Any]) -> list[str]:
             f"{' / '.join(f'{e:g}' for e in epsilons)}.",
             "",
         ]
+    return out
+
+
+def _trainer_audit(p: dict[str, Any], t: dict[str, Any]) -> list[str]:
+    """The white-box audits of the DP estimators' whole DP-SGD runs and their broken twins."""
+    spec = t["trainer_audit"]
+    out = ["### White-box audits of whole DP-SGD runs", ""] + bullets(t["notes"]["trainer_audit"])
+    honest = [r for r in p["rows"] if r["twin"] is None]
+    epsilons = sorted({r["epsilon"] for r in honest})
+    rows = []
+    for name in dict.fromkeys(r["estimator"] for r in honest):
+        for engine in dict.fromkeys(r["engine"] for r in honest):
+            cells = {r["epsilon"]: r for r in honest if r["estimator"] == name and r["engine"] == engine}
+            row = [name, spec["engines"][engine]]
+            for eps in epsilons:
+                r = cells[eps]
+                text = f"{r['epsilon_lower_bound']:.3f} / {r['claimed_epsilon']:.3f} ({r['ratio']:.2f})"
+                row.append(
+                    bold(text, r["ratio"] >= spec["target_ratio"]) if not r["violation"] else f"**{text} VIOLATION**"
+                )
+            rows.append(row)
+    out += table(["estimator", "engine", *(f"eps {e:g}" for e in epsilons)], rows, right=range(2, 2 + len(epsilons)))
+    h = p["headline"]
+    out += [
+        f"Cells: lower bound / claim (ratio), bold where the ratio reaches {spec['target_ratio']:g} (the target). "
+        f"{h['honest_below_claim']} of {h['honest_rows']} honest runs stay below their claim; "
+        f"{h['rows_at_least_0.8']} reach {spec['target_ratio']:g} of it; the smallest ratio is {h['min_ratio']:.2f}. "
+        f"{p['runs']} runs of {p['epochs']:g} epochs per cell.",
+        "",
+    ]
+    twin_rows = []
+    for r in (r for r in p["rows"] if r["twin"] is not None):
+        twin_rows.append(
+            [
+                spec["twins"][r["twin"]],
+                spec["engines"][r["engine"]],
+                f"{r['claimed_epsilon']:.3f}",
+                f"**{r['epsilon_lower_bound']:.4g}**",
+                f"{r['noise_multiplier_measured']:.3f} / {r['noise_multiplier']:.3f}",
+                f"{r['sampling_rate_measured']:.4f} / {r['sampling_rate']:g}",
+                f"{r['contribution']:.2f}",
+                "VIOLATION" if r["violation"] else "ok",
+            ]
+        )
+    head = ["broken twin", "engine", "claim", "lower bound", "sigma measured / claimed", "q measured / claimed"]
+    out += table([*head, "contribution / C", "verdict"], twin_rows, right=range(2, 7))
+    out += [
+        f"{h['twins_flagged']} of {h['twins']} broken twins flagged ({spec['twin_setting']}). "
+        f"Fit to the assumed form over the honest runs: the smallest normality p-value of the noise is "
+        f"{min(r['normality_pvalue'] for r in honest):.2g}; the membership's lag-one autocorrelation is at most "
+        f"{max(abs(r['membership_autocorrelation'] or 0.0) for r in honest):.3f} in absolute value.",
+        "",
+    ]
     return out

@@ -70,6 +70,7 @@ def _run(module: str, *args: str) -> dict:
 CHEAP = [
     pytest.param("privacy.noise_samplers", "privacy/results/noise_samplers.json", [], False, id="noise_samplers"),
     pytest.param("privacy.audit", "privacy/results/privacy_audit.json", [], False, id="privacy_audit"),
+    pytest.param("privacy.trainer_audit", "privacy/results/trainer_audit.json", [], False, id="trainer_audit"),
     pytest.param("dpsgd.speed", "dpsgd/results/dpsgd_speed.json", ["--threads", "1"], False, id="dpsgd_speed"),
     pytest.param(
         "svdd.accuracy",
