@@ -47,6 +47,7 @@ import torch
 from scipy import stats
 from torch import Tensor
 
+from dp_proto.lvq.estimators import GMLVQ, LGMLVQ
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private import fused, opacus_adapter
@@ -118,6 +119,16 @@ class WhiteBoxAudit:
     def summary(self) -> dict[str, Any]:
         """The fields and ``violation`` as a JSON-serialisable dict."""
         return {**{k: getattr(self, k) for k in self.__dataclass_fields__}, "violation": self.violation}
+
+
+def _layer_of(estimator: Any) -> type[GLVQLayer]:
+    """The prototype layer a DP-SGD estimator trains (LGMLVQ before GMLVQ: it subclasses it)."""
+    if not hasattr(estimator, "dp_sgd_recipe"):
+        raise TypeError(f"white_box_audit audits a DP-SGD estimator (DPGLVQ, DPGMLVQ, DPLGMLVQ), got {estimator!r}")
+    for family, layer in ((LGMLVQ, LGMLVQLayer), (GMLVQ, GMLVQLayer)):
+        if isinstance(estimator, family):
+            return layer
+    return GLVQLayer
 
 
 def _worst_case_state(layer: type[GLVQLayer]) -> tuple[PrototypeModel, Tensor, Tensor]:
@@ -236,12 +247,12 @@ def white_box_audit(
         raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}")
     if runs < 1:
         raise ValueError(f"runs must be >= 1, got {runs}")
+    layer = _layer_of(estimator)
     recipe = estimator.dp_sgd_recipe()
     events = recipe.planned_events(2)
     sigma, q, steps, delta = events[-1].noise_multiplier, recipe.sampling_rate, recipe.steps, recipe.plan.delta
     claimed = PrivacyLedger.epsilon_of([dp_sgd_event(sigma, q, steps)], delta)
     frozen = replace(recipe, sgd=SGDSettings(lr=1e-12))  # hold the worst-case state
-    layer = {"DPGLVQ": GLVQLayer, "DPGMLVQ": GMLVQLayer, "DPLGMLVQ": LGMLVQLayer}[type(estimator).__name__]
     run_sigma = sigma / 2 if twin == "noise_halved" else sigma
     with _broken(twin):
         results = [_one_run(frozen, run_sigma, layer, seed + r) for r in range(runs)]

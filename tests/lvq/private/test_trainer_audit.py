@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from dp_proto.lvq.private import DPGLVQ, DPGMLVQ
+from dp_proto.lvq.private import DPGLVQ, DPGMLVQ, SubsampleAggregateGLVQ
 from dp_proto.lvq.private.trainer_audit import BROKEN_TWINS, white_box_audit
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -47,3 +47,5 @@ def test_the_audit_is_reproducible_and_checks_its_arguments():
         white_box_audit(_estimator(), runs=1, twin="no_noise")
     with pytest.raises(ValueError, match="runs"):
         white_box_audit(_estimator(), runs=0)
+    with pytest.raises(TypeError, match="DP-SGD estimator"):
+        white_box_audit(SubsampleAggregateGLVQ(), runs=1)
