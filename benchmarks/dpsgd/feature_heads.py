@@ -16,7 +16,7 @@ before the private steps):
 ``dp_cnn``
     ``tanh_cnn`` (the end-to-end DP-SGD CNN of Tramèr & Boneh 2021, its last layer 32 tanh
     units) under a GMLVQ head (10 prototypes, full-rank 32 x 32 metric), every parameter
-    trained by DP-SGD through Opacus (``fit_dp_sgd(engine="opacus")``): Poisson sampling
+    trained by DP-SGD through Opacus (``fit_dp_sgd`` with ``engine="opacus"`` in its recipe): Poisson sampling
     at ``q = 512 / 60000`` (MNIST's published training size is public), per-sample clipping to ``C = 0.1``, SGD with momentum 0.9; the
     noise multiplier calibrated by the ledger for ``ceil(epochs / q)`` steps; the noisy
     sum divided by the expected batch 512. Prototypes start at seeded random points and the metric at the identity (both
