@@ -39,6 +39,7 @@ but its version.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -64,6 +65,7 @@ __all__ = [
     "Release",
     "Releasable",
     "register_model",
+    "register_recipe",
     "registered_name",
     "model_class",
     "read_release",
@@ -107,6 +109,8 @@ BUILTIN_MODELS: dict[str, str] = {
 
 _REGISTRY: dict[str, type] = {}
 _MAPPING_TAG = "__mapping__"  # a mapping whose keys are not all strings: [[key, value], ...]
+_RECIPE_TAG = "__recipe__"  # a registered frozen settings object: {"__recipe__": name, "fields": {...}}
+_RECIPES: dict[str, type] = {}
 _T = TypeVar("_T", bound=type)
 
 
@@ -168,6 +172,25 @@ def model_class(name: str) -> type:
     return cls
 
 
+def register_recipe(name: str) -> Callable[[_T], _T]:
+    """Class decorator: let the frozen dataclass ``cls`` (a settings object such as
+    ``BinTraining``) be a hyperparameter of a released model. It is written as
+    ``{"__recipe__": name, "fields": {...}}`` (its fields as JSON, recursively) and
+    rebuilt by ``cls(**fields)`` on loading; nothing is pickled, and only registered
+    names are rebuilt."""
+
+    def decorate(cls: _T) -> _T:
+        if not dataclasses.is_dataclass(cls):
+            raise TypeError(f"{cls!r} cannot be registered as a recipe: it is not a dataclass")
+        known = _RECIPES.get(name)
+        if known is not None and known.__qualname__ != cls.__qualname__:  # type: ignore[attr-defined]
+            raise ValueError(f"the recipe name {name!r} is taken by {known.__module__}.{known.__qualname__}")
+        _RECIPES[name] = cls  # type: ignore[assignment]
+        return cls
+
+    return decorate
+
+
 # -- JSON values --------------------------------------------------------------------------
 class _NotJSON(TypeError):
     pass
@@ -188,6 +211,10 @@ def _to_json(value: Any) -> Any:
         return _to_json(value.tolist())
     if isinstance(value, (list, tuple, range)):
         return [_to_json(v) for v in value]
+    recipe = next((name for name, cls in _RECIPES.items() if type(value) is cls), None)
+    if recipe is not None:
+        fields = {f.name: _to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {_RECIPE_TAG: recipe, "fields": fields}
     if isinstance(value, Mapping):
         if all(isinstance(k, str) for k in value):
             return {k: _to_json(v) for k, v in value.items()}
@@ -199,6 +226,13 @@ def _from_json(value: Any) -> Any:
     if isinstance(value, list):
         return [_from_json(v) for v in value]
     if isinstance(value, dict):
+        if set(value) == {_RECIPE_TAG, "fields"}:
+            cls = _RECIPES.get(value[_RECIPE_TAG])
+            if cls is None:
+                raise ValueError(
+                    f"the release names the settings object {value[_RECIPE_TAG]!r}, which is not registered"
+                )
+            return cls(**{k: _from_json(v) for k, v in value["fields"].items()})
         if set(value) == {_MAPPING_TAG}:
             return {_hashable(_from_json(k)): _from_json(v) for k, v in value[_MAPPING_TAG]}
         return {k: _from_json(v) for k, v in value.items()}
@@ -215,7 +249,8 @@ def encode_hyperparameters(
     """The JSON form of an estimator's ``get_params()``, and why some are left out.
 
     Tuples, ranges and arrays become lists; a mapping with non-string keys becomes
-    ``{"__mapping__": [[key, value], ...]}``. A value that is none of JSON's types (a
+    ``{"__mapping__": [[key, value], ...]}``; a settings object registered with
+    ``register_recipe`` becomes ``{"__recipe__": name, "fields": {...}}``. A value that is none of JSON's types (a
     ``RandomState``, a callable) is not written: it is ``None`` in the first dict and
     named with its type in the second, so a loaded model gets the class default.
     Nothing is pickled.

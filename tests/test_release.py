@@ -270,3 +270,19 @@ def test_a_release_carries_a_card_written_from_its_manifest(tmp_path):
 
     plain = GLVQ(random_state=0).fit(X, Y).save(tmp_path / "plain")
     assert "**This model is not differentially private.**" in (plain / CARD_FILE).read_text(encoding="utf-8")
+
+
+def test_a_registered_settings_object_round_trips_as_plain_json():
+    from dp_proto.lvq.private import BinTraining
+    from dp_proto.release import decode_hyperparameters, encode_hyperparameters
+
+    encoded, not_saved = encode_hyperparameters({"training": BinTraining(epochs=3, lr=0.02), "num_bins": 5})
+    assert not_saved == {}
+    assert json.loads(json.dumps(encoded))["training"] == {
+        "__recipe__": "dp_proto.BinTraining",
+        "fields": {"epochs": 3, "batch_size": 64, "lr": 0.02},
+    }
+    assert decode_hyperparameters(encoded) == {"training": BinTraining(epochs=3, lr=0.02), "num_bins": 5}
+    forged = {"training": {"__recipe__": "os.system", "fields": {}}}
+    with pytest.raises(ValueError, match="not registered"):
+        decode_hyperparameters(forged)

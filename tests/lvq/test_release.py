@@ -17,7 +17,7 @@ from sklearn.exceptions import NotFittedError
 
 import dp_proto
 from dp_proto.lvq import GLVQ, GMLVQ, LGMLVQ
-from dp_proto.lvq.private import DPGLVQ, DPGMLVQ, DPLGMLVQ, SubsampleAggregateGLVQ
+from dp_proto.lvq.private import DPGLVQ, DPGMLVQ, DPLGMLVQ, BinTraining, SubsampleAggregateGLVQ
 from dp_proto.privacy.release import ReleasedLedger
 from dp_proto.release import CARD_FILE, MANIFEST_FILE, TENSORS_FILE, read_release
 from tests._release import (
@@ -39,7 +39,7 @@ SETTINGS = {
     DPGLVQ: PRIVATE,
     DPGMLVQ: {**PRIVATE, "rank": 2, "omega_init": "random", "random_state": 0},
     DPLGMLVQ: {**PRIVATE, "dtype": "float64"},
-    SubsampleAggregateGLVQ: {"bounds": (0, 8), "classes": range(3), "num_bins": 5, "epochs": 3},
+    SubsampleAggregateGLVQ: {"bounds": (0, 8), "classes": range(3), "num_bins": 5, "training": BinTraining(epochs=3)},
 }
 # What each release leaves out: the documented decision (RELEASE_DROPS), written out here
 # so that a new fitted attribute, or a change of the decision, fails this file.

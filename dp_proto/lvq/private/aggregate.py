@@ -26,6 +26,7 @@ from dp_proto.privacy.calibration import check_delta, check_epsilon
 from dp_proto.privacy.events import ApproxEvent, PrivacyEvent
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import plan_gaussian
+from dp_proto.release import register_recipe
 
 __all__ = ["AGGREGATIONS", "BinTraining", "SubsampleAggregate", "BinRelease"]
 
@@ -39,6 +40,7 @@ def _check_count(name: str, value: object) -> int:
     return int(value)
 
 
+@register_recipe("dp_proto.BinTraining")
 @dataclass(frozen=True)
 class BinTraining:
     """The non-private half: GLVQ with Adam on every bin, all bins as one batched
