@@ -15,7 +15,7 @@ from torch import Tensor
 
 from dp_proto.exceptions import DataValidationError
 
-__all__ = ["OmegaInit", "init_omega", "class_mean_prototypes", "make_prototype_labels"]
+__all__ = ["OmegaInit", "init_omega", "class_mean_prototypes", "make_prototype_labels", "prototype_counts"]
 
 OmegaInit = Literal["identity", "scaled_identity", "random"]
 
@@ -74,6 +74,20 @@ def make_prototype_labels(
     if any(k < 1 for k in counts):
         raise ValueError(f"every class needs at least one prototype, got counts {counts}")
     return torch.tensor([c for c, k in zip(class_ids, counts, strict=True) for _ in range(k)])
+
+
+def prototype_counts(prototype_labels: Tensor) -> list[int]:
+    """The per-class counts ``[k_0, ..., k_{c-1}]`` of labels ``(W,)`` grouped by class in
+    class order, as ``make_prototype_labels(c, counts)`` builds them; ``ValueError`` for
+    labels in any other order or a class without a prototype."""
+    labels = prototype_labels.detach().cpu().long()
+    counts = torch.bincount(labels).tolist()
+    if min(counts, default=0) < 1 or not torch.equal(labels, make_prototype_labels(len(counts), counts)):
+        raise ValueError(
+            "the prototype labels must be grouped by class, in class order, with a prototype for every class "
+            "(make_prototype_labels(num_classes, counts))"
+        )
+    return counts
 
 
 def class_mean_prototypes(

@@ -162,3 +162,12 @@ def test_a_backbone_that_does_not_fit_the_head_is_refused_clearly():
     fitting = PrototypeModel(GMLVQLayer(16, 2), [0, 1], backbone=torch.nn.Linear(10, 16))
     assert fitting(torch.zeros(4, 10)).shape == (4, 2)
     assert fitting(torch.zeros(0, 10)).shape == (0, 2)  # an empty Poisson batch passes
+
+
+def test_prototype_counts_reads_labels_grouped_in_class_order():
+    from dp_proto.lvq.init import prototype_counts
+
+    assert prototype_counts(make_prototype_labels(3, [2, 1, 3])) == [2, 1, 3]
+    for labels in ([1, 0], [0, 0, 2], [0, 1, 0]):  # shuffled, a class without a prototype, interleaved
+        with pytest.raises(ValueError, match="class order"):
+            prototype_counts(torch.tensor(labels))

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dp_proto.lvq.init import make_prototype_labels
+from dp_proto.lvq.init import prototype_counts
 from dp_proto.lvq.layers import GLVQLayer
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.coa import COAResult, coa_bin_models
@@ -176,9 +176,7 @@ class SubsampleAggregate:
         """
         if type(model.layer) is not GLVQLayer:
             raise ValueError(f"the bin-based schemes train GLVQ; got a {type(model.layer).__name__}")
-        counts = torch.bincount(model.prototype_labels.cpu(), minlength=model.num_classes).tolist()
-        if not torch.equal(model.prototype_labels.cpu(), make_prototype_labels(model.num_classes, counts)):
-            raise ValueError("the prototypes must be grouped by class, in class order (make_prototype_labels)")
+        counts = prototype_counts(model.prototype_labels)
         ledger = (
             PrivacyLedger(budget=(self.epsilon, self.delta), default_delta=self.delta) if ledger is None else ledger
         )

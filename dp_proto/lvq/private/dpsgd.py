@@ -37,7 +37,7 @@ from torch import Tensor
 
 from dp_proto._threads import fit_threads, step_work
 from dp_proto.exceptions import PrivacyBudgetExceededError
-from dp_proto.lvq.init import make_prototype_labels
+from dp_proto.lvq.init import prototype_counts
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.dp_init import INIT_MECHANISMS, DPInitResult, dp_class_mean_prototypes, dp_init_events
 from dp_proto.lvq.private.engine_run import DPSGDResult, EngineRun
@@ -317,14 +317,10 @@ def fixed_noise_recipe(sampling_rate: float, steps: int, **settings: Any) -> DPS
 
 def _prototypes_per_class(model: PrototypeModel) -> int:
     """``k`` for a model whose labels are ``make_prototype_labels(c, k)``, else ValueError."""
-    labels = model.prototype_labels.cpu()
-    k = int((labels == 0).sum())
-    if k == 0 or not torch.equal(labels, make_prototype_labels(model.num_classes, k)):
-        raise ValueError(
-            "the DP initialisation needs the same number of prototypes for every class, in class order "
-            "(make_prototype_labels(num_classes, k))"
-        )
-    return k
+    counts = prototype_counts(model.prototype_labels)
+    if len(set(counts)) != 1:
+        raise ValueError(f"the DP initialisation needs the same number of prototypes for every class, got {counts}")
+    return counts[0]
 
 
 def fit_dp_sgd(

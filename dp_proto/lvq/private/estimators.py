@@ -420,11 +420,10 @@ class _DPMixin(_PrivateLVQ):
         # q and T are public settings: neither may depend on the private n (add/remove).
         # The update is divided by q * n~, n~ the sum of the initialisation's noisy class
         # counts (post-processing of a release), never by the private q * n.
-        init, result, ledger = recipe.run(
+        init, result, ledger = recipe.run(  # a new ledger of the plan's budget
             self.model_,
             x_t,
             y_t,
-            recipe.plan.new_ledger(),
             generator=None if self.secure_mode else generator,
             progress=wants_progress(self.verbose),
         )

@@ -203,8 +203,9 @@ class SubsampleAggregateGLVQ(_PrivateLVQ, GLVQ):
                 "SubsampleAggregateGLVQ plans its release before reading the data from the public label set: "
                 "pass classes=[...]"
             )
-        classes = np.unique(np.asarray(self.classes if self.classes is not None else [0]))
-        return recipe.planned_events(sum(self._prototype_counts(classes)), n_features)
+        # the centre of attention's release does not depend on the number of prototypes
+        num_prototypes = 0 if self.classes is None else sum(self._prototype_counts(np.unique(np.asarray(self.classes))))
+        return recipe.planned_events(num_prototypes, n_features)
 
     def fit(self, X, y):
         """Private training on ``X (n, d)``, ``y (n,)``; see the class docstring."""

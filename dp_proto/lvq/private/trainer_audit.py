@@ -41,6 +41,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import torch
@@ -162,28 +163,18 @@ def _broken(twin: str | None) -> Iterator[None]:
                 finally:
                     self.max_grad_norm = bound
 
-            stack.enter_context(_patched(fused, "_clipped_sums", unclipped_sums))
-            stack.enter_context(_patched(opacus_adapter, "_clip_with_floors", unclipped))
+            stack.enter_context(mock.patch.object(fused, "_clipped_sums", unclipped_sums))
+            stack.enter_context(mock.patch.object(opacus_adapter, "_clip_with_floors", unclipped))
         elif twin == "coupled_batch":
 
             def every_record(n, rate, generator=None, device=None):
                 return torch.arange(n, device=device)
 
-            stack.enter_context(_patched(fused, "poisson_batch_index", every_record))
-            stack.enter_context(_patched(sampling, "poisson_batch_index", every_record))
+            stack.enter_context(mock.patch.object(fused, "poisson_batch_index", every_record))
+            stack.enter_context(mock.patch.object(sampling, "poisson_batch_index", every_record))
         else:
             raise ValueError(f"twin must be one of {BROKEN_TWINS} or None, got {twin!r}")
         yield
-
-
-@contextlib.contextmanager
-def _patched(module: Any, name: str, value: Any) -> Iterator[None]:
-    old = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, old)
 
 
 def _one_run(recipe: DPSGD, sigma: float, layer: type[GLVQLayer], seed: int) -> tuple[np.ndarray, np.ndarray]:
