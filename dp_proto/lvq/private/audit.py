@@ -17,7 +17,7 @@ from torch import Tensor
 
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.lvq.private import grad_samplers
+from dp_proto.lvq.private import grad_samplers, opacus_engine
 from dp_proto.lvq.private.aggregate import BinTraining
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes
 from dp_proto.lvq.private.dpsgd import SGDSettings, fit_dp_sgd, fixed_noise_recipe
@@ -167,16 +167,19 @@ STEP_CANARIES = ("pair", "centre")
 
 @contextlib.contextmanager
 def _cancellation_guard(value: float | None) -> Iterator[None]:
-    """``grad_samplers.CANCELLATION_GUARD`` set to ``value`` inside the block (None: unchanged)."""
+    """``grad_samplers.CANCELLATION_GUARD`` set to ``value`` inside the block (None:
+    unchanged); with a value, ghost clipping is offered in float32 too, as it was before
+    the guard (``opacus_engine.GHOST_DTYPES``)."""
     if value is None:
         yield
         return
-    old = grad_samplers.CANCELLATION_GUARD
+    old = grad_samplers.CANCELLATION_GUARD, opacus_engine.GHOST_DTYPES
     grad_samplers.CANCELLATION_GUARD = value
+    opacus_engine.GHOST_DTYPES = (torch.float32, torch.float64)
     try:
         yield
     finally:
-        grad_samplers.CANCELLATION_GUARD = old
+        grad_samplers.CANCELLATION_GUARD, opacus_engine.GHOST_DTYPES = old
 
 
 def _corner_state(layer: str, dim: int, dtype: torch.dtype) -> PrototypeModel:
@@ -268,7 +271,7 @@ def dp_sgd_step_audit_setup(
     dim: int = 2,
     transfer_fn: str = "sigmoid",
     beta: float = 16.0,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
     batch: int = 50_000,
 ) -> StepAuditSetup:
     """One full-batch DP-SGD step of ``engine`` on a ``layer`` model in a worst-case
@@ -276,9 +279,10 @@ def dp_sgd_step_audit_setup(
     claim.
 
     State (public, fixed): prototypes of classes 0 and 1 both at the corner ``(1, ..., 1)``
-    of ``[-1, 1]^dim`` (float32 by default, where the bound is tested rather than proved; the estimators' transfer, the
-    sigmoid with slope 16). ``D0``: ``n_records`` class-0 records at the opposite corner.
-    ``D1``: ``D0`` plus a class-0 canary, ``canary=``
+    of ``[-1, 1]^dim`` in ``dtype`` (default float32, where the bound is tested rather than
+    proved; float64 for ghost clipping, which is offered there only, except before the
+    fix); the estimators' transfer, the sigmoid with slope 16. ``D0``: ``n_records``
+    class-0 records at the opposite corner. ``D1``: ``D0`` plus a class-0 canary, ``canary=``
 
     * ``"pair"``: on the coincident pair, where the GLVQ derivatives grow like
       ``1 / (d+ + d-)`` while the record's gradient is 0: engines whose clipped sum is
@@ -314,6 +318,8 @@ def dp_sgd_step_audit_setup(
     sigma = calibrate_noise_multiplier(epsilon, delta, 1.0, 1)
     claimed = PrivacyLedger.epsilon_of([dp_sgd_event(sigma, 1.0, 1)], delta)
     std = sigma * max_grad_norm
+    if dtype is None:
+        dtype = torch.float64 if engine == "ghost" and not before_fix else torch.float32
     model = _corner_state(layer, dim, dtype)
     x0 = -torch.ones(n_records, dim, dtype=dtype)
     y0 = torch.zeros(n_records, dtype=torch.long)

@@ -43,7 +43,7 @@ from dp_proto.lvq.private.dp_init import INIT_MECHANISMS, DPInitResult, dp_class
 from dp_proto.lvq.private.engine_run import DPSGDResult, EngineRun
 from dp_proto.lvq.private.fused import CLIPPING_MODES, check_fusable, fit_dp_sgd_fused
 from dp_proto.lvq.private.opacus_adapter import check_expected_batch_size
-from dp_proto.lvq.private.opacus_engine import fit_opacus
+from dp_proto.lvq.private.opacus_engine import check_ghost_dtype, fit_opacus
 from dp_proto.lvq.sparse import check_penalty, check_sparsifiable, metric_parameter, sparsify_step_
 from dp_proto.lvq.training import parameter_groups
 from dp_proto.privacy.data_parallel import DataParallel
@@ -164,8 +164,9 @@ class DPSGD:
         ``auto``: ``fused`` where the model allows it, else ``opacus``.
     grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
         Opacus engine only. ``hooks`` uses the registered closed-form samplers; ``ghost``
-        Opacus' ghost clipping with their norms; ``functorch`` Opacus' generic
-        per-sample gradients.
+        Opacus' ghost clipping with their norms (on a float64 prototype layer only:
+        ``run`` and ``fit_dp_sgd`` refuse others before any release); ``functorch``
+        Opacus' generic per-sample gradients.
     transfer_fn : str, default "identity"; beta : float, default 1.0
         The GLVQ cost's transfer function and its slope.
     secure_mode : bool, default False
@@ -258,6 +259,7 @@ class DPSGD:
         progress : bool
             A bar over the epochs on stderr, shown once the run has taken two seconds.
         """
+        _resolve_engine(model, self)  # settings the model refuses fail before the first release
         ledger = self.plan.new_ledger() if ledger is None else ledger
         init = None
         if self.plan.init_fraction > 0:
@@ -378,7 +380,7 @@ def fit_dp_sgd(
     sigma = recipe.plan.noise_multiplier(ledger.events) if noise_multiplier is None else float(noise_multiplier)
     if not sigma >= 0:
         raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier!r}")
-    engine = _resolve_engine(model, recipe.engine)
+    engine = _resolve_engine(model, recipe)
     data_parallel = _join_data_parallel(engine, process_group, x.device) if distributed else None
     run = EngineRun(
         noise_multiplier=sigma,
@@ -430,15 +432,20 @@ def fit_dp_sgd(
     return result
 
 
-def _resolve_engine(model: PrototypeModel, engine: str) -> str:
-    """The engine of a run: ``"auto"`` is ``fused`` where the model allows it, else ``opacus``."""
-    if engine != "auto":
-        return engine
-    try:
-        check_fusable(model)
-    except ValueError:
-        return "opacus"
-    return "fused"
+def _resolve_engine(model: PrototypeModel, recipe: DPSGD) -> str:
+    """The engine of a run (``"auto"`` is ``fused`` where the model allows it, else
+    ``opacus``), after checking that the Opacus engine's mode is offered for the
+    model's dtype (no record is read)."""
+    engine = recipe.engine
+    if engine == "auto":
+        try:
+            check_fusable(model)
+            engine = "fused"
+        except ValueError:
+            engine = "opacus"
+    if engine == "opacus":
+        check_ghost_dtype(model, recipe.grad_sample_mode)
+    return engine
 
 
 def _join_data_parallel(engine: str, process_group: Any, device: torch.device) -> DataParallel:

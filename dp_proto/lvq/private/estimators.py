@@ -518,7 +518,8 @@ class DPGLVQ(_DPMixin, GLVQ):
         through Opacus' ``PrivacyEngine``. Same guarantee either way; epoch times of
         both: docs/dpsgd.md ("Reproduced results").
     grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
-        How Opacus computes per-sample gradients (``engine="opacus"`` only).
+        How Opacus computes per-sample gradients (``engine="opacus"`` only; ``"ghost"``
+        needs ``dtype="float64"``).
     secure_mode : bool, default False
         Noise read from ``os.urandom`` directly (initialisation and DP-SGD; batch
         membership from a generator seeded by it). The Opacus engine needs Opacus'
@@ -759,7 +760,8 @@ class DPGMLVQ(_DPMixin, GMLVQ):
         through Opacus' ``PrivacyEngine``. Same guarantee either way; epoch times of
         both: docs/dpsgd.md ("Reproduced results").
     grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
-        How Opacus computes per-sample gradients (``engine="opacus"`` only).
+        How Opacus computes per-sample gradients (``engine="opacus"`` only; ``"ghost"``
+        needs ``dtype="float64"``).
     secure_mode : bool, default False
         Noise read from ``os.urandom`` directly (initialisation and DP-SGD; batch
         membership from a generator seeded by it). The Opacus engine needs Opacus'
@@ -1031,7 +1033,8 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
         through Opacus' ``PrivacyEngine``. Same guarantee either way; epoch times of
         both: docs/dpsgd.md ("Reproduced results").
     grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
-        How Opacus computes per-sample gradients (``engine="opacus"`` only).
+        How Opacus computes per-sample gradients (``engine="opacus"`` only; ``"ghost"``
+        needs ``dtype="float64"``).
     secure_mode : bool, default False
         Noise read from ``os.urandom`` directly (initialisation and DP-SGD; batch
         membership from a generator seeded by it). The Opacus engine needs Opacus'

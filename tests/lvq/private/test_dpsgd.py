@@ -20,8 +20,9 @@ from dp_proto.lvq.private import (
     paper_noise_multiplier,
     sgd_steps,
 )
-from dp_proto.lvq.private.dpsgd import SGDSettings, fixed_noise_recipe
+from dp_proto.lvq.private.dpsgd import DPSGD, SGDSettings, fixed_noise_recipe
 from dp_proto.privacy import PrivacyLedger, PublicBoundsScaler
+from dp_proto.privacy.dpsgd_plan import DPSGDPlan
 from dp_proto.privacy.events import LaplaceEvent, PureEvent, SubsampledGaussianEvent
 
 
@@ -70,15 +71,16 @@ def test_calibration_meets_the_target_tightly():
 @pytest.mark.parametrize("grad_sample_mode", ["hooks", "ghost"])
 @pytest.mark.parametrize("layer", [GLVQLayer, GMLVQLayer, LGMLVQLayer])
 def test_an_overflowing_record_leaves_the_opacus_step_finite(grad_sample_mode, layer):
-    """``fit_dp_sgd`` takes raw tensors: a record of 1e30 overflows its float32 distances.
-    Ghost clipping, which has no per-sample gradients to drop it from, made every
-    parameter NaN; the record is now left out of its batch, as the other engines give it
-    weight zero."""
+    """``fit_dp_sgd`` takes raw tensors: a record of 1e30 (float32; ghost clipping, which
+    needs float64: 1e300) overflows its distances. Ghost clipping, which has no
+    per-sample gradients to drop it from, made every parameter NaN; the record is now
+    left out of its batch, as the other engines give it weight zero."""
+    dtype = torch.float64 if grad_sample_mode == "ghost" else torch.float32
     gen = torch.Generator().manual_seed(0)
-    x = torch.rand(30, 3, generator=gen) * 2 - 1
+    x = torch.rand(30, 3, generator=gen, dtype=dtype) * 2 - 1
     y = torch.arange(30) % 2
-    x[5] = 1e30
-    model = PrototypeModel(layer(3, 2), [0, 1])
+    x[5] = 1e300 if dtype == torch.float64 else 1e30
+    model = PrototypeModel(layer(3, 2, dtype=dtype), [0, 1])
     fit_dp_sgd(
         model,
         x,
@@ -90,6 +92,31 @@ def test_an_overflowing_record_leaves_the_opacus_step_finite(grad_sample_mode, l
         generator=torch.Generator().manual_seed(1),
     )
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("layer", [GLVQLayer, GMLVQLayer, LGMLVQLayer])
+def test_ghost_clipping_on_a_float32_layer_is_refused_before_any_release(layer):
+    """Ghost clipping's closed-form float32 sums moved by 1.0013 C when one record joined
+    the batch (docs/privacy-model.md): ``fit_dp_sgd``, ``DPSGD.run`` and the estimators
+    refuse it before the initialisation's release; a float64 layer under a float32
+    backbone trains."""
+    x, y = torch.rand(40, 3) * 2 - 1, torch.arange(40) % 2
+    recipe = DPSGD(
+        plan=DPSGDPlan(epsilon=1.0, delta=1e-5, sampling_rate=0.5, epochs=1), engine="opacus", grad_sample_mode="ghost"
+    )
+    ledger = PrivacyLedger()
+    with pytest.raises(ValueError, match="ghost clipping needs a float64 prototype layer"):
+        fit_dp_sgd(PrototypeModel(layer(3, 2), [0, 1]), x, y, recipe, ledger=ledger, expected_batch_size=20.0)
+    with pytest.raises(ValueError, match="ghost clipping needs a float64 prototype layer"):
+        recipe.run(PrototypeModel(layer(3, 2), [0, 1]), x, y, ledger)
+    assert not ledger.events
+    with pytest.raises(ValueError, match="ghost clipping needs a float64 prototype layer"):
+        DPGLVQ(engine="opacus", grad_sample_mode="ghost", dtype="float32", bounds=(-1, 1), classes=[0, 1]).fit(
+            x.numpy(), y.numpy()
+        )
+    model = PrototypeModel(layer(4, 2, dtype=torch.float64), [0, 1], backbone=torch.nn.Linear(3, 4))
+    result = fit_dp_sgd(model, x, y, recipe, ledger=ledger, expected_batch_size=20.0)
+    assert result.steps == 2 and model.backbone.weight.dtype == torch.float32
 
 
 def _iris():
