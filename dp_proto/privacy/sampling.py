@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
 from torch.utils.data.dataloader import default_collate
 
 from dp_proto.privacy.calibration import check_sampling_rate
@@ -60,8 +60,8 @@ class PoissonBatchSampler(Sampler[list[int]]):
     trainers read to check the loader."""
 
     def __init__(self, *, num_samples: int, sample_rate: float, generator: torch.Generator | None):
-        if num_samples <= 0:
-            raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+        if num_samples < 0:
+            raise ValueError(f"num_samples must be a non-negative integer, got {num_samples!r}")
         self.num_samples = int(num_samples)
         self.sample_rate = check_sampling_rate(sample_rate, "sample_rate")
         self.generator = generator
@@ -89,6 +89,17 @@ class _CollateWithEmpty:
         return default_collate(batch)
 
 
+def _record_template(dataset: Dataset) -> tuple[Tensor, ...]:
+    """One record of ``dataset``, for the shapes of an empty batch; of a
+    ``TensorDataset`` from its tensors, so that an empty one trains too (every batch
+    empty: the neighbour of a one-record set)."""
+    if isinstance(dataset, TensorDataset):
+        return tuple(t.new_zeros(t.shape[1:]) for t in dataset.tensors)
+    if len(dataset) == 0:  # type: ignore[arg-type]
+        raise ValueError("an empty dataset needs to be a TensorDataset (whose tensors give the records' shapes)")
+    return dataset[0]
+
+
 class PoissonDataLoader(DataLoader):
     """A ``DataLoader`` over ``dataset`` (records are tuples of tensors) whose batches
     come from ``PoissonBatchSampler`` at rate ``sampling_rate`` (float64 coins from
@@ -97,5 +108,5 @@ class PoissonDataLoader(DataLoader):
 
     def __init__(self, dataset: Dataset, sampling_rate: float, generator: torch.Generator | None):
         sampler = PoissonBatchSampler(num_samples=len(dataset), sample_rate=sampling_rate, generator=generator)  # type: ignore[arg-type]
-        super().__init__(dataset, batch_sampler=sampler, collate_fn=_CollateWithEmpty(dataset[0]))
+        super().__init__(dataset, batch_sampler=sampler, collate_fn=_CollateWithEmpty(_record_template(dataset)))
         self.sample_rate = sampler.sample_rate

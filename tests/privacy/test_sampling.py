@@ -34,11 +34,32 @@ def test_the_loader_yields_poisson_batches_and_empty_ones_with_the_records_shape
         assert len(y.unique()) == len(y)
 
 
-def test_the_sampler_refuses_a_rate_outside_zero_one():
+def test_an_empty_tensor_dataset_trains_like_its_one_record_neighbour():
+    """``D = {}`` is the neighbour of a one-record set: the loader yields empty batches of
+    the records' shapes, and the Opacus engine runs, where both used to raise."""
+    from dp_proto.lvq import GLVQLayer, PrototypeModel
+    from dp_proto.lvq.private import fit_dp_sgd
+    from dp_proto.lvq.private.dpsgd import fixed_noise_recipe
+    from dp_proto.privacy import PrivacyLedger
+
+    empty = TensorDataset(torch.zeros(0, 3, dtype=torch.float64), torch.zeros(0, dtype=torch.long))
+    batches = list(PoissonDataLoader(empty, 0.5, generator=None))
+    assert len(batches) == 2 and all(x.shape == (0, 3) and y.shape == (0,) for x, y in batches)
+    for n in (0, 1):
+        model = PrototypeModel(GLVQLayer(3, 2, dtype=torch.float64), [0, 1])
+        recipe = fixed_noise_recipe(1.0, 2, engine="opacus")
+        x, y = torch.zeros(n, 3, dtype=torch.float64), torch.zeros(n, dtype=torch.long)
+        result = fit_dp_sgd(model, x, y, recipe, ledger=PrivacyLedger(), expected_batch_size=1.0, noise_multiplier=1.0)
+        assert result.steps == 2
+    with pytest.raises(ValueError, match="TensorDataset"):
+        PoissonDataLoader([], 0.5, generator=None)
+
+
+def test_the_sampler_refuses_a_rate_outside_zero_one_and_a_negative_size():
     with pytest.raises(ValueError, match="sample_rate"):
         PoissonBatchSampler(num_samples=10, sample_rate=0.0, generator=None)
     with pytest.raises(ValueError, match="num_samples"):
-        PoissonBatchSampler(num_samples=0, sample_rate=0.5, generator=None)
+        PoissonBatchSampler(num_samples=-1, sample_rate=0.5, generator=None)
 
 
 def test_dp_training_refuses_a_shuffled_loader_and_opacus_float32_coins():
