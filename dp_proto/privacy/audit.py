@@ -39,6 +39,17 @@ sparse tails which look good by luck), and the bound is *evaluated* on the secon
 for that one test. The evaluation half is independent of the choice, so no further
 correction is needed; the price is that only half of the trials certify.
 
+Under a Gaussian trade-off (``gaussian_dp_lower_bound``)
+------------------------------------------------------
+At a small delta the claimed epsilon is decided by far tails that ``n`` trials cannot
+resolve, so the bound above stays well below the claim of a correct mechanism. Nasr et
+al. (2023) therefore audit DP-SGD under the assumption that its trade-off curve is that
+of a Gaussian mechanism (``mu``-GDP, the form the composition of Gaussian steps takes):
+one test with plenty of errors on both sides bounds ``mu`` from below,
+``mu >= Phi^-1(1 - FPR) - Phi^-1(FNR)`` at the Clopper-Pearson upper bounds, and the
+epsilon of a ``mu``-GDP mechanism at ``delta`` is the bound. It is parametric: a
+mechanism whose trade-off curve is not Gaussian can fool it either way.
+
 A lower bound is only as strong as the test: a poor canary or statistic gives a
 loose bound, never a wrong one. A bound above the *claimed* epsilon is evidence
 (at the given confidence) that the claim is false.
@@ -58,10 +69,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy.stats import beta
+from scipy.stats import beta, norm
 from torch import Tensor
 
 from dp_proto.exceptions import PrivacyLeakWarning
+from dp_proto.privacy.calibration import analytic_gaussian_delta
 from dp_proto.privacy.mechanisms import gaussian_mechanism, laplace_mechanism
 
 __all__ = [
@@ -69,6 +81,7 @@ __all__ = [
     "AuditSetup",
     "audit_epsilon",
     "clopper_pearson_upper",
+    "gaussian_dp_lower_bound",
     "gaussian_audit_setup",
     "laplace_audit_setup",
     "trial_noise_seed",
@@ -297,6 +310,49 @@ def audit_epsilon(
         statistics_0=s0,
         statistics_1=s1,
     )
+
+
+def _gaussian_mu(fpr: np.ndarray, fnr: np.ndarray) -> np.ndarray:
+    """``mu`` of the Gaussian trade-off curve through ``(fpr, fnr)`` (0 below the diagonal)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mu = norm.ppf(1.0 - fpr) - norm.ppf(fnr)
+    return np.where(np.isfinite(mu), np.maximum(mu, 0.0), 0.0)
+
+
+def _gdp_epsilon(mu: float, delta: float) -> float:
+    """The epsilon of a ``mu``-GDP mechanism at ``delta`` (Balle & Wang 2018, Thm 8, with
+    sigma ``1 / mu``), by bisection; 0 if ``delta`` is reached at epsilon 0."""
+    if mu <= 0 or analytic_gaussian_delta(1.0 / mu, 0.0) <= delta:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while analytic_gaussian_delta(1.0 / mu, hi) > delta:
+        lo, hi = hi, 2.0 * hi
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if analytic_gaussian_delta(1.0 / mu, mid) > delta else (lo, mid)
+    return lo
+
+
+def gaussian_dp_lower_bound(result: AuditResult) -> tuple[float, float]:
+    """``(epsilon, mu)``: lower bounds from ``result``'s raw statistics under the
+    assumption that the mechanism's trade-off curve is Gaussian (see the module
+    docstring), at ``result.delta`` and ``result.confidence``.
+
+    The same held-out split as ``audit_epsilon``: the test (threshold and direction)
+    with the largest ``mu`` bound on the first half of each data set's trials (at the
+    stricter selection level), certified on the second half.
+    """
+    s0, s1, n = result.statistics_0, result.statistics_1, result.n_trials
+    if s0.size < 20 or s1.size < 20:
+        raise ValueError("the result holds no raw statistics (at least 20 trials per data set)")
+    half, level = n // 2, math.sqrt(result.confidence)
+    sel0, sel1, ev0, ev1 = s0[:half], s1[:half], s0[half:], s1[half:]
+    cand = np.unique(np.quantile(np.concatenate([sel0, sel1]), np.linspace(0.01, 0.99, 99)))
+    _, _, _, fpr_u, fnr_u = _test_epsilons(sel0, sel1, cand, max(level, _SELECTION_LEVEL), 0.0)
+    direction, t = np.unravel_index(int(np.argmax(_gaussian_mu(fpr_u, fnr_u))), fpr_u.shape)
+    _, _, _, fpr_u, fnr_u = _test_epsilons(ev0, ev1, cand[t : t + 1], level, 0.0)
+    mu = float(_gaussian_mu(fpr_u[direction], fnr_u[direction])[0])
+    return _gdp_epsilon(mu, result.delta), mu
 
 
 # -- ready-made neighbouring pairs --------------------------------------------------------

@@ -1,6 +1,7 @@
 """Empirical privacy audit: lower bounds stay below honest claims and catch a broken one."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from dp_proto.privacy.audit import (
     audit_epsilon,
     clopper_pearson_upper,
     gaussian_audit_setup,
+    gaussian_dp_lower_bound,
     laplace_audit_setup,
 )
 
@@ -136,3 +138,32 @@ def test_point_estimate_is_never_negative():
 
     assert _point_epsilon(0.6, 0.6, 1e-5) == 0.0  # a test worse than guessing
     assert _point_epsilon(0.1, 0.1, 0.0) == pytest.approx(math.log(9.0))
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 4.0, 8.0])
+def test_gaussian_dp_bound_is_below_the_claim_and_close_to_it(epsilon):
+    """Under a Gaussian trade-off curve one central test bounds mu; the bound at delta
+    comes close to the claim where the assumption-free bound cannot reach the tails."""
+    setup = gaussian_audit_setup(epsilon, 1e-5)
+    result = setup.audit(20_000, generator_seed=1)
+    bound, mu = gaussian_dp_lower_bound(result)
+    assert result.epsilon_lower_bound < bound <= setup.claimed_epsilon
+    assert bound > 0.6 * setup.claimed_epsilon and mu > 0
+
+
+def test_gaussian_dp_bound_flags_halved_noise_and_inverts_the_calibration():
+    from dp_proto.privacy.audit import _gdp_epsilon
+    from dp_proto.privacy.calibration import analytic_gaussian_sigma
+
+    for eps in (0.5, 2.0, 8.0):
+        assert _gdp_epsilon(1.0 / analytic_gaussian_sigma(eps, 1e-5, 1.0), 1e-5) == pytest.approx(eps, rel=1e-6)
+    honest = gaussian_audit_setup(1.0, 1e-5)
+
+    def half_noise(dataset, generator, size):  # the honest draw at half its scale
+        return len(dataset) + (honest.mechanism(dataset, generator, size) - len(dataset)) / 2
+
+    broken = replace(honest, mechanism=half_noise)
+    bound, _ = gaussian_dp_lower_bound(broken.audit(20_000))
+    assert bound > honest.claimed_epsilon
+    with pytest.raises(ValueError, match="raw statistics"):
+        gaussian_dp_lower_bound(AuditResult(1.0, 0.0, 0.1, 0.1, 100, 0.95, 1e-5))

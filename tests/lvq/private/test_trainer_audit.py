@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from dp_proto.lvq.private import DPGLVQ, DPGMLVQ, SubsampleAggregateGLVQ
-from dp_proto.lvq.private.trainer_audit import BROKEN_TWINS, white_box_audit
+from dp_proto.lvq.private.trainer_audit import BROKEN_TWINS, black_box_audit, white_box_audit
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -49,3 +49,31 @@ def test_the_audit_is_reproducible_and_checks_its_arguments():
         white_box_audit(_estimator(), runs=0)
     with pytest.raises(TypeError, match="DP-SGD estimator"):
         white_box_audit(SubsampleAggregateGLVQ(), runs=1)
+
+
+def _full_batch(cls=DPGLVQ, engine="fused", epsilon=8.0):
+    return cls(epsilon=epsilon, bounds=(-1, 1), classes=[0, 1], engine=engine, sampling_rate=1.0, epochs=10)
+
+
+def test_black_box_audit_of_an_honest_full_batch_run_stays_below_its_claim():
+    """From the final models only: both bounds below the claim; under a Gaussian
+    trade-off curve the bound reaches a large share of it (the final model of a full-batch
+    run carries every step's release)."""
+    audit = black_box_audit(_full_batch(), fits=1000)
+    assert not audit.violation and not audit.violation_gdp, audit.summary()
+    assert 0.4 * audit.claimed_epsilon < audit.epsilon_lower_bound_gdp
+    assert audit.epsilon_lower_bound <= audit.epsilon_lower_bound_gdp
+    assert audit.steps == 10 and audit.sampling_rate == 1.0 and audit.audit.n_trials == 1000
+
+
+@pytest.mark.parametrize("twin", ["noise_halved", "clipping_skipped"])
+def test_black_box_audit_flags_a_broken_twin(twin):
+    audit = black_box_audit(_full_batch(), fits=400, twin=twin)
+    assert audit.violation_gdp, audit.summary()
+
+
+def test_black_box_audit_is_reproducible():
+    first, second = (black_box_audit(_full_batch(), fits=40, seed=5) for _ in range(2))
+    assert first.summary() == second.summary()
+    with pytest.raises(TypeError, match="DP-SGD estimator"):
+        black_box_audit(SubsampleAggregateGLVQ(), fits=40)
