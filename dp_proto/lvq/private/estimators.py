@@ -162,35 +162,19 @@ class _DPReleaseHooks:
         self.privacy_scope_ = release.privacy.get("scope")
 
 
-class _PrivateLVQ(_DPReleaseHooks):
-    """What every private LVQ estimator shares: the public bounds mapped onto ``[-1, 1]^d``,
-    the public label set, and the release hooks. ``fit`` is the private scheme's."""
+class _PrivateInput:
+    """What every private estimator does with its input: the public bounds mapped onto
+    ``[-1, 1]^d`` (records outside clipped, counted for the curator only) and the public
+    label set. Needs ``bounds``, ``classes``, ``_check_X`` and ``_validate_params``."""
 
-    _min_fit_samples = 0  # an empty data set fits too: the record count is private
-
-    # parameters the estimators set in __init__ (annotations only, for the type checker)
-    dtype: str
-    device: str
-    epsilon: float
-    delta: float
-    secure_mode: bool
     bounds: Any
     classes: Any
 
     if TYPE_CHECKING:
         classes_: np.ndarray
-        n_features_in_: int
-        model_: PrototypeModel
-        noise_seed: int | None
 
         def _check_X(self, X: Any, *, reset: bool, y: Any = None) -> Any: ...
-        def to_release(self) -> Release: ...
         def _validate_params(self) -> None: ...
-
-    _RELEASE_WITHHELD: ClassVar[dict[str, str]] = DP_RELEASE_WITHHELD
-
-    def _input_units(self, prototypes: np.ndarray) -> np.ndarray:
-        return self.scaler_.inverse_transform(prototypes)
 
     def _bounds_scaler(self) -> PublicBoundsScaler:
         """The public map of ``bounds`` onto ``[-1, 1]^d`` (clipping, no warning)."""
@@ -198,6 +182,8 @@ class _PrivateLVQ(_DPReleaseHooks):
         return PublicBoundsScaler(lower, upper, clip=True, warn=False).fit()
 
     def _domain(self, X: np.ndarray, *, fitting: bool) -> np.ndarray:
+        """``X`` mapped onto ``[-1, 1]^d``: when ``fitting``, clipped (and ``scaler_`` set);
+        for predictions, the same map without clipping."""
         if fitting and self.bounds is None:  # a public setting: the warning says nothing about X
             warnings.warn(
                 f"{type(self).__name__}: bounds=None takes the data to lie in [-1, 1]^d already; every record "
@@ -224,6 +210,32 @@ class _PrivateLVQ(_DPReleaseHooks):
         self.classes_, y_index = public_classes(y, self.classes, type(self).__name__)
         curator_class_coverage(self, np.bincount(y_index, minlength=len(self.classes_)), self.classes_)
         return X, y_index
+
+
+class _PrivateLVQ(_PrivateInput, _DPReleaseHooks):
+    """What every private LVQ estimator shares: its input (``_PrivateInput``), the release
+    hooks, and distances in the public domain. ``fit`` is the private scheme's."""
+
+    _min_fit_samples = 0  # an empty data set fits too: the record count is private
+
+    # parameters the estimators set in __init__ (annotations only, for the type checker)
+    dtype: str
+    device: str
+    epsilon: float
+    delta: float
+    secure_mode: bool
+
+    if TYPE_CHECKING:
+        n_features_in_: int
+        model_: PrototypeModel
+        noise_seed: int | None
+
+        def to_release(self) -> Release: ...
+
+    _RELEASE_WITHHELD: ClassVar[dict[str, str]] = DP_RELEASE_WITHHELD
+
+    def _input_units(self, prototypes: np.ndarray) -> np.ndarray:
+        return self.scaler_.inverse_transform(prototypes)
 
     def _distances(self, X) -> torch.Tensor:
         from sklearn.utils.validation import check_is_fitted

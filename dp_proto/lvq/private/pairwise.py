@@ -58,17 +58,14 @@ curator-only (``curator_``).
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from sklearn.utils.multiclass import check_classification_targets
 from torch import Tensor
 
 from dp_proto._threads import fit_threads
 from dp_proto._validation import torch_device, torch_dtype
-from dp_proto.exceptions import DomainWarning
 from dp_proto.lvq.coupling import COUPLING_METHODS
 from dp_proto.lvq.losses import TRANSFER_FUNCTIONS, transfer
 from dp_proto.lvq.pairwise import (
@@ -81,9 +78,8 @@ from dp_proto.lvq.pairwise import (
     pairwise_scores,
 )
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes, dp_init_events
-from dp_proto.lvq.private.estimators import DP_RELEASE_WITHHELD, FIT_SCOPE, _DPReleaseHooks
-from dp_proto.privacy.curator import curator_class_coverage
-from dp_proto.privacy.domain import PublicBoundsScaler, clip_for_fit, public_classes
+from dp_proto.lvq.private.estimators import DP_RELEASE_WITHHELD, FIT_SCOPE, _DPReleaseHooks, _PrivateInput
+from dp_proto.privacy.domain import public_classes
 from dp_proto.privacy.dpsgd_plan import calibrate_noise_multiplier, check_dp_sgd_settings, sgd_steps
 from dp_proto.privacy.events import SubsampledGaussianEvent
 from dp_proto.privacy.ledger import PrivacyEvent, PrivacyLedger, SharedLedger, check_shared_ledger, dp_sgd_event
@@ -253,7 +249,7 @@ def _noisy(name: str, summed: Tensor, std: float, generator, secure_mode: bool) 
 
 # ----------------------------------------------------------------------------- estimator
 @register_model("dp_proto.DPPairwiseGMLVQ")
-class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
+class DPPairwiseGMLVQ(_PrivateInput, _DPReleaseHooks, PairwiseGMLVQ):
     """Differentially private one-versus-one GMLVQ with Platt-scaled probabilities.
 
     DP class-mean initialisation, the ``c(c-1)/2`` pair models by one DP-SGD run (a
@@ -457,10 +453,6 @@ class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
         torch_dtype(self.dtype)
         torch_device(self.device)
 
-    def _bounds_scaler(self) -> PublicBoundsScaler:
-        lower, upper = (-1.0, 1.0) if self.bounds is None else self.bounds
-        return PublicBoundsScaler(lower, upper, clip=True, warn=False).fit()
-
     # -- the public plan ---------------------------------------------------------------
     def privacy_plan(self, n_features: int) -> tuple[list[PrivacyEvent], float, float | None]:
         """The fit's events from public settings alone, and the noise multipliers of the
@@ -487,28 +479,14 @@ class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
     # -- fit ---------------------------------------------------------------------------
     def fit(self, X, y) -> DPPairwiseGMLVQ:
         """Private fit on ``X (n, d)``, ``y (n,)``; see the class docstring."""
-        self._validate_params()
-        if y is None:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
-        X, y = self._check_X(X, reset=True, y=y)
-        check_classification_targets(y)
-        self.classes_, y_index = public_classes(y, self.classes, type(self).__name__)
+        X, y_index = self._fit_input(X, y)
         c = len(self.classes_)
-        curator_class_coverage(self, np.bincount(y_index, minlength=c), self.classes_)
         n, d = X.shape
         events, sigma, sigma_p = self.privacy_plan(d)
         shared = self.ledger
         if shared is not None:  # refuse before reading the data (public events only)
             shared.check(*events)
-        if self.bounds is None:
-            warnings.warn(
-                f"{type(self).__name__}: bounds=None takes the data to lie in [-1, 1]^d already; records outside "
-                "are clipped into it (how many is curator-only). Pass the public bounds, bounds=(lower, upper)",
-                DomainWarning,
-                stacklevel=2,
-            )
-        self.scaler_ = self._bounds_scaler()
-        Z = clip_for_fit(self, self._bounds_scaler(), X)  # the stored scaler_ never sees the data
+        Z = self._domain(X, fitting=True)
 
         tdtype = torch_dtype(self.dtype)
         x_t = torch.as_tensor(Z, dtype=tdtype, device=self.device)
@@ -677,7 +655,7 @@ class DPPairwiseGMLVQ(_DPReleaseHooks, PairwiseGMLVQ):
         if X_pub.ndim != 2 or X_pub.shape[1] != self.n_features_in_:
             raise ValueError(f"public_calibration X must have shape (m, {self.n_features_in_}), got {X_pub.shape}")
         _, y_pub_index = public_classes(np.asarray(y_pub), self.classes_, type(self).__name__, warn=False)
-        Z = PublicBoundsScaler(self.scaler_.lower, self.scaler_.upper, clip=False).fit().transform(X_pub)
+        Z = self._domain(X_pub, fitting=False)
         tdtype = result.prototypes.dtype
         z_t = torch.as_tensor(Z, dtype=tdtype, device=result.prototypes.device)
         y_pt = torch.as_tensor(y_pub_index, dtype=torch.long, device=z_t.device)
