@@ -36,7 +36,7 @@ __all__ = ["fit_opacus", "check_torchcsprng", "GHOST_DTYPES", "check_ghost_dtype
 #: Prototype-layer dtypes in which ghost clipping is offered: its clipped sum comes from
 #: closed forms whose rounding follows the batch, bounded in float64 only
 #: (docs/privacy-model.md, "The clipped gradient sum as the machine computes it").
-GHOST_DTYPES = (torch.float64,)
+GHOST_DTYPES: tuple[torch.dtype, ...] = (torch.float64,)
 
 
 def check_ghost_dtype(model: PrototypeModel, grad_sample_mode: str) -> None:

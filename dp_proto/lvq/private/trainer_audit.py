@@ -69,6 +69,7 @@ from dp_proto.lvq.private import fused, opacus_adapter
 from dp_proto.lvq.private.dpsgd import DPSGD, SGDSettings, fit_dp_sgd
 from dp_proto.privacy import sampling
 from dp_proto.privacy.audit import AuditResult, audit_epsilon, gaussian_dp_lower_bound, without_leak_warning
+from dp_proto.privacy.events import SubsampledGaussianEvent
 from dp_proto.privacy.ledger import PrivacyLedger, dp_sgd_event
 from dp_proto.privacy.testing import capture_releases
 
@@ -224,8 +225,10 @@ def _one_run(recipe: DPSGD, sigma: float, layer: type[GLVQLayer], seed: int) -> 
 
 def _claimed_step(recipe: DPSGD) -> tuple[float, float, int, float]:
     """``(sigma, q, T, delta)`` of the recipe's DP-SGD steps as planned for 2 features."""
-    sigma = recipe.planned_events(2)[-1].noise_multiplier
-    return sigma, recipe.sampling_rate, recipe.steps, recipe.plan.delta
+    event = recipe.planned_events(2)[-1]
+    if not isinstance(event, SubsampledGaussianEvent):  # a noise-free run: nothing to audit
+        raise ValueError(f"the recipe's DP-SGD steps add no noise ({event!r})")
+    return event.noise_multiplier, recipe.sampling_rate, recipe.steps, recipe.plan.delta
 
 
 def white_box_audit(
