@@ -18,8 +18,11 @@ canary in every batch, is the honest run at ``q = 1``.)
 
 Usage::
 
-    python -m benchmarks.privacy.black_box_audit --out benchmarks/privacy/results/black_box_audit.json
+    python -m benchmarks.privacy.black_box_audit --jobs 2 --out benchmarks/privacy/results/black_box_audit.json \
+        --figure benchmarks/privacy/figures/black_box_audit.png
     python -m benchmarks.privacy.black_box_audit --quick      # 100 fits per data set: same keys, about 20 s
+    python -m benchmarks.privacy.black_box_audit --plot benchmarks/privacy/results/black_box_audit.json \
+        --figure benchmarks/privacy/figures/black_box_audit.png   # the figure from a stored run
 
 Ends with one JSON line (``headline``: ``honest_rows``, ``honest_below_claim``,
 ``honest_below_claim_gdp``, ``min_ratio``, ``min_ratio_gdp``, ``eps8_min_ratio``,
@@ -29,13 +32,15 @@ Ends with one JSON line (``headline``: ``honest_rows``, ``honest_below_claim``,
 from __future__ import annotations
 
 import argparse
+import json
 import logging
-import math
 import time
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from benchmarks.common import emit_json, machine_description, run_tasks
+from benchmarks.privacy.trainer_audit import _plain
 
 BENCHMARK = "black_box_audit"
 ESTIMATORS = ("DPGLVQ", "DPGMLVQ", "DPLGMLVQ")
@@ -48,13 +53,6 @@ HONEST = [(name, engine, 8.0) for name in ESTIMATORS for engine in ENGINES] + [
 TWINS = ("noise_halved", "clipping_skipped")
 TWIN_ESTIMATOR, TWIN_EPSILON = "DPGMLVQ", 1.0
 SAMPLING_RATE, EPOCHS = 1.0, 10
-
-
-def _plain(value: Any) -> Any:
-    """A JSON value: floats rounded to 6 places, an undefined one as null."""
-    if isinstance(value, float):
-        return round(value, 6) if math.isfinite(value) else None
-    return value
 
 
 def audit_row(task: tuple[str, str, float, str | None, int], seed: int, threads: int) -> dict[str, Any]:
@@ -99,6 +97,40 @@ def headline(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Both lower bounds over the claim for every row (honest runs, then broken twins);
+    bars above the plot's top are cut and labelled with their ratio."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    top = 2.0
+    labels = [
+        f"{r['estimator']} {r['engine']} eps {r['epsilon']:g}"
+        + (f" {r['twin'].replace('_', ' ')}" if r["twin"] else "")
+        for r in rows
+    ]
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.75 * len(rows)), 4.8))
+    for offset, key, label in ((-0.2, "ratio", "assumption-free"), (0.2, "ratio_gdp", "Gaussian trade-off")):
+        ratios = [r[key] for r in rows]
+        bars = ax.bar([i + offset for i in range(len(rows))], [min(v, top) for v in ratios], 0.4, label=label)
+        for bar, value in zip(bars, ratios, strict=True):
+            if value > top:
+                ax.text(bar.get_x() + bar.get_width() / 2, top, f"{value:.0f}", ha="center", va="bottom", fontsize=7)
+    ax.axhline(1.0, color="black", lw=1, label="claim")
+    ax.axhline(0.5, color="grey", lw=0.8, ls="--", label="target at epsilon 8 (0.5)")
+    ax.set_ylim(0, top * 1.08)
+    ax.set_xticks(range(len(rows)), labels, rotation=35, ha="right", fontsize=7)
+    ax.set_ylabel("lower bound / claimed epsilon")
+    ax.set_title("Black-box DP-SGD audits from a worst-case start (final model only, 95 %, delta 1e-5)")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--fits", type=int, default=20_000, help="runs per data set of each honest audit (default 20000)")
@@ -108,7 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="also write the JSON summary to this file")
+    p.add_argument("--figure", type=Path, default=None, help="plot the bounds against the claims into this file")
+    p.add_argument("--plot", type=Path, default=None, help="only plot a stored run's JSON (with --figure)")
     args = p.parse_args(argv)
+    if args.plot is not None:
+        if args.figure is None:
+            p.error("--plot needs --figure")
+        plot(json.loads(args.plot.read_text())["rows"], args.figure)
+        return 0
     if args.quick:
         args.fits = args.twin_fits = 100
     tasks = [(name, engine, eps, None, args.fits) for name, engine, eps in HONEST]
@@ -131,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['claimed_epsilon']:>7.3f} {r['epsilon_lower_bound']:>8.3f} {r['epsilon_lower_bound_gdp']:>8.3f}"
         )
     print(f"\n{elapsed:.1f} s on {machine_description()}\n")
+    if args.figure is not None:
+        plot(rows, args.figure)
     emit_json(
         {
             "benchmark": BENCHMARK,

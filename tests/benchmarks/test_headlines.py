@@ -71,6 +71,7 @@ CHEAP = [
     pytest.param("privacy.noise_samplers", "privacy/results/noise_samplers.json", [], False, id="noise_samplers"),
     pytest.param("privacy.audit", "privacy/results/privacy_audit.json", [], False, id="privacy_audit"),
     pytest.param("privacy.trainer_audit", "privacy/results/trainer_audit.json", [], False, id="trainer_audit"),
+    pytest.param("privacy.black_box_audit", "privacy/results/black_box_audit.json", [], False, id="black_box_audit"),
     pytest.param("dpsgd.speed", "dpsgd/results/dpsgd_speed.json", ["--threads", "1"], False, id="dpsgd_speed"),
     pytest.param(
         "svdd.accuracy",
