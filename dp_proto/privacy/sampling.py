@@ -103,8 +103,9 @@ def _record_template(dataset: Dataset) -> tuple[Tensor, ...]:
 class PoissonDataLoader(DataLoader):
     """A ``DataLoader`` over ``dataset`` (records are tuples of tensors) whose batches
     come from ``PoissonBatchSampler`` at rate ``sampling_rate`` (float64 coins from
-    ``generator``); an empty batch is a tuple of length-0 tensors. ``sample_rate`` as
-    in Opacus' ``DPDataLoader``, which it replaces."""
+    ``generator``); an empty batch is a tuple of length-0 tensors (every batch of an
+    empty ``TensorDataset``). ``sample_rate`` as in Opacus' ``DPDataLoader``, which it
+    replaces."""
 
     def __init__(self, dataset: Dataset, sampling_rate: float, generator: torch.Generator | None):
         sampler = PoissonBatchSampler(num_samples=len(dataset), sample_rate=sampling_rate, generator=generator)  # type: ignore[arg-type]
