@@ -34,12 +34,14 @@ samplers therefore return ``max(||g_i||, kappa m_i)`` with ``kappa = CANCELLATIO
 so that ``c_i m_i <= C / kappa`` for every clipped record in every model state:
 
 * GLVQ: ``R_ik = 2 (||x_i - w_k|| + 2 ||w_k||) >= 2 (||x_i|| + ||w_k||)``;
-* GMLVQ, with the projections ``u_i = Omega x_i`` and ``p_k = Omega w_k`` as computed
-  (the distances and the closed form share them): prototypes
-  ``2 s (||u_i|| + ||p_k||)``, metric ``2 (||u_i|| + ||p_k||)(||x_i|| + ||w_k||)``, where
-  ``s = sqrt(||Omega||_1 ||Omega||_inf)`` (largest column and row sums of ``|Omega|``)
-  bounds the spectral norms of ``Omega`` and ``|Omega|`` (so also the terms
-  ``Omega^T u_i`` and ``Omega^T p_k`` of the prototypes' sum);
+* GMLVQ: prototypes ``2 s^2 (||x_i|| + ||w_k||)``, metric ``2 s (||x_i|| + ||w_k||)^2``,
+  where ``s = sqrt(||Omega||_1 ||Omega||_inf)`` (largest column and row sums of
+  ``|Omega|``) bounds the spectral norms of ``Omega`` and ``|Omega|``, so also the
+  projections ``u_i = Omega x_i``, ``p_k = Omega w_k`` and the terms ``Omega^T u_i``,
+  ``Omega^T p_k`` of the prototypes' sum. The operands' sizes, not the computed
+  projections': for a record and prototypes in the (near-)null space of ``Omega`` the
+  projections are rounding only, which follows the batch, and the guard must still
+  bound what that rounding moves;
 * LGMLVQ (Opacus' samplers form the projections differently from the distances; the
   fused engine reuses the distances'): prototypes ``2 s_k^2 (||x_i|| + ||w_k||)``, metric
   ``2 s_k (||x_i|| + ||w_k||)^2``, with ``s_k`` of ``Omega_k``.
@@ -223,8 +225,9 @@ def gmlvq_clipping_norms(
     u, pw = projections
     out: dict[nn.Parameter, Tensor] = {}
     omega_bound = spectral_bound(layer.omega)
-    # |G_ik| (||Omega x_i|| + ||Omega w_k||): the projections as computed (the closed form reuses them)
-    projected = coef.abs() * (torch.linalg.vector_norm(u, dim=1)[:, None] + torch.linalg.vector_norm(pw, dim=1)[index])
+    # |G_ik| s (||x_i|| + ||w_k||) >= |G_ik| (||Omega x_i|| + ||Omega w_k||): the operands'
+    # sizes, not the computed projections (module docstring)
+    projected = coef.abs() * omega_bound * _scales(x, layer.prototypes, index)
     if layer.prototypes.requires_grad:
         # Omega^T p_k = Omega^T Omega x - Omega^T Omega w_k, as explicit differences; the K rows are distinct
         z, zw = metric_projections if metric_projections is not None else (u @ layer.omega, pw @ layer.omega)

@@ -16,6 +16,7 @@ terms of norm at most ``C``; measured below 1e-5).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -91,6 +92,7 @@ def states(draw):
         record = torch.rand(d, generator=gen, dtype=torch.float64) * 2 - 1
     record_label = draw(st.integers(0, num_classes - 1))
     return {
+        "null_space": draw(st.booleans()),
         "d": d,
         "labels": labels,
         "prototypes": prototypes,
@@ -115,7 +117,38 @@ def _model(state: dict, layer: str, dtype: torch.dtype) -> PrototypeModel:
     else:
         omegas = torch.stack([_omega(state["omega"], rank, d, gen, dtype) for _ in labels])
         module = LGMLVQLayer(d, len(labels), rank=rank, prototypes=prototypes, omega_init=omegas)
-    return PrototypeModel(module.to(dtype), labels)
+    model = PrototypeModel(module.to(dtype), labels)
+    if state.get("null_space") and layer != "glvq":
+        _into_null_space(state, model)
+    return model
+
+
+def _null_basis(omega: torch.Tensor) -> torch.Tensor:
+    """``(k, d)`` orthonormal rows spanning the null space of ``omega (r, d)`` (``k = 0`` if none)."""
+    _, s, vh = torch.linalg.svd(omega.double())
+    rank = int((s > 1e-12 * s.max().clamp_min(1e-300)).sum()) if s.numel() else 0
+    return vh[rank:]
+
+
+def _into_null_space(state: dict, model: PrototypeModel) -> None:
+    """Move the records, the record to add and the prototypes (in ``state`` and ``model``)
+    into the null space of the first prototype's metric, where ``Omega x`` is rounding
+    only: the projections' rounding follows the batch, and so do the winners' projected
+    differences."""
+    layer = model.layer
+    omega = layer.omega if hasattr(layer, "omega") else layer.omegas[0]
+    null = _null_basis(omega.detach())
+    if null.shape[0] == 0 or torch.count_nonzero(omega) == 0:
+        return
+
+    def project(z: torch.Tensor) -> torch.Tensor:
+        inside = z.double() @ null.T @ null
+        return inside / inside.abs().amax(1, keepdim=True).clamp_min(1.0)  # still in [-1, 1]^d
+
+    state["x"] = project(state["x"])
+    state["record"] = (project(state["record"][0]), state["record"][1])
+    with torch.no_grad():
+        layer.prototypes.copy_(project(layer.prototypes.detach()).to(layer.prototypes.dtype))
 
 
 def _check(state, engine, layer, dtype, transfer, clip=1.0):
@@ -214,6 +247,35 @@ def test_a_close_pair_under_a_tiny_metric(engine, layer, dtype):
     state["x"], state["record"] = state["x"].double(), (state["record"][0].double(), state["record"][1])
     _check(state, engine, layer, dtype, "sigmoid")
     _check(state, engine, layer, dtype, "identity")
+
+
+@pytest.mark.parametrize("layer", ["gmlvq", "lgmlvq"])
+@pytest.mark.parametrize(("engine", "dtype"), ENGINE_DTYPES)
+def test_records_and_prototypes_in_the_metric_null_space(engine, layer, dtype):
+    """Records and prototypes in the null space of a rank-2 metric on 8 features: the
+    projections ``Omega x`` are rounding only, which a batch of one rounds differently
+    from a batch of two. GMLVQ's guard took its term sizes from those projections, so it
+    never fired there, and one other record's clipped gradient turned with the rounding:
+    the sum moved by 1.98 C (fused, hooks; 5.7 C functorch) in float32 and by
+    ``C (1 + 2e-8)`` in float64 (a metric of scale 1e6) before the guard took the
+    operands' sizes."""
+    for seed, omega in itertools.product(range(10), ("random", "huge")):
+        gen = torch.Generator().manual_seed(seed)
+        for n in (1, 3):
+            state = {
+                "null_space": True,
+                "d": 8,
+                "labels": [0, 1],
+                "prototypes": torch.rand(2, 8, generator=gen, dtype=torch.float64) * 2e-3 - 1e-3,
+                "omega": omega,
+                "rank": 2,
+                "gen_seed": seed,
+                "x": torch.rand(n, 8, generator=gen, dtype=torch.float64) * 2 - 1,
+                "y": torch.randint(0, 2, (n,), generator=gen),
+                "record": (torch.rand(1, 8, generator=gen, dtype=torch.float64) * 2 - 1, torch.tensor([1])),
+            }
+            _check(state, engine, layer, dtype, "identity")
+            _check(state, engine, layer, dtype, "sigmoid")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
