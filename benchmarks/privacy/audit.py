@@ -29,14 +29,14 @@ Whole trainers, each with a deliberately broken variant the audit must flag:
 One DP-SGD step of each engine, white box, from a worst-case state
 (``dp_proto.lvq.private.audit.dp_sgd_step_audit_setup``): ``step_<engine>_<layer>_<canary>_eps<E>``
 for the engines ``fused``, ``hooks`` and ``ghost`` of ``fit_dp_sgd``, GLVQ / GMLVQ / LGMLVQ
-layers in float32 (ghost clipping, offered in float64 only: float64; before the fix:
-float32), with prototypes of classes 0 and 1 both at the corner (1, 1), 40 class-0
+layers in float32 (which ``fit_dp_sgd`` runs in float64; before the fix: in float32), with
+prototypes of classes 0 and 1 both at the corner (1, 1), 40 class-0
 records at (-1, -1) and a class-0 canary on the coincident pair (``pair``) or at the centre
 (``centre``, where its clipped contribution is largest: exactly C for a correct engine); one
 full-batch step (q = 1) at the noise multiplier calibrated to epsilon E in (1, 2, 4, 8), claimed
 at the epsilon the ledger certifies for it (delta 1e-5); statistic: the noisy clipped sum's
 projection on the direction of the pre-noise difference. ``..._before_fix``: the engine before
-commit 87dfabc (``CANCELLATION_GUARD`` patched to 0.0, ghost clipping allowed in
+commit 87dfabc (``CANCELLATION_GUARD`` patched to 0.0, the layer run in its own
 float32), which moved by 40 C on the pair.
 
 An honest mechanism must give a lower bound below its claim (up to the 5 % chance the

@@ -271,6 +271,11 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
     ``PrivacySpendCallback`` to log epsilon; the module keeps
     the ledger in its checkpoints itself.
 
+    The prototype layer trains in float64, where the clipped sum's sensitivity bound is
+    proved (docs/privacy-model.md): a layer of another dtype is cast in place (the
+    hyperparameters' ``model_spec`` keeps the dtype it was given in); a backbone keeps
+    its own dtype, and the layer casts its features.
+
     The noise is float64 Box-Muller noise (``make_noise_sound``;
     Opacus' float32 ``torch.normal`` has no tails beyond about 5.8 sigma) from a
     generator seeded with fresh operating-system entropy, never from torch's global
@@ -335,6 +340,7 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
             raise ValueError("DP-SGD needs a first-order optimizer ('sgd' or 'adam'), not 'lbfgs'")
         self.check_dp_settings(noise_multiplier, max_grad_norm, sampling_rate, generator, secure_mode)
         super().__init__(model, optimizer=optimizer, lr=lr, **kwargs)  # hparams: no ledger, no generator
+        self.model.layer.to(torch.float64)  # the clipped sum's bound is proved in float64
         self.set_dp_settings(
             ledger, noise_multiplier, max_grad_norm, sampling_rate, expected_batch_size, generator, secure_mode
         )

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.lvq.private import grad_samplers, opacus_engine
+from dp_proto.lvq.private import dpsgd, grad_samplers
 from dp_proto.lvq.private.aggregate import BinTraining
 from dp_proto.lvq.private.dp_init import dp_class_mean_prototypes
 from dp_proto.lvq.private.dpsgd import SGDSettings, fit_dp_sgd, fixed_noise_recipe
@@ -168,18 +168,17 @@ STEP_CANARIES = ("pair", "centre")
 @contextlib.contextmanager
 def _cancellation_guard(value: float | None) -> Iterator[None]:
     """``grad_samplers.CANCELLATION_GUARD`` set to ``value`` inside the block (None:
-    unchanged); with a value, ghost clipping is offered in float32 too, as it was before
-    the guard (``opacus_engine.GHOST_DTYPES``)."""
+    unchanged); with a value, ``fit_dp_sgd`` also runs the layer in its own dtype, as it
+    did before the guard (``dpsgd.TRAINING_DTYPE``)."""
     if value is None:
         yield
         return
-    old = grad_samplers.CANCELLATION_GUARD, opacus_engine.GHOST_DTYPES
-    grad_samplers.CANCELLATION_GUARD = value
-    opacus_engine.GHOST_DTYPES = (torch.float32, torch.float64)
+    old = grad_samplers.CANCELLATION_GUARD, dpsgd.TRAINING_DTYPE
+    grad_samplers.CANCELLATION_GUARD, dpsgd.TRAINING_DTYPE = value, None
     try:
         yield
     finally:
-        grad_samplers.CANCELLATION_GUARD, opacus_engine.GHOST_DTYPES = old
+        grad_samplers.CANCELLATION_GUARD, dpsgd.TRAINING_DTYPE = old
 
 
 def _corner_state(layer: str, dim: int, dtype: torch.dtype) -> PrototypeModel:
@@ -202,7 +201,8 @@ def step_pre_noise_sum(
 ) -> Tensor:
     """The clipped gradient sum ``(P,)`` that ``fit_dp_sgd`` noises in one full-batch step
     (``sampling_rate=1``) of ``engine`` on ``(x, y)``, from a copy of ``model``, in the
-    model's dtype.
+    dtype the engine computed it in (``fit_dp_sgd``'s float64; the layer's own before
+    the fix).
 
     White box: it runs the real ``fit_dp_sgd`` for one step and reads the pre-noise sum
     off the engine's ``"dp_sgd"`` release (``dp_proto.privacy.testing.intercept``, which
@@ -213,7 +213,6 @@ def step_pre_noise_sum(
     if engine not in STEP_ENGINES:
         raise ValueError(f"engine must be one of {STEP_ENGINES}, got {engine!r}")
     model = copy.deepcopy(model)
-    dtype = model.layer.prototypes.dtype
     with _cancellation_guard(cancellation_guard), capture_releases() as recorder, warnings.catch_warnings():
         warnings.filterwarnings("ignore", module=r"opacus\.")  # Opacus' notices on its own set-up
         without_leak_warning(  # a seeded run on purpose: its noise is discarded
@@ -236,10 +235,11 @@ def step_pre_noise_sum(
                 generator=torch.Generator().manual_seed(0),
             )
         )
-    parts = [r.pre_noise for r in recorder.releases if r.name == "dp_sgd" and r.pre_noise is not None]
-    if not parts:  # pragma: no cover - every engine releases its sum through intercept
+    steps = [r for r in recorder.releases if r.name == "dp_sgd" and r.pre_noise is not None]
+    if not steps:  # pragma: no cover - every engine releases its sum through intercept
         raise RuntimeError(f"the {engine} engine released no pre-noise sum")
-    return torch.cat([p.reshape(-1) for p in parts]).to(dtype)  # recorded in float64: exact
+    computed = steps[0].output.dtype  # the dtype the engine summed in (recorded in float64: exact)
+    return torch.cat([r.pre_noise.reshape(-1) for r in steps if r.pre_noise is not None]).to(computed)
 
 
 @dataclass(frozen=True)
@@ -271,7 +271,7 @@ def dp_sgd_step_audit_setup(
     dim: int = 2,
     transfer_fn: str = "sigmoid",
     beta: float = 16.0,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype = torch.float32,
     batch: int = 50_000,
 ) -> StepAuditSetup:
     """One full-batch DP-SGD step of ``engine`` on a ``layer`` model in a worst-case
@@ -279,9 +279,9 @@ def dp_sgd_step_audit_setup(
     claim.
 
     State (public, fixed): prototypes of classes 0 and 1 both at the corner ``(1, ..., 1)``
-    of ``[-1, 1]^dim`` in ``dtype`` (default float32, where the bound is tested rather than
-    proved; float64 for ghost clipping, which is offered there only, except before the
-    fix); the estimators' transfer, the sigmoid with slope 16. ``D0``: ``n_records``
+    of ``[-1, 1]^dim`` in ``dtype`` (default float32: ``fit_dp_sgd`` runs the layer in
+    float64, the engines before the fix in float32, where they moved by 40 C); the
+    estimators' transfer, the sigmoid with slope 16. ``D0``: ``n_records``
     class-0 records at the opposite corner. ``D1``: ``D0`` plus a class-0 canary, ``canary=``
 
     * ``"pair"``: on the coincident pair, where the GLVQ derivatives grow like
@@ -318,8 +318,6 @@ def dp_sgd_step_audit_setup(
     sigma = calibrate_noise_multiplier(epsilon, delta, 1.0, 1)
     claimed = PrivacyLedger.epsilon_of([dp_sgd_event(sigma, 1.0, 1)], delta)
     std = sigma * max_grad_norm
-    if dtype is None:
-        dtype = torch.float64 if engine == "ghost" and not before_fix else torch.float32
     model = _corner_state(layer, dim, dtype)
     x0 = -torch.ones(n_records, dim, dtype=dtype)
     y0 = torch.zeros(n_records, dtype=torch.long)

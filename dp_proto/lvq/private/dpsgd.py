@@ -27,8 +27,9 @@ cleanly between epochs.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -43,7 +44,7 @@ from dp_proto.lvq.private.dp_init import INIT_MECHANISMS, DPInitResult, dp_class
 from dp_proto.lvq.private.engine_run import DPSGDResult, EngineRun
 from dp_proto.lvq.private.fused import CLIPPING_MODES, check_fusable, fit_dp_sgd_fused
 from dp_proto.lvq.private.opacus_adapter import check_expected_batch_size
-from dp_proto.lvq.private.opacus_engine import check_ghost_dtype, fit_opacus
+from dp_proto.lvq.private.opacus_engine import fit_opacus
 from dp_proto.lvq.sparse import check_penalty, check_sparsifiable, metric_parameter, sparsify_step_
 from dp_proto.lvq.training import parameter_groups
 from dp_proto.privacy.data_parallel import DataParallel
@@ -164,9 +165,9 @@ class DPSGD:
         ``auto``: ``fused`` where the model allows it, else ``opacus``.
     grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
         Opacus engine only. ``hooks`` uses the registered closed-form samplers; ``ghost``
-        Opacus' ghost clipping with their norms (on a float64 prototype layer only:
-        ``run`` and ``fit_dp_sgd`` refuse others before any release); ``functorch``
-        Opacus' generic per-sample gradients.
+        Opacus' ghost clipping with their norms; ``functorch`` Opacus' generic
+        per-sample gradients. Every engine runs the prototype layer in float64
+        (``TRAINING_DTYPE``).
     transfer_fn : str, default "identity"; beta : float, default 1.0
         The GLVQ cost's transfer function and its slope.
     secure_mode : bool, default False
@@ -397,6 +398,45 @@ def fit_dp_sgd(
         beta=recipe.beta,
         progress=progress and (data_parallel is None or data_parallel.rank == 0),
     )
+    with layer_in_training_dtype(model):
+        return _train(model, x, y, recipe, run, engine, data_parallel)
+
+
+#: The dtype in which ``fit_dp_sgd`` runs a model's prototype layer, whatever the layer's
+#: own: the clipped sum's sensitivity bound is proved in float64 (docs/privacy-model.md).
+#: ``None``: the layer's own dtype (only the audits' twins of the engines before the fix).
+TRAINING_DTYPE: torch.dtype | None = torch.float64
+
+
+@contextlib.contextmanager
+def layer_in_training_dtype(model: PrototypeModel) -> Iterator[None]:
+    """``model.layer`` cast to ``TRAINING_DTYPE`` inside the block and back to its own
+    dtype after it (a cast of the trained parameters: post-processing), in place: the
+    parameters stay the same objects. A backbone keeps its dtype; the layer casts its
+    input features."""
+    stored = model.layer.prototypes.dtype
+    target = TRAINING_DTYPE
+    if target is None or stored == target:
+        yield
+        return
+    model.layer.to(target)
+    try:
+        yield
+    finally:
+        model.layer.to(stored)
+
+
+def _train(
+    model: PrototypeModel,
+    x: Tensor,
+    y: Tensor,
+    recipe: DPSGD,
+    run: EngineRun,
+    engine: str,
+    data_parallel: DataParallel | None,
+) -> DPSGDResult:
+    """``fit_dp_sgd``'s optimizer, post-step and engine loop, on the layer as it is."""
+    sigma = run.noise_multiplier
     settings = recipe.sgd
     opt = settings.make_optimizer(model)
     steps = run.steps
@@ -420,8 +460,8 @@ def fit_dp_sgd(
         sampling_rate=run.sampling_rate,
         expected_batch_size=run.expected_batch_size,
     )
-    if ledger.budget is not None:
-        precheck_plan(ledger, dp_sgd_event(sigma, run.sampling_rate, steps))
+    if run.ledger.budget is not None:
+        precheck_plan(run.ledger, dp_sgd_event(sigma, run.sampling_rate, steps))
     if engine == "fused":
         fit_dp_sgd_fused(model, x, y, run, opt, result, post_step, data_parallel)
     else:
@@ -434,8 +474,7 @@ def fit_dp_sgd(
 
 def _resolve_engine(model: PrototypeModel, recipe: DPSGD) -> str:
     """The engine of a run (``"auto"`` is ``fused`` where the model allows it, else
-    ``opacus``), after checking that the Opacus engine's mode is offered for the
-    model's dtype (no record is read)."""
+    ``opacus``; no record is read)."""
     engine = recipe.engine
     if engine == "auto":
         try:
@@ -443,8 +482,6 @@ def _resolve_engine(model: PrototypeModel, recipe: DPSGD) -> str:
             engine = "fused"
         except ValueError:
             engine = "opacus"
-    if engine == "opacus":
-        check_ghost_dtype(model, recipe.grad_sample_mode)
     return engine
 
 

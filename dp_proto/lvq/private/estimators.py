@@ -572,9 +572,9 @@ class DPGLVQ(_DPMixin, GLVQ):
     device : str, default "cpu"
         Torch device of the training.
     dtype : {"float64", "float32"}, default "float64"
-        Torch dtype of the training. The clipped sum's sensitivity bound is proved for
-        float64 only; for float32 it is tested, not proved (docs/privacy-model.md,
-        "Floating point", which also compares the two dtypes' speed).
+        Torch dtype of the fitted model. DP-SGD runs the prototype layer in float64
+        either way, where the clipped sum's sensitivity bound is proved
+        (docs/privacy-model.md), and casts the trained parameters to ``dtype``.
 
     Attributes
     ----------
@@ -835,9 +835,9 @@ class DPGMLVQ(_DPMixin, GMLVQ):
     device : str, default "cpu"
         Torch device of the training.
     dtype : {"float64", "float32"}, default "float64"
-        Torch dtype of the training. The clipped sum's sensitivity bound is proved for
-        float64 only; for float32 it is tested, not proved (docs/privacy-model.md,
-        "Floating point", which also compares the two dtypes' speed).
+        Torch dtype of the fitted model. DP-SGD runs the prototype layer in float64
+        either way, where the clipped sum's sensitivity bound is proved
+        (docs/privacy-model.md), and casts the trained parameters to ``dtype``.
 
     Attributes
     ----------
@@ -1101,9 +1101,9 @@ class DPLGMLVQ(_DPMixin, LGMLVQ):
     device : str, default "cpu"
         Torch device of the training.
     dtype : {"float64", "float32"}, default "float64"
-        Torch dtype of the training. The clipped sum's sensitivity bound is proved for
-        float64 only; for float32 it is tested, not proved (docs/privacy-model.md,
-        "Floating point", which also compares the two dtypes' speed).
+        Torch dtype of the fitted model. DP-SGD runs the prototype layer in float64
+        either way, where the clipped sum's sensitivity bound is proved
+        (docs/privacy-model.md), and casts the trained parameters to ``dtype``.
 
     Attributes
     ----------

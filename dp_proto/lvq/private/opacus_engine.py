@@ -31,24 +31,7 @@ from dp_proto.privacy.dpsgd_plan import BudgetedEpochs
 from dp_proto.privacy.randomness import fresh_generator
 from dp_proto.privacy.sampling import PoissonDataLoader
 
-__all__ = ["fit_opacus", "check_torchcsprng", "GHOST_DTYPES", "check_ghost_dtype"]
-
-#: Prototype-layer dtypes in which ghost clipping is offered: its clipped sum comes from
-#: closed forms whose rounding follows the batch, bounded in float64 only
-#: (docs/privacy-model.md, "The clipped gradient sum as the machine computes it").
-GHOST_DTYPES: tuple[torch.dtype, ...] = (torch.float64,)
-
-
-def check_ghost_dtype(model: PrototypeModel, grad_sample_mode: str) -> None:
-    """``ValueError`` for ghost clipping on a prototype layer whose dtype is not in
-    ``GHOST_DTYPES`` (a public setting: raised before any record is read)."""
-    dtype = model.layer.prototypes.dtype
-    if grad_sample_mode == "ghost" and dtype not in GHOST_DTYPES:
-        raise ValueError(
-            f"ghost clipping needs a float64 prototype layer (its clipped sum's bound is proved in float64 "
-            f"only), got {dtype}: call model.layer.double() (a float32 backbone may stay float32), pass "
-            "dtype='float64' to an estimator, or use grad_sample_mode='hooks'"
-        )
+__all__ = ["fit_opacus", "check_torchcsprng"]
 
 
 class _GLVQCriterion:
