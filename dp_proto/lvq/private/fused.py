@@ -25,8 +25,9 @@ runs the *same* DP-SGD step (Abadi et al. 2016, as in Opacus with Poisson sampli
 
 Its privacy accounting is that of Opacus' with the same ``(sigma, q, T)``: the ledger
 records ``T`` Poisson-subsampled Gaussian steps. It needs a model whose trainable
-parameters all sit in the prototype layer (a frozen, public backbone is allowed); a
-trainable backbone needs Opacus' samplers (``engine="opacus"``).
+parameters all sit in the prototype layer (a frozen, public backbone is allowed: its
+features are computed once, record by record); a trainable backbone needs Opacus'
+samplers (``engine="opacus"``).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ __all__ = [
     "NOISE_CHUNK",
     "fit_dp_sgd_fused",
     "check_fusable",
+    "record_features",
 ]
 
 # Opacus' guard in the clip factor C / (norm + 1e-6).
@@ -444,6 +446,9 @@ def fit_dp_sgd_fused(
     (call that function; this one expects its resolved settings). With
     ``data_parallel``, ``(x, y)`` is this rank's shard (``dp_proto.lvq.private.launch``)."""
     check_fusable(model)
+    if not isinstance(model.backbone, nn.Identity):  # frozen: its features once, record by record
+        x = record_features(model, x)
+        model = PrototypeModel(model.layer, model.prototype_labels)  # the same layer, trained in place
     n = x.shape[0]
     _check_targets(y, model.prototype_labels)  # once here, not at every step
     q = run.sampling_rate
@@ -501,6 +506,19 @@ def fit_dp_sgd_fused(
     if dp is not None:  # one run, one ledger: every rank ran and spent the same steps
         dp.check_same(["steps", "stopped_by_budget"], [result.steps, float(result.stopped_by_budget)])
     return result
+
+
+def record_features(model: PrototypeModel, x: Tensor) -> Tensor:
+    """The backbone's features ``(n, d)`` of ``x (n, ...)``, each record computed alone
+    (a batch of one, no autograd): a record's features are then the same bits whatever
+    else the data set or a batch holds, which a batched forward does not give (BLAS
+    rounds a row differently for different batch sizes), and the prototype layer's
+    sensitivity bound needs (docs/privacy-model.md)."""
+    with torch.no_grad():
+        rows = [model.features(x[i : i + 1]).reshape(1, model.layer.in_features) for i in range(x.shape[0])]
+    if not rows:
+        return x.new_zeros((0, model.layer.in_features))
+    return torch.cat(rows)
 
 
 def _check_targets(y: Tensor, prototype_labels: Tensor) -> None:

@@ -10,7 +10,7 @@ from torch import nn
 
 from dp_proto.lvq import GLVQLayer, GMLVQLayer, LGMLVQLayer, PrototypeModel
 from dp_proto.lvq.private.dpsgd import SGDSettings, fit_dp_sgd, fixed_noise_recipe
-from dp_proto.lvq.private.fused import check_fusable, clipped_gradient_sum
+from dp_proto.lvq.private.fused import check_fusable, clipped_gradient_sum, record_features
 from dp_proto.privacy.ledger import PrivacyLedger
 from tests.lvq.private.test_grad_samplers import _model, _reference
 
@@ -265,3 +265,18 @@ def test_poisson_batches_have_the_bernoulli_distribution():
     assert pair == pytest.approx(q * q, abs=5 * math.sqrt(q * q / draws))
     assert poisson_batch_index(7, 1.0, g, "cpu").tolist() == list(range(7))
     assert poisson_batch_index(0, 0.5, g, "cpu").numel() == 0
+
+
+def test_record_features_are_each_records_own_forward():
+    """A frozen backbone's features, each record a batch of one: the same bits whatever
+    else the data set holds (an empty set gives ``(0, d)``)."""
+    gen = torch.Generator().manual_seed(0)
+    backbone = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3)).double().requires_grad_(False)
+    model = PrototypeModel(GLVQLayer(3, 2, dtype=torch.float64), [0, 1], backbone=backbone)
+    x = torch.rand(7, 6, generator=gen, dtype=torch.float64)
+    features = record_features(model, x)
+    assert features.shape == (7, 3)
+    for i in range(7):
+        assert torch.equal(features[i], backbone(x[i : i + 1])[0])
+        assert torch.equal(record_features(model, x[i:])[0], features[i])
+    assert record_features(model, x[:0]).shape == (0, 3)
