@@ -45,6 +45,7 @@ from dp_proto.lvq.private.engine_run import DPSGDResult, EngineRun
 from dp_proto.lvq.private.fused import CLIPPING_MODES, check_fusable, fit_dp_sgd_fused
 from dp_proto.lvq.private.opacus_adapter import check_expected_batch_size
 from dp_proto.lvq.private.opacus_engine import fit_opacus
+from dp_proto.lvq.private.per_record import fit_per_record
 from dp_proto.lvq.sparse import check_penalty, check_sparsifiable, metric_parameter, sparsify_step_
 from dp_proto.lvq.training import parameter_groups
 from dp_proto.privacy.data_parallel import DataParallel
@@ -77,7 +78,7 @@ __all__ = [
     "precheck_plan",
 ]
 
-ENGINES = ("auto", "fused", "opacus")
+ENGINES = ("auto", "fused", "opacus", "per_record")
 GRAD_SAMPLE_MODES = ("hooks", "ghost", "functorch")
 OPTIMIZERS = ("sgd", "adam")
 
@@ -158,11 +159,15 @@ class DPSGD:
         ``joint``: every per-sample gradient clipped to ``C`` over all parameters (the
         papers); ``per_parameter``: each of the ``P`` trainable parameters clipped to
         ``C / sqrt(P)`` (same sensitivity ``C``, same noise; Opacus' ``per_layer``).
-    engine : {"auto", "fused", "opacus"}, default "auto"
+    engine : {"auto", "fused", "opacus", "per_record"}, default "auto"
         ``fused`` (``dp_proto.lvq.private.fused``): the DP-SGD step run directly on
         tensors, for models whose trainable parameters all lie in the prototype layer;
-        ``opacus``: Opacus' ``PrivacyEngine`` (needed for a trainable backbone);
-        ``auto``: ``fused`` where the model allows it, else ``opacus``.
+        ``opacus``: Opacus' ``PrivacyEngine`` (a trainable backbone);
+        ``per_record`` (``dp_proto.lvq.private.per_record``): every record's gradient
+        computed alone, a batch of one, for a trainable backbone whose batched
+        features would follow the batch's rounding (the proved bound, at one forward
+        and backward pass per record); ``auto``: ``fused`` where the model allows it,
+        else ``opacus``.
     grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
         Opacus engine only. ``hooks`` uses the registered closed-form samplers; ``ghost``
         Opacus' ghost clipping with their norms; ``functorch`` Opacus' generic
@@ -198,7 +203,7 @@ class DPSGD:
         if self.clipping not in CLIPPING_MODES:
             raise ValueError(f"clipping must be one of {CLIPPING_MODES}, got {self.clipping!r}")
         if self.engine not in ENGINES:
-            raise ValueError(f"engine must be 'auto', 'fused' or 'opacus', got {self.engine!r}")
+            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
         if self.grad_sample_mode not in GRAD_SAMPLE_MODES:
             raise ValueError(f"grad_sample_mode must be 'hooks', 'ghost' or 'functorch', got {self.grad_sample_mode!r}")
         if self.clipping == "per_parameter" and self.grad_sample_mode == "ghost" and self.engine == "opacus":
@@ -464,6 +469,8 @@ def _train(
         precheck_plan(run.ledger, dp_sgd_event(sigma, run.sampling_rate, steps))
     if engine == "fused":
         fit_dp_sgd_fused(model, x, y, run, opt, result, post_step, data_parallel)
+    elif engine == "per_record":
+        fit_per_record(model, x, y, run, opt, result, post_step)
     else:
         fit_opacus(model, x, y, run, opt, result, post_step)
     if average is not None:
