@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.engine_run import DPSGDResult, EngineRun
-from dp_proto.lvq.private.fused import CLIPPED_SUM_SLACK, add_gaussian_noise
+from dp_proto.lvq.private.fused import _NORM_GUARD, CLIPPED_SUM_SLACK, add_gaussian_noise
 from dp_proto.lvq.private.guard import ClippingGuard
 from dp_proto.privacy.dpsgd_plan import BudgetedEpochs
 from dp_proto.privacy.randomness import fresh_generator
@@ -39,8 +39,6 @@ from dp_proto.privacy.sampling import poisson_batch_index
 from dp_proto.privacy.testing import intercept
 
 __all__ = ["fit_per_record", "per_record_clipped_sum"]
-
-_NORM_GUARD = 1e-6  # Opacus' guard in the clip factor C / (norm + 1e-6)
 
 
 def per_record_clipped_sum(
