@@ -76,6 +76,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
         "classes": None,
         "expected_batch_size": None,
         "noise_seed": None,
+        "per_record": False,
     },
 }
 

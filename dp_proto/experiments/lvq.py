@@ -504,6 +504,7 @@ def build_private_module(
         sampling_rate=plan.sampling_rate,
         expected_batch_size=expected_batch_size,
         generator=generator,
+        per_record=bool(privacy.get("per_record", False)),
         **module_kwargs,
     )
     return module, ledger

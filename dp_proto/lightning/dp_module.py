@@ -13,14 +13,17 @@ from dp_proto.lightning.callbacks import restore_ledger, save_ledger
 from dp_proto.lightning.datamodule import resumed_seed
 from dp_proto.lightning.module import LVQModule
 from dp_proto.lvq.model import PrototypeModel
+from dp_proto.lvq.private.fused import add_gaussian_noise
 from dp_proto.lvq.private.guard import ClippingGuard
 from dp_proto.lvq.private.opacus_adapter import check_expected_batch_size, make_noise_sound
+from dp_proto.lvq.private.per_record import per_record_clipped_sum
 from dp_proto.privacy.data_parallel import DataParallel
 from dp_proto.privacy.dpsgd_plan import BudgetedEpochs
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.randomness import noise_source
 from dp_proto.privacy.sampling import PoissonBatchSampler
+from dp_proto.privacy.testing import intercept
 
 __all__ = ["DPLVQModule", "EpochBudgetMixin", "check_poisson_loader"]
 
@@ -319,6 +322,15 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         (see ``EpochBudgetMixin``).
     secure_mode : bool
         Noise read from ``os.urandom`` directly.
+    per_record : bool, default False
+        Differentiate every record alone, a batch of one
+        (``dp_proto.lvq.private.per_record``), instead of Opacus' per-sample gradients
+        of one batched pass: a trainable backbone's batched forward rounds a record's
+        features with the batch, which the sensitivity proof does not allow, while here
+        a record's clipped gradient (jointly clipped, with the prototype layer's
+        cancellation guard) is the same bits in any batch. The clipped sum is formed in
+        float64 in index order and noised as above. One forward and backward pass per
+        record; not under a data-parallel trainer.
     """
 
     def __init__(
@@ -334,6 +346,7 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         lr: float = 0.05,
         generator: torch.Generator | None = None,
         secure_mode: bool = False,
+        per_record: bool = False,
         **kwargs,
     ) -> None:
         if optimizer == "lbfgs":
@@ -344,8 +357,10 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         self.set_dp_settings(
             ledger, noise_multiplier, max_grad_norm, sampling_rate, expected_batch_size, generator, secure_mode
         )
-        self.private_model = GradSampleModule(self.model)
+        self.per_record = bool(per_record)
+        self.private_model = self.model if self.per_record else GradSampleModule(self.model)
         self._clipping_guard: ClippingGuard | None = None
+        self._per_record_noise: torch.Generator | None = None
 
     def forward(self, x):
         return self.private_model(x)
@@ -354,13 +369,57 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         # Nothing computed from the training batch is logged: a training loss or accuracy
         # would be a release about the private data that no mechanism accounts for.
         x, y = batch
+        if self.per_record:
+            return self._per_record_step(x, y)
         return self.model.loss(self.private_model(x), y, transfer_fn=self.transfer_fn, beta=self.beta)  # type: ignore[arg-type]
+
+    def _per_record_step(self, x, y):
+        """The noisy clipped sum of the batch's per-record gradients, over the public
+        expected batch size, as the gradient of a surrogate ``sum_p <p, g_p>`` (whose
+        gradient is ``g_p`` exactly), which Lightning's loop backpropagates and steps."""
+        assert self._clipping_guard is not None  # made by configure_optimizers
+        summed, _ = per_record_clipped_sum(
+            self.model,
+            x,
+            y,
+            self.max_grad_norm,
+            transfer_fn=self.transfer_fn,
+            beta=self.beta,
+            guard=self._clipping_guard,
+        )
+        std = self.noise_multiplier * self.max_grad_norm
+
+        def draw():
+            if std == 0:
+                return summed.clone()
+            return add_gaussian_noise(summed, std, generator=self._per_record_noise, secure_mode=self.secure_mode)
+
+        noisy = intercept("dp_sgd", summed, None, None, draw)
+        surrogate, offset = None, 0
+        for p in (p for p in self.model.parameters() if p.requires_grad):
+            g = noisy[offset : offset + p.numel()].view(p.shape).to(p.dtype) / self.expected_batch_size
+            term = (p * g).sum()
+            surrogate = term if surrogate is None else surrogate + term
+            offset += p.numel()
+        return surrogate
+
+    def on_train_start(self) -> None:
+        super().on_train_start()
+        if self.per_record and self.data_parallel() is not None:
+            raise ValueError("per_record=True runs in one process; use per_record=False under a data-parallel trainer")
 
     def on_train_epoch_start(self) -> None:
         self.reserve_epoch_steps()
 
     def configure_optimizers(self):
         base = super().configure_optimizers()
+        if self.per_record:  # clipping and noise in the training step; the base optimizer steps
+            if self._clipping_guard is None:
+                self._clipping_guard = ClippingGuard(self.model, loss_reduction="sum")
+            self._per_record_noise = noise_rng(
+                self.ledger, None if self.secure_mode else self._noise_generator, self.secure_mode, None, "dp_sgd"
+            )
+            return base
         optimizer = DPOptimizer(
             base,
             noise_multiplier=self.noise_multiplier,
