@@ -60,8 +60,12 @@ from dp_proto.anonymizer.validation import as_records, check_count
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lightning.anonymizer import AnonymizerFit, AnonymizerModule
 from dp_proto.lightning.dp_module import EpochBudgetMixin
+from dp_proto.lvq.private.fused import add_gaussian_noise
 from dp_proto.lvq.private.opacus_adapter import check_expected_batch_size
+from dp_proto.lvq.private.per_record import clipped_record_sum
 from dp_proto.privacy.ledger import PrivacyLedger
+from dp_proto.privacy.mechanisms import noise_rng
+from dp_proto.privacy.testing import intercept
 
 __all__ = ["DPAnonymizerModule", "AnonymizerFit", "fit_dp_anonymizer"]
 
@@ -113,6 +117,13 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
         (the ledger records it). Never saved as a hyperparameter.
     secure_mode : bool, default False
         Noise from ``os.urandom``.
+    per_record : bool, default False
+        Differentiate every record's loss alone, a batch of one
+        (``dp_proto.lvq.private.per_record.clipped_record_sum``), instead of Opacus'
+        per-sample gradients of one batched pass, whose rounding follows the batch (a
+        record at a ReLU's kink can switch it when another record joins): a record's
+        clipped gradient is then the same bits in any batch, summed in float64 in index
+        order. One forward and backward pass per record.
     **kwargs
         The other parameters of ``AnonymizerModule`` (``mode="toggle"`` only).
     """
@@ -130,6 +141,7 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
         expected_batch_size: float,
         generator: torch.Generator | None = None,
         secure_mode: bool = False,
+        per_record: bool = False,
         **kwargs,
     ) -> None:
         if kwargs.get("mode", "toggle") != "toggle":
@@ -139,12 +151,12 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
         self.set_dp_settings(
             ledger, noise_multiplier, max_grad_norm, sampling_rate, expected_batch_size, generator, secure_mode
         )
+        self.per_record = bool(per_record)
+        self._per_record_noise: torch.Generator | None = None
+        parts = (self.anonymizer.encoder, self.anonymizer.regular_head, self.anonymizer.private_head)
         # One GradSampleModule per part: its hooks can be switched off while the part is
         # frozen (Opacus' backward hook would otherwise look for activations it never stored).
-        self._per_sample = [
-            GradSampleModule(part)
-            for part in (self.anonymizer.encoder, self.anonymizer.regular_head, self.anonymizer.private_head)
-        ]
+        self._per_sample = [] if self.per_record else [GradSampleModule(part) for part in parts]
 
     def configure_optimizers(self):
         a = self.anonymizer
@@ -154,6 +166,11 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
             {"params": list(a.private_head.parameters())},
         ]
         base = self._optimizer(groups, self.lr)
+        if self.per_record:  # clipping and noise in the training step; the base optimizer steps
+            self._per_record_noise = noise_rng(
+                self.ledger, None if self.secure_mode else self._noise_generator, self.secure_mode, None, "dp_sgd"
+            )
+            return base
         optimizer = DPOptimizer(
             base,
             noise_multiplier=self.noise_multiplier,
@@ -167,6 +184,11 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
         self.reserve_epoch_steps()
 
     def _train_only(self, *parts) -> None:
+        if self.per_record:
+            a = self.anonymizer
+            for part in (a.encoder, a.regular_head, a.private_head):
+                part.requires_grad_(any(part is p for p in parts))
+            return
         for wrapper in self._per_sample:
             trainable = any(wrapper._module is p for p in parts)
             wrapper._module.requires_grad_(trainable)
@@ -176,6 +198,9 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
         x, y, s = batch
         task = self._task()  # the shared schedule: regular, private, then branches / encoder blocks
         self._train_only(*(getattr(self.anonymizer, part) for part in TASK_PARTS[task]))
+        if self.per_record:
+            self._per_record_step(task, x, y, s)
+            return
         optimizer = self.optimizers()
         optimizer.zero_grad(set_to_none=True)
         if len(y) == 0:  # an empty Poisson batch still takes its step: noise only
@@ -186,6 +211,36 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
         check_labels(y, self.num_regular, "regular")
         check_labels(s, self.num_private, "private")
         self.manual_backward(dp_task_loss(self.anonymizer, task, x, y, s, self.prior, self.lam))
+        optimizer.step()
+
+    def _per_record_step(self, task: str, x, y, s) -> None:
+        """One DP-SGD step of ``task`` from the records' own gradients: clipped to ``C``
+        jointly over the task's parameters, summed in float64 in index order, Gaussian
+        noise from the module's generator (the ``"dp_sgd"`` release), divided by the
+        public expected batch size; the base optimizer steps (an empty batch: noise only)."""
+        if len(y):
+            check_labels(y, self.num_regular, "regular")
+            check_labels(s, self.num_private, "private")
+        params = [p for part in TASK_PARTS[task] for p in getattr(self.anonymizer, part).parameters()]
+
+        def record_cost(i: int) -> torch.Tensor:
+            return dp_task_loss(self.anonymizer, task, x[i : i + 1], y[i : i + 1], s[i : i + 1], self.prior, self.lam)
+
+        summed, _ = clipped_record_sum(record_cost, len(y), params, self.max_grad_norm)
+        std = self.noise_multiplier * self.max_grad_norm
+
+        def draw() -> torch.Tensor:
+            if std == 0:
+                return summed.clone()
+            return add_gaussian_noise(summed, std, generator=self._per_record_noise, secure_mode=self.secure_mode)
+
+        noisy = intercept("dp_sgd", summed, None, None, draw)
+        optimizer = self.optimizers()
+        optimizer.zero_grad(set_to_none=True)
+        offset = 0
+        for p in params:
+            p.grad = noisy[offset : offset + p.numel()].view(p.shape).to(p.dtype) / self.expected_batch_size
+            offset += p.numel()
         optimizer.step()
 
     def on_fit_end(self) -> None:
@@ -248,6 +303,7 @@ def fit_dp_anonymizer(
     secure_mode: bool = False,
     expected_batch_size: float | None = None,
     noise_seed: int | None = None,
+    per_record: bool = False,
     **module_kwargs,
 ) -> AnonymizerFit:
     """Train an anonymizer whose whole transcript is ``(epsilon, delta)``-DP (DP-SGD,
@@ -317,6 +373,9 @@ def fit_dp_anonymizer(
         len(x)``: ``len(x)`` is private under add/remove.
     noise_seed : int, optional
         Reproducible noise and coins (tests and benchmarks only; see above).
+    per_record : bool, default False
+        Every record's gradient formed alone (``DPAnonymizerModule``), for a clipped
+        sum that does not follow the batch's rounding; one pass per record.
     **module_kwargs
         Passed to ``DPAnonymizerModule`` (``lr``, ``encoder_lr``, ``optimizer``,
         ``toggle_steps``...).
@@ -442,6 +501,7 @@ def fit_dp_anonymizer(
         expected_batch_size=expected_batch_size,
         generator=generator,
         secure_mode=secure_mode,
+        per_record=per_record,
         lam=lam,
         mode="toggle",
         pretrain_regular_epochs=pretrain_regular_epochs,

@@ -36,6 +36,7 @@ from dp_proto.lvq.losses import glvq_loss
 from dp_proto.lvq.model import PrototypeModel
 from dp_proto.lvq.private.fused import CLIPPED_SUM_SLACK
 from dp_proto.lvq.private.opacus_adapter import make_noise_sound  # (and registers the GLVQ layer's sampler)
+from dp_proto.lvq.private.per_record import clipped_record_sum
 from dp_proto.privacy.testing import capture_releases, sum_movement
 from tests._search import state_search
 
@@ -224,3 +225,44 @@ def test_every_sound_opacus_optimizer_drops_non_finite_records(dtype):
         rec = (torch.tensor([record], dtype=dtype), torch.tensor([0]))
         ratio = sum_movement(release, (x, y), rec, 1.0)
         assert math.isfinite(ratio) and ratio <= bound + (SLACK if dtype == torch.float32 else 1e-9), (record, ratio)
+
+
+@pytest.mark.parametrize("task", ["regular", "encoder"])
+def test_per_record_steps_hold_at_a_relu_kink(task):
+    """Records in the null space of the encoder's first hidden unit (its weights scaled
+    by 1e6, bias 0) sit on that ReLU's kink, where the batched forward's rounding decides
+    whether the unit is on: Opacus' batched per-sample gradients moved the clipped sum
+    by 1.056 C when one record joined a batch of one (this machine's BLAS; not asserted,
+    it depends on the kernel). ``per_record=True`` differentiates every record alone:
+    at most ``C``."""
+    worst, clip = 0.0, 0.01
+    for seed in range(10):
+        module = _module("initial", "uniform", 1.0, clip, seed)
+        first = next(m for m in module.anonymizer.encoder.modules() if isinstance(m, torch.nn.Linear))
+        with torch.no_grad():
+            first.weight[0] *= 1e6
+            first.bias[0] = 0.0
+        tie = first.weight[0].detach().double() / first.weight[0].detach().double().norm()
+        gen = torch.Generator().manual_seed(seed)
+        x = torch.randn(5, D_IN, generator=gen, dtype=torch.float64)
+        x = (x - (x @ tie)[:, None] * tie).float()
+        labels = torch.stack(
+            [torch.randint(0, NUM_REGULAR, (5,), generator=gen), torch.randint(0, NUM_PRIVATE, (5,))], 1
+        )
+        module._train_only(*(getattr(module.anonymizer, part) for part in TRAINED[task]))
+        params = [p for part in TRAINED[task] for p in getattr(module.anonymizer, part).parameters()]
+
+        def per_record(xb, lb, module=module, params=params):
+            def cost(k):
+                return dp_task_loss(
+                    module.anonymizer, task, xb[k : k + 1], lb[k : k + 1, 0], lb[k : k + 1, 1], module.prior, module.lam
+                )
+
+            return clipped_record_sum(cost, xb.shape[0], params, clip)[0]
+
+        for i in range(4):  # a batch of one against a batch of two
+            ratio = sum_movement(
+                per_record, (x[i : i + 1], labels[i : i + 1]), (x[4:], labels[4:]), clip, placements=("last", "first")
+            )
+            worst = max(worst, ratio)
+    assert worst <= 1.0 + 1e-9, worst

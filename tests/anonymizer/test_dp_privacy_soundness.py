@@ -97,3 +97,26 @@ def test_dp_sgd_noise_reaches_beyond_six_sigma(monkeypatch):
         z = (r.output.double() - r.pre_noise) / 0.5
         cos_half = z.reshape(-1)[: (z.numel() + 1) // 2]  # r cos(0); the sin half is r sin(0) = 0
         assert bool((cos_half > 9.8).all()), cos_half.min()
+
+
+def test_per_record_steps_release_each_records_own_clipped_gradients():
+    """``per_record=True``: every step's noised sum is the records' own clipped gradients
+    (each a batch of one), so it does not follow the batch; the run trains, records its
+    steps and passes the neighbour check's shape and event comparison with ``noise_seed``."""
+    x, y, s = _task(40)
+    with capture_releases() as recorder, warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        fit = _fit(x, y, s, per_record=True, pretrain_private_epochs=1, adversarial_epochs=1, noise_seed=3)
+    steps = [r for r in recorder.releases if r.name == "dp_sgd"]
+    assert steps and all(r.pre_noise.dtype == torch.float64 for r in steps)
+    assert len(steps) == fit.module.steps_recorded
+    assert fit.module.per_record and fit.module.hparams["per_record"] is True
+    base = _small_model()
+    assert not torch.equal(_weights(fit), torch.cat([p.detach().flatten() for p in base.parameters()]))
+
+    def release(x_, y_, s_):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyLeakWarning)
+            return _weights(_fit(x_, y_, s_, per_record=True, noise_seed=3))
+
+    neighbour_check(release, (x, y, s), removals=[0, 7]).assert_ok()

@@ -38,7 +38,7 @@ from dp_proto.privacy.randomness import fresh_generator
 from dp_proto.privacy.sampling import poisson_batch_index
 from dp_proto.privacy.testing import intercept
 
-__all__ = ["fit_per_record", "per_record_clipped_sum"]
+__all__ = ["fit_per_record", "per_record_clipped_sum", "clipped_record_sum"]
 
 
 def per_record_clipped_sum(
@@ -63,21 +63,43 @@ def per_record_clipped_sum(
     params = [p for p in model.parameters() if p.requires_grad]
     own = guard is None
     guard = ClippingGuard(model, loss_reduction="sum") if guard is None else guard
-    total = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64, device=x.device)
-    costs = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
-    bound = max_grad_norm / math.sqrt(len(params)) if params else 0.0
+
+    def record_cost(i: int) -> Tensor:
+        return model.loss(model(x[i : i + 1]), y[i : i + 1], transfer_fn=transfer_fn, beta=beta, reduction="sum")  # type: ignore[arg-type]
+
     try:
-        for i in range(x.shape[0]):
-            cost = model.loss(model(x[i : i + 1]), y[i : i + 1], transfer_fn=transfer_fn, beta=beta, reduction="sum")  # type: ignore[arg-type]
-            grads = torch.autograd.grad(cost, params, allow_unused=True)
-            floors = guard()
-            costs[i] = cost.detach()
-            clipped = _clip_record(params, grads, floors, max_grad_norm, bound, clipping)
-            if clipped is not None:
-                total.add_(clipped)
+        return clipped_record_sum(record_cost, x.shape[0], params, max_grad_norm, clipping=clipping, floors=guard)
     finally:
         if own:
             guard.remove()
+
+
+def clipped_record_sum(
+    record_cost: Callable[[int], Tensor],
+    count: int,
+    params: list[nn.Parameter],
+    max_grad_norm: float,
+    *,
+    clipping: str = "joint",
+    floors: Callable[[], dict[Tensor, Tensor]] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """``sum_i clip_C(grad record_cost(i))`` over ``i < count`` ``(P,)`` in float64 (the
+    ``params`` flattened in order, each record's gradient formed alone and added in
+    index order) and the costs ``(count,)``. ``floors``, called after each record's
+    backward pass, gives per-parameter floors of its norms (the cancellation guard); a
+    record whose gradient or floor is not finite contributes zero."""
+    total = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64)
+    costs = torch.zeros(count, dtype=torch.float64)
+    if params:
+        total, costs = total.to(params[0].device), costs.to(params[0].device)
+    bound = max_grad_norm / math.sqrt(len(params)) if params else 0.0
+    for i in range(count):
+        cost = record_cost(i)
+        grads = torch.autograd.grad(cost, params, allow_unused=True)
+        costs[i] = cost.detach()
+        clipped = _clip_record(params, grads, floors() if floors is not None else {}, max_grad_norm, bound, clipping)
+        if clipped is not None:
+            total.add_(clipped)
     return total, costs
 
 
