@@ -60,12 +60,10 @@ from dp_proto.anonymizer.validation import as_records, check_count
 from dp_proto.exceptions import PrivacyLeakWarning
 from dp_proto.lightning.anonymizer import AnonymizerFit, AnonymizerModule
 from dp_proto.lightning.dp_module import EpochBudgetMixin
-from dp_proto.lvq.private.fused import add_gaussian_noise
 from dp_proto.lvq.private.opacus_adapter import check_expected_batch_size
-from dp_proto.lvq.private.per_record import clipped_record_sum
+from dp_proto.lvq.private.per_record import clipped_record_sum, noisy_gradients
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import noise_rng
-from dp_proto.privacy.testing import intercept
 
 __all__ = ["DPAnonymizerModule", "AnonymizerFit", "fit_dp_anonymizer"]
 
@@ -227,20 +225,18 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
             return dp_task_loss(self.anonymizer, task, x[i : i + 1], y[i : i + 1], s[i : i + 1], self.prior, self.lam)
 
         summed, _ = clipped_record_sum(record_cost, len(y), params, self.max_grad_norm)
-        std = self.noise_multiplier * self.max_grad_norm
-
-        def draw() -> torch.Tensor:
-            if std == 0:
-                return summed.clone()
-            return add_gaussian_noise(summed, std, generator=self._per_record_noise, secure_mode=self.secure_mode)
-
-        noisy = intercept("dp_sgd", summed, None, None, draw)
+        grads = noisy_gradients(
+            summed,
+            params,
+            self.noise_multiplier * self.max_grad_norm,
+            self.expected_batch_size,
+            generator=self._per_record_noise,
+            secure_mode=self.secure_mode,
+        )
         optimizer = self.optimizers()
         optimizer.zero_grad(set_to_none=True)
-        offset = 0
-        for p in params:
-            p.grad = noisy[offset : offset + p.numel()].view(p.shape).to(p.dtype) / self.expected_batch_size
-            offset += p.numel()
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g
         optimizer.step()
 
     def on_fit_end(self) -> None:

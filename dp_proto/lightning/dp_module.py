@@ -13,17 +13,15 @@ from dp_proto.lightning.callbacks import restore_ledger, save_ledger
 from dp_proto.lightning.datamodule import resumed_seed
 from dp_proto.lightning.module import LVQModule
 from dp_proto.lvq.model import PrototypeModel
-from dp_proto.lvq.private.fused import add_gaussian_noise
 from dp_proto.lvq.private.guard import ClippingGuard
 from dp_proto.lvq.private.opacus_adapter import check_expected_batch_size, make_noise_sound
-from dp_proto.lvq.private.per_record import per_record_clipped_sum
+from dp_proto.lvq.private.per_record import noisy_gradients, per_record_clipped_sum
 from dp_proto.privacy.data_parallel import DataParallel
 from dp_proto.privacy.dpsgd_plan import BudgetedEpochs
 from dp_proto.privacy.ledger import PrivacyLedger
 from dp_proto.privacy.mechanisms import noise_rng
 from dp_proto.privacy.randomness import noise_source
 from dp_proto.privacy.sampling import PoissonBatchSampler
-from dp_proto.privacy.testing import intercept
 
 __all__ = ["DPLVQModule", "EpochBudgetMixin", "check_poisson_loader"]
 
@@ -387,20 +385,16 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
             beta=self.beta,
             guard=self._clipping_guard,
         )
-        std = self.noise_multiplier * self.max_grad_norm
-
-        def draw():
-            if std == 0:
-                return summed.clone()
-            return add_gaussian_noise(summed, std, generator=self._per_record_noise, secure_mode=self.secure_mode)
-
-        noisy = intercept("dp_sgd", summed, None, None, draw)
-        surrogate, offset = None, 0
-        for p in (p for p in self.model.parameters() if p.requires_grad):
-            g = noisy[offset : offset + p.numel()].view(p.shape).to(p.dtype) / self.expected_batch_size
-            term = (p * g).sum()
-            surrogate = term if surrogate is None else surrogate + term
-            offset += p.numel()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grads = noisy_gradients(
+            summed,
+            params,
+            self.noise_multiplier * self.max_grad_norm,
+            self.expected_batch_size,
+            generator=self._per_record_noise,
+            secure_mode=self.secure_mode,
+        )
+        surrogate = sum(((p * g).sum() for p, g in zip(params, grads, strict=True)), start=summed.new_zeros(()))
         return surrogate
 
     def on_train_start(self) -> None:

@@ -38,7 +38,7 @@ from dp_proto.privacy.randomness import fresh_generator
 from dp_proto.privacy.sampling import poisson_batch_index
 from dp_proto.privacy.testing import intercept
 
-__all__ = ["fit_per_record", "per_record_clipped_sum", "clipped_record_sum"]
+__all__ = ["fit_per_record", "per_record_clipped_sum", "clipped_record_sum", "noisy_gradients"]
 
 
 def per_record_clipped_sum(
@@ -166,17 +166,19 @@ def fit_per_record(
                     guard=guard,
                 )
 
-                def draw(summed: Tensor = summed) -> Tensor:
-                    if run.noise_std == 0:
-                        return summed.clone()
-                    return add_gaussian_noise(
-                        summed, run.noise_std, generator=run.generator, secure_mode=run.secure_mode
-                    )
-
                 # a full batch declares its sensitivity to the neighbour check; a subsampled one cannot
                 sensitivity = run.max_grad_norm * (1.0 + CLIPPED_SUM_SLACK[torch.float64]) if q >= 1.0 else None
-                noisy = intercept("dp_sgd", summed, sensitivity, "l2" if sensitivity else None, draw)
-                _write_gradients(params, noisy, run.expected_batch_size)
+                grads = noisy_gradients(
+                    summed,
+                    params,
+                    run.noise_std,
+                    run.expected_batch_size,
+                    generator=run.generator,
+                    secure_mode=run.secure_mode,
+                    sensitivity=sensitivity,
+                )
+                for p, g in zip(params, grads, strict=True):
+                    p.grad = g
                 optimizer.step()
                 post_step()  # renormalisation, iterate averaging: post-processing
                 result.steps += 1
@@ -189,11 +191,26 @@ def fit_per_record(
     return result
 
 
-def _write_gradients(params: list[nn.Parameter], noisy: Tensor, expected_batch: float) -> None:
-    """``p.grad`` of every parameter: its part of the flat ``noisy`` sum over the public
-    ``expected_batch``, in the parameter's dtype."""
-    offset = 0
-    for p in params:
-        part = noisy[offset : offset + p.numel()].view(p.shape).to(p.dtype) / expected_batch
-        p.grad = part
-        offset += p.numel()
+def noisy_gradients(
+    summed: Tensor,
+    params: list[nn.Parameter],
+    noise_std: float,
+    expected_batch: float,
+    *,
+    generator: torch.Generator | None,
+    secure_mode: bool,
+    sensitivity: float | None = None,
+) -> list[Tensor]:
+    """The ``"dp_sgd"`` release of the flat clipped sum ``summed (P,)`` (plus
+    ``N(0, noise_std^2)`` per coordinate, the library's float64 sampler; ``sensitivity``
+    in l2 declared to the neighbour check where known), split into ``params``' shapes and
+    dtypes and divided by the public ``expected_batch``."""
+
+    def draw() -> Tensor:
+        if noise_std == 0:
+            return summed.clone()
+        return add_gaussian_noise(summed, noise_std, generator=generator, secure_mode=secure_mode)
+
+    noisy = intercept("dp_sgd", summed, sensitivity, "l2" if sensitivity is not None else None, draw)
+    sizes = [p.numel() for p in params]
+    return [part.view(p.shape).to(p.dtype) / expected_batch for p, part in zip(params, noisy.split(sizes), strict=True)]
