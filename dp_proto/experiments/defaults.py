@@ -76,7 +76,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
         "classes": None,
         "expected_batch_size": None,
         "noise_seed": None,
-        "per_record": False,
+        "per_record": None,
     },
 }
 

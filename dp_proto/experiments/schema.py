@@ -359,6 +359,7 @@ DECLARED: dict[str, dict[str, Spec]] = {
         "privacy.classes": _LABELS,
         "privacy.expected_batch_size": optional(Float()),
         "privacy.noise_seed": _SEED,
+        "privacy.per_record": optional(Bool()),  # null: per record exactly when there is a backbone
     },
     "svdd": {
         "data.source": _SOURCES,

@@ -115,13 +115,14 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
         (the ledger records it). Never saved as a hyperparameter.
     secure_mode : bool, default False
         Noise from ``os.urandom``.
-    per_record : bool, default False
+    per_record : bool, default True
         Differentiate every record's loss alone, a batch of one
-        (``dp_proto.lvq.private.per_record.clipped_record_sum``), instead of Opacus'
-        per-sample gradients of one batched pass, whose rounding follows the batch (a
-        record at a ReLU's kink can switch it when another record joins): a record's
-        clipped gradient is then the same bits in any batch, summed in float64 in index
-        order. One forward and backward pass per record.
+        (``dp_proto.lvq.private.per_record.clipped_record_sum``): a record's clipped
+        gradient is then the same bits in any batch, summed in float64 in index order,
+        at one forward and backward pass per record. ``False``: Opacus' per-sample
+        gradients of one batched pass, faster, but their rounding follows the batch (a
+        record at a ReLU's kink can switch it when another record joins), so their
+        bound is measured, not proved (docs/privacy-model.md).
     **kwargs
         The other parameters of ``AnonymizerModule`` (``mode="toggle"`` only).
     """
@@ -139,7 +140,7 @@ class DPAnonymizerModule(EpochBudgetMixin, AnonymizerModule):
         expected_batch_size: float,
         generator: torch.Generator | None = None,
         secure_mode: bool = False,
-        per_record: bool = False,
+        per_record: bool = True,
         **kwargs,
     ) -> None:
         if kwargs.get("mode", "toggle") != "toggle":
@@ -299,7 +300,7 @@ def fit_dp_anonymizer(
     secure_mode: bool = False,
     expected_batch_size: float | None = None,
     noise_seed: int | None = None,
-    per_record: bool = False,
+    per_record: bool = True,
     **module_kwargs,
 ) -> AnonymizerFit:
     """Train an anonymizer whose whole transcript is ``(epsilon, delta)``-DP (DP-SGD,
@@ -369,9 +370,11 @@ def fit_dp_anonymizer(
         len(x)``: ``len(x)`` is private under add/remove.
     noise_seed : int, optional
         Reproducible noise and coins (tests and benchmarks only; see above).
-    per_record : bool, default False
+    per_record : bool, default True
         Every record's gradient formed alone (``DPAnonymizerModule``), for a clipped
-        sum that does not follow the batch's rounding; one pass per record.
+        sum that does not follow the batch's rounding; one pass per record. ``False``:
+        Opacus' batched per-sample gradients (faster; their bound is measured, not
+        proved).
     **module_kwargs
         Passed to ``DPAnonymizerModule`` (``lr``, ``encoder_lr``, ``optimizer``,
         ``toggle_steps``...).

@@ -320,15 +320,19 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         (see ``EpochBudgetMixin``).
     secure_mode : bool
         Noise read from ``os.urandom`` directly.
-    per_record : bool, default False
+    per_record : bool, optional
         Differentiate every record alone, a batch of one
         (``dp_proto.lvq.private.per_record``), instead of Opacus' per-sample gradients
-        of one batched pass: a trainable backbone's batched forward rounds a record's
-        features with the batch, which the sensitivity proof does not allow, while here
-        a record's clipped gradient (jointly clipped, with the prototype layer's
-        cancellation guard) is the same bits in any batch. The clipped sum is formed in
-        float64 in index order and noised as above. One forward and backward pass per
-        record; not under a data-parallel trainer.
+        of one batched pass. None (the default): per record exactly when the model has
+        a backbone, whose batched forward rounds a record's features with the batch
+        (a record near a tie or a kink can then change with the batch, which the
+        sensitivity proof does not allow); a bare prototype layer runs Opacus'
+        batched closed forms, which the proof covers. Per record, a record's clipped
+        gradient (jointly clipped, with the prototype layer's cancellation guard) is
+        the same bits in any batch; the clipped sum is formed in float64 in index
+        order and noised as above. It costs one forward and backward pass per record
+        and runs in one process: pass ``False`` to train a backbone data-parallel or
+        batched (its bound is then measured, not proved; docs/privacy-model.md).
     """
 
     def __init__(
@@ -344,7 +348,7 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         lr: float = 0.05,
         generator: torch.Generator | None = None,
         secure_mode: bool = False,
-        per_record: bool = False,
+        per_record: bool | None = None,
         **kwargs,
     ) -> None:
         if optimizer == "lbfgs":
@@ -355,7 +359,7 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         self.set_dp_settings(
             ledger, noise_multiplier, max_grad_norm, sampling_rate, expected_batch_size, generator, secure_mode
         )
-        self.per_record = bool(per_record)
+        self.per_record = self.model.has_backbone if per_record is None else bool(per_record)
         self.private_model = self.model if self.per_record else GradSampleModule(self.model)
         self._clipping_guard: ClippingGuard | None = None
         self._per_record_noise: torch.Generator | None = None
@@ -400,7 +404,10 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
     def on_train_start(self) -> None:
         super().on_train_start()
         if self.per_record and self.data_parallel() is not None:
-            raise ValueError("per_record=True runs in one process; use per_record=False under a data-parallel trainer")
+            raise ValueError(
+                "per-record DP-SGD (the default with a backbone) runs in one process; pass per_record=False to "
+                "train data-parallel with Opacus' batched per-sample gradients (their bound is measured, not proved)"
+            )
 
     def on_train_epoch_start(self) -> None:
         self.reserve_epoch_steps()

@@ -78,7 +78,7 @@ def describe_model(model: PrototypeModel, backbone: Mapping[str, Any] | None = N
         backbone = {str(k): plain_value(v, "backbone") for k, v in backbone.items()}
         if not _same_shapes(_backbone_from_spec(backbone), model.backbone):
             raise ValueError(f"the backbone {backbone} does not match the model's backbone")
-    elif not isinstance(model.backbone, nn.Identity):
+    elif model.has_backbone:
         return None
     return {
         "layer": kind,
@@ -313,7 +313,7 @@ class LVQModule(L.LightningModule):
             return
         layer = self.model.layer
         images: dict[str, Tensor] = {}
-        if self.image_shape is not None and isinstance(self.model.backbone, torch.nn.Identity):
+        if self.image_shape is not None and not self.model.has_backbone:
             protos = layer.prototypes.detach()
             if self.display_transform is not None:
                 protos = self.display_transform(protos)

@@ -99,7 +99,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel, forward_in_dtype
@@ -507,7 +507,7 @@ def _global_metric(net: PrototypeModel, estimator: Any, what: str) -> Tensor | N
             "Corollaries 1-2); Brinkrolf (2023) gives no robustness result for the local metrics of LGMLVQ, "
             "whose decision boundaries are quadratic"
         )
-    if estimator is None and not isinstance(net.backbone, nn.Identity):
+    if estimator is None and net.has_backbone:
         raise ValueError(
             f"{what} holds in the prototype layer's input space; this model has a backbone, so the radius "
             "would not bound perturbations of its inputs. Pass the backbone's features and "

@@ -85,6 +85,11 @@ class PrototypeModel(nn.Module):
             self.privacy_ = state["privacy"]
 
     @property
+    def has_backbone(self) -> bool:
+        """Whether a backbone was given (the features are not the input itself)."""
+        return not isinstance(self.backbone, nn.Identity)
+
+    @property
     def num_classes(self) -> int:
         return int(self.prototype_labels.max()) + 1
 

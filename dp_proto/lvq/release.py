@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from dp_proto.lvq.layers import GLVQLayer, GMLVQLayer, LGMLVQLayer
 from dp_proto.lvq.model import PrototypeModel
@@ -33,7 +32,7 @@ _LAYERS: dict[str, type[GLVQLayer]] = {"GLVQLayer": GLVQLayer, "GMLVQLayer": GML
 
 
 def _check_releasable(model: PrototypeModel) -> GLVQLayer:
-    if not isinstance(model.backbone, nn.Identity):
+    if model.has_backbone:
         raise TypeError(
             "a PrototypeModel with a backbone has no release format yet (only its prototype layer would be)"
         )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from tqdm import tqdm
 
 from dp_proto.lvq.gradients import DistanceEvaluation, outer_products, quadratic_layout
@@ -284,11 +284,7 @@ class FullBatchCost:
         self.model, self.y, self.transfer_fn, self.beta = model, y, transfer_fn, beta
         layer = model.layer
         hooked = any(getattr(p, "_backward_hooks", None) for p in model.parameters())
-        self.closed_form = (
-            isinstance(model.backbone, nn.Identity)
-            and type(layer) in (GLVQLayer, GMLVQLayer, LGMLVQLayer)
-            and not hooked
-        )
+        self.closed_form = not model.has_backbone and type(layer) in (GLVQLayer, GMLVQLayer, LGMLVQLayer) and not hooked
         self.x = x
         self.outer = None
         if self.closed_form:

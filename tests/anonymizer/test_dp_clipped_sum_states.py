@@ -69,6 +69,7 @@ def _module(weights: str, prior: str, lam: float, clip: float, seed: int) -> DPA
         sampling_rate=0.1,
         expected_batch_size=1.0,
         lam=lam,
+        per_record=False,  # the batched per-sample gradients whose states are searched here
     )
 
 

@@ -109,3 +109,19 @@ def test_a_config_turns_per_record_on():
     model = PrototypeModel(GMLVQLayer(4, 3, prototypes=torch.zeros(3, 4)), [0, 1, 2])
     module, _ = build_private_module(config, x, torch.as_tensor(y), 3, model, {})
     assert module.per_record and module.private_model is module.model
+
+
+def test_a_backbone_trains_per_record_by_default_and_a_bare_layer_batched():
+    """``per_record=None`` resolves to per-record exactly when a backbone runs before the
+    layer (its batched forward would round a record's features with the batch)."""
+    with_backbone = _module(PrivacyLedger(), per_record=None)
+    assert with_backbone.per_record and with_backbone.private_model is with_backbone.model
+    bare = DPLVQModule(
+        PrototypeModel(GMLVQLayer(4, 3, prototypes=torch.zeros(3, 4)), [0, 1, 2]),
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        sampling_rate=Q,
+        expected_batch_size=10.0,
+    )
+    assert not bare.per_record and bare.private_model is not bare.model  # Opacus' closed forms
+    assert not _module(PrivacyLedger(), per_record=False).per_record

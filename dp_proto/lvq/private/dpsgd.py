@@ -162,12 +162,14 @@ class DPSGD:
     engine : {"auto", "fused", "opacus", "per_record"}, default "auto"
         ``fused`` (``dp_proto.lvq.private.fused``): the DP-SGD step run directly on
         tensors, for models whose trainable parameters all lie in the prototype layer;
-        ``opacus``: Opacus' ``PrivacyEngine`` (a trainable backbone);
         ``per_record`` (``dp_proto.lvq.private.per_record``): every record's gradient
-        computed alone, a batch of one, for a trainable backbone whose batched
-        features would follow the batch's rounding (the proved bound, at one forward
-        and backward pass per record); ``auto``: ``fused`` where the model allows it,
-        else ``opacus``.
+        computed alone, a batch of one, so a trainable backbone's features cannot
+        follow the batch's rounding (the proved bound, at one forward and backward
+        pass per record); ``opacus``: Opacus' ``PrivacyEngine`` over whole batches
+        (faster with a trainable backbone, but a record near a tie or a kink of the
+        network can change with the batch: its bound is measured, not proved, see
+        docs/privacy-model.md); ``auto``: ``fused`` where the model allows it, else
+        ``per_record``.
     grad_sample_mode : {"hooks", "ghost", "functorch"}, default "hooks"
         Opacus engine only. ``hooks`` uses the registered closed-form samplers; ``ghost``
         Opacus' ghost clipping with their norms; ``functorch`` Opacus' generic
@@ -481,14 +483,14 @@ def _train(
 
 def _resolve_engine(model: PrototypeModel, recipe: DPSGD) -> str:
     """The engine of a run (``"auto"`` is ``fused`` where the model allows it, else
-    ``opacus``; no record is read)."""
+    ``per_record``; no record is read)."""
     engine = recipe.engine
     if engine == "auto":
         try:
             check_fusable(model)
             engine = "fused"
         except ValueError:
-            engine = "opacus"
+            engine = "per_record"
     return engine
 
 

@@ -446,7 +446,7 @@ def fit_dp_sgd_fused(
     (call that function; this one expects its resolved settings). With
     ``data_parallel``, ``(x, y)`` is this rank's shard (``dp_proto.lvq.private.launch``)."""
     check_fusable(model)
-    if not isinstance(model.backbone, nn.Identity):  # frozen: its features once, record by record
+    if model.has_backbone:  # frozen: its features once, record by record
         x = record_features(model, x)
         model = PrototypeModel(model.layer, model.prototype_labels)  # the same layer, trained in place
     n = x.shape[0]

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from dp_proto.lvq import GLVQLayer, GMLVQLayer, LGMLVQLayer, PrototypeModel
+from dp_proto.lvq.private import dpsgd
 from dp_proto.lvq.private.dpsgd import SGDSettings, fit_dp_sgd, fixed_noise_recipe
 from dp_proto.lvq.private.fused import check_fusable, clipped_gradient_sum, record_features
 from dp_proto.privacy.ledger import PrivacyLedger
@@ -136,7 +137,7 @@ def test_ledger_records_poisson_subsampled_gaussian_steps():
     )
 
 
-def test_trainable_backbone_is_refused_and_auto_falls_back_to_opacus():
+def test_trainable_backbone_is_refused_and_auto_falls_back_to_per_record(monkeypatch):
     backbone = nn.Linear(4, 3).double()
     model = PrototypeModel(GLVQLayer(3, 3, dtype=torch.float64), [0, 1, 2], backbone=backbone)
     with pytest.raises(ValueError, match="engine='opacus'"):
@@ -146,9 +147,14 @@ def test_trainable_backbone_is_refused_and_auto_falls_back_to_opacus():
     with pytest.raises(ValueError, match="engine='opacus'"):
         _fit(model, x, y, sigma=1.0, steps=2, engine="fused")
     before = backbone.weight.detach().clone()
+    engines = []
+    monkeypatch.setattr(dpsgd, "fit_per_record", lambda *args: engines.append("per_record") or args[5])
+    _fit(model, x, y, sigma=1.0, steps=2, engine="auto")
+    assert engines == ["per_record"]  # every record alone: batched features follow the batch's rounding
+    monkeypatch.undo()
     result, _ = _fit(model, x, y, sigma=1.0, steps=2, engine="auto")
     assert result.steps == 2
-    assert not torch.equal(before, backbone.weight)  # Opacus trained the backbone too
+    assert not torch.equal(before, backbone.weight)  # the backbone was trained too
     for p in backbone.parameters():  # a frozen backbone is public: fused is fine
         p.requires_grad_(False)
     check_fusable(model)
@@ -171,7 +177,7 @@ def test_a_layer_subclass_with_its_own_distance_is_not_fused():
         clipped_gradient_sum(model, torch.zeros(3, 2, dtype=torch.float64), torch.tensor([0, 1, 0]), 1.0)
     x = torch.randn(40, 2, dtype=torch.float64)
     y = torch.randint(0, 2, (40,))
-    result, _ = _fit(model, x, y, sigma=1.0, steps=2, engine="auto")  # Opacus' own per-sample gradients
+    result, _ = _fit(model, x, y, sigma=1.0, steps=2, engine="auto")  # autograd, record by record
     assert result.steps == 2
 
 
