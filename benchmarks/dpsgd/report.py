@@ -87,7 +87,14 @@ def render(res: Results, t: dict[str, Any]) -> list[str]:
     ]
     rows = [[cal, *[num(v) for v in cells.values()]] for cal, cells in sorted(certified.items())]
     out += table(["calibration", *[eps_label(e) for e in spec["epsilons"]]], rows, right=range(1, 7))
-    return out + _dpsgd_speed(res, t) + _defaults_study(res, t) + _dpsgd_peers(res, t) + _private_pipelines(res, t)
+    return (
+        out
+        + _dpsgd_speed(res, t)
+        + _per_record_cost(res, t)
+        + _defaults_study(res, t)
+        + _dpsgd_peers(res, t)
+        + _private_pipelines(res, t)
+    )
 
 
 def _dpsgd_speed(res: Results, t: dict[str, Any]) -> list[str]:
@@ -114,6 +121,23 @@ def _dpsgd_speed(res: Results, t: dict[str, Any]) -> list[str]:
         oom = "ran out of memory" if p["headline"]["functorch_out_of_memory"] else "did not run out of memory"
         out += [f"functorch {oom} (peak RSS {max(p['peak_rss_mib_so_far']['gmlvq_d784'].values()):.0f} MiB).", ""]
     return out
+
+
+def _per_record_cost(res: Results, t: dict[str, Any]) -> list[str]:
+    """What differentiating every record alone costs against Opacus' batched pass."""
+    p = res.get("dpsgd_per_record_cost.json")
+    if p is None:
+        return []
+    out = ["### Per-record DP-SGD against Opacus' batched pass", ""] + bullets(t["notes"]["per_record_cost"])
+    seconds = p["seconds"]
+    rows = [
+        [f"`{group}`", variant, f"{value:.3f} s"]
+        for group, variants in seconds.items()
+        for variant, value in variants.items()
+    ]
+    out += table(["fit", "variant", "median wall s"], rows, right=(2,))
+    rows = [[f"`{key}`", f"{value:g}"] for key, value in p["headline"].items()]
+    return out + ["Headline (ratios of median seconds):", ""] + table(["quantity", "ratio"], rows, right=(1,))
 
 
 def _defaults_study(res: Results, t: dict[str, Any]) -> list[str]:

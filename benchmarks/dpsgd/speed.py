@@ -41,6 +41,11 @@ whose epochs are slow stops repeating when one more epoch would take its timed e
 past ``--mode-budget-s`` (default 180 s; in practice DP hooks and functorch for
 GMLVQ at ``d = 784``), so the default run stays under about 10 minutes on 2 cores.
 
+The non-private mode runs float32; the DP modes run the prototype layer in float64, as
+every DP-SGD engine of the library does (``dp_proto.lvq.private.dpsgd.TRAINING_DTYPE``;
+the data stays float32 and the layer casts it). ``--dp-dtype float32`` times the DP modes
+as they ran before that change.
+
 Data: synthetic Gaussian classes by default; with ``--data-dir``, ``n`` random MNIST
 training images (the test split if only that is present; ``n`` defaults to 9984 then)
 as pixels / 255 for ``d = 784`` and their PCA(30) projection (z-scored; non-private
@@ -103,6 +108,7 @@ LR = 0.01
 NOISE_MULTIPLIER = 1.0
 MAX_GRAD_NORM = 1.0
 DEFAULT_N, QUICK_N = 10_240, 1_280
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 #: Targets of the issue: DP (fastest of our modes) over non-private, functorch over DP.
 TARGETS = {
@@ -207,9 +213,13 @@ class GLVQCriterion(nn.Module):
 class Setup:
     """Model, optimizer, criterion and loader of one (model, mode) pair."""
 
-    def __init__(self, model_name: str, mode: str, X: Tensor, y: Tensor, batch_size: int, seed: int) -> None:
+    def __init__(
+        self, model_name: str, mode: str, X: Tensor, y: Tensor, batch_size: int, seed: int, dp_dtype: torch.dtype
+    ) -> None:
         torch.manual_seed(seed)
         model, self.layer = make_model(model_name, X, y)
+        if mode != "nonprivate":  # as fit_dp_sgd runs it (the layer casts its float32 input)
+            model.layer.to(dp_dtype)
         ModuleValidator.validate(model, strict=True)  # raises if Opacus would refuse it
         criterion = GLVQCriterion(model.prototype_labels)
         optimizer = torch.optim.SGD(model.parameters(), lr=LR)
@@ -342,7 +352,7 @@ def time_model(
     for mode in modes:
         out = outs[mode] = {"seconds": None, "cpu_seconds": None, "epochs_s": [], "epochs_cpu_s": [], "status": "ok"}
         try:
-            setups[mode] = Setup(model_name, mode, X, y, args.batch_size, args.seed)
+            setups[mode] = Setup(model_name, mode, X, y, args.batch_size, args.seed, DTYPES[args.dp_dtype])
             warm_s, _, warm_steps, _ = setups[mode].run(max_steps=args.warmup_steps)
             out["warmup_s_per_step"] = warm_s / max(warm_steps, 1)
         except Exception as exc:  # noqa: BLE001 -- reported in the table and the JSON
@@ -426,7 +436,7 @@ def profile(model_name: str, X: Tensor, y: Tensor, args: argparse.Namespace) -> 
         if mode == "dp_functorch" and model_name != "lgmlvq_d30" and not args.profile_functorch:
             print(f"\n[profile] {model_name} {mode}: skipped (--profile-functorch to include)")
             continue
-        setup = Setup(model_name, mode, X, y, args.batch_size, args.seed)
+        setup = Setup(model_name, mode, X, y, args.batch_size, args.seed, DTYPES[args.dp_dtype])
         setup.run(max_steps=args.warmup_steps)
         it = iter(setup.loader)
         batches = [next(it) for _ in range(args.profile_steps)]
@@ -482,6 +492,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     p.add_argument(
         "--data-dir", default=None, help="use MNIST pixels from this data directory (default: synthetic data)"
+    )
+    p.add_argument(
+        "--dp-dtype",
+        choices=tuple(DTYPES),
+        default="float64",
+        help="the DP modes' prototype layer dtype (default float64, what every DP-SGD engine of the "
+        "library runs; float32: the engines before that, for comparison); non-private runs float32",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
@@ -661,7 +678,8 @@ def main(argv: list[str] | None = None) -> int:
 
     notes = [
         f"data: {data_desc}; d=784 for GLVQ/GMLVQ (GMLVQ full rank r=784), d=30 for LGMLVQ (r=30); "
-        "10 prototypes (1 per class) at the class means; float32",
+        "10 prototypes (1 per class) at the class means; non-private float32, the DP modes' prototype layer "
+        f"{args.dp_dtype} (the data float32, cast by the layer)",
         f"one epoch = {steps_per_epoch} steps; non-private: shuffled DataLoader, batch {args.batch_size}; "
         f"DP: Poisson sampling rate {args.batch_size}/{args.n} (expected batch {args.batch_size}), "
         f"noise_multiplier {NOISE_MULTIPLIER}, max_grad_norm {MAX_GRAD_NORM}, SGD lr {LR}, "
@@ -711,6 +729,7 @@ def main(argv: list[str] | None = None) -> int:
             "repeats": args.repeats,
             "warmup_steps": args.warmup_steps,
             "threads": args.threads,
+            "dp_dtype": args.dp_dtype,
             "quick": args.quick,
             "seed": args.seed,
             "data": "mnist" if args.data_dir else "synthetic",

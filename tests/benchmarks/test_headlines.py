@@ -74,6 +74,9 @@ CHEAP = [
     pytest.param("privacy.black_box_audit", "privacy/results/black_box_audit.json", [], False, id="black_box_audit"),
     pytest.param("dpsgd.speed", "dpsgd/results/dpsgd_speed.json", ["--threads", "1"], False, id="dpsgd_speed"),
     pytest.param(
+        "dpsgd.per_record_cost", "dpsgd/results/dpsgd_per_record_cost.json", [], False, id="dpsgd_per_record_cost"
+    ),
+    pytest.param(
         "svdd.accuracy",
         "svdd/results/svdd_accuracy.json",
         ["--json", "{tmp}/svdd_accuracy.json", "--figure", "{tmp}/svdd_accuracy.png"],
