@@ -504,7 +504,7 @@ def build_private_module(
         sampling_rate=plan.sampling_rate,
         expected_batch_size=expected_batch_size,
         generator=generator,
-        per_record=None if privacy.get("per_record") is None else bool(privacy["per_record"]),
+        per_record=privacy["per_record"],  # validated: null (per record exactly when there is a backbone) or a bool
         **module_kwargs,
     )
     return module, ledger

@@ -71,10 +71,13 @@ def test_the_normaliser_is_public_or_the_released_prior_total():
 
     neighbour_check(normaliser, (x, y, s), removals=[0, len(x) - 1]).assert_ok()  # old: 0.2 * len(x)
 
-    with capture_releases() as recorder:
-        fit = _fit(x, y, s)
-    (counts,) = [r.output for r in recorder.releases if r.name == "private_prior"]
-    assert fit.module.expected_batch_size == pytest.approx(0.2 * max(float(counts.sum()), 1.0))
+    for per_record in (True, False):
+        with capture_releases() as recorder:
+            fit = _fit(x, y, s, per_record=per_record)
+        (counts,) = [r.output for r in recorder.releases if r.name == "private_prior"]
+        assert fit.module.expected_batch_size == pytest.approx(0.2 * max(float(counts.sum()), 1.0))
+        if not per_record:  # Opacus' optimizer divides by the same public value
+            assert fit.trainer.optimizers[0].expected_batch_size == fit.module.expected_batch_size
 
     fit = _fit(x, y, s, prior=PRIOR, expected_batch_size=7.5, per_record=False)
     assert fit.module.expected_batch_size == fit.trainer.optimizers[0].expected_batch_size == 7.5  # Opacus' too
