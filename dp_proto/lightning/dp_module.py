@@ -327,10 +327,9 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         a backbone, whose batched forward rounds a record's features with the batch
         (a record near a tie or a kink can then change with the batch, which the
         sensitivity proof does not allow); a bare prototype layer runs Opacus'
-        batched closed forms, which the proof covers. Per record, a record's clipped
-        gradient (jointly clipped, with the prototype layer's cancellation guard) is
-        the same bits in any batch; the clipped sum is formed in float64 in index
-        order and noised as above. It costs one forward and backward pass per record
+        batched closed forms, which the proof covers. Per record, a record's gradient,
+        its norm and its clip factor (jointly clipped) are the same bits in any batch;
+        the clipped sum is formed in float64 in index order and noised as above. It costs one forward and backward pass per record
         and runs in one process: pass ``False`` to train a backbone data-parallel or
         batched (its bound is then measured, not proved; docs/privacy-model.md).
     """
@@ -379,7 +378,6 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         """The noisy clipped sum of the batch's per-record gradients, over the public
         expected batch size, as the gradient of a surrogate ``sum_p <p, g_p>`` (whose
         gradient is ``g_p`` exactly), which Lightning's loop backpropagates and steps."""
-        assert self._clipping_guard is not None  # made by configure_optimizers
         summed, _ = per_record_clipped_sum(
             self.model,
             x,
@@ -387,7 +385,6 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
             self.max_grad_norm,
             transfer_fn=self.transfer_fn,
             beta=self.beta,
-            guard=self._clipping_guard,
         )
         params = [p for p in self.model.parameters() if p.requires_grad]
         grads = noisy_gradients(
@@ -415,8 +412,6 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
     def configure_optimizers(self):
         base = super().configure_optimizers()
         if self.per_record:  # clipping and noise in the training step; the base optimizer steps
-            if self._clipping_guard is None:
-                self._clipping_guard = ClippingGuard(self.model, loss_reduction="sum")
             self._per_record_noise = noise_rng(
                 self.ledger, None if self.secure_mode else self._noise_generator, self.secure_mode, None, "dp_sgd"
             )

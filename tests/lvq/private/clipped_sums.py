@@ -2,8 +2,9 @@
 
 ``engine_sum(engine, model, x, y, C)`` returns the pre-noise sum ``sum_i clip_C(g_i)``
 that the engine would noise at one step, flattened over the trainable parameters,
-computed in the model's dtype: the fused engine (joint or per-parameter clipping) and
-Opacus' ``hooks``, ``functorch`` and ``ghost`` modes (with noise 0 and no scaling).
+computed in the model's dtype: the fused engine (joint or per-parameter clipping),
+Opacus' ``hooks``, ``functorch`` and ``ghost`` modes (with noise 0 and no scaling), and
+the per-record engine (in float64).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from dp_proto.lvq.private.fused import clipped_gradient_sum
 from dp_proto.lvq.private.guard import ClippingGuard
 from dp_proto.lvq.private.opacus_adapter import make_noise_sound
 from dp_proto.lvq.private.opacus_engine import _finite_batch, _GLVQCriterion
+from dp_proto.lvq.private.per_record import per_record_clipped_sum
 
-ENGINES = ("fused", "fused_per_parameter", "hooks", "functorch", "ghost")
+ENGINES = ("fused", "fused_per_parameter", "hooks", "functorch", "ghost", "per_record")
 
 
 def engine_sum(
@@ -41,6 +43,8 @@ def engine_sum(
     """The clipped gradient sum ``(P,)`` of ``engine`` on the batch ``x (B, d)``, ``y (B,)``."""
     model = copy.deepcopy(model)
     params = [p for p in model.parameters() if p.requires_grad]
+    if engine == "per_record":
+        return per_record_clipped_sum(model, x, y, max_grad_norm, transfer_fn=transfer_fn, beta=beta)[0]
     if engine.startswith("fused"):
         clipping = "per_parameter" if engine == "fused_per_parameter" else "joint"
         for p in params:
