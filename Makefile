@@ -1,7 +1,7 @@
 # Two commands that work on a fresh machine with nothing but Python:
 #   make demo   create the environment, install, run the main job
 #   make test   create (or reuse) the environment, install, run the whole test suite
-#               (tests/ and the notebooks, as CI runs it)
+#               (tests/ and the notebooks, as CI runs it) on TEST_WORKERS processes
 #   make test-fast   the quick loop: no notebooks, benchmark smoke tests or slow tests
 #   make notebooks   execute the notebooks and store them with their outputs (tidied)
 #   make lint   ruff check and ruff format --check (CI runs it before the tests)
@@ -13,6 +13,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DATA_DIR ?= ../shared/data
+# pytest-xdist workers of `make test` (auto: one per core)
+TEST_WORKERS ?= auto
 
 .PHONY: demo test test-fast notebooks lint typecheck docs results bench-baseline clean
 
@@ -25,8 +27,11 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(VENV)/bin/dp-proto demo
 
+# The notebooks first (the longest items, so that no worker ends on one); their kernels
+# on one thread each, as the test processes (tests/conftest.py), so workers do not
+# oversubscribe the cores.
 test: $(STAMP)
-	$(PY) -m pytest -q --durations=25 --nbmake tests notebooks
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25 --nbmake notebooks tests
 
 notebooks: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q --nbmake --overwrite notebooks
