@@ -6,8 +6,8 @@ bound while ``g_i``, a difference of terms of size about ``m_i = sum_k |G_ik| R_
 stays small: the record is clipped by a modest factor and its computed gradient keeps a
 rounding error of order ``u m_i`` that depends on the batch it was computed in (BLAS
 rounds a row differently for different batch sizes). The clipped sum of the *other*
-records then moves by more than ``C`` when one record joins the batch (measured in
-float32: ``1.006 C``, GMLVQ, a tiny metric, two prototypes ``1e-6`` apart).
+records can then move by more than ``C`` when one record joins the batch (a GMLVQ
+state with a tiny metric and two prototypes ``1e-6`` apart does: docs/privacy-model.md).
 
 ``ClippingGuard`` gives the Opacus modes the guard of the fused engine and of ghost
 clipping (``dp_proto.lvq.private.grad_samplers``): every record is clipped by
