@@ -96,7 +96,7 @@ def clipped_record_sum(
 def _add_clipped(total: Tensor, flat: Tensor, sizes: list[int], max_grad_norm: float, clipping: str) -> None:
     """Add one record's gradient ``flat (P,)`` (float64), clipped jointly to ``C`` or per
     parameter (of ``sizes``) to ``C / sqrt(len(sizes))``, to ``total``; nothing where
-    ``flat`` is not finite (one host sync)."""
+    ``flat`` is not finite."""
     if clipping == "joint":
         clipped = flat.mul_((max_grad_norm / (torch.linalg.vector_norm(flat) + _NORM_GUARD)).clamp(max=1.0))
     else:
@@ -105,8 +105,8 @@ def _add_clipped(total: Tensor, flat: Tensor, sizes: list[int], max_grad_norm: f
         norms = torch.stack([torch.linalg.vector_norm(part) for part in parts])
         factors = (bound / (norms + _NORM_GUARD)).clamp(max=1.0)
         clipped = torch.cat([part * f for part, f in zip(parts, factors, strict=True)])
-    if bool(torch.isfinite(clipped).all()):  # a non-finite gradient or norm makes every entry non-finite
-        total.add_(clipped)
+    # a record with a non-finite gradient or norm keeps a non-finite entry: it adds zero (no host sync)
+    total.add_(clipped.masked_fill_(~torch.isfinite(clipped).all(), 0.0))
 
 
 def fit_per_record(
