@@ -329,9 +329,10 @@ class DPLVQModule(EpochBudgetMixin, LVQModule):
         sensitivity proof does not allow); a bare prototype layer runs Opacus'
         batched closed forms, which the proof covers. Per record, a record's gradient,
         its norm and its clip factor (jointly clipped) are the same bits in any batch;
-        the clipped sum is formed in float64 in index order and noised as above. It costs one forward and backward pass per record
-        and runs in one process: pass ``False`` to train a backbone data-parallel or
-        batched (its bound is then measured, not proved; docs/privacy-model.md).
+        the clipped sum is formed in float64 in index order and noised as above. It
+        costs one forward and backward pass per record and runs in one process: pass
+        ``False`` to train a backbone data-parallel or batched (its bound is then
+        measured, not proved; docs/privacy-model.md).
     """
 
     def __init__(

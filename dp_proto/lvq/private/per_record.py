@@ -74,11 +74,11 @@ def clipped_record_sum(
     ``params`` flattened in order, each record's gradient formed, measured and clipped
     alone, added in index order) and the costs ``(count,)``. A record whose gradient is
     not finite contributes zero."""
-    total = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64)
+    sizes = [p.numel() for p in params]
+    total = torch.zeros(sum(sizes), dtype=torch.float64)
     costs = torch.zeros(count, dtype=torch.float64)
     if params:
         total, costs = total.to(params[0].device), costs.to(params[0].device)
-    sizes = [p.numel() for p in params]
     for i in range(count):
         cost = record_cost(i)
         grads = torch.autograd.grad(cost, params, allow_unused=True)
