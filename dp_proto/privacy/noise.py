@@ -158,11 +158,13 @@ def gaussian_noise(
     n = math.prod(shape)
     work = torch.float64 if dtype == torch.float64 else torch.float32
     u = uniform_open((2, (n + 1) // 2), secure_mode=secure_mode, generator=generator, device=device)
-    exponential = _exponential(u[0], _uniform_source(generator, secure_mode, device))
-    radius = torch.sqrt(2.0 * exponential).mul_(std).to(work)
-    angle = ((2.0 * math.pi) * u[1]).to(work)
-    z = torch.cat([radius * torch.cos(angle), radius * torch.sin(angle)])[:n].reshape(shape)
-    return z.to(dtype)
+    radius = _exponential(u[0], _uniform_source(generator, secure_mode, device))
+    radius = radius.mul_(2.0).sqrt_().mul_(std).to(work)  # sqrt(2 E) std
+    angle = u[1].mul_(2.0 * math.pi).to(work)
+    z = torch.empty((2, angle.shape[0]), dtype=work, device=angle.device)  # (r cos t, r sin t), no concatenation
+    torch.cos(angle, out=z[0])
+    torch.sin(angle, out=z[1])
+    return z.mul_(radius).view(-1)[:n].reshape(shape).to(dtype)
 
 
 def discrete_laplace_noise(
