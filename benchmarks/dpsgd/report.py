@@ -91,6 +91,7 @@ def render(res: Results, t: dict[str, Any]) -> list[str]:
         out
         + _dpsgd_speed(res, t)
         + _per_record_cost(res, t)
+        + _guard_floor_share(res, t)
         + _defaults_study(res, t)
         + _dpsgd_peers(res, t)
         + _private_pipelines(res, t)
@@ -138,6 +139,26 @@ def _per_record_cost(res: Results, t: dict[str, Any]) -> list[str]:
     out += table(["fit", "variant", "median wall s"], rows, right=(2,))
     rows = [[f"`{key}`", f"{value:g}"] for key, value in p["headline"].items()]
     return out + ["Headline (ratios of median seconds):", ""] + table(["quantity", "ratio"], rows, right=(1,))
+
+
+def _guard_floor_share(res: Results, t: dict[str, Any]) -> list[str]:
+    """How often the cancellation guard's floor sets a clipping norm, per ``kappa``."""
+    p = res.get("dpsgd_guard_floor_share.json")
+    if p is None:
+        return []
+    out = ["### The cancellation guard: floor share and accuracy per kappa", ""]
+    out += bullets(t["notes"]["guard_floor_share"])
+    kappas = list(p["proved_slack_b1000"])
+    rows = []
+    for name, cells in p["results"].items():
+        rows.append([name, *[f"{cells[k]['acc']:.4f} / {cells[k]['floor_share']:.3f}" for k in kappas]])
+    slack = [DASH if v is None else f"{v:.1e}" for v in p["proved_slack_b1000"].values()]
+    rows.append(["proved slack, B = 1000, d = r = 784", *slack])
+    head = ["set", *[f"kappa {float(k):g}" + (" (library)" if float(k) == p["headline"]["library_kappa"] else "")
+                     for k in kappas]]  # fmt: skip
+    out += table(head, rows, right=range(1, len(kappas) + 1))
+    rows = [[f"`{key}`", str(value)] for key, value in p["headline"].items()]
+    return out + ["Headline:", ""] + table(["quantity", "value"], rows, right=(1,))
 
 
 def _defaults_study(res: Results, t: dict[str, Any]) -> list[str]:

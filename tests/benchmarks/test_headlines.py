@@ -77,6 +77,14 @@ CHEAP = [
         "dpsgd.per_record_cost", "dpsgd/results/dpsgd_per_record_cost.json", [], False, id="dpsgd_per_record_cost"
     ),
     pytest.param(
+        "dpsgd.guard_floor_share",
+        "dpsgd/results/dpsgd_guard_floor_share.json",
+        ["--out", "{tmp}/dpsgd_guard_floor_share.json"],
+        True,
+        id="dpsgd_guard_floor_share",
+        marks=pytest.mark.data,
+    ),
+    pytest.param(
         "svdd.accuracy",
         "svdd/results/svdd_accuracy.json",
         ["--json", "{tmp}/svdd_accuracy.json", "--figure", "{tmp}/svdd_accuracy.png"],
