@@ -29,15 +29,14 @@ from __future__ import annotations
 
 import argparse
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks.common import emit_json, machine_description, resolve_data_dir, run_tasks
-from benchmarks.dpsgd.defaults_study import dev_split
-from benchmarks.dpsgd.peers import DELTA, load_sets
+from benchmarks.dpsgd.defaults_study import dev_split, run_variant
+from benchmarks.dpsgd.peers import load_sets
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARK = "dpsgd_guard_floor_share"
@@ -57,40 +56,30 @@ def proved_slack(kappa: float, batch: int = 1000, d: int = 784, r: int = 784) ->
 
 
 def run_fit(task: dict[str, Any]) -> dict[str, Any]:
-    """One DP-GMLVQ fit with ``kappa`` patched: development accuracy and floor share."""
-    import torch
+    """One DP-GMLVQ fit at its defaults with ``kappa`` patched (``defaults_study.run_variant``):
+    development accuracy, fit seconds and the share of clipping norms the floor set."""
+    from dp_proto.lvq.private import grad_samplers
 
-    from dp_proto.lvq.private import DPGMLVQ, grad_samplers
-
-    torch.set_num_threads(task["threads"])
     counts = [0, 0]
     guarded, kappa = grad_samplers._guarded, grad_samplers.CANCELLATION_GUARD
 
-    def counting(norm: torch.Tensor, magnitude: torch.Tensor) -> torch.Tensor:
-        counts[0] += int((grad_samplers.CANCELLATION_GUARD * magnitude > norm).sum())
+    def counting(norm, magnitude):
+        out = guarded(norm, magnitude)
+        counts[0] += int((out > norm).sum())
         counts[1] += norm.numel()
-        return guarded(norm, magnitude)
+        return out
 
     grad_samplers._guarded, grad_samplers.CANCELLATION_GUARD = counting, task["kappa"]
     try:
-        est = DPGMLVQ(
-            epsilon=task["epsilon"],
-            delta=DELTA,
-            bounds=(-1.0, 1.0),
-            classes=list(range(task["n_classes"])),
-            random_state=task["seed"],
-            noise_seed=task["seed"],
-        )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # noise_seed opt-in
-            start = time.perf_counter()
-            est.fit(task["Xtr"], task["ytr"])
-            fit_s = time.perf_counter() - start
+        row = run_variant(task | {"model": "DP-GMLVQ", "variant": "defaults"})
     finally:
         grad_samplers._guarded, grad_samplers.CANCELLATION_GUARD = guarded, kappa
-    acc = float(np.mean(est.predict(task["Xva"]) == task["yva"]))
     keys = ("set", "kappa", "epsilon", "seed")
-    return {k: task[k] for k in keys} | {"acc": acc, "floor_share": counts[0] / max(counts[1], 1), "fit_s": fit_s}
+    return {k: task[k] for k in keys} | {
+        "acc": row["acc"],
+        "floor_share": counts[0] / max(counts[1], 1),
+        "fit_s": row["fit_s"],
+    }
 
 
 def summarise(rows: list[dict[str, Any]], sets: tuple[str, ...], kappas: tuple[float, ...]) -> dict[str, Any]:

@@ -31,7 +31,8 @@ difference, may be far smaller: a record near two coincident prototypes has
 ``|G| ~ 1 / (d+ + d-)`` unbounded and ``x - w ~ 0``. Rounding leaves an error of order
 ``u m_i`` (``u`` the unit roundoff), which plain norm clipping never bounds. The
 samplers therefore return ``max(||g_i||, kappa m_i)`` with ``kappa = CANCELLATION_GUARD``
-in float64 (``NARROW_DTYPE_GUARD_FACTOR`` times it in float32), so that ``c_i m_i <= C / kappa`` for every clipped record in every model state:
+in float64 (``NARROW_DTYPE_GUARD_FACTOR`` times it in float32), so that
+``c_i m_i <= C / kappa`` for every clipped record in every model state:
 
 * GLVQ: ``R_ik = 2 (||x_i - w_k|| + 2 ||w_k||) >= 2 (||x_i|| + ||w_k||)``;
 * GMLVQ: prototypes ``2 s^2 (||x_i|| + ||w_k||)``, metric ``2 s (||x_i|| + ||w_k||)^2``,
@@ -51,8 +52,8 @@ fused engine's sums (:mod:`dp_proto.lvq.private.fused`) and of the distance
 computations (a matrix product's rounding error is at most ``gamma_n`` times the
 product of the operands' absolute values). The guard only changes records whose gradient is below
 ``kappa`` times its term magnitude (a record within about 0.1 % of a prototype, relative
-to their norms); the privacy model (docs) states the resulting slack, and
-``benchmarks/dpsgd/guard_floor_share.py`` how often the floor binds for each ``kappa``.
+to their norms); the privacy model (docs) states the resulting slack and how often
+the floor binds.
 
 ``SAMPLERS`` maps each layer type to its two samplers; importing
 ``dp_proto.lvq.private.opacus_adapter`` registers them with Opacus.
